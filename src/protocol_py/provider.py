@@ -1,0 +1,118 @@
+"""The base class plugin authors subclass to serve ModelService (the provider contract).
+
+A :class:`Provider` is what the reference server adapter (:mod:`protocol_py.server`) serves. The
+adapter owns everything generic: capability validation at start-up, request validation before
+the provider is called, Configure's JSON Schema check, event-order checking (DESIGN D12),
+exception classification and cancellation. A provider only translates.
+
+Methods a provider does not override answer gRPC ``UNIMPLEMENTED``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from protocol_py.version import PROTOCOL_VERSION
+from protocol_py_gen.common.v1 import CallContext, PluginCategory, ProducerRef
+from protocol_py_gen.model.v1 import (
+    Capabilities,
+    CountTokensRequest,
+    CountTokensResponse,
+    ModelError,
+    RenderRequest,
+    RenderResponse,
+    StreamCompletionRequest,
+    StreamEvent,
+)
+
+JSONValue = Any
+"""A parsed JSON value (``dict``/``list``/``str``/``int``/``float``/``bool``/``None``)."""
+
+
+class NotImplementedRPC(Exception):  # noqa: N818 - it names the gRPC status it becomes
+    """Raised by a provider method that is not implemented; the server answers UNIMPLEMENTED."""
+
+
+class ProviderError(Exception):
+    """A classified failure a provider raises from :meth:`Provider.stream` (or before it).
+
+    The server ends the stream with exactly this ``ModelError`` as the final ``error`` event,
+    keeping every event already sent. Any other exception is classified by the server
+    (TRANSIENT for network and timeout errors, PERMANENT otherwise).
+    """
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(f"{error.kind.name}: {error.message}")
+        self.error = error
+
+
+class Provider(abc.ABC):
+    """A model provider: the vendor-specific half of a ModelService plugin.
+
+    Class attributes:
+        name: The provider's declared name (``ProducerRef.name``), for example ``"reference"``.
+        version: The provider build's version (semver).
+        source: Where the build comes from (registry source address or path); may be empty.
+    """
+
+    name: str = "provider"
+    version: str = "0.0.0"
+    source: str = ""
+
+    def describe(self) -> ProducerRef:
+        """Return this build's identity with the protocol version (spec: "Describe")."""
+        return ProducerRef(
+            name=self.name,
+            version=self.version,
+            source=self.source,
+            category=PluginCategory.MODEL,
+            protocol_version=PROTOCOL_VERSION,
+        )
+
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """Return the provider's Capabilities: models, hook points and config schema.
+
+        The server fills in ``protocol_version`` and validates the result at start-up; it refuses
+        to start when any rule is broken.
+        """
+
+    def config_schema(self) -> Mapping[str, JSONValue] | None:
+        """Return the JSON Schema (draft 2020-12) Configure's config must satisfy, or None.
+
+        The default is the ``config_schema`` of :meth:`capabilities`, as parsed JSON.
+        """
+        return None
+
+    async def configure(self, config: Mapping[str, JSONValue]) -> None:
+        """Apply a configuration that already passed the config schema.
+
+        Raise :class:`ValueError` to reject it (the server answers INVALID_ARGUMENT and the
+        previous configuration stays in force). The default accepts an empty configuration only.
+        """
+        if config:
+            raise ValueError("this provider takes no configuration")
+
+    @abc.abstractmethod
+    def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        """Run one completion, yielding StreamEvents in protocol order (DESIGN D12).
+
+        The request has already been validated against the requested model's ModelSpec. Raise
+        :class:`ProviderError` for a classified failure. On cancellation the iterator is closed
+        (``GeneratorExit``/``CancelledError``): close upstream I/O in ``finally`` and re-raise.
+        """
+
+    async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
+        """Count a request's input tokens and say how (DESIGN D15). Default: UNIMPLEMENTED."""
+        raise NotImplementedRPC("CountTokens")
+
+    async def render(self, request: RenderRequest) -> RenderResponse:
+        """Render a payload this plugin emitted. Default: UNIMPLEMENTED."""
+        raise NotImplementedRPC("Render")
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, intentionally empty
+        """Release resources (HTTP clients) when the server shuts down. Default: nothing."""
