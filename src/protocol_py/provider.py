@@ -114,5 +114,27 @@ class Provider(abc.ABC):
         """Render a payload this plugin emitted. Default: UNIMPLEMENTED."""
         raise NotImplementedRPC("Render")
 
+    @classmethod
+    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
+        """Build the provider for ``protocol-py serve`` from its flags and the environment.
+
+        Args:
+            base_url: ``--base-url``, the upstream API root, or None for the vendor default.
+            discover: ``--discover``: read the upstream's model list at start-up.
+            env: The process environment (API keys such as ``OPENAI_API_KEY``).
+
+        Raises:
+            ValueError: a flag this provider does not accept. The default accepts neither flag.
+        """
+        if base_url is not None or discover:
+            raise ValueError(f"provider {cls.name!r} takes neither --base-url nor --discover")
+        return cls()
+
+    async def start(self) -> None:  # noqa: B027 - optional hook, intentionally empty
+        """Prepare before serving (for example read the upstream model list). Default: nothing.
+
+        Called once by the server before it validates :meth:`capabilities` and starts listening.
+        """
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, intentionally empty
         """Release resources (HTTP clients) when the server shuts down. Default: nothing."""
