@@ -1,0 +1,1 @@
+"""Tests for the SSE reader and the vendor adapters (issue 5)."""
