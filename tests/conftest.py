@@ -1,0 +1,70 @@
+"""Shared pytest fixtures.
+
+``upb``: google's protobuf classes (the upb runtime of the ``protobuf`` package) compiled at test
+time with ``grpc_tools.protoc`` from the same ``proto/`` sources as the committed betterproto2
+stubs. They are the reference encoder/decoder of the interop tests; they exist only inside the
+test session (a temporary directory), never in the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import grpc_tools
+import pytest
+from grpc_tools import protoc
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROTO_ROOT = REPO_ROOT / "proto"
+
+
+@dataclass(frozen=True)
+class UpbClasses:
+    """The upb message classes compiled from ``proto/``, looked up by proto full name."""
+
+    modules: dict[str, ModuleType]
+
+    def message(self, full_name: str) -> type:
+        """The upb class of a message, for example ``message("model.v1.StreamEvent")``.
+
+        Raises:
+            KeyError: no compiled file defines that message.
+        """
+        package, _, name = full_name.rpartition(".")
+        for module in self.modules.values():
+            file = module.DESCRIPTOR
+            if file.package == package and name in file.message_types_by_name:
+                cls: type = getattr(module, name)
+                return cls
+        raise KeyError(full_name)
+
+
+def compile_upb(out_dir: Path) -> list[str]:
+    """Compile every ``.proto`` under ``proto/`` to ``*_pb2.py`` in ``out_dir``.
+
+    Returns the module names (``model.v1.types_pb2``, ...). Raises RuntimeError when protoc fails.
+    """
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    sources = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.rglob("*.proto"))
+    args = ["protoc", f"-I{PROTO_ROOT}", f"-I{well_known}", f"--python_out={out_dir}", *sources]
+    if protoc.main(args) != 0:
+        raise RuntimeError(f"grpc_tools.protoc failed: {' '.join(args)}")
+    return [source.removesuffix(".proto").replace("/", ".") + "_pb2" for source in sources]
+
+
+@pytest.fixture(scope="session")
+def upb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpbClasses]:
+    """google's upb classes for every proto file, compiled once per session."""
+    out_dir = tmp_path_factory.mktemp("upb")
+    names = compile_upb(out_dir)
+    sys.path.insert(0, str(out_dir))
+    try:
+        modules = {name: importlib.import_module(name) for name in names}
+    finally:
+        sys.path.remove(str(out_dir))
+    yield UpbClasses(modules)
