@@ -1,0 +1,1520 @@
+"""Capability and request validation (issue 3 parts 1, 2 and 7; DESIGN D4, D5, D13).
+
+Every validator returns a list of :class:`~protocol_py.errors.Violation` values: each names a
+field path (``models[0].thinking.effort.default``), a stable rule id
+(``thinking.effort.default_not_a_level``) and a message naming the offending value. Every broken
+rule is reported, never only the first. Rule ids are part of the contract; the conformance vectors
+in ``testdata/conformance/`` (documented in ``testdata/conformance/validation.md``) pin them.
+
+Public functions:
+
+* :func:`validate_capabilities` and :func:`validate_model_spec`: what a kernel checks when it loads
+  a provider's Capabilities and a server checks at start-up (spec: "ModelSpec", "ThinkingSpec",
+  "CachingSpec", "Pricing"). Pricing rules are delegated to
+  :func:`protocol_py.pricing.validate_pricing`.
+* :func:`validate_request`: a StreamCompletionRequest against the resolved ModelSpec (spec:
+  "StreamCompletionRequest", "GenerationParams", "Canonical message & content-block schema",
+  "Tool schema"). Its result mixes errors and warnings; warnings (``severity="warning"``) never
+  make a request invalid. Use :func:`~protocol_py.errors.errors_only` to keep the errors.
+* :func:`decode_json`, :func:`validate_document` and :func:`load_document`: strict proto3 JSON
+  decoding of a Capabilities, ModelSpec or Pricing document (the ``protocol-py validate``
+  command). JSON problems become ``json.*`` violations, never exceptions.
+
+Bad input types (a ``str`` where a ``ModelSpec`` is expected, a field holding a value of the wrong
+Python type) raise :class:`~protocol_py.errors.InvalidValueError`; unknown enum numbers kept by
+the decoder (betterproto2 keeps them as pseudo-members) are ``enum.unknown_value`` violations.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import betterproto2
+from jsonschema import Draft202012Validator
+
+from protocol_py.errors import InvalidValueError, ValidationError, Violation
+from protocol_py.structs import check_json, from_struct, to_struct
+from protocol_py_gen.common.v1 import HookPoint
+from protocol_py_gen.content.v1 import (
+    ContentBlock,
+    ContextSection,
+    Message,
+    Role,
+)
+from protocol_py_gen.google import protobuf as wkt
+from protocol_py_gen.model.v1 import (
+    CacheBreakpoint,
+    CachingSpec,
+    Capabilities,
+    GenerationParams,
+    ModelSpec,
+    Pricing,
+    StreamCompletionRequest,
+    ThinkingDisable,
+    ThinkingSpec,
+    ToolChoiceMode,
+    ToolDeclaration,
+)
+
+__all__ = [
+    "PORTABLE_SCHEMA_KEYWORDS",
+    "decode_json",
+    "load_document",
+    "validate_capabilities",
+    "validate_document",
+    "validate_model_spec",
+    "validate_request",
+]
+
+M = TypeVar("M", bound=betterproto2.Message)
+
+PORTABLE_SCHEMA_KEYWORDS = frozenset(
+    {"type", "properties", "required", "enum", "items", "description"}
+)
+"""The JSON Schema keywords every adapter MUST support (spec: "Tool schema")."""
+
+_PROTOCOL_VERSION_RE = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+
+
+def _meta(cls: type[betterproto2.Message]) -> Any:
+    """betterproto2's per-class field metadata (typed loosely: its classproperty defeats mypy)."""
+    return getattr(cls, "_betterproto")  # noqa: B009
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic checks of an already-built message: Python types and unknown enum numbers
+# ---------------------------------------------------------------------------------------------
+
+_INT_TYPES = frozenset(
+    {
+        "int32",
+        "int64",
+        "uint32",
+        "uint64",
+        "sint32",
+        "sint64",
+        "fixed32",
+        "fixed64",
+        "sfixed32",
+        "sfixed64",
+    }
+)
+_INT_RANGES = {
+    "int32": (-(2**31), 2**31 - 1),
+    "sint32": (-(2**31), 2**31 - 1),
+    "sfixed32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "sint64": (-(2**63), 2**63 - 1),
+    "sfixed64": (-(2**63), 2**63 - 1),
+    "uint32": (0, 2**32 - 1),
+    "fixed32": (0, 2**32 - 1),
+    "uint64": (0, 2**64 - 1),
+    "fixed64": (0, 2**64 - 1),
+}
+
+
+def _enum_known(enum_cls: type[betterproto2.Enum], value: int) -> bool:
+    return bool(getattr(value, "name", "x")) and any(m.value == value for m in enum_cls)
+
+
+def _type_error(path: str, expected: str, value: Any) -> InvalidValueError:
+    return InvalidValueError(
+        f"{path or 'value'}: expected {expected}, got {type(value).__name__} {value!r:.60}",
+        path=path,
+        rule="value.wrong_type",
+    )
+
+
+def _check_scalar(meta: betterproto2.FieldMetadata, cls: Any, value: Any, path: str) -> None:
+    kind = meta.proto_type
+    if kind == "string":
+        if not isinstance(value, str):
+            raise _type_error(path, "str", value)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise _type_error(path, "bool", value)
+    elif kind in _INT_TYPES or kind == "enum":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(path, "an enum value" if kind == "enum" else "int", value)
+    elif kind in ("double", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(path, "float", value)
+    elif kind == "bytes":
+        if not isinstance(value, (bytes, bytearray)):
+            raise _type_error(path, "bytes", value)
+    elif kind == "message" and not isinstance(value, cls):
+        raise _type_error(path, cls.__name__, value)
+
+
+def _walk(message: betterproto2.Message, path: str, out: list[Violation]) -> None:
+    """Check every field's Python type (raising) and report unknown enum numbers (appending)."""
+    meta_all = _meta(type(message))
+    for name, meta in meta_all.meta_by_field_name.items():
+        value = getattr(message, name, None)
+        if value is None:
+            continue
+        where = _join(path, name)
+        cls = meta_all.cls_by_field.get(name)
+        if meta.map_meta is not None:
+            if not isinstance(value, Mapping):
+                raise _type_error(where, "dict", value)
+            continue
+        items: Iterable[tuple[str, Any]]
+        if meta.repeated:
+            if not isinstance(value, list):
+                raise _type_error(where, "list", value)
+            items = ((f"{where}[{i}]", item) for i, item in enumerate(value))
+        else:
+            items = ((where, value),)
+        for item_path, item in items:
+            _check_scalar(meta, cls, item, item_path)
+            if meta.proto_type == "enum" and cls is not None and not _enum_known(cls, item):
+                out.append(
+                    Violation(
+                        item_path,
+                        "enum.unknown_value",
+                        f"{int(item)} is not a value of {cls.__name__}",
+                    )
+                )
+            elif (
+                meta.proto_type == "message"
+                and isinstance(item, betterproto2.Message)
+                and not type(item).__module__.startswith("protocol_py_gen.google")
+            ):
+                _walk(item, item_path, out)
+
+
+def _require(value: Any, cls: type[M], what: str) -> M:
+    if not isinstance(value, cls):
+        raise InvalidValueError(
+            f"{what}: expected a {cls.__module__.rsplit('.', 2)[-2]}.{cls.__name__}, "
+            f"got {type(value).__name__}",
+            path="",
+            rule="value.wrong_type",
+        )
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities and ModelSpec (issue 3 part 1)
+# ---------------------------------------------------------------------------------------------
+
+
+def _enum_label(value: int, enum_cls: type[betterproto2.Enum]) -> str:
+    for member in enum_cls:
+        if member.value == value:
+            return member.proto_name or member.name or str(int(value))
+    return f"{int(value)} (unknown)"
+
+
+def _validate_thinking(thinking: ThinkingSpec, path: str, out: list[Violation]) -> None:
+    disable = thinking.disable
+    disable_name = _enum_label(disable, ThinkingDisable)
+    levels: list[str] = list(thinking.effort.levels) if thinking.effort is not None else []
+    if not thinking.supported:
+        if thinking.effort is not None:
+            out.append(
+                Violation(
+                    _join(path, "effort"),
+                    "thinking.unsupported.effort_present",
+                    "a model with supported=false MUST NOT declare an effort control",
+                )
+            )
+        if thinking.budget is not None:
+            out.append(
+                Violation(
+                    _join(path, "budget"),
+                    "thinking.unsupported.budget_present",
+                    "a model with supported=false MUST NOT declare a budget control",
+                )
+            )
+        if thinking.adaptive_by_default:
+            out.append(
+                Violation(
+                    _join(path, "adaptive_by_default"),
+                    "thinking.unsupported.adaptive_by_default",
+                    "a model with supported=false MUST have adaptive_by_default=false",
+                )
+            )
+        if disable in (ThinkingDisable.ALWAYS, ThinkingDisable.CONDITIONAL):
+            out.append(
+                Violation(
+                    _join(path, "disable"),
+                    "thinking.unsupported.disable",
+                    f"a model with supported=false MUST NOT claim reasoning can be turned off "
+                    f"(disable is {disable_name}; use UNSPECIFIED or NEVER)",
+                )
+            )
+    elif disable == ThinkingDisable.UNSPECIFIED:
+        out.append(
+            Violation(
+                _join(path, "disable"),
+                "thinking.disable.unspecified",
+                "a model with supported=true MUST set disable (NEVER, ALWAYS or CONDITIONAL)",
+            )
+        )
+
+    if thinking.effort is not None:
+        epath = _join(path, "effort")
+        if not levels:
+            out.append(
+                Violation(
+                    _join(epath, "levels"),
+                    "thinking.effort.levels_empty",
+                    "effort.levels MUST be non-empty",
+                )
+            )
+        seen: set[str] = set()
+        for i, level in enumerate(levels):
+            if level == "":
+                out.append(
+                    Violation(
+                        f"{epath}.levels[{i}]",
+                        "thinking.effort.level_empty",
+                        "an effort level MUST be a non-empty string",
+                    )
+                )
+            elif level in seen:
+                out.append(
+                    Violation(
+                        f"{epath}.levels[{i}]",
+                        "thinking.effort.level_duplicate",
+                        f"effort level {level!r} is listed more than once",
+                    )
+                )
+            seen.add(level)
+        default = thinking.effort.default
+        if levels and default not in levels:
+            out.append(
+                Violation(
+                    _join(epath, "default"),
+                    "thinking.effort.default_not_a_level",
+                    f"effort.default {default!r} is not one of the levels {levels!r}",
+                )
+            )
+
+    if thinking.budget is not None:
+        bpath = _join(path, "budget")
+        rng = thinking.budget.range
+        if rng is None:
+            out.append(
+                Violation(
+                    _join(bpath, "range"),
+                    "thinking.budget.range_missing",
+                    "budget.range MUST be present",
+                )
+            )
+        else:
+            if rng.min < 0:
+                out.append(
+                    Violation(
+                        _join(bpath, "range.min"),
+                        "thinking.budget.range_negative",
+                        f"budget.range.min {rng.min} MUST be >= 0",
+                    )
+                )
+            if rng.min > rng.max:
+                out.append(
+                    Violation(
+                        _join(bpath, "range"),
+                        "thinking.budget.range_inverted",
+                        f"budget.range.min {rng.min} is above budget.range.max {rng.max}",
+                    )
+                )
+            default_budget = thinking.budget.default
+            if default_budget is not None and not rng.min <= default_budget <= rng.max:
+                out.append(
+                    Violation(
+                        _join(bpath, "default"),
+                        "thinking.budget.default_out_of_range",
+                        f"budget.default {default_budget} is outside the range "
+                        f"[{rng.min}, {rng.max}]",
+                    )
+                )
+
+    allowed = list(thinking.disable_allowed_efforts)
+    apath = _join(path, "disable_allowed_efforts")
+    if disable == ThinkingDisable.CONDITIONAL:
+        if thinking.effort is None:
+            out.append(
+                Violation(
+                    _join(path, "disable"),
+                    "thinking.disable.conditional_without_effort",
+                    "disable CONDITIONAL needs an effort control: the levels at which disabling "
+                    "is accepted are effort levels",
+                )
+            )
+        if not allowed:
+            out.append(
+                Violation(
+                    apath,
+                    "thinking.disable_allowed_efforts.missing",
+                    "disable is THINKING_DISABLE_CONDITIONAL, so disable_allowed_efforts MUST "
+                    "list the effort levels at which disabling is accepted",
+                )
+            )
+    elif allowed:
+        out.append(
+            Violation(
+                apath,
+                "thinking.disable_allowed_efforts.unexpected",
+                f"disable_allowed_efforts {allowed!r} is only allowed with disable "
+                f"THINKING_DISABLE_CONDITIONAL (disable is {disable_name})",
+            )
+        )
+    for i, level in enumerate(allowed):
+        if level not in levels:
+            out.append(
+                Violation(
+                    f"{apath}[{i}]",
+                    "thinking.disable_allowed_efforts.not_a_level",
+                    f"{level!r} is not one of the effort levels {levels!r}",
+                )
+            )
+
+
+def _validate_caching(caching: CachingSpec, path: str, out: list[Violation]) -> None:
+    if not caching.supported:
+        for name in ("explicit_markers", "implicit_automatic"):
+            if getattr(caching, name):
+                out.append(
+                    Violation(
+                        _join(path, name),
+                        "caching.unsupported_with_mechanism",
+                        f"a model with caching.supported=false MUST have {name}=false",
+                    )
+                )
+    elif not (caching.explicit_markers or caching.implicit_automatic):
+        out.append(
+            Violation(
+                path,
+                "caching.supported_without_mechanism",
+                "caching.supported=true needs explicit_markers or implicit_automatic (or both)",
+            )
+        )
+
+
+def _pricing_violations(
+    pricing: Pricing, *, caching_supported: bool | None, path: str
+) -> list[Violation]:
+    # Imported lazily: pricing.py is a sibling module that may import this one.
+    from protocol_py.pricing import validate_pricing  # noqa: PLC0415
+
+    return list(validate_pricing(pricing, caching_supported=caching_supported, path=path))
+
+
+def _validate_spec_rules(spec: ModelSpec, path: str, out: list[Violation]) -> None:
+    if spec.id == "":
+        out.append(Violation(_join(path, "id"), "model.id.empty", "id MUST be non-empty"))
+    if spec.context_window <= 0:
+        out.append(
+            Violation(
+                _join(path, "context_window"),
+                "model.context_window.not_positive",
+                f"context_window {spec.context_window} MUST be > 0 tokens",
+            )
+        )
+    if spec.max_output_tokens <= 0:
+        out.append(
+            Violation(
+                _join(path, "max_output_tokens"),
+                "model.max_output_tokens.not_positive",
+                f"max_output_tokens {spec.max_output_tokens} MUST be > 0 tokens",
+            )
+        )
+    seen_modes: set[int] = set()
+    for i, mode in enumerate(spec.supported_tool_choice_modes):
+        where = f"{_join(path, 'supported_tool_choice_modes')}[{i}]"
+        if mode == ToolChoiceMode.UNSPECIFIED:
+            out.append(
+                Violation(
+                    where,
+                    "model.tool_choice_modes.unspecified",
+                    "TOOL_CHOICE_MODE_UNSPECIFIED MUST NOT be declared",
+                )
+            )
+        elif int(mode) in seen_modes:
+            out.append(
+                Violation(
+                    where,
+                    "model.tool_choice_modes.duplicate",
+                    f"{_enum_label(mode, ToolChoiceMode)} is declared more than once",
+                )
+            )
+        seen_modes.add(int(mode))
+    if spec.thinking is None:
+        out.append(
+            Violation(
+                _join(path, "thinking"),
+                "model.thinking.missing",
+                "thinking MUST be present ({supported: false} for a model that does not reason)",
+            )
+        )
+    else:
+        _validate_thinking(spec.thinking, _join(path, "thinking"), out)
+    if spec.caching is None:
+        out.append(
+            Violation(
+                _join(path, "caching"),
+                "model.caching.missing",
+                "caching MUST be present ({supported: false} for a model that does not cache)",
+            )
+        )
+    else:
+        _validate_caching(spec.caching, _join(path, "caching"), out)
+    if spec.pricing is None:
+        out.append(
+            Violation(
+                _join(path, "pricing"),
+                "model.pricing.missing",
+                "pricing MUST be present, even for a free model",
+            )
+        )
+    else:
+        caching_supported = spec.caching.supported if spec.caching is not None else None
+        out.extend(
+            _pricing_violations(
+                spec.pricing, caching_supported=caching_supported, path=_join(path, "pricing")
+            )
+        )
+
+
+def validate_model_spec(spec: ModelSpec, *, path: str = "") -> list[Violation]:
+    """Validate one ModelSpec (spec: "ModelSpec", "ThinkingSpec", "CachingSpec", "Pricing").
+
+    Args:
+        spec: The declaration to check.
+        path: Field path of ``spec`` inside its container, prefixed to every violation's path
+            (``"models[2]"`` when called for a Capabilities entry; empty at top level).
+
+    Returns:
+        Every violation, in field order (empty when valid). Pricing violations come from
+        :func:`protocol_py.pricing.validate_pricing` at ``<path>.pricing``.
+
+    Raises:
+        InvalidValueError: ``spec`` is not a ModelSpec, or a field holds a value of the wrong
+            Python type (rule ``value.wrong_type``).
+    """
+    _require(spec, ModelSpec, "spec")
+    out: list[Violation] = []
+    _walk(spec, path, out)
+    _validate_spec_rules(spec, path, out)
+    return out
+
+
+def validate_capabilities(caps: Capabilities) -> list[Violation]:
+    """Validate a provider's Capabilities: each model (see :func:`validate_model_spec`, paths
+    ``models[i]...``), unique non-empty model ids, hook points (no HOOK_POINT_UNSPECIFIED, no
+    duplicates), ``protocol_version`` shaped ``MAJOR.MINOR`` when set, and ``config_schema`` a
+    valid JSON Schema (draft 2020-12) when present (DESIGN D14).
+
+    Raises:
+        InvalidValueError: ``caps`` is not a Capabilities or holds a wrongly typed field.
+    """
+    _require(caps, Capabilities, "caps")
+    out: list[Violation] = []
+    _walk(caps, "", out)
+    first_index: dict[str, int] = {}
+    for i, spec in enumerate(caps.models):
+        _validate_spec_rules(spec, f"models[{i}]", out)
+        if spec.id == "":
+            continue
+        if spec.id in first_index:
+            out.append(
+                Violation(
+                    f"models[{i}].id",
+                    "capabilities.models.duplicate_id",
+                    f"model id {spec.id!r} is already declared by models[{first_index[spec.id]}]",
+                )
+            )
+        else:
+            first_index[spec.id] = i
+    seen_points: set[int] = set()
+    for i, point in enumerate(caps.supported_hook_points):
+        where = f"supported_hook_points[{i}]"
+        if point == HookPoint.UNSPECIFIED:
+            out.append(
+                Violation(
+                    where,
+                    "capabilities.hook_points.unspecified",
+                    "HOOK_POINT_UNSPECIFIED MUST NOT be listed",
+                )
+            )
+        elif int(point) in seen_points:
+            out.append(
+                Violation(
+                    where,
+                    "capabilities.hook_points.duplicate",
+                    f"{_enum_label(point, HookPoint)} is listed more than once",
+                )
+            )
+        seen_points.add(int(point))
+    if caps.protocol_version and not _PROTOCOL_VERSION_RE.match(caps.protocol_version):
+        out.append(
+            Violation(
+                "protocol_version",
+                "capabilities.protocol_version.malformed",
+                f"protocol_version {caps.protocol_version!r} is not MAJOR.MINOR (e.g. '1.0')",
+            )
+        )
+    if caps.config_schema is not None:
+        try:
+            schema = from_struct(caps.config_schema, path="config_schema")
+        except InvalidValueError as exc:
+            out.append(Violation("config_schema", "capabilities.config_schema.invalid", str(exc)))
+        else:
+            for err in Draft202012Validator(Draft202012Validator.META_SCHEMA).iter_errors(schema):
+                where = "config_schema" + "".join(
+                    f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
+                )
+                out.append(
+                    Violation(
+                        where,
+                        "capabilities.config_schema.invalid",
+                        f"not a valid JSON Schema (draft 2020-12): {err.message}",
+                    )
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Request validation (issue 3 part 2)
+# ---------------------------------------------------------------------------------------------
+
+_TOOL_RESULT_KINDS = frozenset({"text", "image", "document"})
+
+
+def _set_members(message: betterproto2.Message, group: str) -> list[str]:
+    fields = _meta(type(message)).oneof_field_by_group.get(group, set())
+    names = [f.name for f in fields if getattr(message, f.name, None) is not None]
+    order = list(_meta(type(message)).meta_by_field_name)
+    return sorted(names, key=order.index)
+
+
+class _RequestChecker:
+    """One pass over a request; collects violations in ``out``."""
+
+    def __init__(self, spec: ModelSpec, out: list[Violation]) -> None:
+        self.spec = spec
+        self.thinking = spec.thinking if spec.thinking is not None else ThinkingSpec()
+        self.caching = spec.caching if spec.caching is not None else CachingSpec()
+        self.out = out
+        self.tool_use_ids: dict[str, str] = {}
+
+    def add(self, path: str, rule: str, message: str, severity: str = "error") -> None:
+        self.out.append(
+            Violation(path, rule, message, "warning" if severity == "warning" else "error")
+        )
+
+    # -- content blocks -------------------------------------------------------------------
+
+    def block(self, block: ContentBlock, path: str, where: str, earlier_ids: set[str]) -> None:
+        """Check one content block. ``where`` is "message", "tool_result" or "context"."""
+        members = _set_members(block, "block")
+        if not members:
+            self.add(path, "request.content.block_unset", "no member of the block oneof is set")
+            return
+        if len(members) > 1:
+            self.add(
+                path,
+                "request.content.block_multiple",
+                f"exactly one member of the block oneof MUST be set, found {', '.join(members)}",
+            )
+            return
+        kind = members[0]
+        bpath = _join(path, kind)
+        if where != "message" and kind not in _TOOL_RESULT_KINDS:
+            if where == "tool_result":
+                self.add(
+                    bpath,
+                    "request.content.tool_result_content_kind",
+                    f"a tool_result may hold only text, image and document blocks, not {kind}",
+                )
+            else:
+                self.add(
+                    bpath,
+                    "request.context.content_kind",
+                    f"an assembled_context section may hold only text, image and document "
+                    f"blocks, not {kind}",
+                )
+            return
+        spec = self.spec
+        if kind == "image":
+            image = block.image
+            if not spec.supports_vision:
+                self.add(
+                    bpath,
+                    "request.content.image_unsupported",
+                    f"model {spec.id!r} does not accept image blocks (supports_vision=false)",
+                )
+            if image is not None and image.media_type == "":
+                self.add(
+                    _join(bpath, "media_type"),
+                    "request.content.media_type_empty",
+                    "an image block MUST carry its media type",
+                )
+        elif kind == "document":
+            document = block.document
+            if not spec.supports_documents:
+                self.add(
+                    bpath,
+                    "request.content.document_unsupported",
+                    f"model {spec.id!r} does not accept document blocks (supports_documents=false)",
+                )
+            if document is not None and document.media_type == "":
+                self.add(
+                    _join(bpath, "media_type"),
+                    "request.content.media_type_empty",
+                    "a document block MUST carry its media type",
+                )
+        elif kind in ("thinking", "redacted_thinking"):
+            if not self.thinking.supported:
+                self.add(
+                    bpath,
+                    f"request.content.{kind}_unsupported",
+                    f"model {spec.id!r} does not reason (thinking.supported=false); a {kind} "
+                    "block is not relevant to it and an adapter will not send it",
+                    "warning",
+                )
+        elif kind == "tool_use":
+            tool_use = block.tool_use
+            if not spec.supports_tool_use:
+                self.add(
+                    bpath,
+                    "request.content.tool_use_unsupported",
+                    f"model {spec.id!r} does not accept tool_use blocks (supports_tool_use=false)",
+                )
+            if tool_use is not None:
+                if tool_use.id == "":
+                    self.add(
+                        _join(bpath, "id"),
+                        "request.content.tool_use_id_empty",
+                        "a tool_use block MUST carry the vendor's tool-call id",
+                    )
+                elif tool_use.id in self.tool_use_ids:
+                    self.add(
+                        _join(bpath, "id"),
+                        "request.content.tool_use_id_duplicate",
+                        f"tool_use id {tool_use.id!r} is already used at "
+                        f"{self.tool_use_ids[tool_use.id]}",
+                    )
+                else:
+                    self.tool_use_ids[tool_use.id] = bpath
+                if tool_use.name == "":
+                    self.add(
+                        _join(bpath, "name"),
+                        "request.content.tool_use_name_empty",
+                        "a tool_use block MUST name the called tool",
+                    )
+        elif kind == "tool_result":
+            result = block.tool_result
+            if not spec.supports_tool_use:
+                self.add(
+                    bpath,
+                    "request.content.tool_result_unsupported",
+                    f"model {spec.id!r} does not accept tool_result blocks "
+                    "(supports_tool_use=false)",
+                )
+            if result is not None:
+                if result.tool_use_id not in earlier_ids:
+                    self.add(
+                        _join(bpath, "tool_use_id"),
+                        "request.content.tool_result_unknown_id",
+                        f"tool_result answers tool_use id {result.tool_use_id!r}, which no "
+                        "tool_use block of an earlier message carries",
+                    )
+                for j, inner in enumerate(result.content):
+                    self.block(inner, f"{bpath}.content[{j}]", "tool_result", earlier_ids)
+
+    def messages(self, messages: Sequence[Message]) -> None:
+        if not messages:
+            self.add("messages", "request.messages.empty", "messages MUST be non-empty")
+        earlier_ids: set[str] = set()
+        for i, message in enumerate(messages):
+            mpath = f"messages[{i}]"
+            if message.id == "":
+                self.add(
+                    _join(mpath, "id"),
+                    "request.message.id_missing",
+                    "every message MUST carry its kernel-assigned id",
+                )
+            if message.role == Role.UNSPECIFIED:
+                self.add(
+                    _join(mpath, "role"),
+                    "request.message.role_unspecified",
+                    "a message MUST NOT carry ROLE_UNSPECIFIED",
+                )
+            before = set(self.tool_use_ids)
+            for j, block in enumerate(message.content):
+                self.block(block, f"{mpath}.content[{j}]", "message", earlier_ids)
+            earlier_ids |= set(self.tool_use_ids) - before
+
+    def context(self, sections: Sequence[ContextSection]) -> None:
+        for i, section in enumerate(sections):
+            spath = f"assembled_context[{i}]"
+            if section.provider == "":
+                self.add(
+                    _join(spath, "provider"),
+                    "request.context.provider_empty",
+                    "a context section MUST name the provider that contributed it",
+                )
+            for j, block in enumerate(section.content):
+                self.block(block, f"{spath}.content[{j}]", "context", set())
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def tools(self, tools: Sequence[ToolDeclaration]) -> None:
+        if tools and not self.spec.supports_tool_use:
+            self.add(
+                "tools",
+                "request.tools.unsupported",
+                f"model {self.spec.id!r} does not accept tool declarations "
+                f"(supports_tool_use=false), got {len(tools)}",
+            )
+        first: dict[str, int] = {}
+        for i, tool in enumerate(tools):
+            tpath = f"tools[{i}]"
+            if tool.name == "":
+                self.add(_join(tpath, "name"), "request.tools.name_empty", "a tool MUST be named")
+            elif tool.name in first:
+                self.add(
+                    _join(tpath, "name"),
+                    "request.tools.name_duplicate",
+                    f"tool name {tool.name!r} is already declared by tools[{first[tool.name]}]",
+                )
+            else:
+                first[tool.name] = i
+            if tool.input_schema is not None:
+                self.schema(tool.input_schema, _join(tpath, "input_schema"))
+
+    def schema(self, struct: wkt.Struct, path: str) -> None:
+        try:
+            schema = from_struct(struct, path=path)
+        except InvalidValueError as exc:
+            self.add(path, "request.tools.input_schema.invalid", str(exc))
+            return
+        meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+        for err in meta.iter_errors(schema):
+            where = path + "".join(
+                f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
+            )
+            self.add(
+                where,
+                "request.tools.input_schema.invalid",
+                f"not a valid JSON Schema: {err.message}",
+            )
+        top_type = schema.get("type")
+        if top_type is not None and top_type != "object":
+            self.add(
+                _join(path, "type"),
+                "request.tools.input_schema.not_object",
+                f"a tool's arguments are a JSON object, but the schema's type is {top_type!r}",
+                "warning",
+            )
+        self._portable(schema, path)
+
+    def _portable(self, schema: Mapping[str, Any], path: str) -> None:
+        stack: list[tuple[str, Mapping[str, Any]]] = [(path, schema)]
+        while stack:
+            where, node = stack.pop()
+            for key in sorted(node):
+                value = node[key]
+                if key not in PORTABLE_SCHEMA_KEYWORDS:
+                    self.add(
+                        _join(where, key),
+                        "request.tools.input_schema.non_portable",
+                        f"JSON Schema keyword {key!r} is outside the portable subset (type, "
+                        "properties, required, enum, items, description); adapters may ignore "
+                        "or reject it",
+                        "warning",
+                    )
+                elif key == "properties" and isinstance(value, Mapping):
+                    for name in sorted(value, reverse=True):
+                        if isinstance(value[name], Mapping):
+                            stack.append((f"{where}.properties.{name}", value[name]))
+                elif key == "items" and isinstance(value, Mapping):
+                    stack.append((f"{where}.items", value))
+
+    # -- generation parameters ------------------------------------------------------------
+
+    def params(self, params: GenerationParams, tools: Sequence[ToolDeclaration]) -> None:
+        thinking = self.thinking
+        spec = self.spec
+        effort = thinking.effort
+        levels = list(effort.levels) if effort is not None else []
+        if params.thinking_effort is not None:
+            where = "params.thinking_effort"
+            if effort is None:
+                self.add(
+                    where,
+                    "request.params.thinking_effort.unsupported",
+                    f"model {spec.id!r} declares no effort control, so thinking_effort "
+                    f"{params.thinking_effort!r} cannot be sent",
+                )
+            elif params.thinking_effort not in levels:
+                self.add(
+                    where,
+                    "request.params.thinking_effort.unknown_level",
+                    f"thinking_effort {params.thinking_effort!r} is not one of the model's "
+                    f"levels {levels!r}",
+                )
+        if params.thinking_budget_tokens is not None:
+            where = "params.thinking_budget_tokens"
+            budget = thinking.budget
+            value = params.thinking_budget_tokens
+            if budget is None:
+                self.add(
+                    where,
+                    "request.params.thinking_budget_tokens.unsupported",
+                    f"model {spec.id!r} declares no budget control, so thinking_budget_tokens "
+                    f"{value} cannot be sent",
+                )
+            elif budget.range is not None and not budget.range.min <= value <= budget.range.max:
+                self.add(
+                    where,
+                    "request.params.thinking_budget_tokens.out_of_range",
+                    f"thinking_budget_tokens {value} is outside the model's range "
+                    f"[{budget.range.min}, {budget.range.max}]",
+                )
+        if params.disable_thinking:
+            self.disable(params)
+        if params.max_output_tokens is not None:
+            value = params.max_output_tokens
+            if value <= 0:
+                self.add(
+                    "params.max_output_tokens",
+                    "request.params.max_output_tokens.not_positive",
+                    f"max_output_tokens {value} MUST be > 0",
+                )
+            elif value > spec.max_output_tokens:
+                self.add(
+                    "params.max_output_tokens",
+                    "request.params.max_output_tokens.above_model_max",
+                    f"max_output_tokens {value} is above the model's maximum "
+                    f"{spec.max_output_tokens}",
+                )
+        for i, seq in enumerate(params.stop_sequences):
+            if seq == "":
+                self.add(
+                    f"params.stop_sequences[{i}]",
+                    "request.params.stop_sequences.empty",
+                    "a stop sequence MUST be non-empty",
+                )
+        if params.tool_choice is not None:
+            self.tool_choice(params, tools)
+
+    def disable(self, params: GenerationParams) -> None:
+        thinking = self.thinking
+        mode = thinking.disable
+        where = "params.disable_thinking"
+        if mode == ThinkingDisable.ALWAYS:
+            return
+        if mode == ThinkingDisable.CONDITIONAL:
+            if params.thinking_effort is not None:
+                effort: str | None = params.thinking_effort
+                source = "requested"
+            else:
+                effort = thinking.effort.default if thinking.effort is not None else None
+                source = "default"
+            allowed = list(thinking.disable_allowed_efforts)
+            if effort is None or effort not in allowed:
+                self.add(
+                    where,
+                    "request.params.disable_thinking.effort_not_allowed",
+                    f"model {self.spec.id!r} accepts disable_thinking only at efforts "
+                    f"{allowed!r}; the {source} effort is {effort!r}",
+                )
+            return
+        self.add(
+            where,
+            "request.params.disable_thinking.unsupported",
+            f"model {self.spec.id!r} cannot turn reasoning off (thinking.disable is "
+            f"{_enum_label(mode, ThinkingDisable)})",
+        )
+
+    def tool_choice(self, params: GenerationParams, tools: Sequence[ToolDeclaration]) -> None:
+        choice = params.tool_choice
+        assert choice is not None
+        spec = self.spec
+        mode = choice.mode
+        label = _enum_label(mode, ToolChoiceMode)
+        if mode == ToolChoiceMode.UNSPECIFIED:
+            self.add(
+                "params.tool_choice.mode",
+                "request.params.tool_choice.mode_unspecified",
+                "tool_choice.mode MUST be set",
+            )
+        elif int(mode) not in {int(m) for m in spec.supported_tool_choice_modes}:
+            supported = [_enum_label(m, ToolChoiceMode) for m in spec.supported_tool_choice_modes]
+            self.add(
+                "params.tool_choice.mode",
+                "request.params.tool_choice.mode_unsupported",
+                f"model {spec.id!r} does not accept tool_choice mode {label} "
+                f"(supported: {supported!r})",
+            )
+        if mode == ToolChoiceMode.SPECIFIC:
+            if choice.tool_name is None:
+                self.add(
+                    "params.tool_choice.tool_name",
+                    "request.params.tool_choice.tool_name_missing",
+                    "tool_choice mode TOOL_CHOICE_MODE_SPECIFIC needs tool_name",
+                )
+            elif choice.tool_name not in {t.name for t in tools}:
+                self.add(
+                    "params.tool_choice.tool_name",
+                    "request.params.tool_choice.unknown_tool",
+                    f"tool_choice.tool_name {choice.tool_name!r} names no tool in the request's "
+                    "tools",
+                )
+        elif choice.tool_name is not None:
+            self.add(
+                "params.tool_choice.tool_name",
+                "request.params.tool_choice.tool_name_unexpected",
+                f"tool_name {choice.tool_name!r} is only allowed with TOOL_CHOICE_MODE_SPECIFIC "
+                f"(mode is {label})",
+            )
+
+    # -- cache breakpoints ----------------------------------------------------------------
+
+    def breakpoints(self, breakpoints: Sequence[CacheBreakpoint], n_messages: int) -> None:
+        if not self.caching.explicit_markers:
+            return  # meaningful only with explicit markers; ignored otherwise (spec)
+        for i, bp in enumerate(breakpoints):
+            bpath = f"cache_breakpoints[{i}]"
+            members = _set_members(bp, "position")
+            if not members:
+                self.add(
+                    bpath,
+                    "request.cache_breakpoints.position_unset",
+                    "no member of the position oneof is set",
+                )
+            elif len(members) > 1:
+                self.add(
+                    bpath,
+                    "request.cache_breakpoints.position_multiple",
+                    f"exactly one position MUST be set, found {', '.join(members)}",
+                )
+            elif members[0] == "after_message_index":
+                index = bp.after_message_index
+                assert index is not None
+                if not 0 <= index < n_messages:
+                    self.add(
+                        _join(bpath, "after_message_index"),
+                        "request.cache_breakpoints.index_out_of_range",
+                        f"after_message_index {index} is outside [0, {n_messages})",
+                    )
+
+
+def _validate_request(
+    request: StreamCompletionRequest, spec: ModelSpec, *, check_model_id: bool
+) -> list[Violation]:
+    _require(request, StreamCompletionRequest, "request")
+    _require(spec, ModelSpec, "spec")
+    out: list[Violation] = []
+    _walk(request, "", out)
+    _walk(spec, "spec", [])  # type check only; spec rules are validate_model_spec's job
+    if check_model_id:
+        if request.model_id == "":
+            out.append(Violation("model_id", "request.model_id.empty", "model_id MUST be set"))
+        elif request.model_id != spec.id:
+            out.append(
+                Violation(
+                    "model_id",
+                    "request.model_id.mismatch",
+                    f"model_id {request.model_id!r} does not name the resolved model {spec.id!r}",
+                )
+            )
+    checker = _RequestChecker(spec, out)
+    checker.messages(request.messages)
+    checker.tools(request.tools)
+    if request.params is not None:
+        checker.params(request.params, request.tools)
+    checker.context(request.assembled_context)
+    cc = request.call_context
+    if cc is None:
+        out.append(
+            Violation(
+                "call_context",
+                "request.call_context.missing",
+                "call_context MUST be set on every request",
+            )
+        )
+    else:
+        for name in ("session_id", "turn_id"):
+            if getattr(cc, name) == "":
+                out.append(
+                    Violation(
+                        f"call_context.{name}",
+                        f"request.call_context.{name}_empty",
+                        f"call_context.{name} MUST be non-empty",
+                    )
+                )
+    checker.breakpoints(request.cache_breakpoints, len(request.messages))
+    return out
+
+
+def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[Violation]:
+    """Validate a StreamCompletionRequest against the resolved ModelSpec (issue 3 part 2).
+
+    Covers model_id, messages (non-empty, ids, roles), content blocks (exactly one member;
+    image/document/tool blocks against supports_vision/supports_documents/supports_tool_use,
+    including blocks nested in tool_result and assembled_context; tool_result answering an
+    earlier tool_use id), tools (names, portable input schemas), GenerationParams (thinking
+    effort/budget/disable per DESIGN D4, max_output_tokens in (0, model max], stop sequences,
+    tool_choice), call_context and cache breakpoints (checked only when the model declares
+    ``caching.explicit_markers``; ignored otherwise, as the spec requires). The spec itself is not
+    validated here; use :func:`validate_model_spec`.
+
+    Returns:
+        Errors and warnings together, in request order. Warnings (``severity == "warning"``):
+        tool-schema keywords outside the portable subset, a non-object tool schema, and
+        thinking/redacted_thinking blocks sent to a model without reasoning. A request is valid
+        iff ``errors_only(result)`` is empty.
+
+    Raises:
+        InvalidValueError: ``request`` or ``spec`` has the wrong type, or a field holds a value of
+            the wrong Python type (rule ``value.wrong_type``).
+    """
+    return _validate_request(request, spec, check_model_id=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict proto3 JSON decoding (issue 3 part 7)
+# ---------------------------------------------------------------------------------------------
+
+_BASE64_RE = re.compile(r"^[A-Za-z0-9+/\-_]*={0,2}$")
+_INT_STRING_RE = re.compile(r"^-?[0-9]+$")
+
+
+def _json_name(name: str) -> str:
+    """protoc's JSON name: drop underscores, upper-case the letter after each one."""
+    out: list[str] = []
+    upper = False
+    for ch in name.rstrip("_"):
+        if ch == "_":
+            upper = True
+        else:
+            out.append(ch.upper() if upper else ch)
+            upper = False
+    return "".join(out)
+
+
+def _keys_of(cls: type[betterproto2.Message]) -> dict[str, str]:
+    """Accepted JSON keys -> field name: the JSON name, the proto name, and betterproto2's own
+    ``to_dict`` spelling where it differs (it writes ``cacheWrite1HPerMtok`` for protoc's
+    ``cacheWrite1hPerMtok``)."""
+    keys: dict[str, str] = {}
+    for name in _meta(cls).meta_by_field_name:
+        keys[_json_name(name)] = name
+        keys[name.rstrip("_")] = name
+        keys.setdefault(betterproto2.casing.camel_case(name.rstrip("_")), name)
+    return keys
+
+
+def _jtype(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def _json_scalar(kind: str, cls: Any, value: Any, path: str, out: list[Violation]) -> None:
+    def bad(expected: str) -> None:
+        out.append(
+            Violation(
+                path,
+                "json.invalid",
+                f"expected {expected}, got JSON {_jtype(value)} {json.dumps(value)[:60]}",
+            )
+        )
+
+    if kind == "string":
+        if not isinstance(value, str):
+            bad("a string")
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            bad("true or false")
+    elif kind in _INT_TYPES:
+        number: int | None = None
+        if isinstance(value, bool):
+            number = None
+        elif isinstance(value, int):
+            number = value
+        elif (isinstance(value, float) and math.isfinite(value) and value.is_integer()) or (
+            isinstance(value, str) and _INT_STRING_RE.match(value)
+        ):
+            number = int(value)
+        if number is None:
+            bad(f"an integer ({kind}, as a number or a decimal string)")
+            return
+        lo, hi = _INT_RANGES[kind]
+        if not lo <= number <= hi:
+            bad(f"an integer within the {kind} range")
+    elif kind in ("double", "float"):
+        if isinstance(value, bool):
+            bad("a number")
+        elif isinstance(value, (int, float)):
+            return
+        elif isinstance(value, str):
+            if value in ("NaN", "Infinity", "-Infinity"):
+                return
+            try:
+                float(value)
+            except ValueError:
+                bad("a number")
+        else:
+            bad("a number")
+    elif kind == "bytes":
+        if not isinstance(value, str) or not _BASE64_RE.match(value):
+            bad("base64 text")
+            return
+        try:
+            text = value.replace("-", "+").replace("_", "/")
+            base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            bad("base64 text")
+    elif kind == "enum":
+        if isinstance(value, bool):
+            bad(f"a {cls.__name__} name")
+        elif isinstance(value, int):
+            if not -(2**31) <= value < 2**31:
+                bad(f"a {cls.__name__} number within int32")
+        elif isinstance(value, str):
+            if value not in cls.betterproto_renamed_proto_names_to_value():
+                out.append(
+                    Violation(
+                        path,
+                        "json.unknown_enum",
+                        f"{value!r} is not a value of {cls.__name__}",
+                    )
+                )
+        else:
+            bad(f"a {cls.__name__} name")
+
+
+def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[Violation]) -> None:
+    """Well-known types keep their special JSON mappings."""
+    name = cls.__name__
+    expected = {"Struct": Mapping, "ListValue": list, "Empty": Mapping}.get(name)
+    if expected is not None and not isinstance(value, expected):
+        kind = "an object" if expected is Mapping else "an array"
+        out.append(Violation(path, "json.invalid", f"expected {kind}, got JSON {_jtype(value)}"))
+        return
+    if name == "Empty" and value:
+        out.append(Violation(path, "json.invalid", "google.protobuf.Empty is the empty object {}"))
+        return
+    if name in ("Struct", "Value", "ListValue"):
+        try:
+            check_json(value, path=path)
+        except InvalidValueError as exc:
+            out.append(Violation(exc.path or path, exc.rule or "json.invalid", str(exc)))
+        return
+    try:
+        cls.from_dict(value)
+    except Exception as exc:  # the decoder's own errors are untyped
+        out.append(Violation(path, "json.invalid", f"not a valid {name}: {exc}"))
+
+
+def _json_message(
+    cls: type[betterproto2.Message], data: Any, path: str, out: list[Violation]
+) -> None:
+    if cls.__module__.startswith("protocol_py_gen.google"):
+        _json_wkt(cls, data, path, out)
+        return
+    if not isinstance(data, Mapping):
+        out.append(
+            Violation(
+                path,
+                "json.invalid",
+                f"expected a JSON object ({cls.__name__}), got JSON {_jtype(data)}",
+            )
+        )
+        return
+    meta_all = _meta(cls)
+    by_key = _keys_of(cls)
+    seen: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for key, value in data.items():
+        where = _join(path, str(key))
+        field_name = by_key.get(key) if isinstance(key, str) else None
+        if field_name is None:
+            out.append(
+                Violation(
+                    where,
+                    "json.unknown_field",
+                    f"{key!r} is not a field of {cls.__name__}",
+                )
+            )
+            continue
+        where = _join(path, field_name)
+        if field_name in seen:
+            out.append(
+                Violation(
+                    where,
+                    "json.duplicate_field",
+                    f"field {field_name} is given twice (as {seen[field_name]!r} and {key!r})",
+                )
+            )
+            continue
+        seen[field_name] = key
+        if value is None:
+            continue  # proto3 JSON: null is the field's default
+        meta = meta_all.meta_by_field_name[field_name]
+        if meta.group is not None:
+            groups.setdefault(meta.group, []).append(field_name)
+        field_cls = meta_all.cls_by_field.get(field_name)
+        if meta.map_meta is not None:
+            if not isinstance(value, Mapping):
+                out.append(
+                    Violation(where, "json.invalid", f"expected an object, got {_jtype(value)}")
+                )
+                continue
+            for map_key, item in value.items():
+                _json_scalar(meta.map_meta[1].proto_type, None, item, f"{where}.{map_key}", out)
+            continue
+        if meta.repeated:
+            if not isinstance(value, list):
+                out.append(
+                    Violation(where, "json.invalid", f"expected an array, got JSON {_jtype(value)}")
+                )
+                continue
+            items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        else:
+            items = [(where, value)]
+        for item_path, item in items:
+            if meta.proto_type == "message":
+                assert field_cls is not None
+                _json_message(field_cls, item, item_path, out)
+            else:
+                _json_scalar(meta.proto_type, field_cls, item, item_path, out)
+    for group, members in groups.items():
+        if len(members) > 1:
+            out.append(
+                Violation(
+                    _join(path, members[1]),
+                    "json.oneof_multiple",
+                    f"oneof {group} has several members set: {', '.join(members)}",
+                )
+            )
+
+
+_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _build_scalar(kind: str, cls: Any, value: Any) -> Any:
+    if kind in _INT_TYPES:
+        return int(value)
+    if kind in ("double", "float"):
+        if isinstance(value, str):
+            return _FLOAT_WORDS[value] if value in _FLOAT_WORDS else float(value)
+        return float(value)
+    if kind == "bytes":
+        text = str(value).replace("-", "+").replace("_", "/")
+        return base64.b64decode(text + "=" * (-len(text) % 4))
+    if kind == "enum":
+        if isinstance(value, str):
+            return cls(cls.betterproto_renamed_proto_names_to_value()[value])
+        return cls(value)
+    return value
+
+
+def _build(cls: type[M], data: Any) -> M:
+    """Build a message from JSON already checked by :func:`_json_message` (betterproto2's own
+    ``from_dict`` cannot read fields such as ``cache_write_1h_per_mtok``)."""
+    if cls.__module__.startswith("protocol_py_gen.google"):
+        if cls is wkt.Struct:
+            return cls(fields=to_struct(data).fields)  # type: ignore[call-arg]
+        if cls is wkt.Empty:
+            return cls()
+        return cls.from_dict(data)
+    meta_all = _meta(cls)
+    keys = _keys_of(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if value is None:
+            continue
+        name = keys[key]
+        meta = meta_all.meta_by_field_name[name]
+        field_cls = meta_all.cls_by_field.get(name)
+
+        def one(item: Any, meta: Any = meta, field_cls: Any = field_cls) -> Any:
+            if meta.proto_type == "message":
+                return _build(field_cls, item)
+            return _build_scalar(meta.proto_type, field_cls, item)
+
+        if meta.map_meta is not None:
+            kwargs[name] = {
+                k: _build_scalar(meta.map_meta[1].proto_type, None, v) for k, v in value.items()
+            }
+        elif meta.repeated:
+            kwargs[name] = [one(item) for item in value]
+        else:
+            kwargs[name] = one(value)
+    return cls(**kwargs)
+
+
+def decode_json(
+    message_type: type[M], data: Mapping[str, Any], *, path: str = ""
+) -> tuple[M | None, list[Violation]]:
+    """Decode a parsed proto3-JSON object into ``message_type``, strictly.
+
+    Unlike betterproto2's lenient ``from_dict``, unknown fields (``json.unknown_field``), wrong
+    JSON types or out-of-range integers (``json.invalid``), unknown enum names
+    (``json.unknown_enum``), a field given under both its JSON and proto name
+    (``json.duplicate_field``) and several members of one oneof (``json.oneof_multiple``) are
+    reported, all of them. Both lowerCamelCase JSON names and proto field names are accepted;
+    ``null`` means the default. Unknown enum *numbers* are accepted here (proto3 keeps them) and
+    reported by the validators as ``enum.unknown_value``.
+
+    Returns:
+        ``(message, violations)``: the message is ``None`` whenever ``violations`` is non-empty.
+
+    Raises:
+        InvalidValueError: ``message_type`` is not a generated message class.
+    """
+    if not (isinstance(message_type, type) and issubclass(message_type, betterproto2.Message)):
+        raise InvalidValueError(
+            f"message_type: expected a generated message class, got {message_type!r}",
+            rule="value.wrong_type",
+        )
+    out: list[Violation] = []
+    _json_message(message_type, data, path, out)
+    if out:
+        return None, out
+    try:
+        return _build(message_type, data), []
+    except Exception as exc:  # defensive: report, never raise
+        return None, [Violation(path, "json.invalid", f"cannot decode: {exc}")]
+
+
+def decode_json_or_raise(message_type: type[M], data: Mapping[str, Any]) -> M:
+    """Like :func:`decode_json`, but raise :class:`~protocol_py.errors.ValidationError` listing
+    the ``json.*`` violations instead of returning them."""
+    message, violations = decode_json(message_type, data)
+    if message is None:
+        raise ValidationError(violations, what=f"{message_type.__name__} JSON")
+    return message
+
+
+_DOCUMENT_KINDS: tuple[tuple[str, type[betterproto2.Message]], ...] = (
+    ("Capabilities", Capabilities),
+    ("ModelSpec", ModelSpec),
+    ("Pricing", Pricing),
+)
+
+
+def _field_keys(cls: type[betterproto2.Message]) -> set[str]:
+    return set(_keys_of(cls))
+
+
+def detect_kind(data: Mapping[str, Any]) -> str | None:
+    """Name the message a proto3-JSON document holds: ``"Capabilities"``, ``"ModelSpec"``,
+    ``"Pricing"``, or ``None`` when no key is a field of any of them.
+
+    Rule: the kind whose fields (JSON or proto names) claim the most of the document's top-level
+    keys wins; ties go to Capabilities, then ModelSpec, then Pricing. The three field sets are
+    disjoint, so a well-formed document is always recognised by any one of its keys; keys the
+    winner does not know are then reported as ``json.unknown_field``. An empty object is not
+    recognised (it would be a valid empty Capabilities and an invalid ModelSpec or Pricing)."""
+    best: tuple[int, str] | None = None
+    for name, cls in _DOCUMENT_KINDS:
+        keys = _field_keys(cls)
+        hits = sum(1 for key in data if key in keys)
+        if hits and (best is None or hits > best[0]):
+            best = (hits, name)
+    return best[1] if best else None
+
+
+def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
+    """Validate a parsed proto3-JSON Capabilities, ModelSpec or Pricing document.
+
+    The kind is detected from the top-level keys (see :func:`detect_kind`). The document is
+    decoded strictly (:func:`decode_json`); when it decodes, it is validated with
+    :func:`validate_capabilities`, :func:`validate_model_spec` or
+    :func:`protocol_py.pricing.validate_pricing` (a standalone Pricing has no caching context, so
+    its cache-rate presence rule is not checked).
+
+    Returns:
+        ``(kind, violations)`` with kind ``"Capabilities"``, ``"ModelSpec"``, ``"Pricing"``, or
+        ``"unknown"`` (with one ``document.unknown_kind`` or ``document.not_object`` violation).
+        Never raises for bad data.
+    """
+    if not isinstance(data, Mapping):
+        return "unknown", [
+            Violation(
+                "",
+                "document.not_object",
+                f"expected a JSON object (Capabilities, ModelSpec or Pricing), got JSON "
+                f"{_jtype(data)}",
+            )
+        ]
+    kind = detect_kind(data)
+    if kind is None:
+        keys = ", ".join(repr(k) for k in list(data)[:5]) or "none"
+        return "unknown", [
+            Violation(
+                "",
+                "document.unknown_kind",
+                "not a Capabilities, ModelSpec or Pricing document: no top-level key is a field "
+                f"of any of them (keys: {keys})",
+            )
+        ]
+    cls = dict(_DOCUMENT_KINDS)[kind]
+    message, violations = decode_json(cls, data)
+    if message is None:
+        return kind, violations
+    if isinstance(message, Capabilities):
+        return kind, validate_capabilities(message)
+    if isinstance(message, ModelSpec):
+        return kind, validate_model_spec(message)
+    assert isinstance(message, Pricing)
+    out: list[Violation] = []
+    _walk(message, "", out)
+    for v in _pricing_violations(message, caching_supported=None, path=""):
+        out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
+    return kind, out
+
+
+def load_document(path: str) -> tuple[str, list[Violation]]:
+    """Read a JSON file and validate it with :func:`validate_document`.
+
+    Returns:
+        ``(kind, violations)``. An unreadable file gives kind ``"unknown"`` and one
+        ``file.unreadable`` violation; text that is not UTF-8 JSON (or holds NaN/Infinity) one
+        ``file.not_json`` violation. Never raises for a bad file.
+    """
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        return "unknown", [
+            Violation(path, "file.unreadable", f"cannot read: {exc.strerror or exc}")
+        ]
+
+    def reject(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        data = json.loads(raw.decode("utf-8-sig"), parse_constant=reject)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return "unknown", [Violation(path, "file.not_json", f"not valid JSON: {exc}")]
+    return validate_document(data)
