@@ -8,6 +8,10 @@ from typing import Any
 
 import betterproto2
 
+from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
+from protocol_py.providers._http import error_from_http
+from protocol_py.providers._openai_stream import OpenAIStreamTranslator
+from protocol_py.sse import SSEParser
 from protocol_py_gen.model.v1 import StreamEvent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,3 +51,52 @@ def kind(event: StreamEvent) -> str:
 def kinds(events: list[StreamEvent]) -> list[str]:
     """The oneof cases of a list of events."""
     return [kind(e) for e in events]
+
+
+# --- translation helpers -----------------------------------------------------------------
+
+
+def translate_body(
+    vendor: str, status: int, headers: dict[str, str], body: bytes, **settings: Any
+) -> list[StreamEvent]:
+    """Run a whole response through the vendor's translator (pure, no network)."""
+    anthropic = vendor == "anthropic"
+    if not 200 <= status < 300:
+        err = error_from_http(
+            status,
+            body,
+            headers,
+            request_id_header="request-id" if anthropic else "x-request-id",
+            anthropic=anthropic,
+        )
+        return [StreamEvent(error=err)]
+    translator: AnthropicStreamTranslator | OpenAIStreamTranslator
+    if anthropic:
+        translator = AnthropicStreamTranslator(headers)
+    else:
+        translator = OpenAIStreamTranslator(headers, **settings)
+    parser = SSEParser()
+    out: list[StreamEvent] = []
+    for sse in parser.feed(body):
+        out.extend(translator.on_event(sse))
+    parser.close()
+    out.extend(translator.on_eof())
+    return out
+
+
+def fixture_files(folder: Path) -> list[Path]:
+    """The transcript .json files of a fixtures folder."""
+    return sorted(p for p in folder.glob("*.json"))
+
+
+def load_fixture(path: Path) -> tuple[dict[str, Any], bytes]:
+    """A transcript's JSON and its body bytes."""
+    with path.open(encoding="utf-8") as fh:
+        meta: dict[str, Any] = json.load(fh)
+    body = (path.parent / meta["body_file"]).read_bytes()
+    return meta, body
+
+
+def fixture_vendor(meta: dict[str, Any]) -> str:
+    """anthropic or openai-compatible."""
+    return "anthropic" if meta["vendor"] == "anthropic" else "openai"

@@ -1,0 +1,351 @@
+"""Anthropic Messages stream -> StreamEvents.
+
+Implements the translation contract of ``fixtures/vendor/README.md`` and DESIGN D6, D7,
+D10-D12 for ``POST /v1/messages`` with ``stream: true``. Pure: consumes parsed SSE events and
+the response headers, never does I/O.
+
+Mapping summary:
+
+- ``stream_start`` from the ``request-id`` header at the first SSE event (the message id is not
+  a request id: without the header there is none).
+- ``metadata`` once at ``message_start``: ``actual_model`` = ``message.model``,
+  ``service_tier`` = ``message.usage.service_tier``.
+- Content blocks by ``index``: ``text_delta`` -> text, ``thinking_delta`` -> thinking,
+  ``signature_delta`` -> the block's signature (assigned, emitted once as thinking_signature at
+  ``content_block_stop``), ``redacted_thinking`` -> one redacted_thinking event with ``data``
+  verbatim at ``content_block_start``, ``tool_use``/``server_tool_use`` -> tool_call_start at
+  start, ``input_json_delta.partial_json`` fragments forwarded as received (empty ones
+  skipped), tool_call_done at ``content_block_stop``. Other block types (``compaction``,
+  web-search results, citations) have no protocol slot and emit nothing.
+- ``ping`` is ignored; ``event: error`` is one terminal error.
+- Usage: ``message_start.usage`` updated field by field by ``message_delta.usage`` (cumulative,
+  last value wins). When ``usage.iterations`` is present (server-side compaction) the event
+  carries the sum over the iterations.
+- Usage and stop are emitted at ``message_stop``. End of body before it -> TRANSIENT error
+  ("upstream stream ended before message_stop"), keeping what was streamed; an unsigned thinking
+  block of such a turn never gets a signature event (B09).
+
+Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =
+``cache_read_input_tokens``, cache_write_tokens = ``cache_creation_input_tokens``,
+cache_write_1h_tokens = ``cache_creation.ephemeral_1h_input_tokens``, output_tokens =
+``output_tokens``, reasoning_tokens = ``output_tokens_details.thinking_tokens`` with
+reasoning_already_counted true. Each only when reported (0 counts as reported).
+
+Stop table: end_turn -> END_TURN, max_tokens and model_context_window_exceeded -> MAX_TOKENS,
+tool_use -> TOOL_USE, stop_sequence -> STOP_SEQUENCE with ``matched_stop_sequence``, refusal ->
+REFUSAL; pause_turn and any unknown value -> END_TURN with model_affirmed false.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol_py.providers import _events as ev
+from protocol_py.providers._http import (
+    anthropic_rate_limits,
+    classify_error_object,
+    lower_headers,
+    transient_error,
+)
+from protocol_py.sse import SSEEvent
+from protocol_py_gen.model.v1 import (
+    ModelError,
+    RateLimitSnapshot,
+    Stop,
+    StopReason,
+    StreamEvent,
+    StreamMetadata,
+    Usage,
+)
+
+__all__ = ["AnthropicStreamTranslator", "map_anthropic_stop", "map_anthropic_usage"]
+
+_STOP: Mapping[str, StopReason] = {
+    "end_turn": StopReason.END_TURN,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "tool_use": StopReason.TOOL_USE,
+    "stop_sequence": StopReason.STOP_SEQUENCE,
+    "refusal": StopReason.REFUSAL,
+}
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def map_anthropic_stop(stop_reason: str | None, stop_sequence: object = None) -> Stop:
+    """Map Anthropic's ``stop_reason`` (+ ``stop_sequence``) to a Stop (D11, case B21)."""
+    if stop_reason is None:
+        return Stop(reason=StopReason.END_TURN, model_affirmed=False)
+    mapped = _STOP.get(stop_reason)
+    if mapped is None:
+        return Stop(reason=StopReason.END_TURN, model_affirmed=False, vendor_reason=stop_reason)
+    if mapped == StopReason.STOP_SEQUENCE:
+        if not isinstance(stop_sequence, str):
+            return Stop(reason=StopReason.END_TURN, model_affirmed=False, vendor_reason=stop_reason)
+        return Stop(
+            reason=mapped,
+            matched_stop_sequence=stop_sequence,
+            model_affirmed=True,
+            vendor_reason=stop_reason,
+        )
+    return Stop(reason=mapped, model_affirmed=True, vendor_reason=stop_reason)
+
+
+def map_anthropic_usage(
+    raw: Mapping[str, Any], *, rate_limits: list[RateLimitSnapshot] | None = None
+) -> Usage:
+    """Map a merged Anthropic usage object (start + deltas, or iteration sums) to Usage."""
+    input_tokens = ev.as_int(raw.get("input_tokens")) or 0
+    output_tokens = ev.as_int(raw.get("output_tokens")) or 0
+    creation = raw.get("cache_creation")
+    one_hour = (
+        ev.as_int(creation.get("ephemeral_1h_input_tokens")) if isinstance(creation, dict) else None
+    )
+    details = raw.get("output_tokens_details")
+    thinking = ev.as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=ev.as_int(raw.get("cache_read_input_tokens")),
+        cache_write_tokens=ev.as_int(raw.get("cache_creation_input_tokens")),
+        cache_write_1h_tokens=one_hour,
+        reasoning_tokens=thinking,
+        reasoning_already_counted=True if thinking is not None else None,
+        rate_limits=list(rate_limits or []),
+    )
+
+
+def _sum_iterations(iterations: list[Any]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    one_hour: int | None = None
+    thinking: int | None = None
+    for item in iterations:
+        if not isinstance(item, dict):
+            continue
+        for key in _USAGE_KEYS:
+            value = ev.as_int(item.get(key))
+            if value is not None:
+                total[key] = total.get(key, 0) + value
+        creation = item.get("cache_creation")
+        if isinstance(creation, dict):
+            value = ev.as_int(creation.get("ephemeral_1h_input_tokens"))
+            if value is not None:
+                one_hour = (one_hour or 0) + value
+        details = item.get("output_tokens_details")
+        if isinstance(details, dict):
+            value = ev.as_int(details.get("thinking_tokens"))
+            if value is not None:
+                thinking = (thinking or 0) + value
+    if one_hour is not None:
+        total["cache_creation"] = {"ephemeral_1h_input_tokens": one_hour}
+    if thinking is not None:
+        total["output_tokens_details"] = {"thinking_tokens": thinking}
+    return total
+
+
+@dataclass
+class _Block:
+    kind: str
+    call_id: str = ""
+    signature: str = ""
+    fragments: list[str] = field(default_factory=list)
+
+
+class AnthropicStreamTranslator:
+    """Stateful translator for one Anthropic Messages stream.
+
+    Call :meth:`on_event` for each SSE event and :meth:`on_eof` when the body ends; both return
+    the StreamEvents to emit and nothing after the terminal event (``finished``).
+
+    Args:
+        headers: The response headers (any case).
+    """
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        h = lower_headers(headers)
+        self.request_id = h.get("request-id", "").strip()
+        self._rate_limits = anthropic_rate_limits(h)
+        self._started = False
+        self._blocks: dict[int, _Block] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+        self._stop_sequence: object = None
+        self.finished = False
+
+    def on_event(self, sse: SSEEvent) -> list[StreamEvent]:
+        """Translate one SSE event."""
+        if self.finished:
+            return []
+        data = sse.data.strip()
+        if not data:
+            return []
+        out: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            if self.request_id:
+                out.append(ev.start(self.request_id))
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            if sse.event == "error":
+                obj = {"type": "error", "error": {"message": data[:500]}}
+            else:
+                return self._fail(out, transient_error("malformed JSON in an SSE data line"))
+        if not isinstance(obj, dict):
+            return out
+        etype = obj.get("type") if isinstance(obj.get("type"), str) else sse.event
+        if sse.event == "error" or etype == "error":
+            return self._fail(out, classify_error_object(obj, request_id=self.request_id or None))
+        handler = _HANDLERS.get(str(etype))
+        if handler is not None:
+            handler(self, out, obj)
+        return out
+
+    def on_eof(self) -> list[StreamEvent]:
+        """The body ended; without ``message_stop`` that is a TRANSIENT error."""
+        if self.finished:
+            return []
+        return self._fail([], transient_error("upstream stream ended before message_stop"))
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _message_start(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self._usage.update(usage)
+        model = ev.as_str(message.get("model"))
+        tier = ev.as_str(usage.get("service_tier")) if isinstance(usage, dict) else None
+        if model or tier:
+            out.append(ev.metadata(StreamMetadata(actual_model=model, service_tier=tier)))
+
+    def _block_start(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        index = ev.as_int(obj.get("index"))
+        block = obj.get("content_block")
+        if index is None or not isinstance(block, dict):
+            return
+        btype = str(block.get("type"))
+        entry = _Block(kind=btype)
+        self._blocks[index] = entry
+        if btype == "text":
+            value = block.get("text")
+            if isinstance(value, str) and value:
+                out.append(ev.text(value))
+        elif btype == "thinking":
+            value = block.get("thinking")
+            if isinstance(value, str) and value:
+                out.append(ev.thinking(value))
+            sig = block.get("signature")
+            if isinstance(sig, str) and sig:
+                entry.signature = sig
+        elif btype == "redacted_thinking":
+            data = block.get("data")
+            if isinstance(data, str) and data:
+                out.append(ev.redacted(data))
+        elif btype in ("tool_use", "server_tool_use"):
+            call_id = ev.as_str(block.get("id"))
+            name = ev.as_str(block.get("name"))
+            if call_id is None or name is None:
+                self._fail(out, transient_error(f"tool_use block {index} without id or name"))
+                return
+            entry.call_id = call_id
+            out.append(ev.tool_start(call_id, name))
+            initial = block.get("input")
+            if isinstance(initial, dict) and initial:
+                fragment = json.dumps(initial, ensure_ascii=False, separators=(",", ":"))
+                entry.fragments.append(fragment)
+                out.append(ev.tool_delta(call_id, fragment))
+
+    def _block_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        index = ev.as_int(obj.get("index"))
+        delta = obj.get("delta")
+        if index is None or not isinstance(delta, dict):
+            return
+        entry = self._blocks.get(index)
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            value = delta.get("text")
+            if isinstance(value, str) and value:
+                out.append(ev.text(value))
+        elif dtype == "thinking_delta":
+            value = delta.get("thinking")
+            if isinstance(value, str) and value:
+                out.append(ev.thinking(value))
+        elif dtype == "signature_delta":
+            sig = delta.get("signature")
+            if isinstance(sig, str) and entry is not None:
+                entry.signature = sig  # assigned, as the vendor SDK does (B06)
+        elif dtype == "input_json_delta":
+            value = delta.get("partial_json")
+            if isinstance(value, str) and value and entry is not None and entry.call_id:
+                entry.fragments.append(value)
+                out.append(ev.tool_delta(entry.call_id, value))
+
+    def _block_stop(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        index = ev.as_int(obj.get("index"))
+        entry = self._blocks.pop(index, None) if index is not None else None
+        if entry is None:
+            return
+        if entry.kind == "thinking" and entry.signature:
+            out.append(ev.signature(entry.signature))
+        elif entry.call_id:
+            problem = ev.check_tool_arguments(entry.call_id, entry.fragments)
+            if problem is not None:
+                self._fail(out, problem)
+                return
+            out.append(ev.tool_done(entry.call_id))
+
+    def _message_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        delta = obj.get("delta")
+        if isinstance(delta, dict):
+            reason = delta.get("stop_reason")
+            if isinstance(reason, str) and reason:
+                self._stop_reason = reason
+                self._stop_sequence = delta.get("stop_sequence")
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            iterations = usage.get("iterations")
+            if isinstance(iterations, list) and iterations:
+                summed = _sum_iterations(iterations)
+                for key in (*_USAGE_KEYS, "cache_creation", "output_tokens_details"):
+                    if key in summed:
+                        self._usage[key] = summed[key]
+            else:
+                for key, value in usage.items():
+                    if value is not None:
+                        self._usage[key] = value
+
+    def _message_stop(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        out.append(
+            StreamEvent(usage=map_anthropic_usage(self._usage, rate_limits=self._rate_limits))
+        )
+        out.append(StreamEvent(stop=map_anthropic_stop(self._stop_reason, self._stop_sequence)))
+        self.finished = True
+
+    def _fail(self, out: list[StreamEvent], err: ModelError) -> list[StreamEvent]:
+        if not self.finished:
+            if not err.provider_request_id and self.request_id:
+                err.provider_request_id = self.request_id
+            out.append(ev.error(err))
+            self.finished = True
+        return out
+
+
+_HANDLERS = {
+    "message_start": AnthropicStreamTranslator._message_start,
+    "content_block_start": AnthropicStreamTranslator._block_start,
+    "content_block_delta": AnthropicStreamTranslator._block_delta,
+    "content_block_stop": AnthropicStreamTranslator._block_stop,
+    "message_delta": AnthropicStreamTranslator._message_delta,
+    "message_stop": AnthropicStreamTranslator._message_stop,
+}

@@ -1,0 +1,132 @@
+"""Small StreamEvent constructors and checks shared by the vendor stream translators.
+
+Every constructor builds the event through the oneof constructor (DESIGN "sharp edges": never
+assign a second oneof member).
+"""
+
+from __future__ import annotations
+
+import json
+
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    RedactedThinking,
+    StreamEvent,
+    StreamMetadata,
+    StreamStart,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingSignature,
+    ToolCallDelta,
+    ToolCallDone,
+    ToolCallStart,
+)
+
+PROGRESS_KINDS = frozenset(
+    {
+        "text_delta",
+        "thinking_delta",
+        "thinking_signature",
+        "redacted_thinking",
+        "tool_call_start",
+        "tool_call_delta",
+        "tool_call_done",
+        "stop",
+        "error",
+    }
+)
+"""Event cases that count as generation progress for the start-up and no-progress timeouts
+(C08). stream_start, metadata and usage do not: keep-alives, empty deltas and usage-only chunks
+never extend a deadline."""
+
+
+def text(value: str) -> StreamEvent:
+    """A text_delta event (callers never pass an empty string)."""
+    return StreamEvent(text_delta=TextDelta(text=value))
+
+
+def thinking(value: str) -> StreamEvent:
+    """A thinking_delta event."""
+    return StreamEvent(thinking_delta=ThinkingDelta(text=value))
+
+
+def signature(value: str) -> StreamEvent:
+    """A thinking_signature event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    return StreamEvent(thinking_signature=ThinkingSignature(signature=value.encode("utf-8")))
+
+
+def redacted(value: str) -> StreamEvent:
+    """A redacted_thinking event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    return StreamEvent(redacted_thinking=RedactedThinking(data=value.encode("utf-8")))
+
+
+def tool_start(call_id: str, name: str) -> StreamEvent:
+    """A tool_call_start event."""
+    return StreamEvent(tool_call_start=ToolCallStart(id=call_id, name=name))
+
+
+def tool_delta(call_id: str, fragment: str) -> StreamEvent:
+    """A tool_call_delta event with the fragment as received."""
+    return StreamEvent(tool_call_delta=ToolCallDelta(id=call_id, arguments_fragment=fragment))
+
+
+def tool_done(call_id: str) -> StreamEvent:
+    """A tool_call_done event."""
+    return StreamEvent(tool_call_done=ToolCallDone(id=call_id))
+
+
+def start(request_id: str) -> StreamEvent:
+    """A stream_start event (callers never pass an empty id)."""
+    return StreamEvent(stream_start=StreamStart(provider_request_id=request_id))
+
+
+def metadata(meta: StreamMetadata) -> StreamEvent:
+    """A metadata event."""
+    return StreamEvent(metadata=meta)
+
+
+def error(err: ModelError) -> StreamEvent:
+    """An error event."""
+    return StreamEvent(error=err)
+
+
+def check_tool_arguments(call_id: str, fragments: list[str]) -> ModelError | None:
+    """Check a finished tool call's concatenated arguments (case B04).
+
+    Empty or whitespace-only arguments mean ``{}`` (parameterless tools) and pass. Anything else
+    must parse as a JSON object; otherwise a TRANSIENT error naming the call id is returned (the
+    model produced invalid arguments; a retry may succeed).
+    """
+    joined = "".join(fragments)
+    if not joined.strip():
+        return None
+    try:
+        value = json.loads(joined)
+    except json.JSONDecodeError as exc:
+        return ModelError(
+            kind=ErrorKind.TRANSIENT,
+            message=f"tool call {call_id!r}: arguments are not valid JSON ({exc.msg})",
+            retryable=True,
+        )
+    if not isinstance(value, dict):
+        return ModelError(
+            kind=ErrorKind.TRANSIENT,
+            message=f"tool call {call_id!r}: arguments are JSON but not an object",
+            retryable=True,
+        )
+    return None
+
+
+def as_int(value: object) -> int | None:
+    """``value`` when it is a JSON integer (not bool, not float), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def as_str(value: object) -> str | None:
+    """``value`` when it is a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None

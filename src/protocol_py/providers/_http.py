@@ -1,0 +1,444 @@
+"""HTTP plumbing shared by the vendor adapters: errors, retry hints, rate limits, timeouts.
+
+Implements DESIGN D10 (HTTP status and vendor error body to a :class:`ModelError` kind), the
+retry-after rules of case C11, the rate-limit header mapping to ``RateLimitSnapshot`` (spec
+"usage.rate_limits": only what the vendor sent) and the start-up / no-progress watchdog of case
+C08.
+
+Retry-after policy (C11), in this order:
+
+1. ``retry-after-ms``: milliseconds (Azure, OpenAI), honoured when finite and > 0.
+2. ``retry-after`` as a number of seconds, fractions allowed, honoured when finite and > 0.
+   ``nan``, ``inf``, ``1e999``, ``0`` and negative values are ignored (no hint).
+3. ``retry-after`` as an HTTP date (IMF-fixdate, RFC 7231): the time left until then; a date in
+   the past gives no hint.
+4. Anthropic only: when no retry-after was sent and a budget's ``anthropic-ratelimit-*-remaining``
+   is 0, the time left until that budget's RFC 3339 ``-reset``.
+
+A hint larger than :attr:`RetryPolicy.max_retry_after_s` (default 60 s) is not waited for: the
+error is returned at once with the hint in ``ModelError.retry_after``. Without a hint the retry
+waits an exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from protocol_py_gen.model.v1 import ErrorKind, ModelError, RateLimitKind, RateLimitSnapshot
+
+__all__ = [
+    "RetryPolicy",
+    "anthropic_rate_limits",
+    "anthropic_reset_hint",
+    "classify_error_object",
+    "duration_from_seconds",
+    "error_from_http",
+    "lower_headers",
+    "openai_rate_limits",
+    "parse_go_duration",
+    "parse_retry_after",
+    "parse_rfc3339",
+    "redact",
+    "transient_error",
+]
+
+RETRYABLE_KINDS = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.OVERLOADED, ErrorKind.TRANSIENT})
+"""Error kinds for which the same request may succeed when retried."""
+
+_QUOTA_CODES = frozenset(
+    {"insufficient_quota", "billing_hard_limit_reached", "billing_error", "quota_exceeded"}
+)
+_OVERLOAD_CODES = frozenset(
+    {"overloaded_error", "overloaded", "insufficient_system_resource", "server_overloaded"}
+)
+_VENDOR_TYPE_KINDS: Mapping[str, ErrorKind] = {
+    "invalid_request_error": ErrorKind.INVALID_REQUEST,
+    "request_too_large": ErrorKind.INVALID_REQUEST,
+    "authentication_error": ErrorKind.AUTHENTICATION,
+    "permission_error": ErrorKind.PERMISSION_DENIED,
+    "permission_denied": ErrorKind.PERMISSION_DENIED,
+    "not_found_error": ErrorKind.NOT_FOUND,
+    "rate_limit_error": ErrorKind.RATE_LIMITED,
+    "rate_limit_exceeded": ErrorKind.RATE_LIMITED,
+    "api_error": ErrorKind.TRANSIENT,
+    "server_error": ErrorKind.TRANSIENT,
+    "timeout_error": ErrorKind.TRANSIENT,
+    "context_length_exceeded": ErrorKind.CONTEXT_OVERFLOW,
+}
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _-]?length|context[ _-]?window|maximum context|prompt is too long|"
+    r"too many (input )?tokens|exceeds? the (model'?s? )?(maximum|context)|input is too long",
+    re.IGNORECASE,
+)
+_SECRET = re.compile(r"(sk-|sk-ant-|xai-|gsk_)[A-Za-z0-9_\-*]{6,}")
+
+
+def redact(text: str) -> str:
+    """Replace API-key-shaped substrings (``sk-...``, ``sk-ant-...``) with ``<redacted>``."""
+    return _SECRET.sub("<redacted>", text)
+
+
+def lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Return the headers with lower-cased names (HTTP field names are case-insensitive)."""
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def duration_from_seconds(seconds: float) -> timedelta:
+    """A Duration value (betterproto2 maps google.protobuf.Duration to ``timedelta``)."""
+    return timedelta(seconds=seconds)
+
+
+def _finite_positive(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return value
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """The vendor's retry hint in seconds, or None when it sent no usable one (C11).
+
+    Args:
+        headers: Response headers, any case.
+        now: The current time (UTC) for HTTP-date hints; defaults to the wall clock.
+
+    Returns:
+        Seconds to wait (> 0), or None. Never raises on malformed values.
+    """
+    h = lower_headers(headers)
+    ms = h.get("retry-after-ms")
+    if ms is not None:
+        value = _finite_positive(ms)
+        if value is not None:
+            return value / 1000.0
+    raw = h.get("retry-after")
+    if raw is None:
+        return None
+    value = _finite_positive(raw)
+    if value is not None:
+        return value
+    try:
+        when = email.utils.parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    left = (when - (now or datetime.now(UTC))).total_seconds()
+    return left if left > 0 else None
+
+
+def parse_rfc3339(text: str) -> datetime | None:
+    """Parse an RFC 3339 date-time (``Z`` or an offset); None when malformed or offset-less."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def anthropic_reset_hint(
+    headers: Mapping[str, str], *, now: datetime | None = None
+) -> float | None:
+    """Seconds until the earliest exhausted Anthropic budget resets, or None (C11 last rows)."""
+    h = lower_headers(headers)
+    best: float | None = None
+    for family in _ANTHROPIC_FAMILIES:
+        if h.get(f"anthropic-ratelimit-{family}-remaining", "").strip() != "0":
+            continue
+        reset = parse_rfc3339(h.get(f"anthropic-ratelimit-{family}-reset", ""))
+        if reset is None:
+            continue
+        left = (reset - (now or datetime.now(UTC))).total_seconds()
+        if left > 0 and (best is None or left < best):
+            best = left
+    return best
+
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_go_duration(text: str) -> float | None:
+    """Parse OpenAI's reset durations (``12ms``, ``3.048s``, ``6m0s``, ``1h2m``) into seconds."""
+    text = text.strip()
+    if not text:
+        return None
+    pos = 0
+    total = 0.0
+    for match in _GO_DURATION.finditer(text):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    return total if pos == len(text) else None
+
+
+def _int_header(h: Mapping[str, str], name: str) -> int | None:
+    raw = h.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw.strip())
+    except ValueError:
+        return None
+
+
+_OPENAI_FAMILIES = (("requests", RateLimitKind.REQUESTS), ("tokens", RateLimitKind.TOKENS))
+_ANTHROPIC_FAMILIES = ("requests", "tokens", "input-tokens", "output-tokens")
+_ANTHROPIC_KINDS = {
+    "requests": RateLimitKind.REQUESTS,
+    "tokens": RateLimitKind.TOKENS,
+    "input-tokens": RateLimitKind.INPUT_TOKENS,
+    "output-tokens": RateLimitKind.OUTPUT_TOKENS,
+}
+
+
+def openai_rate_limits(headers: Mapping[str, str]) -> list[RateLimitSnapshot]:
+    """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` to snapshots, requests first.
+
+    The reset value is a duration (``12ms``) and becomes ``resets_after``. A family appears only
+    when at least one of its headers was sent; unparsable values are left out.
+    """
+    h = lower_headers(headers)
+    out: list[RateLimitSnapshot] = []
+    for family, kind in _OPENAI_FAMILIES:
+        limit = _int_header(h, f"x-ratelimit-limit-{family}")
+        remaining = _int_header(h, f"x-ratelimit-remaining-{family}")
+        reset_raw = h.get(f"x-ratelimit-reset-{family}")
+        reset = parse_go_duration(reset_raw) if reset_raw is not None else None
+        if limit is None and remaining is None and reset is None:
+            continue
+        out.append(
+            RateLimitSnapshot(
+                kind=kind,
+                limit=limit,
+                remaining=remaining,
+                resets_after=duration_from_seconds(reset) if reset is not None else None,
+            )
+        )
+    return out
+
+
+def anthropic_rate_limits(headers: Mapping[str, str]) -> list[RateLimitSnapshot]:
+    """``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*`` to snapshots.
+
+    The reset value is an RFC 3339 time and becomes ``resets_at``. Order: requests, tokens,
+    input tokens, output tokens; a family appears only when the vendor sent it.
+    """
+    h = lower_headers(headers)
+    out: list[RateLimitSnapshot] = []
+    for family in _ANTHROPIC_FAMILIES:
+        limit = _int_header(h, f"anthropic-ratelimit-{family}-limit")
+        remaining = _int_header(h, f"anthropic-ratelimit-{family}-remaining")
+        reset_raw = h.get(f"anthropic-ratelimit-{family}-reset")
+        reset = parse_rfc3339(reset_raw) if reset_raw is not None else None
+        if limit is None and remaining is None and reset is None:
+            continue
+        out.append(
+            RateLimitSnapshot(
+                kind=_ANTHROPIC_KINDS[family],
+                limit=limit,
+                remaining=remaining,
+                resets_at=reset,
+            )
+        )
+    return out
+
+
+def _str_or_none(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def classify_error_object(
+    obj: Any,
+    *,
+    status: int | None = None,
+    retry_after_s: float | None = None,
+    request_id: str | None = None,
+) -> ModelError:
+    """Classify a vendor error (HTTP error body or mid-stream error event) per DESIGN D10.
+
+    Args:
+        obj: The parsed JSON error body: ``{"error": {...}}`` (OpenAI-compatible, Groq),
+            ``{"type": "error", "error": {...}}`` (Anthropic), or anything else.
+        status: The HTTP status, or None for an in-stream error (then the body's own
+            ``status_code``/``status`` field is used when present).
+        retry_after_s: The retry hint in seconds, if any.
+        request_id: The vendor request id, for ``provider_request_id``.
+
+    Returns:
+        A ModelError whose ``kind`` is never UNSPECIFIED. Never raises.
+    """
+    err: Any = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        err = obj if isinstance(obj, dict) else {}
+    message = err.get("message")
+    if not isinstance(message, str) or not message:
+        message = f"vendor error (HTTP {status})" if status is not None else "vendor error"
+    vtype = _str_or_none(err.get("type"))
+    code = _str_or_none(err.get("code"))
+    if status is None:
+        for key in ("status_code", "status"):
+            value = err.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+                status = value
+                break
+    tags = {t.lower() for t in (vtype, code) if t}
+    kind: ErrorKind
+    if tags & _QUOTA_CODES or status == 402:
+        kind = ErrorKind.QUOTA_EXHAUSTED
+    elif (
+        tags & _OVERLOAD_CODES or status == 529 or (status == 503 and "overload" in message.lower())
+    ):
+        kind = ErrorKind.OVERLOADED
+    elif "context_length_exceeded" in tags or (
+        status in (None, 400, 413, 422) and _CONTEXT_OVERFLOW.search(message)
+    ):
+        kind = ErrorKind.CONTEXT_OVERFLOW
+    elif status is not None:
+        kind = _status_kind(status)
+    else:
+        kind = next(
+            (_VENDOR_TYPE_KINDS[t] for t in (code, vtype) if t and t in _VENDOR_TYPE_KINDS),
+            ErrorKind.TRANSIENT,
+        )
+    return ModelError(
+        kind=kind,
+        message=redact(message),
+        retryable=kind in RETRYABLE_KINDS,
+        retry_after=(
+            duration_from_seconds(retry_after_s)
+            if retry_after_s is not None and kind in RETRYABLE_KINDS
+            else None
+        ),
+        http_status=status,
+        vendor_code=code or vtype,
+        provider_request_id=request_id or None,
+    )
+
+
+def _status_kind(status: int) -> ErrorKind:
+    if status in (400, 413, 422):
+        return ErrorKind.INVALID_REQUEST
+    if status == 401:
+        return ErrorKind.AUTHENTICATION
+    if status == 403:
+        return ErrorKind.PERMISSION_DENIED
+    if status == 404:
+        return ErrorKind.NOT_FOUND
+    if status == 429:
+        return ErrorKind.RATE_LIMITED
+    if status == 408 or status >= 500:
+        return ErrorKind.TRANSIENT
+    return ErrorKind.PERMANENT
+
+
+def error_from_http(
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    request_id_header: str,
+    anthropic: bool = False,
+    now: datetime | None = None,
+) -> ModelError:
+    """Classify a non-2xx HTTP response (DESIGN D10) with its retry hint (C11).
+
+    Args:
+        status: The HTTP status code.
+        body: The response body (JSON error object expected; anything else is tolerated).
+        headers: The response headers.
+        request_id_header: The header carrying the vendor request id (``x-request-id``,
+            ``request-id``).
+        anthropic: Also use the ``anthropic-ratelimit-*-reset`` fallback hint.
+        now: The current time for date hints (tests).
+    """
+    h = lower_headers(headers)
+    try:
+        obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
+    except ValueError:
+        text = body.decode("utf-8", errors="replace").strip()
+        obj = {"error": {"message": text[:500]}} if text else {}
+    hint = parse_retry_after(h, now=now)
+    if hint is None and anthropic:
+        hint = anthropic_reset_hint(h, now=now)
+    return classify_error_object(
+        obj, status=status, retry_after_s=hint, request_id=h.get(request_id_header) or None
+    )
+
+
+def transient_error(message: str, *, request_id: str | None = None) -> ModelError:
+    """A retryable TRANSIENT ModelError (network failure, timeout, stream cut short)."""
+    return ModelError(
+        kind=ErrorKind.TRANSIENT,
+        message=message,
+        retryable=True,
+        provider_request_id=request_id or None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When and how long to wait before retrying a 429/529/503 answered before any event.
+
+    Attributes:
+        max_attempts: Total attempts including the first (>= 1).
+        max_retry_after_s: The longest vendor hint that is waited for, in seconds; a longer
+            hint ends the call with the error at once (C11: a 3600 s hint is not slept on).
+        base_backoff_s: The first backoff step without a hint, in seconds; doubled each retry.
+        max_backoff_s: The backoff cap, in seconds.
+    """
+
+    max_attempts: int = 3
+    max_retry_after_s: float = 60.0
+    base_backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+
+    def delay(self, attempt: int, error: ModelError) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``, or None to give up with ``error``.
+
+        Args:
+            attempt: How many attempts were made so far (1 after the first).
+            error: The classified failure of the last attempt.
+        """
+        if attempt >= self.max_attempts or error.kind not in (
+            ErrorKind.RATE_LIMITED,
+            ErrorKind.OVERLOADED,
+            ErrorKind.TRANSIENT,
+        ):
+            return None
+        if error.http_status not in (429, 503, 529):
+            return None
+        if error.retry_after is not None:
+            hint = error.retry_after.total_seconds()
+            return hint if hint <= self.max_retry_after_s else None
+        return float(min(self.max_backoff_s, self.base_backoff_s * (2 ** (attempt - 1))))
+
+
+def seconds_until(when: datetime, now: datetime | None = None) -> float:
+    """Seconds from ``now`` (default: wall clock, UTC) until ``when``."""
+    return (when - (now or datetime.now(UTC))).total_seconds()

@@ -1,0 +1,532 @@
+"""OpenAI-compatible Chat Completions stream -> StreamEvents (OpenAI, Azure, DeepSeek, vLLM,
+Ollama, Groq, Mistral, xAI).
+
+Implements the translation contract of ``fixtures/vendor/README.md`` and DESIGN D7, D10-D12.
+The translator is pure: it consumes already-parsed SSE events (:mod:`protocol_py.sse`) and the
+response headers, and returns the StreamEvents to emit. It never does I/O.
+
+Mapping summary:
+
+- ``stream_start``: the request-id header (``x-request-id`` by default) at the first SSE event;
+  without it the first non-empty chunk ``id``. Never an empty id.
+- ``metadata`` once, from the first chunk with a non-empty ``model``: ``actual_model``,
+  ``system_fingerprint``, ``service_tier`` (each only when non-empty).
+- ``delta.content`` (string, or Mistral's array of ``text``/``thinking`` parts) -> text/thinking
+  deltas; ``delta.reasoning_content`` / ``delta.reasoning`` (configurable) -> thinking deltas;
+  ``delta.refusal`` -> text deltas and stop REFUSAL. Empty strings are never emitted.
+- Tool calls are keyed by ``index``; an entry without ``index`` takes its position in that
+  chunk's ``tool_calls`` array. A new non-empty ``id`` on an open index closes that call and
+  opens a new one; a repeated id or name continues it (B02). Arguments fragments are forwarded
+  as received (empty ones skipped); every open call is closed, in index order, when
+  ``finish_reason`` arrives.
+- ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
+  ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
+- ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
+- End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed.
+
+Usage table (disjoint categories):
+
+=====================  ========================================================================
+input_tokens           ``prompt_cache_miss_tokens`` (DeepSeek) else ``prompt_tokens`` minus
+                       ``cached_tokens`` and ``cache_write_tokens``
+cache_read_tokens      ``prompt_cache_hit_tokens`` (DeepSeek) else
+                       ``prompt_tokens_details.cached_tokens`` (only when reported)
+cache_write_tokens     ``prompt_tokens_details.cache_write_tokens`` (only when reported)
+output_tokens          ``completion_tokens`` (never reduced)
+reasoning_tokens       ``completion_tokens_details.reasoning_tokens`` (only when reported)
+reasoning_already...   true when reasoning is inside completion: decided by ``total_tokens``
+                       (prompt + completion == total -> true; + reasoning == total -> unset),
+                       else by the endpoint setting (default true: OpenAI, DeepSeek)
+vendor_cost            xAI ``cost_in_usd_ticks`` verbatim, unit ``xai_ticks_1e10``
+vendor_total_tokens    ``total_tokens`` only when it differs from the sum of the parts
+=====================  ========================================================================
+
+Stop table: ``stop`` -> END_TURN (STOP_SEQUENCE when ``choices[].stop_reason`` is a string,
+the matched sequence as reported by vLLM; REFUSAL when refusal text arrived; TOOL_USE when tool
+calls arrived, model_affirmed false), ``length``/``model_length`` -> MAX_TOKENS,
+``tool_calls``/``function_call`` -> TOOL_USE, ``content_filter`` -> CONTENT_FILTERED, anything
+else -> END_TURN with model_affirmed false. ``vendor_reason`` is always the raw value. DeepSeek's
+``insufficient_system_resource`` finish reason is a terminal OVERLOADED error instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol_py.providers import _events as ev
+from protocol_py.providers._http import (
+    classify_error_object,
+    lower_headers,
+    openai_rate_limits,
+    transient_error,
+)
+from protocol_py.sse import SSEEvent
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    RateLimitSnapshot,
+    Stop,
+    StopReason,
+    StreamEvent,
+    StreamMetadata,
+    Usage,
+    VendorCost,
+)
+
+__all__ = ["OpenAIStreamTranslator", "map_openai_finish", "map_openai_usage"]
+
+_FINISH: Mapping[str, StopReason] = {
+    "stop": StopReason.END_TURN,
+    "eos": StopReason.END_TURN,
+    "length": StopReason.MAX_TOKENS,
+    "model_length": StopReason.MAX_TOKENS,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+    "content_filter": StopReason.CONTENT_FILTERED,
+}
+
+
+def map_openai_finish(
+    finish_reason: str | None,
+    *,
+    choice_stop_reason: object = None,
+    refusal_seen: bool = False,
+    tool_calls_seen: bool = False,
+) -> Stop:
+    """Map an OpenAI-compatible ``finish_reason`` to a Stop (D11, case B21).
+
+    Args:
+        finish_reason: The raw finish reason, or None when the stream ended without one.
+        choice_stop_reason: vLLM's ``choices[].stop_reason``: a string is the matched stop
+            sequence; an integer is a stop-token id (natural end of turn).
+        refusal_seen: Refusal text arrived (``delta.refusal``).
+        tool_calls_seen: At least one tool call arrived.
+    """
+    if finish_reason is None:
+        reason = StopReason.TOOL_USE if tool_calls_seen else StopReason.END_TURN
+        return Stop(reason=reason, model_affirmed=False)
+    mapped = _FINISH.get(finish_reason)
+    if mapped is None:
+        return Stop(reason=StopReason.END_TURN, model_affirmed=False, vendor_reason=finish_reason)
+    if mapped == StopReason.END_TURN:
+        if isinstance(choice_stop_reason, str) and choice_stop_reason:
+            return Stop(
+                reason=StopReason.STOP_SEQUENCE,
+                matched_stop_sequence=choice_stop_reason,
+                model_affirmed=True,
+                vendor_reason=finish_reason,
+            )
+        if refusal_seen:
+            return Stop(reason=StopReason.REFUSAL, model_affirmed=True, vendor_reason=finish_reason)
+        if tool_calls_seen:
+            return Stop(
+                reason=StopReason.TOOL_USE, model_affirmed=False, vendor_reason=finish_reason
+            )
+    return Stop(reason=mapped, model_affirmed=True, vendor_reason=finish_reason)
+
+
+def map_openai_usage(
+    raw: Mapping[str, Any],
+    *,
+    reasoning_in_completion: bool | None = None,
+    rate_limits: Sequence[RateLimitSnapshot] = (),
+) -> Usage:
+    """Map an OpenAI-compatible ``usage`` object to Usage (fixtures README usage table).
+
+    Args:
+        raw: The vendor's usage object.
+        reasoning_in_completion: The endpoint's convention when ``total_tokens`` cannot decide
+            it: True (OpenAI, DeepSeek), False (reasoning billed on top), None = decide from
+            ``total_tokens``, falling back to True.
+        rate_limits: Snapshots from the response headers.
+    """
+    prompt = ev.as_int(raw.get("prompt_tokens")) or 0
+    completion = ev.as_int(raw.get("completion_tokens")) or 0
+    total = ev.as_int(raw.get("total_tokens"))
+    pdetails = raw.get("prompt_tokens_details")
+    pdetails = pdetails if isinstance(pdetails, dict) else {}
+    cdetails = raw.get("completion_tokens_details")
+    cdetails = cdetails if isinstance(cdetails, dict) else {}
+
+    hit = ev.as_int(raw.get("prompt_cache_hit_tokens"))
+    miss = ev.as_int(raw.get("prompt_cache_miss_tokens"))
+    cache_write = ev.as_int(pdetails.get("cache_write_tokens"))
+    cache_read: int | None
+    if hit is not None or miss is not None:
+        cache_read = hit
+        input_tokens = miss if miss is not None else max(0, prompt - (hit or 0))
+    else:
+        cache_read = ev.as_int(pdetails.get("cached_tokens"))
+        if cache_read is None:
+            cache_read = ev.as_int(raw.get("cached_tokens"))
+        input_tokens = max(0, prompt - (cache_read or 0) - (cache_write or 0))
+
+    reasoning = ev.as_int(cdetails.get("reasoning_tokens"))
+    if reasoning is None:
+        reasoning = ev.as_int(raw.get("reasoning_tokens"))
+    counted: bool | None = None
+    if reasoning is not None:
+        if reasoning_in_completion is not None:
+            counted = reasoning_in_completion
+        elif total is not None and prompt + completion == total:
+            counted = True
+        elif total is not None and prompt + completion + reasoning == total:
+            counted = False
+        else:
+            counted = True
+    usage = Usage(
+        input_tokens=input_tokens,
+        output_tokens=completion,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        reasoning_tokens=reasoning,
+        reasoning_already_counted=True if counted else None,
+        rate_limits=list(rate_limits),
+    )
+    ticks = ev.as_int(raw.get("cost_in_usd_ticks"))
+    if ticks is not None:
+        usage.vendor_cost = VendorCost(amount=str(ticks), unit="xai_ticks_1e10")
+    if total is not None:
+        parts = input_tokens + (cache_read or 0) + (cache_write or 0) + completion
+        if reasoning is not None and not counted:
+            parts += reasoning
+        if parts != total:
+            usage.vendor_total_tokens = total
+    return usage
+
+
+@dataclass
+class _Call:
+    index: int
+    id: str
+    name: str
+    started: bool = False
+    pending: list[str] = field(default_factory=list)
+    fragments: list[str] = field(default_factory=list)
+
+
+class OpenAIStreamTranslator:
+    """Stateful translator for one Chat Completions stream (one response).
+
+    Usage: call :meth:`on_event` for every SSE event, then :meth:`on_eof` when the body ends.
+    Both return the StreamEvents to emit, in order; after a terminal event (stop or error)
+    both return []. ``finished`` tells whether the terminal event was emitted.
+
+    Args:
+        headers: The response headers (any case).
+        request_id_header: The header carrying the vendor request id.
+        reasoning_fields: Delta fields carrying reasoning text, in priority order.
+        reasoning_in_completion: See :func:`map_openai_usage`.
+    """
+
+    def __init__(
+        self,
+        headers: Mapping[str, str],
+        *,
+        request_id_header: str = "x-request-id",
+        reasoning_fields: Sequence[str] = ("reasoning_content", "reasoning"),
+        reasoning_in_completion: bool | None = None,
+    ) -> None:
+        h = lower_headers(headers)
+        self._header_request_id = h.get(request_id_header.lower(), "").strip()
+        self._rate_limits = openai_rate_limits(h)
+        self._reasoning_fields = tuple(reasoning_fields)
+        self._reasoning_in_completion = reasoning_in_completion
+        self._start_decided = False
+        self._meta_decided = False
+        self.request_id = self._header_request_id
+        self._calls: dict[int, _Call] = {}
+        self._open: dict[int, _Call] = {}
+        self._tool_calls_seen = False
+        self._refusal_seen = False
+        self._finish: str | None = None
+        self._choice_stop_reason: object = None
+        self._usage: dict[str, Any] | None = None
+        self.finished = False
+        self._synth = 0
+
+    # -- public ---------------------------------------------------------------------------
+
+    def on_event(self, sse: SSEEvent) -> list[StreamEvent]:
+        """Translate one SSE event."""
+        if self.finished:
+            return []
+        data = sse.data.strip()
+        if not data:
+            return []  # control-only or empty-data block (C10)
+        out: list[StreamEvent] = []
+        if sse.event == "error":
+            self._decide_start(out, None)
+            return self._fail(out, self._error_from_data(data))
+        if sse.event not in ("message", ""):
+            return []  # unknown event types on an OpenAI-compatible stream carry no content
+        if data == "[DONE]":
+            self._decide_start(out, None)
+            return self._succeed(out)
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            self._decide_start(out, None)
+            return self._fail(
+                out,
+                transient_error("malformed JSON in an SSE data line", request_id=self.request_id),
+            )
+        if not isinstance(chunk, dict):
+            return []
+        self._decide_start(out, chunk)
+        if chunk.get("error") is not None:
+            return self._fail(out, self._error_from_obj(chunk))
+        self._decide_metadata(out, chunk)
+        usage = chunk.get("usage")
+        if not isinstance(usage, dict):
+            xg = chunk.get("x_groq")
+            usage = xg.get("usage") if isinstance(xg, dict) else None
+        if isinstance(usage, dict):
+            self._usage = usage
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and ev.as_int(choice.get("index")) in (0, None):
+                    self._choice(out, choice)
+                    if self.finished:
+                        break
+        return out
+
+    def on_eof(self) -> list[StreamEvent]:
+        """The body ended (without ``[DONE]`` when the stream is still open)."""
+        if self.finished:
+            return []
+        out: list[StreamEvent] = []
+        if self._finish is not None:
+            return self._succeed(out)
+        return self._fail(
+            out,
+            transient_error(
+                "upstream stream ended before finish_reason", request_id=self.request_id
+            ),
+        )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _decide_start(self, out: list[StreamEvent], chunk: Mapping[str, Any] | None) -> None:
+        if self._start_decided:
+            return
+        if self._header_request_id:
+            self._start_decided = True
+            out.append(ev.start(self._header_request_id))
+            return
+        if chunk is None:
+            self._start_decided = True
+            return
+        cid = ev.as_str(chunk.get("id"))
+        if cid:
+            self._start_decided = True
+            self.request_id = cid
+            out.append(ev.start(cid))
+        elif ev.as_str(chunk.get("model")) or chunk.get("choices"):
+            self._start_decided = True  # content before any id: no stream_start
+
+    def _decide_metadata(self, out: list[StreamEvent], chunk: Mapping[str, Any]) -> None:
+        if self._meta_decided:
+            return
+        model = ev.as_str(chunk.get("model"))
+        if model:
+            self._meta_decided = True
+            out.append(
+                ev.metadata(
+                    StreamMetadata(
+                        actual_model=model,
+                        system_fingerprint=ev.as_str(chunk.get("system_fingerprint")),
+                        service_tier=ev.as_str(chunk.get("service_tier")),
+                    )
+                )
+            )
+        elif chunk.get("choices"):
+            self._meta_decided = True
+
+    def _choice(self, out: list[StreamEvent], choice: Mapping[str, Any]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            for name in self._reasoning_fields:
+                value = delta.get(name)
+                if isinstance(value, str) and value:
+                    out.append(ev.thinking(value))
+                    break
+            self._content(out, delta.get("content"))
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._refusal_seen = True
+                out.append(ev.text(refusal))
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                for pos, call in enumerate(calls):
+                    if isinstance(call, dict):
+                        self._tool_call(out, pos, call)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            if finish == "insufficient_system_resource":
+                self._fail(
+                    out,
+                    ModelError(
+                        kind=ErrorKind.OVERLOADED,
+                        message="the vendor interrupted generation: insufficient system resource",
+                        retryable=True,
+                        vendor_code=finish,
+                        provider_request_id=self.request_id or None,
+                    ),
+                )
+                return
+            self._finish = finish
+            self._choice_stop_reason = choice.get("stop_reason")
+            self._close_calls(out)
+
+    def _content(self, out: list[StreamEvent], content: object) -> None:
+        if isinstance(content, str):
+            if content:
+                out.append(ev.text(content))
+            return
+        if not isinstance(content, list):
+            return
+        for part in content:
+            if isinstance(part, str):
+                if part:
+                    out.append(ev.text(part))
+                continue
+            if not isinstance(part, dict):
+                continue
+            ptype = part.get("type")
+            if ptype == "text":
+                value = part.get("text")
+                if isinstance(value, str) and value:
+                    out.append(ev.text(value))
+            elif ptype == "thinking":
+                inner = part.get("thinking")
+                items = inner if isinstance(inner, list) else [inner]
+                for item in items:
+                    value = item.get("text") if isinstance(item, dict) else item
+                    if isinstance(value, str) and value:
+                        out.append(ev.thinking(value))
+
+    def _tool_call(self, out: list[StreamEvent], pos: int, raw: Mapping[str, Any]) -> None:
+        index = ev.as_int(raw.get("index"))
+        if index is None:
+            index = pos
+        call_id = ev.as_str(raw.get("id"))
+        fn = raw.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        name = ev.as_str(fn.get("name"))
+        args = fn.get("arguments")
+        if isinstance(args, dict):
+            args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        call = self._open.get(index)
+        if call is not None and call_id and call_id != call.id and call.started:
+            self._close(out, call)  # a new id on the same index opens a new call
+            call = None
+        if call is None:
+            call = _Call(index=index, id=call_id or "", name=name or "")
+            self._calls[index] = call
+            self._open[index] = call
+            self._tool_calls_seen = True
+        else:
+            if not call.id and call_id:
+                call.id = call_id
+            if not call.name and name:
+                call.name = name  # the name is set once, never concatenated (B02)
+        if isinstance(args, str) and args:
+            call.fragments.append(args)
+            if call.started:
+                out.append(ev.tool_delta(call.id, args))
+            else:
+                call.pending.append(args)
+        self._maybe_start(out, call)
+
+    def _maybe_start(self, out: list[StreamEvent], call: _Call, *, force: bool = False) -> None:
+        if call.started or not call.name:
+            return
+        if not call.id:
+            if not force:
+                return
+            self._synth += 1
+            call.id = f"call_{call.index}_{self._synth}"
+        call.started = True
+        out.append(ev.tool_start(call.id, call.name))
+        for fragment in call.pending:
+            out.append(ev.tool_delta(call.id, fragment))
+        call.pending.clear()
+
+    def _close(self, out: list[StreamEvent], call: _Call) -> None:
+        self._open.pop(call.index, None)
+        self._maybe_start(out, call, force=True)
+        if not call.started:
+            self._fail(
+                out,
+                ModelError(
+                    kind=ErrorKind.TRANSIENT,
+                    message=f"tool call at index {call.index} arrived without a function name",
+                    retryable=True,
+                ),
+            )
+            return
+        problem = ev.check_tool_arguments(call.id, call.fragments)
+        if problem is not None:
+            self._fail(out, problem)
+            return
+        out.append(ev.tool_done(call.id))
+
+    def _close_calls(self, out: list[StreamEvent]) -> None:
+        for index in sorted(self._open):
+            if self.finished:
+                return
+            call = self._open.get(index)
+            if call is not None:
+                self._close(out, call)
+
+    def _succeed(self, out: list[StreamEvent]) -> list[StreamEvent]:
+        self._close_calls(out)
+        if self.finished:
+            return out
+        if self._usage is not None:
+            out.append(
+                StreamEvent(
+                    usage=map_openai_usage(
+                        self._usage,
+                        reasoning_in_completion=self._reasoning_in_completion,
+                        rate_limits=self._rate_limits,
+                    )
+                )
+            )
+        elif self._rate_limits:
+            out.append(ev.metadata(StreamMetadata(rate_limits=list(self._rate_limits))))
+        out.append(
+            StreamEvent(
+                stop=map_openai_finish(
+                    self._finish,
+                    choice_stop_reason=self._choice_stop_reason,
+                    refusal_seen=self._refusal_seen,
+                    tool_calls_seen=self._tool_calls_seen,
+                )
+            )
+        )
+        self.finished = True
+        return out
+
+    def _fail(self, out: list[StreamEvent], err: ModelError) -> list[StreamEvent]:
+        if not self.finished:
+            if not err.provider_request_id and self.request_id:
+                err.provider_request_id = self.request_id
+            out.append(ev.error(err))
+            self.finished = True
+        return out
+
+    def _error_from_data(self, data: str) -> ModelError:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = {"error": {"message": data[:500]}}
+        return self._error_from_obj(obj)
+
+    def _error_from_obj(self, obj: object) -> ModelError:
+        return classify_error_object(obj, request_id=self.request_id or None)
