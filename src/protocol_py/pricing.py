@@ -41,6 +41,7 @@ __all__ = [
     "load_usage",
     "parse_timestamp",
     "prompt_tokens",
+    "usage_to_json",
     "validate_pricing",
 ]
 
@@ -930,3 +931,12 @@ def load_usage(obj: Any, *, path: str = "usage") -> Usage:
     if one_hour is not None:
         usage.cache_write_1h_tokens = one_hour
     return usage
+
+
+def usage_to_json(usage: Usage) -> dict[str, Any]:
+    """Render a Usage as proto3 JSON with protoc's field names (``cacheWrite1hTokens``, where
+    betterproto2 0.10 writes ``cacheWrite1HTokens``)."""
+    data: dict[str, Any] = usage.to_dict()
+    if "cacheWrite1HTokens" in data:
+        data["cacheWrite1hTokens"] = data.pop("cacheWrite1HTokens")
+    return data
