@@ -814,7 +814,7 @@ class _RequestChecker:
                 f"not a valid JSON Schema: {err.message}",
             )
         top_type = schema.get("type")
-        if top_type is not None and top_type != "object":
+        if isinstance(top_type, str) and top_type != "object":
             self.add(
                 _join(path, "type"),
                 "request.tools.input_schema.not_object",
