@@ -205,6 +205,27 @@ def _require(value: Any, cls: type[M], what: str) -> M:
     return value
 
 
+_METASCHEMA = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
+def _schema_violations(schema: Any, path: str, rule: str) -> list[Violation]:
+    """Check a JSON Schema against the draft 2020-12 metaschema: one violation per offending
+    location (the metaschema's dynamic references repeat the same error several times)."""
+    out: list[Violation] = []
+    seen: set[str] = set()
+    for err in _METASCHEMA.iter_errors(schema):
+        where = path + "".join(
+            f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
+        )
+        if where in seen:
+            continue
+        seen.add(where)
+        out.append(
+            Violation(where, rule, f"not a valid JSON Schema (draft 2020-12): {err.message}")
+        )
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Capabilities and ModelSpec (issue 3 part 1)
 # ---------------------------------------------------------------------------------------------
@@ -573,17 +594,9 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
         except InvalidValueError as exc:
             out.append(Violation("config_schema", "capabilities.config_schema.invalid", str(exc)))
         else:
-            for err in Draft202012Validator(Draft202012Validator.META_SCHEMA).iter_errors(schema):
-                where = "config_schema" + "".join(
-                    f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
-                )
-                out.append(
-                    Violation(
-                        where,
-                        "capabilities.config_schema.invalid",
-                        f"not a valid JSON Schema (draft 2020-12): {err.message}",
-                    )
-                )
+            out.extend(
+                _schema_violations(schema, "config_schema", "capabilities.config_schema.invalid")
+            )
     return out
 
 
@@ -803,16 +816,7 @@ class _RequestChecker:
         except InvalidValueError as exc:
             self.add(path, "request.tools.input_schema.invalid", str(exc))
             return
-        meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
-        for err in meta.iter_errors(schema):
-            where = path + "".join(
-                f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
-            )
-            self.add(
-                where,
-                "request.tools.input_schema.invalid",
-                f"not a valid JSON Schema: {err.message}",
-            )
+        self.out.extend(_schema_violations(schema, path, "request.tools.input_schema.invalid"))
         top_type = schema.get("type")
         if isinstance(top_type, str) and top_type != "object":
             self.add(

@@ -1,0 +1,283 @@
+"""Strict proto3-JSON decoding (decode_json), document kind detection (validate_document) and
+files (load_document, the ``protocol-py validate FILE`` backend)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol_py.errors import InvalidValueError, ValidationError, errors_only
+from protocol_py.validation import (
+    decode_json,
+    decode_json_or_raise,
+    detect_kind,
+    load_document,
+    validate_document,
+)
+from protocol_py_gen.content.v1 import ContentBlock, Role
+from protocol_py_gen.model.v1 import (
+    ModelSpec,
+    Pricing,
+    PricingTier,
+    StreamCompletionRequest,
+    ThinkingDisable,
+    ToolChoiceMode,
+)
+
+SPEC_JSON: dict[str, Any] = {
+    "id": "claude-opus-5",
+    "contextWindow": "200000",
+    "maxOutputTokens": 64000,
+    "supportsToolUse": True,
+    "thinking": {
+        "supported": True,
+        "effort": {"levels": ["low", "high"], "default": "high"},
+        "disable": "THINKING_DISABLE_ALWAYS",
+    },
+    "caching": {"supported": True, "explicitMarkers": True},
+    "pricing": {
+        "currency": "USD",
+        "tiers": [
+            {
+                "inputPerMtok": 5,
+                "outputPerMtok": 25,
+                "cacheWritePerMtok": 6.25,
+                "cacheReadPerMtok": 0.5,
+                "cacheWrite1hPerMtok": 10,
+            }
+        ],
+    },
+    "supportedToolChoiceModes": ["TOOL_CHOICE_MODE_AUTO", 4],
+}
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+# --- decode_json ---------------------------------------------------------------------------
+
+
+def test_decode_builds_typed_message() -> None:
+    spec, violations = decode_json(ModelSpec, SPEC_JSON)
+    assert violations == []
+    assert spec is not None
+    assert spec.context_window == 200_000
+    assert spec.max_output_tokens == 64_000
+    assert spec.thinking is not None and spec.thinking.disable == ThinkingDisable.ALWAYS
+    assert spec.supported_tool_choice_modes == [ToolChoiceMode.AUTO, ToolChoiceMode.SPECIFIC]
+    assert spec.pricing is not None
+    tier = spec.pricing.tiers[0]
+    assert (tier.cache_write_per_mtok, tier.cache_read_per_mtok) == (6.25, 0.5)
+    assert spec.supports_vision is False and spec.supports_parallel_tool_calls is None
+
+
+def test_one_hour_rate_decodes_under_every_accepted_spelling() -> None:
+    # protoc's JSON name, the proto name, and betterproto2's own to_dict spelling
+    # (betterproto2's from_dict cannot read any of them: DESIGN sharp edge).
+    for key in ("cacheWrite1hPerMtok", "cache_write_1h_per_mtok", "cacheWrite1HPerMtok"):
+        tier, violations = decode_json(PricingTier, {key: 10})
+        assert violations == []
+        assert tier is not None and tier.cache_write_1h_per_mtok == 10.0
+    round_trip, violations = decode_json(
+        PricingTier, PricingTier(cache_write_1h_per_mtok=2.5, input_per_mtok=1.0).to_dict()
+    )
+    assert violations == [] and round_trip == PricingTier(
+        cache_write_1h_per_mtok=2.5, input_per_mtok=1.0
+    )
+
+
+def test_decode_request_bytes_struct_oneof_and_float_words() -> None:
+    data = {
+        "modelId": "m",
+        "messages": [
+            {
+                "id": "1",
+                "role": "ROLE_USER",
+                "content": [
+                    {"image": {"data": "aGk=", "mediaType": "image/png"}},
+                    {"toolUse": {"id": "t", "name": "f", "input": {"n": 3, "xs": [1.5, None]}}},
+                ],
+            }
+        ],
+        "params": {"temperature": "Infinity", "maxOutputTokens": 3.0},
+        "cacheBreakpoints": [{"afterTools": {}}, {"afterMessageIndex": "0"}],
+    }
+    request, violations = decode_json(StreamCompletionRequest, data)
+    assert violations == [] and request is not None
+    blocks: list[ContentBlock] = request.messages[0].content
+    assert request.messages[0].role == Role.USER
+    assert blocks[0].image is not None and blocks[0].image.data == b"hi"
+    assert blocks[1].tool_use is not None and blocks[1].tool_use.input is not None
+    assert blocks[1].tool_use.input.fields["n"].number_value == 3.0
+    assert request.params is not None and math.isinf(request.params.temperature or 0.0)
+    assert request.params.max_output_tokens == 3
+    assert request.cache_breakpoints[0].after_tools is not None
+    assert request.cache_breakpoints[0].after_message_index is None
+    assert request.cache_breakpoints[1].after_message_index == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"cacheBreakpoints": [{"afterTools": {}, "afterMessageIndex": 1}]},
+            [("cache_breakpoints[0].after_message_index", "json.oneof_multiple")],
+        ),
+        (
+            {"cacheBreakpoints": [{"afterTools": {"x": 1}}]},
+            [("cache_breakpoints[0].after_tools", "json.invalid")],
+        ),
+        (
+            {"messages": [{"content": [{"image": {"data": "not base64!"}}]}]},
+            [("messages[0].content[0].image.data", "json.invalid")],
+        ),
+        ({"messages": [{"role": "USER"}]}, [("messages[0].role", "json.unknown_enum")]),
+        ({"messages": {"id": "1"}}, [("messages", "json.invalid")]),
+        (
+            {"params": {"maxOutputTokens": 2.5, "temperature": True, "stopSequences": [1]}},
+            [
+                ("params.max_output_tokens", "json.invalid"),
+                ("params.stop_sequences[0]", "json.invalid"),
+                ("params.temperature", "json.invalid"),
+            ],
+        ),
+        (
+            {"tools": [{"name": "f", "inputSchema": ["type"]}]},
+            [("tools[0].input_schema", "json.invalid")],
+        ),
+        ({"model_id": "a", "modelId": "b"}, [("model_id", "json.duplicate_field")]),
+        ({"modelID": "a"}, [("modelID", "json.unknown_field")]),
+    ],
+)
+def test_decode_reports_json_problems(
+    data: dict[str, Any], expected: list[tuple[str, str]]
+) -> None:
+    message, violations = decode_json(StreamCompletionRequest, data)
+    assert message is None
+    assert sorted((v.path, v.rule) for v in violations) == sorted(expected)
+
+
+def test_decode_or_raise_and_bad_message_type() -> None:
+    with pytest.raises(ValidationError) as info:
+        decode_json_or_raise(Pricing, {"currency": 3, "tiers": {}})
+    assert [(v.path, v.rule) for v in info.value.violations] == [
+        ("currency", "json.invalid"),
+        ("tiers", "json.invalid"),
+    ]
+    assert decode_json_or_raise(Pricing, {"currency": "USD"}) == Pricing(currency="USD")
+    with pytest.raises(InvalidValueError):
+        decode_json(dict, {})  # type: ignore[type-var]
+
+
+def test_nan_rate_decodes_and_is_reported_by_pricing_rules() -> None:
+    kind, violations = validate_document(
+        {"currency": "USD", "tiers": [{"inputPerMtok": "NaN", "outputPerMtok": "-Infinity"}]}
+    )
+    assert kind == "Pricing"
+    assert sorted((v.path, v.rule) for v in violations) == [
+        ("tiers[0].input_per_mtok", "pricing.tiers.rate_not_finite"),
+        ("tiers[0].output_per_mtok", "pricing.tiers.rate_not_finite"),
+    ]
+
+
+def test_detect_kind() -> None:
+    assert detect_kind({"models": []}) == "Capabilities"
+    assert detect_kind({"supported_hook_points": []}) == "Capabilities"
+    assert detect_kind({"contextWindow": 1}) == "ModelSpec"
+    assert detect_kind({"tiers": []}) == "Pricing"
+    assert detect_kind({"free": True, "id": "x", "pricing": {}}) == "ModelSpec"
+    assert detect_kind({}) is None
+    assert detect_kind({"hello": 1}) is None
+
+
+# --- load_document -------------------------------------------------------------------------
+
+
+def test_load_valid_model_spec(tmp_path: Path) -> None:
+    assert load_document(write(tmp_path, "spec.json", json.dumps(SPEC_JSON))) == ("ModelSpec", [])
+
+
+def test_load_invalid_model_spec_reports_every_violation(tmp_path: Path) -> None:
+    bad = dict(SPEC_JSON, contextWindow=0, caching={"supported": True})
+    kind, violations = load_document(write(tmp_path, "bad.json", json.dumps(bad)))
+    assert kind == "ModelSpec"
+    assert sorted((v.path, v.rule) for v in violations) == [
+        ("caching", "caching.supported_without_mechanism"),
+        ("context_window", "model.context_window.not_positive"),
+    ]
+    assert [str(v) for v in sorted(violations, key=lambda v: v.path)] == [
+        "caching: caching.supported_without_mechanism: caching.supported=true needs "
+        "explicit_markers or implicit_automatic (or both)",
+        "context_window: model.context_window.not_positive: context_window 0 MUST be > 0 tokens",
+    ]
+
+
+def test_load_pricing_and_capabilities(tmp_path: Path) -> None:
+    pricing = {"currency": "USD", "tiers": [{"inputPerMtok": 3, "outputPerMtok": 15}]}
+    assert load_document(write(tmp_path, "p.json", json.dumps(pricing))) == ("Pricing", [])
+    kind, violations = load_document(
+        write(tmp_path, "p2.json", '{"currency": "EUR", "free": true}')
+    )
+    assert (kind, [(v.path, v.rule) for v in violations]) == (
+        "Pricing",
+        [("currency", "pricing.currency_not_usd")],
+    )
+    caps = {"models": [SPEC_JSON, SPEC_JSON], "protocolVersion": "1.0"}
+    kind, violations = load_document(write(tmp_path, "c.json", json.dumps(caps)))
+    assert (kind, [(v.path, v.rule) for v in violations]) == (
+        "Capabilities",
+        [("models[1].id", "capabilities.models.duplicate_id")],
+    )
+
+
+def test_load_json_level_problems_are_violations(tmp_path: Path) -> None:
+    kind, violations = load_document(write(tmp_path, "u.json", '{"id": "x", "colour": 1}'))
+    assert kind == "ModelSpec"
+    assert [(v.path, v.rule) for v in violations] == [("colour", "json.unknown_field")]
+
+
+@pytest.mark.parametrize(
+    ("content", "rule"),
+    [
+        ("{not json", "file.not_json"),
+        ("", "file.not_json"),
+        ('{"currency": NaN}', "file.not_json"),
+        (b"\xff\xfe{}", "file.not_json"),
+        ("[1, 2]", "document.not_object"),
+        ('"USD"', "document.not_object"),
+        ('{"name": "x"}', "document.unknown_kind"),
+    ],
+)
+def test_load_bad_files_give_one_violation(tmp_path: Path, content: str | bytes, rule: str) -> None:
+    path = write(tmp_path, "x.json", content)
+    kind, violations = load_document(path)
+    assert kind == "unknown"
+    assert [v.rule for v in violations] == [rule]
+    assert errors_only(violations) == violations
+
+
+def test_load_missing_file_and_directory(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.json")
+    kind, violations = load_document(missing)
+    assert (kind, [(v.path, v.rule) for v in violations]) == (
+        "unknown",
+        [(missing, "file.unreadable")],
+    )
+    assert "No such file" in violations[0].message
+    kind, violations = load_document(str(tmp_path))
+    assert (kind, [v.rule for v in violations]) == ("unknown", ["file.unreadable"])
+
+
+def test_load_accepts_utf8_bom(tmp_path: Path) -> None:
+    path = write(tmp_path, "bom.json", "\ufeff" + json.dumps({"currency": "USD", "free": True}))
+    assert load_document(path) == ("Pricing", [])
