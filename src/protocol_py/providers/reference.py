@@ -1,0 +1,795 @@
+"""The built-in offline provider ``reference``: deterministic, no network, every event kind.
+
+It is the embedded default of ``protocol-py serve`` and the provider the test suite runs the
+server adapter against. It declares three models that pass capability validation:
+
+``reference-large``
+    Adaptive thinking with an effort ladder (``low``, ``medium``, ``high``, ``max``; default
+    ``high``) and a CONDITIONAL off switch (``disable_thinking`` accepted at ``low`` and
+    ``medium``); explicit and implicit prompt caching; tool use; prompt-size pricing tiers
+    (below / from 200,000 prompt tokens).
+``reference-medium``
+    A token-budget reasoning control (range 1,024-32,000, no default: it does not reason unless
+    a budget is given; can always be disabled); implicit prompt caching; tool use; time pricing
+    tiers (a price change on 2026-07-01).
+``reference-small``
+    A plain model: no thinking, no caching, no tools, one pricing tier.
+
+Behaviour (all deterministic for a given request and cache state):
+
+* Tokenizer: :func:`tokenize` splits text into runs of word characters, runs of whitespace and
+  single other characters; the tokens concatenate back to the text. The prompt is rendered to
+  text segment by segment (context sections, the tool list, each message; see
+  :func:`prompt_segments`) and its token count is what CountTokens answers (method TOKENIZER)
+  and what ``usage`` reports as the prompt size (``input_tokens + cache_read_tokens +
+  cache_write_tokens``).
+* Prompt caching (caching models only): an in-process cache of prompt prefixes (hash chains
+  over segments, at most 4,096 entries, least recently used evicted). The cacheable prefix is
+  everything up to the furthest cache breakpoint when the model takes explicit markers and the
+  request places some, otherwise every segment but the last message. Tokens of the longest
+  previously seen prefix are reported as ``cache_read_tokens``, the rest of the cacheable
+  prefix as ``cache_write_tokens``, and the remainder as ``input_tokens`` (DESIGN D7).
+* Thinking: ``reference-large`` thinks unless ``disable_thinking`` is true (more sentences at
+  higher effort); ``reference-medium`` thinks only with ``thinking_budget_tokens`` (truncated to
+  the budget). Thinking deltas are followed by a ``thinking_signature``
+  (``b"refsig:" + sha256 hex``). ``usage.reasoning_tokens`` is the thinking token count and
+  ``reasoning_already_counted`` is true (output tokens include it).
+* Tool call trigger: when tools are declared, the model supports tool use, tool choice is not
+  NONE, and the last user message's text contains ``use tool`` (any case) or names a declared
+  tool as a word, or tool choice is ANY/SPECIFIC. The tool is the SPECIFIC one, else the first
+  one named in the text, else the first declared. Its arguments are built from the tool's input
+  schema (each property gets a value of its type; an ``enum`` gets its first value) and are
+  streamed as JSON fragments of 7 characters; the stop reason is TOOL_USE. A last user message
+  carrying a ``tool_result`` is answered with a summary of the result.
+* Stop sequences: the first position in the answer text where any stop sequence starts ends
+  the text just before it, with ``Stop{STOP_SEQUENCE, matched_stop_sequence}`` (no tool call).
+* ``max_output_tokens`` (the request's, else the configured ``max_tokens``, else the model's):
+  thinking and text are cut at the limit with ``Stop{MAX_TOKENS}``; a tool call whose arguments
+  do not fit is not started.
+* Configuration (:data:`CONFIG_SCHEMA`, ``additionalProperties: false`` at every level):
+  ``api_key`` (accepted, never used or shown), ``base_url`` (an ``uri``, reported in stream
+  metadata ``attrs``), ``max_tokens`` (integer cap on output), ``pace_tokens_per_second``
+  (number > 0: sleep between deltas, for demos), and ``simulate_error`` ``{kind,
+  after_events}`` (end every stream with that ModelError after that many events, for testing
+  a kernel's error handling).
+* Render: payload type ``reference.echo`` (the payload as UTF-8 text) and ``reference.repeat``
+  (JSON ``{"text": str, "times": int}``: the text repeated, a test aid for reply sizes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import betterproto2
+
+from protocol_py.provider import JSONValue, Provider, ProviderError
+from protocol_py.structs import dumps, from_struct, to_struct
+from protocol_py.version import PACKAGE_VERSION
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role
+from protocol_py_gen.model.v1 import (
+    BudgetControl,
+    CachingSpec,
+    Capabilities,
+    CountTokensRequest,
+    CountTokensResponse,
+    EffortControl,
+    ErrorKind,
+    ModelError,
+    ModelSpec,
+    Pricing,
+    PricingTier,
+    RenderFormat,
+    RenderRequest,
+    RenderResponse,
+    Stop,
+    StopReason,
+    StreamCompletionRequest,
+    StreamEvent,
+    StreamMetadata,
+    StreamStart,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingDisable,
+    ThinkingReplay,
+    ThinkingSignature,
+    ThinkingSpec,
+    TokenCountMethod,
+    TokenRange,
+    ToolCallDelta,
+    ToolCallDone,
+    ToolCallStart,
+    ToolChoiceMode,
+    ToolDeclaration,
+    Usage,
+)
+
+LARGE: Final = "reference-large"
+MEDIUM: Final = "reference-medium"
+SMALL: Final = "reference-small"
+
+FRAGMENT_CHARS: Final = 7
+"""Size of each streamed tool-argument fragment, in characters."""
+
+TOKENS_PER_DELTA: Final = 3
+"""Tokens per text or thinking delta."""
+
+CACHE_ENTRIES: Final = 4096
+"""Capacity of the in-process prompt-prefix cache (entries, LRU)."""
+
+_TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
+
+CONFIG_SCHEMA: Final[dict[str, Any]] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "reference provider configuration",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "api_key": {
+            "type": "string",
+            "description": "Accepted and ignored (the reference provider needs no credentials); "
+            "a secret-like key, so its value never appears in logs or errors.",
+        },
+        "base_url": {
+            "type": "string",
+            "format": "uri",
+            "description": "Reported in stream metadata attrs; never connected to.",
+        },
+        "max_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Output cap (tokens) when a request sets no max_output_tokens.",
+        },
+        "pace_tokens_per_second": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "Stream at this many tokens per second (demos). Default: no delay.",
+        },
+        "simulate_error": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind"],
+            "properties": {
+                "kind": {
+                    "type": "string",
+                    "enum": [k.name.lower() for k in ErrorKind if k is not ErrorKind.UNSPECIFIED],
+                },
+                "after_events": {"type": "integer", "minimum": 0},
+            },
+            "description": "End every stream with this ModelError after after_events events.",
+        },
+    },
+}
+"""The JSON Schema (draft 2020-12) of the reference provider's Configure config."""
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into the reference tokenizer's tokens.
+
+    Tokens are runs of word characters, runs of whitespace and single other characters; their
+    concatenation is ``text`` exactly.
+    """
+    return _TOKEN_RE.findall(text)
+
+
+def count_text_tokens(text: str) -> int:
+    """Number of reference tokens in ``text``."""
+    return len(_TOKEN_RE.findall(text))
+
+
+def _block_text(block: ContentBlock) -> str:
+    if block.text is not None:
+        return block.text.text
+    if block.tool_use is not None:
+        use = block.tool_use
+        return f"<tool_use {use.id} {use.name} {dumps(from_struct(use.input))}>"
+    if block.tool_result is not None:
+        result = block.tool_result
+        inner = "".join(_block_text(b) for b in result.content)
+        marker = " error" if result.is_error else ""
+        return f"<tool_result {result.tool_use_id}{marker}>{inner}</tool_result>"
+    if block.thinking is not None:
+        return f"<thinking>{block.thinking.text}</thinking>"
+    if block.redacted_thinking is not None:
+        return f"<redacted_thinking {len(block.redacted_thinking.data)} bytes>"
+    if block.image is not None:
+        return f"<image {block.image.media_type} {len(block.image.data)} bytes>"
+    if block.document is not None:
+        return f"<document {block.document.media_type} {len(block.document.data)} bytes>"
+    return ""
+
+
+def _plain_text(blocks: list[ContentBlock]) -> str:
+    return "".join(b.text.text for b in blocks if b.text is not None)
+
+
+def _section_text(section: ContextSection) -> str:
+    body = "".join(_block_text(b) for b in section.content)
+    return f"[context {section.provider}/{section.label}]\n{body}\n"
+
+
+def _tools_text(tools: list[ToolDeclaration]) -> str:
+    lines = [f"{t.name}: {t.description} {dumps(from_struct(t.input_schema))}" for t in tools]
+    return "[tools]\n" + "\n".join(lines) + "\n"
+
+
+def _message_text(message: Message) -> str:
+    role = "assistant" if message.role is Role.ASSISTANT else "user"
+    return f"[{role}]\n" + "".join(_block_text(b) for b in message.content) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSegment:
+    """One cacheable unit of the rendered prompt.
+
+    Attributes:
+        kind: ``"context"``, ``"tools"`` or ``"message"``.
+        index: Index of the section or message (0 for the tool list).
+        text: The rendered text.
+        tokens: Its reference token count.
+    """
+
+    kind: str
+    index: int
+    text: str
+    tokens: int
+
+
+def prompt_segments(
+    messages: list[Message],
+    tools: list[ToolDeclaration],
+    assembled_context: list[ContextSection],
+) -> list[PromptSegment]:
+    """Render a request's input as segments: context sections, the tool list, each message."""
+    segments = [
+        PromptSegment("context", i, text, count_text_tokens(text))
+        for i, text in enumerate(_section_text(s) for s in assembled_context)
+    ]
+    if tools:
+        text = _tools_text(tools)
+        segments.append(PromptSegment("tools", 0, text, count_text_tokens(text)))
+    segments.extend(
+        PromptSegment("message", i, text, count_text_tokens(text))
+        for i, text in enumerate(_message_text(m) for m in messages)
+    )
+    return segments
+
+
+def _tier(
+    input_rate: float,
+    output_rate: float,
+    *,
+    cache_write: float | None = None,
+    cache_read: float | None = None,
+    cache_write_1h: float | None = None,
+    effective_from: str | None = None,
+    effective_until: str | None = None,
+    input_tokens_from: int | None = None,
+    input_tokens_until: int | None = None,
+) -> PricingTier:
+    return PricingTier(
+        input_per_mtok=input_rate,
+        output_per_mtok=output_rate,
+        cache_write_per_mtok=cache_write,
+        cache_read_per_mtok=cache_read,
+        cache_write_1h_per_mtok=cache_write_1h,
+        batch_input_per_mtok=input_rate / 2,
+        batch_output_per_mtok=output_rate / 2,
+        effective_from=effective_from,
+        effective_until=effective_until,
+        input_tokens_from=input_tokens_from,
+        input_tokens_until=input_tokens_until,
+    )
+
+
+def reference_models() -> list[ModelSpec]:
+    """The three ModelSpecs the reference provider declares (see the module docstring)."""
+    all_modes = [
+        ToolChoiceMode.AUTO,
+        ToolChoiceMode.ANY,
+        ToolChoiceMode.NONE,
+        ToolChoiceMode.SPECIFIC,
+    ]
+    large = ModelSpec(
+        id=LARGE,
+        context_window=1_000_000,
+        max_output_tokens=64_000,
+        supports_tool_use=True,
+        supports_vision=True,
+        supports_streaming=True,
+        supports_parallel_tool_calls=False,
+        supports_documents=True,
+        thinking=ThinkingSpec(
+            supported=True,
+            effort=EffortControl(levels=["low", "medium", "high", "max"], default="high"),
+            adaptive_by_default=True,
+            disable=ThinkingDisable.CONDITIONAL,
+            disable_allowed_efforts=["low", "medium"],
+            replay=ThinkingReplay.ALL,
+        ),
+        caching=CachingSpec(supported=True, explicit_markers=True, implicit_automatic=True),
+        pricing=Pricing(
+            currency="USD",
+            tiers=[
+                _tier(
+                    3.0,
+                    15.0,
+                    cache_write=3.75,
+                    cache_read=0.3,
+                    cache_write_1h=6.0,
+                    input_tokens_until=200_000,
+                ),
+                _tier(
+                    6.0,
+                    22.5,
+                    cache_write=7.5,
+                    cache_read=0.6,
+                    cache_write_1h=12.0,
+                    input_tokens_from=200_000,
+                ),
+            ],
+        ),
+        supported_tool_choice_modes=all_modes,
+    )
+    medium = ModelSpec(
+        id=MEDIUM,
+        context_window=200_000,
+        max_output_tokens=32_000,
+        supports_tool_use=True,
+        supports_vision=False,
+        supports_streaming=True,
+        supports_parallel_tool_calls=False,
+        supports_documents=False,
+        thinking=ThinkingSpec(
+            supported=True,
+            budget=BudgetControl(range=TokenRange(min=1024, max=32_000)),
+            adaptive_by_default=False,
+            disable=ThinkingDisable.ALWAYS,
+            replay=ThinkingReplay.TOOL_TURNS,
+        ),
+        caching=CachingSpec(supported=True, implicit_automatic=True),
+        pricing=Pricing(
+            currency="USD",
+            tiers=[
+                _tier(0.8, 4.0, cache_write=1.0, cache_read=0.08, effective_until="2026-07-01"),
+                _tier(0.5, 2.5, cache_write=0.625, cache_read=0.05, effective_from="2026-07-01"),
+            ],
+        ),
+        supported_tool_choice_modes=[ToolChoiceMode.AUTO, ToolChoiceMode.NONE],
+    )
+    small = ModelSpec(
+        id=SMALL,
+        context_window=32_000,
+        max_output_tokens=4_096,
+        supports_tool_use=False,
+        supports_vision=False,
+        supports_streaming=True,
+        supports_documents=False,
+        thinking=ThinkingSpec(supported=False),
+        caching=CachingSpec(supported=False),
+        pricing=Pricing(currency="USD", tiers=[_tier(0.1, 0.4)]),
+    )
+    return [large, medium, small]
+
+
+@dataclass(slots=True)
+class _Config:
+    base_url: str | None = None
+    max_tokens: int | None = None
+    pace: float | None = None
+    error_kind: ErrorKind | None = None
+    error_after: int = 0
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What a completion will emit, computed before streaming."""
+
+    thinking: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    tool: tuple[str, str, str] | None = None  # (id, name, arguments JSON)
+    stop: Stop = field(default_factory=lambda: Stop(reason=StopReason.END_TURN))
+
+
+def _chunks(tokens: list[str], size: int = TOKENS_PER_DELTA) -> Iterator[tuple[str, int]]:
+    for i in range(0, len(tokens), size):
+        part = tokens[i : i + size]
+        yield "".join(part), len(part)
+
+
+def _example_value(schema: Mapping[str, Any], name: str, prompt: str) -> JSONValue:
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    kind = schema.get("type")
+    if kind == "string":
+        return prompt[:40] if prompt else name
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.5
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        items = schema.get("items")
+        return [_example_value(items, name, prompt)] if isinstance(items, Mapping) else []
+    if kind == "object":
+        return _example_object(schema, prompt)
+    return None
+
+
+def _example_object(schema: Mapping[str, Any], prompt: str) -> dict[str, JSONValue]:
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return {}
+    return {
+        str(k): _example_value(v if isinstance(v, Mapping) else {}, str(k), prompt)
+        for k, v in props.items()
+    }
+
+
+def _last_user(messages: list[Message]) -> Message | None:
+    for message in reversed(messages):
+        if message.role is Role.USER:
+            return message
+    return None
+
+
+class ReferenceProvider(Provider):
+    """The offline, deterministic reference provider (see the module docstring for behaviour)."""
+
+    name = "reference"
+    version = PACKAGE_VERSION
+    source = "protocol-py/builtin/reference"
+
+    def __init__(self) -> None:
+        self._config = _Config()
+        self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._requests = 0
+
+    # -- declaration --------------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        """Three models (see the module docstring) and :data:`CONFIG_SCHEMA`; no hook points."""
+        return Capabilities(models=reference_models(), config_schema=to_struct(CONFIG_SCHEMA))
+
+    def config_schema(self) -> Mapping[str, JSONValue]:
+        """:data:`CONFIG_SCHEMA`."""
+        return CONFIG_SCHEMA
+
+    async def configure(self, config: Mapping[str, JSONValue]) -> None:
+        """Apply a config that passed :data:`CONFIG_SCHEMA`; all at once, or not at all."""
+        new = _Config()
+        base_url = config.get("base_url")
+        new.base_url = base_url if isinstance(base_url, str) else None
+        max_tokens = config.get("max_tokens")
+        new.max_tokens = max_tokens if isinstance(max_tokens, int) else None
+        pace = config.get("pace_tokens_per_second")
+        new.pace = float(pace) if isinstance(pace, int | float) else None
+        sim = config.get("simulate_error")
+        if isinstance(sim, Mapping):
+            kind = str(sim.get("kind", "")).upper()
+            if kind not in ErrorKind.__members__ or kind == "UNSPECIFIED":
+                raise ValueError(f"simulate_error.kind: unknown error kind {kind.lower()!r}")
+            new.error_kind = ErrorKind[kind]
+            after = sim.get("after_events", 0)
+            new.error_after = after if isinstance(after, int) else 0
+        self._config = new
+
+    # -- counting -----------------------------------------------------------------------------
+
+    async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
+        """Exact reference-tokenizer count of the rendered prompt (method TOKENIZER)."""
+        segments = prompt_segments(
+            list(request.messages), list(request.tools), list(request.assembled_context)
+        )
+        return CountTokensResponse(
+            input_tokens=sum(s.tokens for s in segments), method=TokenCountMethod.TOKENIZER
+        )
+
+    async def render(self, request: RenderRequest) -> RenderResponse:
+        """Render ``reference.echo`` or ``reference.repeat`` payloads as plain text.
+
+        Raises:
+            ValueError: an unknown payload type or a malformed ``reference.repeat`` payload.
+        """
+        if request.payload_type == "reference.echo":
+            text = request.payload.decode("utf-8", errors="replace")
+        elif request.payload_type == "reference.repeat":
+            try:
+                spec = json.loads(request.payload)
+                text = str(spec["text"]) * int(spec["times"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    'payload: reference.repeat needs JSON {"text": str, "times": int}'
+                ) from exc
+        else:
+            raise ValueError(f"payload_type: unknown payload type {request.payload_type!r}")
+        return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)
+
+    # -- caching ------------------------------------------------------------------------------
+
+    def _cache_usage(
+        self, request: StreamCompletionRequest, spec: ModelSpec, segments: list[PromptSegment]
+    ) -> tuple[int, int]:
+        """Return (cache_read_tokens, cache_write_tokens) and record the cacheable prefix."""
+        if spec.caching is None or not spec.caching.supported or not segments:
+            return 0, 0
+        end = len(segments) - 1 if segments[-1].kind == "message" else len(segments)
+        if spec.caching.explicit_markers and request.cache_breakpoints:
+            end = 0
+            for bp in request.cache_breakpoints:
+                kind, value = betterproto2.which_one_of(bp, "position")
+                if kind == "after_assembled_context":
+                    pos = sum(1 for s in segments if s.kind == "context")
+                elif kind == "after_tools":
+                    pos = sum(1 for s in segments if s.kind in ("context", "tools"))
+                elif kind == "after_message_index" and isinstance(value, int):
+                    pos = next(
+                        (
+                            i + 1
+                            for i, s in enumerate(segments)
+                            if s.kind == "message" and s.index == value
+                        ),
+                        0,
+                    )
+                else:
+                    pos = 0
+                end = max(end, pos)
+        digest = b""
+        read = 0
+        prefix_tokens = 0
+        hit = True
+        for segment in segments[:end]:
+            digest = hashlib.sha256(digest + segment.text.encode("utf-8")).digest()
+            prefix_tokens += segment.tokens
+            key = (spec.id, digest)
+            if hit and key in self._cache:
+                self._cache.move_to_end(key)
+                read = prefix_tokens
+                continue
+            hit = False
+            self._cache[key] = None
+        written = prefix_tokens - read
+        while len(self._cache) > CACHE_ENTRIES:
+            self._cache.popitem(last=False)
+        return read, written
+
+    # -- generation ---------------------------------------------------------------------------
+
+    def _plan(self, request: StreamCompletionRequest, spec: ModelSpec, limit: int) -> _Plan:
+        params = request.params
+        last = _last_user(list(request.messages))
+        blocks = list(last.content) if last is not None else []
+        prompt = _plain_text(blocks).strip()
+        results = [b.tool_result for b in blocks if b.tool_result is not None]
+        plan = _Plan()
+
+        # Thinking.
+        thinking = spec.thinking
+        think_text = ""
+        if thinking is not None and thinking.supported:
+            disabled = params is not None and params.disable_thinking is True
+            words = len(prompt.split())
+            if thinking.effort is not None and not disabled:
+                effort = (params.thinking_effort if params else None) or thinking.effort.default
+                steps = max(1, thinking.effort.levels.index(effort) + 1)
+                lines = [
+                    f"The user wrote {words} words; reasoning at effort {effort}.",
+                    "I should answer directly and deterministically.",
+                    "Check whether a tool is needed or a stop sequence applies.",
+                    "Keep the answer short and restate the request.",
+                ]
+                think_text = " ".join(lines[:steps])
+            elif thinking.budget is not None and not disabled:
+                budget = params.thinking_budget_tokens if params else None
+                if budget is None:
+                    budget = thinking.budget.default
+                if budget:
+                    text = (
+                        f"The user wrote {words} words; reasoning with a budget of "
+                        f"{budget} tokens. I should answer directly and deterministically."
+                    )
+                    think_text = "".join(tokenize(text)[:budget])
+        think_tokens = tokenize(think_text)
+
+        # Tool call decision.
+        tools = list(request.tools)
+        choice = params.tool_choice if params is not None else None
+        mode = choice.mode if choice is not None else ToolChoiceMode.AUTO
+        tool: ToolDeclaration | None = None
+        if tools and spec.supports_tool_use and mode is not ToolChoiceMode.NONE and not results:
+            lowered = prompt.lower()
+            named = [t for t in tools if re.search(rf"\b{re.escape(t.name.lower())}\b", lowered)]
+            if mode is ToolChoiceMode.SPECIFIC and choice is not None:
+                tool = next((t for t in tools if t.name == choice.tool_name), tools[0])
+            elif named:
+                tool = named[0]
+            elif "use tool" in lowered or mode is ToolChoiceMode.ANY:
+                tool = tools[0]
+
+        # Answer text.
+        if results:
+            summary = " ".join(_plain_text(list(r.content)) for r in results).strip()
+            answer = f"The tool returned: {summary[:200]}. That completes the request."
+        elif tool is not None:
+            answer = f"I will call the tool {tool.name} to answer this."
+        else:
+            answer = (
+                f"This is {spec.id}, the offline reference model. You wrote: {prompt} "
+                "Here is a deterministic answer: every word above was counted, and nothing "
+                "was sent over the network."
+            )
+        stops = list(params.stop_sequences) if params is not None else []
+        matched: str | None = None
+        cut = len(answer)
+        for seq in stops:
+            pos = answer.find(seq)
+            if seq and pos != -1 and pos < cut:
+                cut, matched = pos, seq
+        answer = answer[:cut]
+        text_tokens = tokenize(answer)
+
+        # Output limit: thinking first, then text, then the tool call.
+        budget_left = limit
+        if len(think_tokens) > budget_left:
+            plan.thinking = think_tokens[:budget_left]
+            plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
+            return plan
+        plan.thinking = think_tokens
+        budget_left -= len(think_tokens)
+        if len(text_tokens) > budget_left:
+            plan.text = text_tokens[:budget_left]
+            plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
+            return plan
+        plan.text = text_tokens
+        budget_left -= len(text_tokens)
+        if matched is not None:
+            plan.stop = Stop(
+                reason=StopReason.STOP_SEQUENCE, matched_stop_sequence=matched, model_affirmed=True
+            )
+            return plan
+        if tool is not None:
+            args = dumps(_example_object(from_struct(tool.input_schema), prompt))
+            if count_text_tokens(args) > budget_left:
+                plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
+                return plan
+            call_id = (
+                "toolu_ref_"
+                + hashlib.sha256(
+                    (tool.name + args + str(len(request.messages))).encode()
+                ).hexdigest()[:16]
+            )
+            plan.tool = (call_id, tool.name, args)
+            plan.stop = Stop(reason=StopReason.TOOL_USE, model_affirmed=True)
+            return plan
+        plan.stop = Stop(reason=StopReason.END_TURN, model_affirmed=True)
+        return plan
+
+    def _spec(self, model_id: str) -> ModelSpec:
+        for spec in reference_models():
+            if spec.id == model_id:
+                return spec
+        raise ProviderError(
+            ModelError(
+                kind=ErrorKind.NOT_FOUND,
+                message=f"model_id: unknown model {model_id!r}",
+                retryable=False,
+            )
+        )
+
+    async def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        """Stream one deterministic completion (see the module docstring)."""
+        config = self._config
+        spec = self._spec(request.model_id)
+        params = request.params
+        limit = spec.max_output_tokens
+        if params is not None and params.max_output_tokens is not None:
+            limit = params.max_output_tokens
+        elif config.max_tokens is not None:
+            limit = min(limit, config.max_tokens)
+        segments = prompt_segments(
+            list(request.messages), list(request.tools), list(request.assembled_context)
+        )
+        prompt_tokens = sum(s.tokens for s in segments)
+        cache_read, cache_write = self._cache_usage(request, spec, segments)
+        plan = self._plan(request, spec, limit)
+        self._requests += 1
+        request_id = (
+            f"req_ref_{self._requests:06d}_" + hashlib.sha256(bytes(request)).hexdigest()[:12]
+        )
+
+        emitted = 0
+
+        def simulated() -> StreamEvent | None:
+            if config.error_kind is not None and emitted >= config.error_after:
+                return StreamEvent(
+                    error=ModelError(
+                        kind=config.error_kind,
+                        message=f"simulated {config.error_kind.name.lower()} error "
+                        "(reference provider config simulate_error)",
+                        retryable=config.error_kind
+                        in (ErrorKind.RATE_LIMITED, ErrorKind.OVERLOADED, ErrorKind.TRANSIENT),
+                        provider_request_id=request_id,
+                    )
+                )
+            return None
+
+        async def pace(tokens: int) -> None:
+            if config.pace is not None:
+                await asyncio.sleep(tokens / config.pace)
+
+        attrs = {"base_url": config.base_url} if config.base_url else {}
+        events: list[tuple[StreamEvent, int]] = [
+            (StreamEvent(stream_start=StreamStart(provider_request_id=request_id)), 0),
+            (
+                StreamEvent(
+                    metadata=StreamMetadata(
+                        actual_model=spec.id,
+                        live_context_window=spec.context_window,
+                        live_max_output_tokens=limit,
+                        attrs=attrs,
+                    )
+                ),
+                0,
+            ),
+        ]
+        for text, n in _chunks(plan.thinking):
+            events.append((StreamEvent(thinking_delta=ThinkingDelta(text=text)), n))
+        if plan.thinking:
+            signature = (
+                b"refsig:"
+                + hashlib.sha256("".join(plan.thinking).encode()).hexdigest()[:32].encode()
+            )
+            events.append(
+                (StreamEvent(thinking_signature=ThinkingSignature(signature=signature)), 0)
+            )
+        for text, n in _chunks(plan.text):
+            events.append((StreamEvent(text_delta=TextDelta(text=text)), n))
+        tool_tokens = 0
+        if plan.tool is not None:
+            call_id, name, args = plan.tool
+            tool_tokens = count_text_tokens(args)
+            events.append((StreamEvent(tool_call_start=ToolCallStart(id=call_id, name=name)), 0))
+            for i in range(0, len(args), FRAGMENT_CHARS):
+                fragment = args[i : i + FRAGMENT_CHARS]
+                events.append(
+                    (
+                        StreamEvent(
+                            tool_call_delta=ToolCallDelta(id=call_id, arguments_fragment=fragment)
+                        ),
+                        count_text_tokens(fragment),
+                    )
+                )
+            events.append((StreamEvent(tool_call_done=ToolCallDone(id=call_id)), 0))
+        thinking_on = spec.thinking is not None and spec.thinking.supported
+        caching_on = spec.caching is not None and spec.caching.supported
+        usage = Usage(
+            input_tokens=prompt_tokens - cache_read - cache_write,
+            output_tokens=len(plan.thinking) + len(plan.text) + tool_tokens,
+            cache_read_tokens=cache_read if caching_on else None,
+            cache_write_tokens=cache_write if caching_on else None,
+            reasoning_tokens=len(plan.thinking) if thinking_on else None,
+            reasoning_already_counted=True if thinking_on else None,
+        )
+        events.append((StreamEvent(usage=usage), 0))
+        events.append((StreamEvent(stop=plan.stop), 0))
+
+        for event, tokens in events:
+            failure = simulated()
+            if failure is not None:
+                yield failure
+                return
+            if tokens:
+                await pace(tokens)
+            yield event
+            emitted += 1
