@@ -317,7 +317,7 @@ async def test_configure_pace_and_simulated_error() -> None:
     assert len(events) == 4
     assert events[-1].error is not None and events[-1].error.kind is ErrorKind.RATE_LIMITED
     assert events[-1].error.retryable is True
-    with pytest.raises(ValueError, match="simulate_error.kind"):
+    with pytest.raises(ValueError, match=r"simulate_error\.kind"):
         await provider.configure({"simulate_error": {"kind": "unspecified"}})
 
 
