@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -39,6 +40,7 @@ import betterproto2
 from jsonschema import Draft202012Validator
 
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
+from protocol_py.pricing import validate_pricing
 from protocol_py.structs import check_json, from_struct, to_struct
 from protocol_py_gen.common.v1 import HookPoint
 from protocol_py_gen.content.v1 import (
@@ -208,22 +210,30 @@ def _require(value: Any, cls: type[M], what: str) -> M:
 _METASCHEMA = Draft202012Validator(Draft202012Validator.META_SCHEMA)
 
 
+@functools.lru_cache(maxsize=1024)
+def _metaschema_errors(schema_json: str) -> tuple[tuple[str, str], ...]:
+    """(relative path, message) per offending location of one schema, memoised on its JSON text:
+    the same tool declarations arrive with every request of a session."""
+    found: dict[str, str] = {}
+    for err in _METASCHEMA.iter_errors(json.loads(schema_json)):
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        # the metaschema's dynamic references repeat the same error several times
+        found.setdefault(where, err.message)
+    return tuple(found.items())
+
+
 def _schema_violations(schema: Any, path: str, rule: str) -> list[Violation]:
     """Check a JSON Schema against the draft 2020-12 metaschema: one violation per offending
-    location (the metaschema's dynamic references repeat the same error several times)."""
-    out: list[Violation] = []
-    seen: set[str] = set()
-    for err in _METASCHEMA.iter_errors(schema):
-        where = path + "".join(
-            f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
+    location."""
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return [
+        Violation(
+            path + where if where else path,
+            rule,
+            f"not a valid JSON Schema (draft 2020-12): {message}",
         )
-        if where in seen:
-            continue
-        seen.add(where)
-        out.append(
-            Violation(where, rule, f"not a valid JSON Schema (draft 2020-12): {err.message}")
-        )
-    return out
+        for where, message in _metaschema_errors(text)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,9 +438,6 @@ def _validate_caching(caching: CachingSpec, path: str, out: list[Violation]) -> 
 def _pricing_violations(
     pricing: Pricing, *, caching_supported: bool | None, path: str
 ) -> list[Violation]:
-    # Imported lazily: pricing.py is a sibling module that may import this one.
-    from protocol_py.pricing import validate_pricing  # noqa: PLC0415
-
     return list(validate_pricing(pricing, caching_supported=caching_supported, path=path))
 
 
@@ -623,6 +630,7 @@ class _RequestChecker:
         self.caching = spec.caching if spec.caching is not None else CachingSpec()
         self.out = out
         self.tool_use_ids: dict[str, str] = {}
+        self.new_tool_use_ids: list[str] = []
 
     def add(self, path: str, rule: str, message: str, severity: str = "error") -> None:
         self.out.append(
@@ -723,6 +731,7 @@ class _RequestChecker:
                     )
                 else:
                     self.tool_use_ids[tool_use.id] = bpath
+                    self.new_tool_use_ids.append(tool_use.id)
                 if tool_use.name == "":
                     self.add(
                         _join(bpath, "name"),
@@ -767,10 +776,10 @@ class _RequestChecker:
                     "request.message.role_unspecified",
                     "a message MUST NOT carry ROLE_UNSPECIFIED",
                 )
-            before = set(self.tool_use_ids)
             for j, block in enumerate(message.content):
                 self.block(block, f"{mpath}.content[{j}]", "message", earlier_ids)
-            earlier_ids |= set(self.tool_use_ids) - before
+            earlier_ids.update(self.new_tool_use_ids)
+            self.new_tool_use_ids.clear()
 
     def context(self, sections: Sequence[ContextSection]) -> None:
         for i, section in enumerate(sections):
