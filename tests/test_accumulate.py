@@ -248,3 +248,11 @@ def test_random_valid_streams_fold_losslessly(seed: int) -> None:
     assert result.unreplayable_blocks == [
         i for i, b in enumerate(blocks) if b.thinking is not None and not b.thinking.signature
     ]
+
+
+def test_event_with_two_oneof_members_is_an_order_error() -> None:
+    event = StreamEvent(text_delta=TextDelta(text="a"))
+    event.stop = Stop(reason=StopReason.END_TURN)  # betterproto2 keeps both members set
+    with pytest.raises(StreamOrderError) as info:
+        accumulate([text("x"), event])
+    assert (info.value.index, info.value.rule) == (1, "stream.event.multiple")

@@ -13,32 +13,31 @@ every call must be closed before ``stop``. ``metadata`` and ``safety_notice`` ma
 before the terminal event and never close an open block. Rule ids raised as
 :class:`~protocol_py.errors.StreamOrderError` (with the zero-based event index):
 
-=====================================  =========================================================
-``stream.event.empty``                 no oneof member set (or not a StreamEvent)
-``stream.order.after_terminal``        any event after ``stop`` or ``error``
-``stream.order.stream_start_not_first`` ``stream_start`` anywhere but index 0
-``stream.order.content_after_usage``   a content event after ``usage``
-``stream.order.usage_repeated``        a second ``usage``
-``stream.stream_start.empty_id``       ``provider_request_id`` empty
-``stream.text_delta.empty``            an empty text fragment
-``stream.thinking_delta.empty``        an empty thinking fragment
-``stream.thinking_signature.empty``    an empty signature
-``stream.redacted_thinking.empty``     empty redacted data
-``stream.tool_call.empty_id``          ``tool_call_start`` without an id
-``stream.tool_call.empty_name``        ``tool_call_start`` without a tool name
-``stream.tool_call.duplicate_id``      ``tool_call_start`` for an id already opened
-``stream.tool_call.unknown_id``        delta/done for an id never opened
-``stream.tool_call.closed_id``         delta/done for an id already closed
-``stream.tool_call.unclosed``          ``stop`` while a tool call is open
-``stream.usage.negative``              a negative token count
-``stream.usage.cache_write_1h_exceeds`` ``cache_write_1h_tokens`` > ``cache_write_tokens``
-``stream.stop.reason_unspecified``     ``stop`` without a reason
-``stream.stop.reason_unknown``         ``stop`` with a reason outside StopReason
-``stream.stop.matched_stop_sequence_missing``     STOP_SEQUENCE without the matched sequence
-``stream.stop.matched_stop_sequence_unexpected``  a matched sequence with another reason
-``stream.error.kind_unspecified``      ``error`` without a kind
-``stream.error.kind_unknown``          ``error`` with a kind outside ErrorKind
-=====================================  =========================================================
+- ``stream.event.empty``: no oneof member set (or not a StreamEvent)
+- ``stream.event.multiple``: several oneof members set (a second member assigned)
+- ``stream.order.after_terminal``: any event after ``stop`` or ``error``
+- ``stream.order.stream_start_not_first``: ``stream_start`` anywhere but index 0
+- ``stream.order.content_after_usage``: a content event after ``usage``
+- ``stream.order.usage_repeated``: a second ``usage``
+- ``stream.stream_start.empty_id``: ``provider_request_id`` empty
+- ``stream.text_delta.empty``: an empty text fragment
+- ``stream.thinking_delta.empty``: an empty thinking fragment
+- ``stream.thinking_signature.empty``: an empty signature
+- ``stream.redacted_thinking.empty``: empty redacted data
+- ``stream.tool_call.empty_id``: ``tool_call_start`` without an id
+- ``stream.tool_call.empty_name``: ``tool_call_start`` without a tool name
+- ``stream.tool_call.duplicate_id``: ``tool_call_start`` for an id already opened
+- ``stream.tool_call.unknown_id``: delta/done for an id never opened
+- ``stream.tool_call.closed_id``: delta/done for an id already closed
+- ``stream.tool_call.unclosed``: ``stop`` while a tool call is open
+- ``stream.usage.negative``: a negative token count
+- ``stream.usage.cache_write_1h_exceeds``: ``cache_write_1h_tokens`` > ``cache_write_tokens``
+- ``stream.stop.reason_unspecified``: ``stop`` without a reason
+- ``stream.stop.reason_unknown``: ``stop`` with a reason outside StopReason
+- ``stream.stop.matched_stop_sequence_missing``: STOP_SEQUENCE without the matched sequence
+- ``stream.stop.matched_stop_sequence_unexpected``: a matched sequence with another reason
+- ``stream.error.kind_unspecified``: ``error`` without a kind
+- ``stream.error.kind_unknown``: ``error`` with a kind outside ErrorKind
 
 Accumulation: consecutive text deltas form one text block; consecutive thinking deltas form one
 thinking block, closed by ``thinking_signature`` (the signature is assigned, not appended); a
@@ -124,7 +123,10 @@ def _event_member(event: object, index: int) -> tuple[str, Any]:
         raise StreamOrderError(
             index, "stream.event.empty", f"expected a StreamEvent, got {type(event).__name__}"
         )
-    name, value = betterproto2.which_one_of(event, "event")
+    try:
+        name, value = betterproto2.which_one_of(event, "event")
+    except RuntimeError as exc:  # betterproto2 raises it when several members are set
+        raise StreamOrderError(index, "stream.event.multiple", f"event oneof: {exc}") from None
     if not name or value is None:
         raise StreamOrderError(index, "stream.event.empty", "no member of the event oneof is set")
     return name, value
@@ -169,6 +171,10 @@ class StreamOrderChecker:
                 position and ``rule`` one of the ids in the module docstring. The checker's state
                 is unchanged by a rejected event, except that the index still advances.
         """
+        self._check(event)
+
+    def _check(self, event: StreamEvent) -> tuple[str, Any]:
+        """:meth:`check`, returning the event's oneof member name and value."""
         index = self._index
         self._index += 1
         if self._terminated:
@@ -217,6 +223,7 @@ class StreamOrderChecker:
                 )
             self._terminated = True
         # metadata and safety_notice: allowed anywhere before the terminal event.
+        return name, value
 
     def _check_content(self, index: int, name: str, value: Any) -> None:
         if name == "text_delta" and not value.text:
@@ -528,8 +535,7 @@ class StreamAccumulator:
             StreamOrderError: the event breaks a D12 order rule (see the module docstring); the
                 accumulated state is left as it was before the event.
         """
-        self._checker.check(event)
-        name, value = _event_member(event, self._checker.index - 1)
+        name, value = self._checker._check(event)
         if name == "text_delta":
             if not isinstance(self._open, _TextBuilder):
                 self._open = _TextBuilder()
