@@ -618,10 +618,13 @@ class PricingTable:
                 path="pricing.tiers",
                 rule="pricing.no_tiers",
             )
-        slab = bisect_right(self._time_points, at)
-        cell = bisect_right(self._slab_sizes[slab], size) - 1
-        index = self._slab_tiers[slab][cell]
+        index = self._lookup(at, size)
         return index, self.pricing.tiers[index]
+
+    def _lookup(self, at: datetime, size: int) -> int:
+        """The tier index for an already-checked aware time and size >= 0."""
+        slab = bisect_right(self._time_points, at)
+        return self._slab_tiers[slab][bisect_right(self._slab_sizes[slab], size) - 1]
 
     def _rates_of(self, index: int) -> _Rates:
         return self._rates[index]
@@ -799,7 +802,9 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
             vendor_cost=usage.vendor_cost,
             components=components,
         )
-    index, _tier = table.resolve(at, inp + read + write)
+    if not table._slab_tiers:
+        table.resolve(at, inp + read + write)  # raises the typed "no tiers" error
+    index = table._lookup(at, inp + read + write)
     rates = table._rates_of(index)
     write_1h_rate = rates.cache_write_1h if rates.cache_write_1h is not None else rates.cache_write
     write_1h_field = (
