@@ -1,0 +1,232 @@
+"""Codec benchmark: betterproto2 stubs against google's upb classes, in one run.
+
+Two payloads, each encoded and decoded by both implementations:
+
+* a ``text_delta`` StreamEvent (the hot path of a stream);
+* a StreamCompletionRequest with ``--messages`` messages (default 50) of realistic content:
+  user text, assistant thinking with a signature, text and a tool call with Struct input,
+  and the tool result.
+
+The upb classes are compiled from ``proto/`` into a temporary directory with
+``grpc_tools.protoc`` (as the tests do). Before timing, both sides are checked to produce the
+same bytes. Each measurement is the median over ``--repeat`` runs of a timeit loop sized to take
+about 0.2 s; the ratio column is betterproto2 time / upb time (higher = betterproto2 slower).
+
+Usage: ``python benchmarks/codec.py [--messages 50] [--repeat 7]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+import tempfile
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc_tools
+from grpc_tools import protoc
+
+from protocol_py.structs import to_struct
+from protocol_py_gen.content.v1 import (
+    ContentBlock,
+    Message,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from protocol_py_gen.model.v1 import (
+    GenerationParams,
+    StreamCompletionRequest,
+    StreamEvent,
+    TextDelta,
+    ToolDeclaration,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROTO_ROOT = REPO_ROOT / "proto"
+
+
+def compile_upb(out_dir: Path) -> Any:
+    """Compile proto/ to upb classes in ``out_dir``; return the model.v1 types module."""
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    sources = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.rglob("*.proto"))
+    args = ["protoc", f"-I{PROTO_ROOT}", f"-I{well_known}", f"--python_out={out_dir}", *sources]
+    if protoc.main(args) != 0:
+        raise RuntimeError(f"grpc_tools.protoc failed: {' '.join(args)}")
+    sys.path.insert(0, str(out_dir))
+    try:
+        return importlib.import_module("model.v1.types_pb2")
+    finally:
+        sys.path.remove(str(out_dir))
+
+
+def text_delta_event() -> StreamEvent:
+    return StreamEvent(text_delta=TextDelta(text="Hello, world! This is a streamed token."))
+
+
+def completion_request(messages: int) -> StreamCompletionRequest:
+    """A request of ``messages`` messages cycling user text, assistant turn, tool result."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File to read."},
+            "limit": {"type": "integer", "minimum": 1},
+        },
+        "required": ["path"],
+    }
+    history: list[Message] = []
+    for i in range(messages):
+        kind = i % 3
+        if kind == 0:
+            history.append(
+                Message(
+                    role=Role.USER,
+                    id=f"01JDQ{i:021d}",
+                    content=[
+                        ContentBlock(
+                            text=TextBlock(
+                                text=f"Step {i}: please read the config and summarise the "
+                                "settings that affect caching, retries and timeouts."
+                            )
+                        )
+                    ],
+                )
+            )
+        elif kind == 1:
+            history.append(
+                Message(
+                    role=Role.ASSISTANT,
+                    id=f"01JDQ{i:021d}",
+                    produced_by_model_id="claude-opus-5",
+                    produced_by_provider="anthropic",
+                    content=[
+                        ContentBlock(
+                            thinking=ThinkingBlock(
+                                text="The user wants the caching settings; read the file "
+                                "first, then summarise.",
+                                signature=bytes(range(256))[:160],
+                            )
+                        ),
+                        ContentBlock(text=TextBlock(text="I'll read the file.")),
+                        ContentBlock(
+                            tool_use=ToolUseBlock(
+                                id=f"toolu_{i:04d}",
+                                name="read_file",
+                                input=to_struct({"path": f"conf/app-{i}.toml", "limit": 200}),
+                            )
+                        ),
+                    ],
+                )
+            )
+        else:
+            history.append(
+                Message(
+                    role=Role.USER,
+                    id=f"01JDQ{i:021d}",
+                    content=[
+                        ContentBlock(
+                            tool_result=ToolResultBlock(
+                                tool_use_id=f"toolu_{i - 1:04d}",
+                                content=[
+                                    ContentBlock(
+                                        text=TextBlock(
+                                            text="[cache]\nttl = 300\n[retry]\nmax = 3\n"
+                                            "backoff = 0.5\n[http]\ntimeout = 30\n"
+                                        )
+                                    )
+                                ],
+                            )
+                        )
+                    ],
+                )
+            )
+    return StreamCompletionRequest(
+        messages=history,
+        model_id="claude-opus-5",
+        tools=[
+            ToolDeclaration(
+                name="read_file", description="Read a file.", input_schema=to_struct(schema)
+            )
+        ],
+        params=GenerationParams(max_output_tokens=4096, thinking_effort="high"),
+    )
+
+
+def per_op_seconds(func: Callable[[], object], repeat: int) -> float:
+    """Median seconds per call over ``repeat`` timeit runs of ~0.2 s each."""
+    timer = timeit.Timer(func)
+    number, _ = timer.autorange()
+    number = max(1, number)
+    runs = timer.repeat(repeat=repeat, number=number)
+    return statistics.median(runs) / number
+
+
+Row = tuple[str, float, float]
+
+
+def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
+    """Time encode, decode and encode+decode of one payload with both implementations.
+
+    Raises:
+        AssertionError: the two implementations disagree on the payload (checked first; Struct
+            map entries may be ordered differently, so sizes and decoded values are compared).
+    """
+    data = bytes(ours)
+    theirs = upb_cls.FromString(data)
+    upb_data = theirs.SerializeToString()
+    if len(upb_data) != len(data) or type(ours).parse(upb_data) != ours:
+        raise AssertionError(f"{name}: betterproto2 and upb disagree")
+    if type(ours).parse(data) != ours:
+        raise AssertionError(f"{name}: betterproto2 round trip differs")
+    cls = type(ours)
+    rows = [
+        (
+            f"{name} encode",
+            per_op_seconds(lambda: bytes(ours), repeat),
+            per_op_seconds(theirs.SerializeToString, repeat),
+        ),
+        (
+            f"{name} decode",
+            per_op_seconds(lambda: cls.parse(data), repeat),
+            per_op_seconds(lambda: upb_cls.FromString(data), repeat),
+        ),
+        (
+            f"{name} encode+decode",
+            per_op_seconds(lambda: cls.parse(bytes(ours)), repeat),
+            per_op_seconds(lambda: upb_cls.FromString(theirs.SerializeToString()), repeat),
+        ),
+    ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="betterproto2 vs upb codec benchmark")
+    parser.add_argument("--messages", type=int, default=50, help="messages in the request")
+    parser.add_argument("--repeat", type=int, default=7, help="timeit runs per measurement")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="protocol-py-upb-") as out:
+        upb = compile_upb(Path(out))
+        event = text_delta_event()
+        request = completion_request(args.messages)
+        rows = bench_payload("text_delta event", event, upb.StreamEvent, args.repeat)
+        rows += bench_payload(
+            f"request ({args.messages} msgs)", request, upb.StreamCompletionRequest, args.repeat
+        )
+
+    print(f"python {sys.version.split()[0]}; median of {args.repeat} runs per measurement")
+    print(f"text_delta event: {len(bytes(event))} bytes; request: {len(bytes(request))} bytes")
+    print(f"{'operation':<36}{'betterproto2':>14}{'upb':>12}{'ratio':>9}")
+    for label, ours_s, upb_s in rows:
+        print(f"{label:<36}{ours_s * 1e6:>12.2f}us{upb_s * 1e6:>10.2f}us{ours_s / upb_s:>8.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
