@@ -1,0 +1,264 @@
+"""A grpclib client for ModelService: the kernel side of the protocol, for tools and tests.
+
+:class:`ModelClient` connects to ``host:port``, validates the provider's Capabilities
+(:func:`protocol_py.validation.validate_capabilities`), streams raw events
+(:meth:`ModelClient.stream`) or folds a whole completion (:meth:`ModelClient.complete`) into the
+canonical assistant Message with its usage, stop and exact cost: the usage event is priced with
+the tier matching its receipt time and prompt size (:func:`protocol_py.pricing.cost`). Deadlines
+are per call (``timeout`` in seconds); cancelling the awaiting task, or leaving ``stream()``
+early, cancels the RPC, which closes the provider's upstream request.
+
+Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
+``ConnectionError`` when the server cannot be reached); in-band failures arrive as the
+``error`` of a :class:`Completion`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from grpclib.client import Channel
+from grpclib.const import Cardinality
+
+from protocol_py.accumulate import AccumulatedResponse, StreamAccumulator
+from protocol_py.errors import InvalidValueError, ValidationError, errors_only
+from protocol_py.pricing import CostBreakdown, cost
+from protocol_py.structs import to_struct
+from protocol_py.validation import validate_capabilities
+from protocol_py_gen.common.v1 import ProducerRef
+from protocol_py_gen.content.v1 import Message
+from protocol_py_gen.model.v1 import (
+    Capabilities,
+    ConfigureRequest,
+    CountTokensRequest,
+    CountTokensResponse,
+    DescribeRequest,
+    GetCapabilitiesRequest,
+    ModelError,
+    ModelServiceStub,
+    ModelSpec,
+    RenderRequest,
+    RenderResponse,
+    Stop,
+    StreamCompletionRequest,
+    StreamEvent,
+    Usage,
+)
+
+
+def parse_address(address: str, *, default_port: int = 50051) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6; a bare host takes ``default_port``).
+
+    Raises:
+        InvalidValueError: an empty host or a port that is not an integer in 1..65535.
+    """
+    text = address.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise InvalidValueError(f"invalid address {address!r}: empty host", rule="address.host")
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidValueError(
+            f"invalid address {address!r}: port must be an integer in 1..65535",
+            rule="address.port",
+        )
+    return host, int(port_text)
+
+
+@dataclass(slots=True)
+class Completion:
+    """One accumulated completion.
+
+    Attributes:
+        message: The canonical assistant Message (a new ULID as id, DESIGN D16).
+        usage: The usage event, or None.
+        stop: The stop event, or None (a failed or incomplete stream).
+        error: The in-band ModelError, or None.
+        cost: The exact cost of ``usage`` (tier matched at receipt time), or None without
+            usage or without the model's pricing.
+        received_at: When the usage event arrived (UTC), the time the cost was priced at.
+        response: The full accumulation (metadata, safety notices, completeness, ...).
+        events: Number of events received.
+    """
+
+    message: Message
+    usage: Usage | None
+    stop: Stop | None
+    error: ModelError | None
+    cost: CostBreakdown | None
+    received_at: datetime | None
+    response: AccumulatedResponse
+    events: int
+
+
+class ModelClient:
+    """A ModelService client over one HTTP/2 connection (grpclib ``Channel``).
+
+    Use as an async context manager, or call :meth:`close`::
+
+        async with ModelClient.connect("127.0.0.1:50051") as client:
+            caps = await client.get_capabilities()
+            result = await client.complete(request, timeout=30)
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.stub = ModelServiceStub(channel)
+        self._capabilities: Capabilities | None = None
+        self._provider_name: str | None = None
+
+    @classmethod
+    def connect(cls, address: str) -> ModelClient:
+        """A client for ``host:port`` (the connection opens lazily, on the first call).
+
+        Raises:
+            InvalidValueError: a malformed address.
+        """
+        host, port = parse_address(address)
+        return cls(Channel(host, port))
+
+    async def __aenter__(self) -> ModelClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.channel.close()
+
+    async def get_capabilities(self, *, timeout: float | None = None) -> Capabilities:  # noqa: ASYNC109
+        """GetCapabilities, validated (and cached for :meth:`complete`'s pricing).
+
+        Raises:
+            ValidationError: the provider's Capabilities break one or more rules.
+            GRPCError: a transport-level failure.
+        """
+        response = await self.stub.get_capabilities(GetCapabilitiesRequest(), timeout=timeout)
+        caps = response.capabilities or Capabilities()
+        violations = errors_only(validate_capabilities(caps))
+        if violations:
+            raise ValidationError(violations, "provider capabilities")
+        self._capabilities = caps
+        return caps
+
+    async def describe(self, *, timeout: float | None = None) -> ProducerRef:  # noqa: ASYNC109
+        """Describe: the plugin build's identity with its protocol version."""
+        response = await self.stub.describe(DescribeRequest(), timeout=timeout)
+        producer = response.producer or ProducerRef()
+        self._provider_name = producer.name
+        return producer
+
+    async def configure(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Configure with a JSON object (``GRPCError(INVALID_ARGUMENT)`` lists every error)."""
+        await self.stub.configure(ConfigureRequest(config=to_struct(config)), timeout=timeout)
+
+    async def count_tokens(
+        self,
+        request: CountTokensRequest,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> CountTokensResponse:
+        """CountTokens: input tokens and how they were counted."""
+        return await self.stub.count_tokens(request, timeout=timeout)
+
+    async def render(
+        self,
+        request: RenderRequest,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> RenderResponse:
+        """Render one of the plugin's payloads."""
+        return await self.stub.render(request, timeout=timeout)
+
+    async def model_spec(self, model_id: str) -> ModelSpec | None:
+        """The ModelSpec of ``model_id`` from the (cached) Capabilities, or None."""
+        caps = self._capabilities or await self.get_capabilities()
+        return next((m for m in caps.models if m.id == model_id), None)
+
+    async def stream(
+        self,
+        request: StreamCompletionRequest,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> AsyncIterator[StreamEvent]:
+        """StreamCompletion's raw events. Leaving the loop early cancels the RPC.
+
+        Raises:
+            GRPCError: a transport-level failure (DEADLINE_EXCEEDED when ``timeout`` passes).
+            asyncio.TimeoutError: the deadline passed while waiting for an event.
+        """
+        async with self.stub.channel.request(
+            "/model.v1.ModelService/StreamCompletion",
+            Cardinality.UNARY_STREAM,
+            StreamCompletionRequest,
+            StreamEvent,
+            timeout=timeout,
+        ) as call:
+            await call.send_message(request, end=True)
+            async for event in call:
+                yield event
+
+    async def complete(
+        self,
+        request: StreamCompletionRequest,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        message_id: str | None = None,
+    ) -> Completion:
+        """Run one completion and fold it (see :class:`Completion`).
+
+        The cost uses the model's pricing from GetCapabilities (fetched once) and the tier that
+        matches (the usage event's receipt time, its prompt size).
+
+        Raises:
+            StreamOrderError: the server broke the event order (D12).
+            GRPCError / asyncio.TimeoutError: as :meth:`stream`.
+        """
+        spec = await self.model_spec(request.model_id)
+        provider = self._provider_name
+        accumulator = StreamAccumulator(
+            message_id=message_id,
+            produced_by_model_id=request.model_id,
+            produced_by_provider=provider,
+        )
+        received_at: datetime | None = None
+        events = 0
+        async for event in self.stream(request, timeout=timeout):
+            events += 1
+            if event.usage is not None:
+                received_at = datetime.now(UTC)
+            accumulator.feed(event)
+        result = accumulator.result()
+        breakdown: CostBreakdown | None = None
+        if result.usage is not None and spec is not None and spec.pricing is not None:
+            breakdown = cost(spec.pricing, result.usage, received_at or datetime.now(UTC))
+        return Completion(
+            message=result.message,
+            usage=result.usage,
+            stop=result.stop,
+            error=result.error,
+            cost=breakdown,
+            received_at=received_at,
+            response=result,
+            events=events,
+        )
+
+
+__all__ = ["Completion", "ModelClient", "parse_address"]

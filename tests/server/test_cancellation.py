@@ -1,0 +1,232 @@
+"""Case B26: client cancellation and deadlines close the provider's upstream at once, and
+nothing is logged as an error; a handler that swallows cancellation is detected."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import grpclib.server
+import pytest
+from grpclib.client import Channel
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+
+from protocol_py.client import ModelClient
+from protocol_py.providers.reference import ReferenceProvider
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import (
+    ModelServiceBase,
+    StopReason,
+    StreamCompletionRequest,
+    StreamEvent,
+    TextDelta,
+)
+
+from .conftest import load_case, make_request, start_server
+
+PATH = "/model.v1.ModelService/StreamCompletion"
+
+
+class FakeUpstream(ReferenceProvider):
+    """B26's fake upstream: one text_delta every 50 ms forever (or a stall); records closing."""
+
+    def __init__(self, *, stall: bool = False, swallow: bool = False) -> None:
+        super().__init__()
+        self.stall = stall
+        self.swallow = swallow
+        self.upstream_closed = False
+        self.closed_at: float | None = None
+        self.saw: type[BaseException] | None = None
+        self.closed = asyncio.Event()
+
+    async def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        try:
+            if self.stall:
+                await asyncio.sleep(3600)
+            index = 0
+            while True:
+                yield StreamEvent(text_delta=TextDelta(text=f"t{index}"))
+                index += 1
+                await asyncio.sleep(0.05)
+        except BaseException as exc:
+            self.saw = type(exc)
+            if self.swallow and isinstance(exc, asyncio.CancelledError):
+                return  # a badly written provider
+            raise
+        finally:
+            self.upstream_closed = True
+            self.closed_at = time.monotonic()
+            self.closed.set()
+
+
+def error_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def wait_closed(provider: FakeUpstream, limit: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(provider.closed.wait(), timeout=limit + 0.5)
+
+
+async def test_b26_client_cancel(caplog: pytest.LogCaptureFixture) -> None:
+    expected = load_case("B26")["expected"]["client_cancel"]
+    caplog.set_level(logging.DEBUG)
+    provider = FakeUpstream()
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            received = []
+            for _ in range(2):
+                event = await stream.recv_message()
+                assert event is not None and event.text_delta is not None
+                received.append(event.text_delta.text)
+            cancelled_at = time.monotonic()
+            await stream.cancel()
+        await wait_closed(provider, expected["upstream_closed_within_s"])
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert received == expected["client_received"]
+    assert provider.upstream_closed is True
+    assert provider.closed_at is not None
+    assert provider.closed_at - cancelled_at <= expected["upstream_closed_within_s"]
+    assert (provider.saw is asyncio.CancelledError) is expected["handler_saw_CancelledError"]
+    infos = [r.getMessage() for r in caplog.records if r.name == "grpclib.server"]
+    assert any(m.startswith("Request was cancelled") for m in infos), infos
+    assert expected["no_ERROR_logs"] is True
+    assert error_records(caplog) == []
+    outcome = [r.getMessage() for r in caplog.records if r.name == "protocol_py.server"]
+    assert any('"outcome": "cancelled"' in m for m in outcome)
+
+
+async def test_b26_deadline(caplog: pytest.LogCaptureFixture) -> None:
+    expected = load_case("B26")["expected"]["deadline"]
+    caplog.set_level(logging.DEBUG)
+    provider = FakeUpstream(stall=True)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    started = time.monotonic()
+    try:
+        with pytest.raises((asyncio.TimeoutError, GRPCError)) as info:
+            async with channel.request(
+                PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent, timeout=0.3
+            ) as stream:
+                await stream.send_message(make_request(), end=True)
+                await stream.recv_message()
+        await wait_closed(provider, expected["upstream_closed_within_s"])
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    if isinstance(info.value, GRPCError):
+        assert info.value.status is Status.DEADLINE_EXCEEDED
+    assert provider.upstream_closed is True
+    assert provider.closed_at is not None
+    assert provider.closed_at - started <= expected["upstream_closed_within_s"]
+    infos = [r.getMessage() for r in caplog.records if r.name == "grpclib.server"]
+    # "Deadline exceeded" when the server's own deadline fires first; the client's reset can
+    # win the race, which grpclib reports as a cancelled request (both at INFO).
+    assert any(m == "Deadline exceeded" or m.startswith("Request was cancelled") for m in infos)
+    assert expected["no_ERROR_logs"] is True
+    assert error_records(caplog) == []
+
+
+async def test_b26_bad_handler_is_detected(caplog: pytest.LogCaptureFixture) -> None:
+    """A plain grpclib handler that swallows CancelledError makes grpclib log an ERROR: the
+    check used by the tests above would fail on it (the case's verdict)."""
+    expected = load_case("B26")["expected"]["bad_handler"]
+    caplog.set_level(logging.DEBUG)
+
+    class Swallowing(ModelServiceBase):
+        async def stream_completion(
+            self, message: StreamCompletionRequest
+        ) -> AsyncIterator[StreamEvent]:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                return
+            yield StreamEvent()
+
+    server = grpclib.server.Server([Swallowing()])
+    await server.start("127.0.0.1", 0)
+    assert server._server is not None
+    port = server._server.sockets[0].getsockname()[1]
+    channel = Channel("127.0.0.1", port)
+    try:
+        with pytest.raises((asyncio.TimeoutError, GRPCError)):
+            async with channel.request(
+                PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent, timeout=0.3
+            ) as stream:
+                await stream.send_message(make_request(), end=True)
+                await stream.recv_message()
+        await asyncio.sleep(0.3)
+    finally:
+        channel.close()
+        server.close()
+        await server.wait_closed()
+    assert expected["verdict"] == "must FAIL the test"
+    messages = [r.getMessage() for r in error_records(caplog)]
+    assert "Failed to handle cancellation" in messages
+
+
+async def test_adapter_restores_a_swallowed_cancellation(caplog: pytest.LogCaptureFixture) -> None:
+    """The same mistake inside a provider served by the adapter: the adapter re-raises the
+    cancellation, so grpclib logs no error and the upstream is closed."""
+    caplog.set_level(logging.DEBUG)
+    provider = FakeUpstream(stall=True, swallow=True)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        with pytest.raises((asyncio.TimeoutError, GRPCError)):
+            async with channel.request(
+                PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent, timeout=0.3
+            ) as stream:
+                await stream.send_message(make_request(), end=True)
+                await stream.recv_message()
+        await wait_closed(provider, 0.8)
+        await asyncio.sleep(0.1)
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.saw is asyncio.CancelledError
+    assert provider.upstream_closed is True
+    assert error_records(caplog) == []
+
+
+async def test_server_keeps_serving_after_cancellations() -> None:
+    provider = ReferenceProvider()
+    await provider.configure({"pace_tokens_per_second": 100})
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        for _ in range(5):
+            async with channel.request(
+                PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+            ) as stream:
+                await stream.send_message(make_request(), end=True)
+                assert await stream.recv_message() is not None
+                await stream.cancel()
+        for _ in range(100):
+            if running.server._in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert running.server._in_flight == 0
+        await provider.configure({})
+        client = ModelClient.connect(running.address)
+        try:
+            result = await client.complete(make_request(), timeout=10)
+        finally:
+            client.close()
+        assert result.stop is not None and result.stop.reason is StopReason.END_TURN
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
