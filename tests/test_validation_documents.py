@@ -281,3 +281,26 @@ def test_load_missing_file_and_directory(tmp_path: Path) -> None:
 def test_load_accepts_utf8_bom(tmp_path: Path) -> None:
     path = write(tmp_path, "bom.json", "\ufeff" + json.dumps({"currency": "USD", "free": True}))
     assert load_document(path) == ("Pricing", [])
+
+
+def test_non_json_python_values_are_violations_not_exceptions() -> None:
+    kind, violations = validate_document(
+        {
+            "id": {1, 2},
+            "contextWindow": float("nan"),
+            "maxOutputTokens": 1e300,
+            "thinking": {"effort": {"levels": [b"x"]}},
+            3: "three",  # type: ignore[dict-item]
+        }
+    )
+    assert kind == "ModelSpec"
+    assert sorted((v.path, v.rule) for v in violations) == [
+        ("3", "json.unknown_field"),
+        ("context_window", "json.invalid"),
+        ("id", "json.invalid"),
+        ("max_output_tokens", "json.invalid"),
+        ("thinking.effort.levels[0]", "json.invalid"),
+    ]
+    by_path = {v.path: v.message for v in violations}
+    assert "{1, 2}" in by_path["id"]
+    assert "int64 range" in by_path["max_output_tokens"]

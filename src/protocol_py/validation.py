@@ -1134,6 +1134,15 @@ def _keys_of(cls: type[betterproto2.Message]) -> dict[str, str]:
     return keys
 
 
+def _show(value: Any) -> str:
+    """A short rendering of a JSON value for a message (any Python value is tolerated)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _jtype(value: Any) -> str:
     if value is None:
         return "null"
@@ -1156,7 +1165,7 @@ def _json_scalar(kind: str, cls: Any, value: Any, path: str, out: list[Violation
             Violation(
                 path,
                 "json.invalid",
-                f"expected {expected}, got JSON {_jtype(value)} {json.dumps(value)[:60]}",
+                f"expected {expected}, got JSON {_jtype(value)} {_show(value)}",
             )
         )
 
@@ -1495,16 +1504,19 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
     message, violations = decode_json(cls, data)
     if message is None:
         return kind, violations
-    if isinstance(message, Capabilities):
-        return kind, validate_capabilities(message)
-    if isinstance(message, ModelSpec):
-        return kind, validate_model_spec(message)
-    assert isinstance(message, Pricing)
-    out: list[Violation] = []
-    _walk(message, "", out)
-    for v in _pricing_violations(message, caching_supported=None, path=""):
-        out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
-    return kind, out
+    try:
+        if isinstance(message, Capabilities):
+            return kind, validate_capabilities(message)
+        if isinstance(message, ModelSpec):
+            return kind, validate_model_spec(message)
+        assert isinstance(message, Pricing)
+        out: list[Violation] = []
+        _walk(message, "", out)
+        for v in _pricing_violations(message, caching_supported=None, path=""):
+            out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
+        return kind, out
+    except InvalidValueError as exc:  # defensive: a decoded document is well typed
+        return kind, [Violation(exc.path, exc.rule or "json.invalid", str(exc))]
 
 
 def load_document(path: str) -> tuple[str, list[Violation]]:
