@@ -389,3 +389,13 @@ def test_request_against_spec_missing_thinking_treats_it_as_unsupported() -> Non
     assert rules(validate_request(request, spec)) == [
         ("params.thinking_effort", "request.params.thinking_effort.unsupported")
     ]
+
+
+def test_integer_outside_its_proto_range_raises() -> None:
+    with pytest.raises(InvalidValueError) as info:
+        validate_model_spec(make_spec(max_output_tokens=2**63))
+    assert (info.value.path, info.value.rule) == ("max_output_tokens", "value.out_of_range")
+    request = make_request(params=GenerationParams(thinking_budget_tokens=-(2**63) - 1))
+    with pytest.raises(InvalidValueError) as info:
+        validate_request(request, make_spec())
+    assert info.value.path == "params.thinking_budget_tokens"

@@ -304,3 +304,26 @@ def test_non_json_python_values_are_violations_not_exceptions() -> None:
     by_path = {v.path: v.message for v in violations}
     assert "{1, 2}" in by_path["id"]
     assert "int64 range" in by_path["max_output_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("rate", "ok"),
+    [
+        (1.5, True),
+        ("2.5", True),
+        ("1e-3", True),
+        ("NaN", True),  # valid proto3 JSON; the pricing rules then reject it
+        ("nan", False),
+        ("inf", False),
+        (" 1", False),
+        ("1e999", False),
+        (float("inf"), False),
+        ("0x10", False),
+    ],
+)
+def test_double_spellings(rate: object, ok: bool) -> None:
+    tier, violations = decode_json(PricingTier, {"inputPerMtok": rate})
+    assert (tier is not None) == ok
+    assert [(v.path, v.rule) for v in violations] == (
+        [] if ok else [("input_per_mtok", "json.invalid")]
+    )

@@ -67,6 +67,8 @@ from protocol_py_gen.model.v1 import (
 __all__ = [
     "PORTABLE_SCHEMA_KEYWORDS",
     "decode_json",
+    "decode_json_or_raise",
+    "detect_kind",
     "load_document",
     "validate_capabilities",
     "validate_document",
@@ -148,6 +150,13 @@ def _check_scalar(meta: betterproto2.FieldMetadata, cls: Any, value: Any, path: 
     elif kind in _INT_TYPES or kind == "enum":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _type_error(path, "an enum value" if kind == "enum" else "int", value)
+        lo, hi = _INT_RANGES["int32" if kind == "enum" else kind]
+        if not lo <= value <= hi:
+            raise InvalidValueError(
+                f"{path or 'value'}: {int(value)} is outside the {kind} range [{lo}, {hi}]",
+                path=path,
+                rule="value.out_of_range",
+            )
     elif kind in ("double", "float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(path, "float", value)
@@ -1107,6 +1116,8 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
 
 _BASE64_RE = re.compile(r"^[A-Za-z0-9+/\-_]*={0,2}$")
 _INT_STRING_RE = re.compile(r"^-?[0-9]+$")
+_NUMBER_RE = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$")
+_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _json_name(name: str) -> str:
@@ -1195,13 +1206,12 @@ def _json_scalar(kind: str, cls: Any, value: Any, path: str, out: list[Violation
         if isinstance(value, bool):
             bad("a number")
         elif isinstance(value, (int, float)):
-            return
+            if not math.isfinite(value):
+                bad('a finite number (proto3 JSON spells them "NaN", "Infinity", "-Infinity")')
         elif isinstance(value, str):
-            if value in ("NaN", "Infinity", "-Infinity"):
+            if value in _FLOAT_WORDS:
                 return
-            try:
-                float(value)
-            except ValueError:
+            if not _NUMBER_RE.match(value) or not math.isfinite(float(value)):
                 bad("a number")
         else:
             bad("a number")
@@ -1337,9 +1347,6 @@ def _json_message(
                     f"oneof {group} has several members set: {', '.join(members)}",
                 )
             )
-
-
-_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _build_scalar(kind: str, cls: Any, value: Any) -> Any:
