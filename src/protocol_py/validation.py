@@ -334,7 +334,7 @@ def _validate_thinking(thinking: ThinkingSpec, path: str, out: list[Violation]) 
                 )
             seen.add(level)
         default = thinking.effort.default
-        if levels and default not in levels:
+        if default not in levels:
             out.append(
                 Violation(
                     _join(epath, "default"),
