@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from protocol_py_gen.model.v1 import (
     StreamCompletionRequest,
     ThinkingDisable,
     ToolChoiceMode,
+    Usage,
 )
 
 SPEC_JSON: dict[str, Any] = {
@@ -327,3 +329,28 @@ def test_double_spellings(rate: object, ok: bool) -> None:
     assert [(v.path, v.rule) for v in violations] == (
         [] if ok else [("input_per_mtok", "json.invalid")]
     )
+
+
+def test_timestamp_and_duration_fields_decode_to_python_values() -> None:
+    data = {
+        "inputTokens": 412,
+        "outputTokens": "28",
+        "cacheWrite1hTokens": 5,
+        "rateLimits": [
+            {"resetsAt": "2026-01-01T00:00:00Z", "resetsAfter": "1.5s", "usedPercent": 50}
+        ],
+    }
+    usage, violations = decode_json(Usage, data)
+    assert violations == [] and usage is not None
+    assert usage.cache_write_1h_tokens == 5
+    snapshot = usage.rate_limits[0]
+    assert snapshot.resets_at == datetime(2026, 1, 1, tzinfo=UTC)
+    assert snapshot.resets_after == timedelta(seconds=1.5)
+    bad = {"rateLimits": [{"resetsAt": "yesterday", "resetsAfter": 5}]}
+    usage, violations = decode_json(Usage, bad)
+    assert usage is None
+    assert [(v.path, v.rule) for v in violations] == [
+        ("rate_limits[0].resets_at", "json.invalid"),
+        ("rate_limits[0].resets_after", "json.invalid"),
+    ]
+    assert "duration string" in violations[1].message

@@ -1246,10 +1246,17 @@ def _json_scalar(kind: str, cls: Any, value: Any, path: str, out: list[Violation
 def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[Violation]) -> None:
     """Well-known types keep their special JSON mappings."""
     name = cls.__name__
-    expected = {"Struct": Mapping, "ListValue": list, "Empty": Mapping}.get(name)
-    if expected is not None and not isinstance(value, expected):
-        kind = "an object" if expected is Mapping else "an array"
-        out.append(Violation(path, "json.invalid", f"expected {kind}, got JSON {_jtype(value)}"))
+    shapes: dict[str, tuple[type, str]] = {
+        "Struct": (Mapping, "an object"),
+        "Empty": (Mapping, "an object"),
+        "ListValue": (list, "an array"),
+        "Timestamp": (str, 'an RFC 3339 string ("2026-01-01T00:00:00Z")'),
+        "Duration": (str, 'a duration string ("1.5s")'),
+    }
+    if name in shapes and not isinstance(value, shapes[name][0]):
+        out.append(
+            Violation(path, "json.invalid", f"expected {shapes[name][1]}, got JSON {_jtype(value)}")
+        )
         return
     if name == "Empty" and value:
         out.append(Violation(path, "json.invalid", "google.protobuf.Empty is the empty object {}"))
@@ -1334,8 +1341,9 @@ def _json_message(
             items = [(where, value)]
         for item_path, item in items:
             if meta.proto_type == "message":
-                assert field_cls is not None
-                _json_message(field_cls, item, item_path, out)
+                msg_cls = meta.unwrap() if meta.unwrap else field_cls
+                assert msg_cls is not None
+                _json_message(msg_cls, item, item_path, out)
             else:
                 _json_scalar(meta.proto_type, field_cls, item, item_path, out)
     for group, members in groups.items():
@@ -1386,6 +1394,9 @@ def _build(cls: type[M], data: Any) -> M:
         field_cls = meta_all.cls_by_field.get(name)
 
         def one(item: Any, meta: Any = meta, field_cls: Any = field_cls) -> Any:
+            if meta.proto_type == "message" and meta.unwrap:
+                # Timestamp/Duration: betterproto2 holds them as datetime/timedelta
+                return meta.unwrap().from_dict(item).to_wrapped()
             if meta.proto_type == "message":
                 return _build(field_cls, item)
             return _build_scalar(meta.proto_type, field_cls, item)
