@@ -192,7 +192,13 @@ def test_load_stream_event() -> None:
     )
     assert event.usage == Usage(input_tokens=5, cache_write_tokens=4, cache_write_1h_tokens=3)
     assert load_stream_event({"textDelta": {"text": "x"}}) == text("x")
-    for bad in ([], {"bogus": {}}, {"usage": {}, "textDelta": {}}, {"stop": {"reason": "NOPE"}}):
+    bads: list[object] = [
+        [],
+        {"bogus": {}},
+        {"usage": {}, "textDelta": {}},
+        {"stop": {"reason": "X"}},
+    ]
+    for bad in bads:
         with pytest.raises(InvalidValueError):
             load_stream_event(bad)
 
