@@ -156,6 +156,12 @@ def test_every_violation_is_reported_not_only_the_first() -> None:
 def test_validate_pricing_rejects_a_non_pricing_value() -> None:
     (v,) = validate_pricing("nope")  # type: ignore[arg-type]
     assert v.rule == "pricing.not_pricing"
+    pricing = Pricing(currency="USD", tiers=[PricingTier(input_per_mtok=1, output_per_mtok=1)])
+    pricing.tiers.append("tier")  # type: ignore[arg-type]
+    (v,) = validate_pricing(pricing)
+    assert (v.path, v.rule) == ("pricing.tiers[1]", "pricing.not_pricing")
+    with pytest.raises(ValidationError):
+        PricingTable(pricing)
 
 
 def test_spec_worked_example() -> None:

@@ -497,6 +497,14 @@ def validate_pricing(
     all_ok = True
     for i, tier in enumerate(pricing.tiers):
         where = f"{path}.tiers[{i}]"
+        if not isinstance(tier, PricingTier):
+            out.append(
+                Violation(
+                    where, "pricing.not_pricing", f"expected PricingTier, got {type(tier).__name__}"
+                )
+            )
+            all_ok = False
+            continue
         _check_rates(tier, where, caching_supported, out)
         parsed = _tier_bounds(tier, where, out)
         if parsed is None:
