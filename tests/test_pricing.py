@@ -381,3 +381,10 @@ def test_load_pricing_bad_input_is_typed(obj: object) -> None:
 def test_load_usage_bad_input_is_typed(obj: object) -> None:
     with pytest.raises(InvalidValueError):
         load_usage(obj)
+
+
+def test_non_integer_size_bounds_are_violations() -> None:
+    tier = PricingTier(input_per_mtok=1, output_per_mtok=1)
+    tier.input_tokens_until = "5"  # type: ignore[assignment]
+    rules = [v.rule for v in validate_pricing(Pricing(currency="USD", tiers=[tier]))]
+    assert rules == ["pricing.tiers.input_tokens_not_integer"]

@@ -255,7 +255,16 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
         )
     s_from, s_until = tier.input_tokens_from, tier.input_tokens_until
     for name, value in (("input_tokens_from", s_from), ("input_tokens_until", s_until)):
-        if value is not None and value < 0:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            ok = False
+            out.append(
+                Violation(
+                    f"{where}.{name}",
+                    "pricing.tiers.input_tokens_not_integer",
+                    f"{name} must be an integer token count, got {type(value).__name__}",
+                )
+            )
+        elif value is not None and value < 0:
             ok = False
             out.append(
                 Violation(
@@ -264,7 +273,10 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
                     f"{name} {value} is negative (a prompt size is >= 0 tokens)",
                 )
             )
-    if s_from is not None and s_until is not None and not s_from < s_until:
+    typed = all(
+        v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (s_from, s_until)
+    )
+    if typed and s_from is not None and s_until is not None and not s_from < s_until:
         ok = False
         out.append(
             Violation(
