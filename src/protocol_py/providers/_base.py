@@ -1,0 +1,406 @@
+"""The HTTP streaming provider base shared by the OpenAI-compatible and Anthropic providers.
+
+What it does for every completion (spec: "StreamCompletion"; DESIGN D10-D12; cases C08, C11):
+
+1. Looks up the ModelSpec, builds the vendor body (a request the vendor cannot take becomes
+   one INVALID_REQUEST error event) and serializes it prefix-stably.
+2. Sends it with httpx (async, streaming). Until the response headers arrive the start-up
+   deadline applies (``timeouts.startup_deadline_s``, default 120 s): no headers in time ->
+   TRANSIENT error, connection closed.
+3. Non-2xx: classified (:func:`protocol_py.providers._http.error_from_http`). A 429, 503 or 529
+   answered before any event was emitted is retried per :class:`RetryPolicy` (vendor hint or
+   backoff; a hint above ``retry.max_retry_after_s`` is returned at once). The gRPC deadline is
+   never outslept: the server cancels the stream at the deadline and the sleep ends with it.
+4. 2xx: the body is parsed as SSE and translated. Generation must START (a content, stop or
+   error event) before the start-up deadline; after that, every content event resets the
+   no-progress timer (``timeouts.idle_timeout_s``, default 300 s). Keep-alive comments, pings,
+   empty deltas, metadata and usage-only chunks never count as progress. Either timer firing
+   ends the stream with one TRANSIENT error and closes the connection.
+5. Cancellation (the server closes this generator): the upstream response is closed in
+   ``finally``, so the vendor sees the connection drop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import betterproto2
+import httpx
+
+from protocol_py.errors import InvalidValueError
+from protocol_py.provider import JSONValue, Provider
+from protocol_py.providers import _events as ev
+from protocol_py.providers._http import RetryPolicy, error_from_http, transient_error
+from protocol_py.providers._request import dump_body
+from protocol_py.sse import SSEEvent, SSEParser
+from protocol_py.structs import to_struct
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import (
+    Capabilities,
+    ErrorKind,
+    ModelError,
+    ModelSpec,
+    StreamCompletionRequest,
+    StreamEvent,
+)
+
+__all__ = ["HTTPProvider", "Timeouts", "Translator", "common_config_schema"]
+
+
+class Translator(Protocol):
+    """What a vendor stream translator offers (see ``_openai_stream`` / ``_anthropic_stream``)."""
+
+    finished: bool
+
+    def on_event(self, sse: SSEEvent) -> list[StreamEvent]:
+        """Translate one SSE event."""
+
+    def on_eof(self) -> list[StreamEvent]:
+        """The body ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Upstream time limits, in seconds.
+
+    Attributes:
+        startup_deadline_s: Generation must start (first content event) within this time of
+            sending the request; also bounds waiting for the response headers.
+        idle_timeout_s: The longest gap between two content events once generation started.
+        connect_timeout_s: TCP/TLS connect timeout.
+    """
+
+    startup_deadline_s: float = 120.0
+    idle_timeout_s: float = 300.0
+    connect_timeout_s: float = 10.0
+
+
+def common_config_schema(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Configure JSON Schema shared by the vendor providers (additionalProperties false)."""
+    positive = {"type": "number", "exclusiveMinimum": 0}
+    props: dict[str, Any] = {
+        "api_key": {"type": "string", "minLength": 1, "description": "The vendor API key."},
+        "base_url": {"type": "string", "format": "uri", "description": "The API root URL."},
+        "timeouts": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "startup_deadline_s": {**positive, "default": 120},
+                "idle_timeout_s": {**positive, "default": 300},
+                "connect_timeout_s": {**positive, "default": 10},
+            },
+        },
+        "retry": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+                "max_retry_after_s": {"type": "number", "minimum": 0, "default": 60},
+            },
+        },
+    }
+    if extra:
+        props.update(extra)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": props,
+    }
+
+
+class HTTPProvider(Provider, abc.ABC):
+    """Base of the built-in vendor providers: configuration, HTTP, retries, timeouts.
+
+    Subclasses set :attr:`default_base_url`, :attr:`api_key_env`, :attr:`completions_path`,
+    :attr:`models_path` and implement :meth:`build_body`, :meth:`make_translator`,
+    :meth:`auth_headers` and :meth:`catalog`.
+    """
+
+    default_base_url: str = ""
+    api_key_env: str = ""
+    completions_path: str = ""
+    models_path: str = "/models"
+    request_id_header: str = "x-request-id"
+    anthropic_hints: bool = False
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        discover: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.timeouts = timeouts or Timeouts()
+        self.retry = retry or RetryPolicy()
+        self.discover = discover
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
+
+    # -- subclass hooks -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def catalog(self) -> list[ModelSpec]:
+        """The curated ModelSpecs of this vendor."""
+
+    @abc.abstractmethod
+    def build_body(self, request: StreamCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
+        """The vendor request body (raise InvalidValueError for what the vendor cannot take)."""
+
+    @abc.abstractmethod
+    def make_translator(self, headers: Mapping[str, str]) -> Translator:
+        """A fresh stream translator for one response."""
+
+    @abc.abstractmethod
+    def auth_headers(self) -> dict[str, str]:
+        """Authentication and version headers."""
+
+    def extra_config_schema(self) -> dict[str, Any]:
+        """Vendor-specific Configure properties (merged into the common schema)."""
+        return {}
+
+    def apply_extra_config(self, config: Mapping[str, JSONValue]) -> None:
+        """Apply the vendor-specific part of a validated config."""
+
+    # -- Provider API ---------------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        """The catalog (plus discovered models) and the Configure schema."""
+        return Capabilities(
+            models=list(self._models.values()),
+            config_schema=to_struct(self.config_schema()),
+        )
+
+    def config_schema(self) -> dict[str, Any]:
+        """The Configure JSON Schema: api_key, base_url, timeouts, retry, vendor extras."""
+        return common_config_schema(self.extra_config_schema())
+
+    async def configure(self, config: Mapping[str, JSONValue]) -> None:
+        """Apply a schema-valid config; absent keys keep their current values."""
+        if "api_key" in config:
+            self.api_key = str(config["api_key"])
+        if "base_url" in config:
+            self.base_url = str(config["base_url"]).rstrip("/")
+        t = config.get("timeouts")
+        if isinstance(t, dict):
+            self.timeouts = Timeouts(
+                startup_deadline_s=float(
+                    t.get("startup_deadline_s", self.timeouts.startup_deadline_s)
+                ),
+                idle_timeout_s=float(t.get("idle_timeout_s", self.timeouts.idle_timeout_s)),
+                connect_timeout_s=float(
+                    t.get("connect_timeout_s", self.timeouts.connect_timeout_s)
+                ),
+            )
+        r = config.get("retry")
+        if isinstance(r, dict):
+            self.retry = RetryPolicy(
+                max_attempts=int(r.get("max_attempts", self.retry.max_attempts)),
+                max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
+            )
+        self.apply_extra_config(config)
+        await self._reset_client()
+
+    @classmethod
+    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
+        """``protocol-py serve --provider NAME [--base-url URL] [--discover]``; key from env."""
+        return cls(api_key=env.get(cls.api_key_env) or None, base_url=base_url, discover=discover)
+
+    async def start(self) -> None:
+        """With ``--discover``: read GET <base>/models and add unknown ids with safe defaults."""
+        if not self.discover:
+            return
+        from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
+
+        client = self._http()
+        response = await client.get(self.base_url + self.models_path, headers=self.auth_headers())
+        if response.status_code >= 300:
+            err = error_from_http(
+                response.status_code,
+                response.content,
+                response.headers,
+                request_id_header=self.request_id_header,
+            )
+            raise RuntimeError(f"--discover: GET {self.models_path} failed: {err.message}")
+        try:
+            payload = response.json()
+        except ValueError:
+            raise RuntimeError(f"--discover: GET {self.models_path} did not return JSON") from None
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        official = self.base_url == self.default_base_url.rstrip("/")
+        for entry in entries if isinstance(entries, list) else []:
+            model_id = entry.get("id") if isinstance(entry, dict) else None
+            if isinstance(model_id, str) and model_id and model_id not in self._models:
+                self._models[model_id] = discovered_model(
+                    model_id, priced_like=self.catalog() if official else None
+                )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._reset_client()
+
+    def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        """Run one completion upstream (see the module docstring for the full behaviour)."""
+        return self._stream(request)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            timeout = httpx.Timeout(
+                connect=self.timeouts.connect_timeout_s, read=None, write=30.0, pool=30.0
+            )
+            self._client = httpx.AsyncClient(timeout=timeout, transport=self._transport)
+        return self._client
+
+    async def _reset_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def spec_for(self, model_id: str) -> ModelSpec | None:
+        """The ModelSpec served under ``model_id``, or None."""
+        return self._models.get(model_id)
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **self.auth_headers(),
+        }
+
+    async def _stream(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
+        spec = self._models.get(request.model_id)
+        if spec is None:
+            yield ev.error(_invalid(f"model_id: unknown model {request.model_id!r}"))
+            return
+        try:
+            content = dump_body(self.build_body(request, spec))
+        except (InvalidValueError, ValueError) as exc:
+            yield ev.error(_invalid(str(exc)))
+            return
+        client = self._http()
+        url = self.base_url + self.completions_path
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            attempt += 1
+            deadline = loop.time() + self.timeouts.startup_deadline_s
+            http_request = client.build_request(
+                "POST", url, content=content, headers=self._headers()
+            )
+            try:
+                async with asyncio.timeout_at(deadline):
+                    response = await client.send(http_request, stream=True)
+            except TimeoutError:
+                yield ev.error(
+                    transient_error(
+                        f"no response from the upstream within the start-up deadline "
+                        f"({self.timeouts.startup_deadline_s:g} s)"
+                    )
+                )
+                return
+            except httpx.HTTPError as exc:
+                yield ev.error(transient_error(f"upstream request failed: {type(exc).__name__}"))
+                return
+            try:
+                if response.status_code >= 300:
+                    error = await self._read_error(response, deadline)
+                    delay = self.retry.delay(attempt, error)
+                    if delay is not None:
+                        await response.aclose()
+                        await asyncio.sleep(delay)
+                        continue
+                    yield ev.error(error)
+                    return
+                async for event in self._translate(response, deadline):
+                    yield event
+                return
+            finally:
+                await response.aclose()
+
+    async def _read_error(self, response: httpx.Response, deadline: float) -> ModelError:
+        try:
+            async with asyncio.timeout_at(deadline):
+                body = await response.aread()
+        except (TimeoutError, httpx.HTTPError):
+            body = b""
+        return error_from_http(
+            response.status_code,
+            body,
+            response.headers,
+            request_id_header=self.request_id_header,
+            anthropic=self.anthropic_hints,
+        )
+
+    async def _translate(
+        self, response: httpx.Response, startup_deadline: float
+    ) -> AsyncIterator[StreamEvent]:
+        translator = self.make_translator(response.headers)
+        parser = SSEParser()
+        loop = asyncio.get_running_loop()
+        deadline = startup_deadline
+        started = False
+        chunks = response.aiter_bytes().__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                for event in translator.on_eof():
+                    yield event
+                return
+            except TimeoutError:
+                what = (
+                    f"no progress for {self.timeouts.idle_timeout_s:g} s (no-progress timeout)"
+                    if started
+                    else "generation did not start within the start-up deadline "
+                    f"({self.timeouts.startup_deadline_s:g} s)"
+                )
+                for event in _fail(translator, transient_error(f"upstream stalled: {what}")):
+                    yield event
+                return
+            except httpx.HTTPError as exc:
+                events = translator.on_eof()
+                for event in events:
+                    if event.error is not None:
+                        event.error.message += f" (transport: {type(exc).__name__})"
+                    yield event
+                return
+            for sse in parser.feed(chunk):
+                for event in translator.on_event(sse):
+                    if betterproto2.which_one_of(event, "event")[0] in ev.PROGRESS_KINDS:
+                        started = True
+                        deadline = loop.time() + self.timeouts.idle_timeout_s
+                    yield event
+                if translator.finished:
+                    return
+
+
+def _fail(translator: Translator, error: ModelError) -> list[StreamEvent]:
+    """End a translator's stream with ``error`` (nothing when it already ended)."""
+    if translator.finished:
+        return []
+    with contextlib.suppress(AttributeError):
+        translator.finished = True
+    rid = getattr(translator, "request_id", "")
+    if rid and not error.provider_request_id:
+        error.provider_request_id = rid
+    return [ev.error(error)]
+
+
+def _invalid(message: str) -> ModelError:
+    return ModelError(kind=ErrorKind.INVALID_REQUEST, message=message, retryable=False)

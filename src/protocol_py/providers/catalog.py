@@ -1,0 +1,328 @@
+"""Curated ModelSpecs for the built-in vendor providers (spec: "ModelSpec", "Pricing").
+
+Every rate is USD per million tokens. Each vendor's table names its source page and the date
+the figures were taken from it; re-check them before relying on a cost figure (vendors change
+prices without notice). The full table with sources is in ``docs/catalog.md`` of the report.
+
+Sources (read through the project's reference index on 2026-11-29):
+
+- OpenAI: https://developers.openai.com/api/docs/pricing and the model pages
+  ``/api/docs/models/gpt-6.2-sol`` (page text as of 2026-11-05..2026-11-29), GPT-6 Sol/Luna
+  launch pricing of 2026-09-22. Requests with more than 272,000 input tokens pay double input
+  and cache rates and 1.5x output for the whole request (a second prompt-size tier).
+- DeepSeek: https://api-docs.deepseek.com/quick_start/pricing (page checked 2026-11-15).
+  DeepSeek bills peak and off-peak hours differently (off-peak is half). A tier cannot express
+  a daily window, so the PEAK rates are declared: computed cost is an upper bound.
+- Anthropic: https://platform.claude.com/docs/en/about-claude/pricing and the model pages
+  (as of 2026-11-09..2026-11-29). Claude Sonnet 5.5 cache reads dropped from 0.20 to 0.10 on
+  2026-10-07 (a time tier); Claude Haiku 5.5 has a prompt-size tier at 100,000 tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from protocol_py_gen.model.v1 import (
+    BudgetControl,
+    CachingSpec,
+    EffortControl,
+    ModelSpec,
+    Pricing,
+    PricingTier,
+    ThinkingDisable,
+    ThinkingReplay,
+    ThinkingSpec,
+    TokenRange,
+    ToolChoiceMode,
+)
+
+__all__ = [
+    "anthropic_models",
+    "deepseek_models",
+    "discovered_model",
+    "openai_models",
+]
+
+_ALL_CHOICES = [
+    ToolChoiceMode.AUTO,
+    ToolChoiceMode.ANY,
+    ToolChoiceMode.NONE,
+    ToolChoiceMode.SPECIFIC,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rates:
+    """One tier's rates in USD per million tokens."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+    cache_write_1h: float | None = None
+    batch: bool = True
+
+
+def _tier(
+    rates: _Rates,
+    *,
+    since: str | None = None,
+    until: str | None = None,
+    tokens_from: int | None = None,
+    tokens_until: int | None = None,
+) -> PricingTier:
+    return PricingTier(
+        effective_from=since,
+        effective_until=until,
+        input_per_mtok=rates.input,
+        output_per_mtok=rates.output,
+        cache_write_per_mtok=rates.cache_write,
+        cache_read_per_mtok=rates.cache_read,
+        cache_write_1h_per_mtok=rates.cache_write_1h,
+        batch_input_per_mtok=rates.input / 2 if rates.batch else None,
+        batch_output_per_mtok=rates.output / 2 if rates.batch else None,
+        input_tokens_from=tokens_from,
+        input_tokens_until=tokens_until,
+    )
+
+
+def _size_tiers(short: _Rates, long: _Rates, threshold: int) -> list[PricingTier]:
+    return [_tier(short, tokens_until=threshold), _tier(long, tokens_from=threshold)]
+
+
+def _spec(
+    model_id: str,
+    *,
+    context: int,
+    output: int,
+    thinking: ThinkingSpec,
+    caching: CachingSpec,
+    tiers: Sequence[PricingTier],
+    vision: bool = True,
+    documents: bool = False,
+) -> ModelSpec:
+    return ModelSpec(
+        id=model_id,
+        context_window=context,
+        max_output_tokens=output,
+        supports_tool_use=True,
+        supports_vision=vision,
+        supports_streaming=True,
+        supports_parallel_tool_calls=True,
+        thinking=thinking,
+        caching=caching,
+        pricing=Pricing(currency="USD", tiers=list(tiers)),
+        supported_tool_choice_modes=list(_ALL_CHOICES),
+        supports_documents=documents,
+    )
+
+
+# --- OpenAI ----------------------------------------------------------------------------------
+
+_OPENAI_CACHE = CachingSpec(supported=True, implicit_automatic=True)
+
+
+def _openai_thinking(levels: list[str], default: str) -> ThinkingSpec:
+    return ThinkingSpec(
+        supported=True,
+        effort=EffortControl(levels=levels, default=default),
+        adaptive_by_default=True,
+        disable=ThinkingDisable.ALWAYS if "none" in levels else ThinkingDisable.NEVER,
+        replay=ThinkingReplay.OMIT,
+    )
+
+
+def _openai_rates(inp: float, out: float, read: float, write: float) -> list[PricingTier]:
+    return _size_tiers(
+        _Rates(inp, out, write, read),
+        _Rates(inp * 2, out * 1.5, write * 2, read * 2),
+        272_000,
+    )
+
+
+def openai_models() -> list[ModelSpec]:
+    """OpenAI Chat Completions models (context window = the 922,000-token input budget)."""
+    full = ["none", "low", "medium", "high", "xhigh", "max"]
+    no_none = ["low", "medium", "high", "xhigh", "max"]
+    return [
+        _spec(
+            "gpt-6.2-sol",
+            context=922_000,
+            output=128_000,
+            thinking=_openai_thinking(no_none, "medium"),
+            caching=_OPENAI_CACHE,
+            tiers=_openai_rates(2.00, 10.00, 0.10, 2.50),
+            documents=True,
+        ),
+        _spec(
+            "gpt-6-sol",
+            context=922_000,
+            output=128_000,
+            thinking=_openai_thinking(full, "medium"),
+            caching=_OPENAI_CACHE,
+            tiers=_openai_rates(2.00, 10.00, 0.20, 2.50),
+            documents=True,
+        ),
+        _spec(
+            "gpt-6-luna",
+            context=922_000,
+            output=128_000,
+            thinking=_openai_thinking(full, "medium"),
+            caching=_OPENAI_CACHE,
+            tiers=_openai_rates(0.10, 0.50, 0.01, 0.125),
+            documents=True,
+        ),
+    ]
+
+
+# --- DeepSeek --------------------------------------------------------------------------------
+
+_DEEPSEEK_THINKING = ThinkingSpec(
+    supported=True,
+    effort=EffortControl(levels=["high", "max"], default="high"),
+    adaptive_by_default=True,
+    disable=ThinkingDisable.ALWAYS,
+    replay=ThinkingReplay.TOOL_TURNS,
+)
+
+
+def deepseek_models() -> list[ModelSpec]:
+    """DeepSeek models at PEAK rates (see the module docstring)."""
+    cache = CachingSpec(supported=True, implicit_automatic=True)
+    return [
+        _spec(
+            "deepseek-flash",
+            context=1_000_000,
+            output=384_000,
+            thinking=_DEEPSEEK_THINKING,
+            caching=cache,
+            tiers=[_tier(_Rates(0.30, 1.20, 0.30, 0.006, batch=False))],
+            vision=True,
+        ),
+        _spec(
+            "deepseek-v4-pro",
+            context=1_000_000,
+            output=384_000,
+            thinking=_DEEPSEEK_THINKING,
+            caching=cache,
+            tiers=[_tier(_Rates(1.32, 3.96, 1.32, 0.044, batch=False))],
+            vision=False,
+        ),
+    ]
+
+
+# --- Anthropic -------------------------------------------------------------------------------
+
+_ANTHROPIC_CACHE = CachingSpec(supported=True, explicit_markers=True)
+_LADDER = ["low", "medium", "high", "xhigh", "max"]
+
+
+def _adaptive(
+    default: str, disable: ThinkingDisable, allowed: list[str] | None = None
+) -> ThinkingSpec:
+    return ThinkingSpec(
+        supported=True,
+        effort=EffortControl(levels=list(_LADDER), default=default),
+        adaptive_by_default=True,
+        disable=disable,
+        disable_allowed_efforts=allowed or [],
+        replay=ThinkingReplay.ALL,
+    )
+
+
+def anthropic_models() -> list[ModelSpec]:
+    """Anthropic Messages models."""
+    return [
+        _spec(
+            "claude-fable-5-1",
+            context=1_000_000,
+            output=128_000,
+            thinking=_adaptive("high", ThinkingDisable.NEVER),
+            caching=_ANTHROPIC_CACHE,
+            tiers=[_tier(_Rates(10.00, 50.00, 12.50, 0.25, 20.00))],
+            documents=True,
+        ),
+        _spec(
+            "claude-opus-5-5",
+            context=1_000_000,
+            output=128_000,
+            thinking=_adaptive("medium", ThinkingDisable.NEVER),
+            caching=_ANTHROPIC_CACHE,
+            tiers=[_tier(_Rates(4.00, 20.00, 5.00, 0.20, 8.00))],
+            documents=True,
+        ),
+        _spec(
+            "claude-sonnet-5-5",
+            context=1_000_000,
+            output=128_000,
+            thinking=_adaptive("high", ThinkingDisable.NEVER),
+            caching=_ANTHROPIC_CACHE,
+            tiers=[
+                _tier(_Rates(2.00, 10.00, 2.50, 0.20, 4.00), until="2026-10-07"),
+                _tier(_Rates(2.00, 10.00, 2.50, 0.10, 4.00), since="2026-10-07"),
+            ],
+            documents=True,
+        ),
+        _spec(
+            "claude-haiku-5-5",
+            context=1_000_000,
+            output=128_000,
+            thinking=_adaptive("medium", ThinkingDisable.CONDITIONAL, ["low", "medium", "high"]),
+            caching=_ANTHROPIC_CACHE,
+            tiers=_size_tiers(
+                _Rates(0.10, 0.50, 0.125, 0.01, 0.20),
+                _Rates(0.50, 2.50, 0.625, 0.05, 1.00),
+                100_000,
+            ),
+            documents=True,
+        ),
+        _spec(
+            "claude-haiku-4-5",
+            context=200_000,
+            output=64_000,
+            thinking=ThinkingSpec(
+                supported=True,
+                budget=BudgetControl(range=TokenRange(min=1024, max=63_999)),
+                adaptive_by_default=False,
+                disable=ThinkingDisable.ALWAYS,
+                replay=ThinkingReplay.ALL,
+            ),
+            caching=_ANTHROPIC_CACHE,
+            tiers=[_tier(_Rates(1.00, 5.00, 1.25, 0.10, 2.00))],
+            documents=True,
+        ),
+    ]
+
+
+def discovered_model(model_id: str, *, priced_like: Sequence[ModelSpec] | None) -> ModelSpec:
+    """Conservative defaults for a model id the upstream lists but the catalog does not know.
+
+    Context 32,768 and output 4,096 tokens, no tool use, no vision or documents, no reasoning
+    controls, no caching. Pricing: with ``priced_like`` (the vendor's own endpoint), the highest
+    input and output rates of those specs (an upper bound); without it (a self-hosted server
+    such as vLLM or Ollama), ``free``.
+    """
+    tiers = [t for s in priced_like or () if s.pricing is not None for t in s.pricing.tiers]
+    if tiers:
+        top_in = max(t.input_per_mtok for t in tiers)
+        top_out = max(t.output_per_mtok for t in tiers)
+        pricing = Pricing(
+            currency="USD",
+            tiers=[PricingTier(input_per_mtok=top_in, output_per_mtok=top_out)],
+        )
+    else:
+        pricing = Pricing(currency="USD", free=True)
+    return ModelSpec(
+        id=model_id,
+        context_window=32_768,
+        max_output_tokens=4_096,
+        supports_tool_use=False,
+        supports_vision=False,
+        supports_streaming=True,
+        thinking=ThinkingSpec(supported=False, disable=ThinkingDisable.NEVER),
+        caching=CachingSpec(supported=False),
+        pricing=pricing,
+        supported_tool_choice_modes=[],
+        supports_documents=False,
+    )

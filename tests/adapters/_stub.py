@@ -1,0 +1,143 @@
+"""A raw asyncio HTTP/1.1 stub upstream on 127.0.0.1 for the provider tests.
+
+Each queued :class:`Reply` answers one request. Bodies are written chunk by chunk (a float in
+``chunks`` is a pause in seconds); ``forever`` repeats a chunk until the client hangs up;
+``hang`` never sends response headers. The stub records every request (method, path, headers,
+body, arrival time) and when the client closed each connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[bytes | float] = field(default_factory=list)
+    forever: tuple[bytes, float] | None = None
+    hang: bool = False
+    hold: bool = False  # after the chunks, keep the connection open until the client closes
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+    closed_at: float | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+_REASONS = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 529: "Overloaded"}
+
+
+class StubUpstream:
+    """``async with StubUpstream() as stub``: ``stub.url``, ``stub.queue(...)``, ``stub.seen``."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.seen: list[Seen] = []
+        self.url = ""
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closed = asyncio.Event()
+
+    def queue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    async def __aenter__(self) -> StubUpstream:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        await self._server.wait_closed()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.ensure_future(self._handle(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> Seen | None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        return Seen(method, path, headers, body, time.monotonic())
+
+    async def _wait_client_close(self, reader: asyncio.StreamReader, seen: Seen) -> None:
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(1024):
+                pass
+        seen.closed_at = time.monotonic()
+        self.closed.set()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            seen = await self._read_request(reader)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        assert seen is not None
+        self.seen.append(seen)
+        reply = self.replies.popleft() if self.replies else Reply(status=404)
+        watcher = asyncio.ensure_future(self._wait_client_close(reader, seen))
+        try:
+            if reply.hang:
+                await watcher
+                return
+            head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'X')}"]
+            head += [f"{k}: {v}" for k, v in reply.headers.items()]
+            head += ["connection: close", "", ""]
+            writer.write("\r\n".join(head).encode("latin-1"))
+            for chunk in reply.chunks:
+                if isinstance(chunk, float):
+                    await asyncio.sleep(chunk)
+                else:
+                    writer.write(chunk)
+                await writer.drain()
+                if watcher.done():
+                    return
+            if reply.forever is not None:
+                data, interval = reply.forever
+                while not watcher.done():
+                    writer.write(data)
+                    await writer.drain()
+                    await asyncio.sleep(interval)
+                return
+            if reply.hold:
+                await watcher
+                return
+        except ConnectionError:
+            return
+        finally:
+            if not reply.hang and not reply.hold and reply.forever is None:
+                writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watcher, 2)
+            writer.close()
