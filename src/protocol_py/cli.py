@@ -241,8 +241,13 @@ async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
             force.set()  # a second signal: stop waiting for in-flight streams
         stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
+    def handler(signum: int, frame: object) -> None:
+        # A plain signal handler runs before the event loop handles anything else, so no
+        # health Check can be answered SERVING after the signal arrived (case C04).
+        server.mark_draining()
+        loop.call_soon_threadsafe(on_signal)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
             await server.start(host, port)
@@ -270,8 +275,8 @@ async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
         logging.getLogger("protocol_py.server").info("stopped")
         return EXIT_OK
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 # -- client commands ---------------------------------------------------------------------------

@@ -117,6 +117,9 @@ receive limit is 4 MiB; clients expecting larger replies must raise theirs."""
 DEFAULT_GRACE_PERIOD: Final = 10.0
 """Default time in-flight StreamCompletions get to finish on shutdown, in seconds."""
 
+SHUTDOWN_LINGER: Final = 0.25
+"""Seconds connections stay open after the last in-flight stream finished during a drain."""
+
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051
 
@@ -416,6 +419,24 @@ class _RpcRecord:
         log.info(json.dumps({k: v for k, v in line.items() if v is not None}, sort_keys=False))
 
 
+class DrainableStatus(ServiceStatus):
+    """grpclib's ServiceStatus whose value can be flipped from a signal handler.
+
+    :meth:`mark` only assigns the value (safe inside a ``signal.signal`` handler, so a health
+    Check answered after SIGTERM is never SERVING); :meth:`set` then notifies Watch streams.
+    """
+
+    def mark(self, value: bool | None) -> None:
+        """Set the value without notifying watchers (signal-safe)."""
+        self._value = value
+
+    def set(self, value: bool | None) -> None:
+        """Set the value and wake every Watch stream (also after :meth:`mark`)."""
+        super().set(value)
+        for event in self._events:
+            event.set()
+
+
 # -- the service -----------------------------------------------------------------------------
 
 
@@ -450,7 +471,7 @@ class ModelServer(ModelServiceBase):
         self.max_message_size = max_message_size
         self.grace_period = grace_period
         self.descriptor_image = descriptor_image
-        self.health_status = ServiceStatus()
+        self.health_status = DrainableStatus()
         self.draining = False
         self._capabilities: Capabilities | None = None
         self._models: dict[str, ModelSpec] = {}
@@ -538,6 +559,12 @@ class ModelServer(ModelServiceBase):
         host = self.host or DEFAULT_HOST
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
+    def mark_draining(self) -> None:
+        """Flip health to NOT_SERVING and refuse new calls at once; safe to call from a
+        ``signal.signal`` handler. :meth:`shutdown` does the rest."""
+        self.draining = True
+        self.health_status.mark(False)
+
     async def shutdown(self, grace_period: float | None = None) -> None:
         """Drain and stop: NOT_SERVING, stop listening, let in-flight completions finish.
 
@@ -553,8 +580,13 @@ class ModelServer(ModelServiceBase):
         if server is not None and server._server is not None:
             server._server.close()  # stop accepting connections; keep existing ones
         if self._in_flight:
+            started = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout=grace)
+            # Let clients read the last messages and trailers before their connection goes
+            # (a grpclib client fails every stream it has not finished reading on GOAWAY).
+            linger = min(SHUTDOWN_LINGER, max(0.0, grace - (time.monotonic() - started)))
+            await asyncio.sleep(linger)
         if server is not None:
             server.close()  # cancels remaining handlers, including health Watch streams
             await asyncio.sleep(0)
@@ -776,9 +808,19 @@ class ModelServer(ModelServiceBase):
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         self._check_accepting()
-        request = await self._recv(stream, StreamCompletionRequest)
-        handler = functools.partial(self._completion, deadline=stream.deadline)
-        await self._call_rpc_handler_server_stream(handler, stream, request)
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            request = await self._recv(stream, StreamCompletionRequest)
+            handler = functools.partial(self._completion, deadline=stream.deadline)
+            await self._call_rpc_handler_server_stream(handler, stream, request)
+            # Trailers are sent here, not after return, so a draining shutdown that waits for
+            # in-flight streams never closes the connection before the stream's status.
+            await stream.send_trailing_metadata()
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
 
     async def _call_rpc_handler_server_stream(
         self,
@@ -812,8 +854,6 @@ class ModelServer(ModelServiceBase):
             model=request.model_id,
             events=0,
         )
-        self._in_flight += 1
-        self._idle.clear()
         try:
             spec = self._models.get(request.model_id)
             violations = (
@@ -892,9 +932,6 @@ class ModelServer(ModelServiceBase):
             record.outcome = "deadline_exceeded" if expired else "cancelled"
             raise
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
             record.emit()
 
 
