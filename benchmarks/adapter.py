@@ -1,0 +1,159 @@
+"""Adapter throughput: a 20,000-chunk SSE stream through the whole path vs a bare reader.
+
+Paths measured: stub upstream (127.0.0.1, raw asyncio HTTP/1.1) -> httpx -> SSE parser ->
+OpenAI-compatible translator -> provider -> grpclib server (validation, event-order check) ->
+grpclib client. Baseline, in the same run and against the same stub: a bare ``httpx`` streaming
+read through :class:`protocol_py.sse.SSEParser` plus ``json.loads`` of each chunk (what any
+client minimally does). Prints events/s for both and the ratio.
+
+Run: ``/work/venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import httpx
+
+from protocol_py.client import ModelClient
+from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.server import ModelServer
+from protocol_py.sse import SSEParser
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
+from protocol_py_gen.model.v1 import StreamCompletionRequest
+
+
+def build_body(chunks: int) -> bytes:
+    """An OpenAI-compatible stream: ``chunks`` content deltas, finish, usage, [DONE]."""
+    parts: list[bytes] = []
+    head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "gpt-6-sol"}
+    for i in range(chunks):
+        chunk = {**head, "choices": [{"index": 0, "delta": {"content": f"tok{i} "}}]}
+        parts.append(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    parts.append(
+        b"data: "
+        + json.dumps(
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        ).encode()
+        + b"\n\n"
+    )
+    usage = {"prompt_tokens": 10, "completion_tokens": chunks, "total_tokens": chunks + 10}
+    parts.append(b"data: " + json.dumps({**head, "choices": [], "usage": usage}).encode() + b"\n\n")
+    parts.append(b"data: [DONE]\n\n")
+    return b"".join(parts)
+
+
+async def start_stub(body: bytes) -> tuple[asyncio.Server, str]:
+    """A stub upstream answering every request with ``body`` as text/event-stream."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.decode("latin-1").split("\r\n"):
+            if line.lower().startswith("content-length:"):
+                length = int(line.split(":", 1)[1])
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        )
+        step = 16 * 1024
+        for i in range(0, len(body), step):
+            writer.write(body[i : i + step])
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def bare(url: str) -> tuple[int, float]:
+    """Baseline: httpx stream + SSE parser + json.loads per event."""
+    start = time.perf_counter()
+    count = 0
+    async with (
+        httpx.AsyncClient(timeout=None) as client,
+        client.stream("POST", url + "/chat/completions", content=b"{}") as response,
+    ):
+        parser = SSEParser()
+        async for data in response.aiter_bytes():
+            for event in parser.feed(data):
+                if event.data != "[DONE]":
+                    json.loads(event.data)
+                count += 1
+    return count, time.perf_counter() - start
+
+
+def bench_request() -> StreamCompletionRequest:
+    """The benchmark's completion request."""
+    return StreamCompletionRequest(
+        model_id="gpt-6-sol",
+        messages=[
+            Message(role=Role.USER, id="u1", content=[ContentBlock(text=TextBlock(text="go"))])
+        ],
+        call_context=CallContext(session_id="bench", turn_id="t1"),
+    )
+
+
+async def adapter_only(provider: OpenAIProvider) -> tuple[int, float]:
+    """The provider's stream() alone (no gRPC), to attribute the cost."""
+    start = time.perf_counter()
+    count = 0
+    async for _ in provider.stream(bench_request(), CallContext()):
+        count += 1
+    return count, time.perf_counter() - start
+
+
+async def full(client: ModelClient) -> tuple[int, float]:
+    """The whole path: provider behind the grpclib server, read by the grpclib client."""
+    start = time.perf_counter()
+    count = 0
+    async for event in client.stream(bench_request(), timeout=300):
+        count += 1
+        if event.error is not None:
+            raise RuntimeError(event.error.message)
+    return count, time.perf_counter() - start
+
+
+async def main(chunks: int, repeat: int) -> None:
+    """Run both paths ``repeat`` times and print the best events/s of each and the ratio."""
+    body = build_body(chunks)
+    stub, url = await start_stub(body)
+    provider = OpenAIProvider(api_key="bench", base_url=url)
+    server = ModelServer(provider)
+    port = await server.start("127.0.0.1", 0)
+    client = ModelClient.connect(f"127.0.0.1:{port}")
+    try:
+        best_full = best_bare = best_adapter = 0.0
+        for _ in range(repeat):
+            n_bare, t_bare = await bare(url)
+            n_adapter, t_adapter = await adapter_only(provider)
+            n_full, t_full = await full(client)
+            best_bare = max(best_bare, n_bare / t_bare)
+            best_adapter = max(best_adapter, n_adapter / t_adapter)
+            best_full = max(best_full, n_full / t_full)
+        print(f"chunks upstream: {chunks} ({len(body) / 1e6:.1f} MB), repeat {repeat}, best run")
+        print(f"bare httpx + SSE + json.loads : {best_bare:12,.0f} events/s ({n_bare} events)")
+        print(
+            f"adapter stream() only (no gRPC): {best_adapter:11,.0f} events/s ({n_adapter} events)"
+        )
+        print(f"stub->adapter->grpclib->client: {best_full:12,.0f} events/s ({n_full} events)")
+        print(f"ratio adapter-only/bare: {best_adapter / best_bare:.3f}")
+        print(f"ratio full/bare: {best_full / best_bare:.3f}")
+    finally:
+        client.close()
+        await server.shutdown(grace_period=0)
+        stub.close()
+        await stub.wait_closed()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(main(args.chunks, args.repeat))
