@@ -13,10 +13,11 @@ Mapping summary:
 - Content blocks by ``index``: ``text_delta`` -> text, ``thinking_delta`` -> thinking,
   ``signature_delta`` -> the block's signature (assigned, emitted once as thinking_signature at
   ``content_block_stop``), ``redacted_thinking`` -> one redacted_thinking event with ``data``
-  verbatim at ``content_block_start``, ``tool_use``/``server_tool_use`` -> tool_call_start at
+  verbatim at ``content_block_start``, ``tool_use`` -> tool_call_start at
   start, ``input_json_delta.partial_json`` fragments forwarded as received (empty ones
   skipped), tool_call_done at ``content_block_stop``. Other block types (``compaction``,
-  web-search results, citations) have no protocol slot and emit nothing.
+  ``server_tool_use`` and its results, which the vendor executes itself, citations) have no
+  protocol slot and emit nothing.
 - ``ping`` is ignored; ``event: error`` is one terminal error.
 - Usage: ``message_start.usage`` updated field by field by ``message_delta.usage`` (cumulative,
   last value wins). When ``usage.iterations`` is present (server-side compaction) the event
@@ -252,7 +253,7 @@ class AnthropicStreamTranslator:
             data = block.get("data")
             if isinstance(data, str) and data:
                 out.append(ev.redacted(data))
-        elif btype in ("tool_use", "server_tool_use"):
+        elif btype == "tool_use":
             call_id = ev.as_str(block.get("id"))
             name = ev.as_str(block.get("name"))
             if call_id is None or name is None:

@@ -22,6 +22,8 @@ Mapping summary:
 - ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
   ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
+- A ``moderation`` object (OpenAI's moderation option) with a flagged result becomes one
+  ``safety_notice`` (MODERATION) per side; unflagged results produce nothing.
 - End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed.
 
 Usage table (disjoint categories):
@@ -68,6 +70,8 @@ from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
     RateLimitSnapshot,
+    SafetyKind,
+    SafetyNotice,
     Stop,
     StopReason,
     StreamEvent,
@@ -247,6 +251,7 @@ class OpenAIStreamTranslator:
         self._usage: dict[str, Any] | None = None
         self.finished = False
         self._synth = 0
+        self._moderated: set[str] = set()
 
     # -- public ---------------------------------------------------------------------------
 
@@ -286,6 +291,9 @@ class OpenAIStreamTranslator:
             usage = xg.get("usage") if isinstance(xg, dict) else None
         if isinstance(usage, dict):
             self._usage = usage
+        moderation = chunk.get("moderation")
+        if isinstance(moderation, dict):
+            self._moderation(out, moderation)
         choices = chunk.get("choices")
         if isinstance(choices, list):
             for choice in choices:
@@ -383,6 +391,40 @@ class OpenAIStreamTranslator:
             self._choice_stop_reason = choice.get("stop_reason")
             self._close_calls(out)
 
+    def _moderation(self, out: list[StreamEvent], moderation: Mapping[str, Any]) -> None:
+        """A flagged moderation result becomes one safety_notice per side (input, output)."""
+        for side in ("input", "output"):
+            block = moderation.get(side)
+            results = block.get("results") if isinstance(block, dict) else None
+            if not isinstance(results, list) or side in self._moderated:
+                continue
+            flagged = [r for r in results if isinstance(r, dict) and r.get("flagged") is True]
+            if not flagged:
+                continue
+            self._moderated.add(side)
+            categories = sorted(
+                {
+                    name
+                    for r in flagged
+                    if isinstance(r.get("categories"), dict)
+                    for name, hit in r["categories"].items()
+                    if hit is True
+                }
+            )
+            model = ev.as_str(block.get("model")) if isinstance(block, dict) else None
+            attrs = {"side": side, "categories": ",".join(categories)}
+            if model:
+                attrs["model"] = model
+            out.append(
+                StreamEvent(
+                    safety_notice=SafetyNotice(
+                        kind=SafetyKind.MODERATION,
+                        message=f"the vendor's moderation flagged the {side}",
+                        attrs=attrs,
+                    )
+                )
+            )
+
     def _content(self, out: list[StreamEvent], content: object) -> None:
         if isinstance(content, str):
             if content:
@@ -443,12 +485,10 @@ class OpenAIStreamTranslator:
                 call.pending.append(args)
         self._maybe_start(out, call)
 
-    def _maybe_start(self, out: list[StreamEvent], call: _Call, *, force: bool = False) -> None:
+    def _maybe_start(self, out: list[StreamEvent], call: _Call) -> None:
         if call.started or not call.name:
             return
-        if not call.id:
-            if not force:
-                return
+        if not call.id:  # some gateways send no id at all: synthesize a stream-unique one
             self._synth += 1
             call.id = f"call_{call.index}_{self._synth}"
         call.started = True
@@ -459,7 +499,7 @@ class OpenAIStreamTranslator:
 
     def _close(self, out: list[StreamEvent], call: _Call) -> None:
         self._open.pop(call.index, None)
-        self._maybe_start(out, call, force=True)
+        self._maybe_start(out, call)
         if not call.started:
             self._fail(
                 out,
