@@ -8,6 +8,7 @@ from typing import Any
 import betterproto2
 import pytest
 
+from protocol_py.accumulate import accumulate
 from protocol_py.providers._anthropic_stream import map_anthropic_stop
 from protocol_py.providers._openai_stream import map_openai_finish
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
@@ -150,6 +151,12 @@ def test_b04_parameterless_tool_call(variant: str) -> None:
         assert "arguments" not in lines[0]
     events = run_openai(lines)
     assert fold_tool_calls(events) == case["expected"]["canonical_tool_calls"]
+    folded = accumulate(events)
+    (block,) = folded.message.content
+    assert block.tool_use is not None
+    assert (block.tool_use.id, block.tool_use.name) == ("call_1", "get_time")
+    assert block.tool_use.input is not None and block.tool_use.input.fields == {}
+    assert folded.tool_call_errors == {}
     assert "tool_call_delta" not in kinds(events)
     assert "error" not in kinds(events)
     assert_stop(events[-1], case["expected"]["stop"])
@@ -195,6 +202,15 @@ def test_b06_one_signed_thinking_block() -> None:
     assert len(usage_events) == 1
     assert_usage(usage_events[0], next(e["usage"] for e in expected if "usage" in e))
     assert kinds(events).count("thinking_signature") == 1
+    content = accumulate(events).message.content
+    want = case["expected"]["canonical_content"]
+    assert len(content) == len(want) == 2
+    assert content[0].thinking is not None and content[1].text is not None
+    assert (content[0].thinking.text, content[0].thinking.signature) == (
+        want[0]["text"],
+        want[0]["signature"].encode(),
+    )
+    assert content[1].text.text == want[1]["text"]
 
 
 def test_b08_redacted_thinking_position_and_bytes() -> None:
@@ -207,6 +223,9 @@ def test_b08_redacted_thinking_position_and_bytes() -> None:
     tool = case["expected"]["anthropic_replay_content"][2]
     assert fold_tool_calls(events)[0]["arguments"] == tool["input"]
     assert_stop(events[-1], case["expected"]["stop"])
+    content = accumulate(events).message.content
+    types = [betterproto2.which_one_of(b, "block")[0] for b in content]
+    assert types == case["expected"]["canonical_content_types"]
 
 
 def test_b09_truncated_thinking_stream() -> None:
@@ -221,6 +240,12 @@ def test_b09_truncated_thinking_stream() -> None:
     assert err.message == expected[-1]["error"]["kind"]
     assert "stop" not in kinds(events)
     assert "thinking_signature" not in kinds(events)
+    folded = accumulate(events)
+    block = case["expected"]["canonical_thinking_block"]
+    (thinking,) = folded.message.content
+    assert thinking.thinking is not None
+    assert (thinking.thinking.text, thinking.thinking.signature) == (block["text"], b"")
+    assert (0 in folded.unreplayable_blocks) is (not block["replayable"])
 
 
 def test_b10_deepseek_tool_turn_stream() -> None:

@@ -7,9 +7,9 @@ import itertools
 import json
 from typing import Any
 
-import betterproto2
 import pytest
 
+from protocol_py.accumulate import accumulate
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers._anthropic_request import build_anthropic_body
 from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
@@ -208,41 +208,6 @@ def test_cache_breakpoints_ignored_without_explicit_markers() -> None:
 # --- replay from streamed events -----------------------------------------------------------
 
 
-def fold_message(events: list[StreamEvent]) -> Message:
-    """Fold a stream into the assistant Message a kernel would store (test-local fold)."""
-    blocks: list[ContentBlock] = []
-    args: dict[str, list[str]] = {}
-    for event in events:
-        case, value = betterproto2.which_one_of(event, "event")
-        last = betterproto2.which_one_of(blocks[-1], "block") if blocks else ("", None)
-        if case == "text_delta":
-            if last[0] == "text":
-                last[1].text += value.text
-            else:
-                blocks.append(ContentBlock(text=TextBlock(text=value.text)))
-        elif case == "thinking_delta":
-            if last[0] == "thinking" and not last[1].signature:
-                last[1].text += value.text
-            else:
-                blocks.append(ContentBlock(thinking=ThinkingBlock(text=value.text)))
-        elif case == "thinking_signature":
-            assert last[0] == "thinking"
-            last[1].signature = value.signature
-        elif case == "redacted_thinking":
-            blocks.append(ContentBlock(redacted_thinking=RedactedThinkingBlock(data=value.data)))
-        elif case == "tool_call_start":
-            args[value.id] = []
-            blocks.append(ContentBlock(tool_use=ToolUseBlock(id=value.id, name=value.name)))
-        elif case == "tool_call_delta":
-            args[value.id].append(value.arguments_fragment)
-        elif case == "tool_call_done":
-            joined = "".join(args[value.id]) or "{}"
-            for block in blocks:
-                if block.tool_use is not None and block.tool_use.id == value.id:
-                    block.tool_use.input = to_struct(json.loads(joined))
-    return Message(role=Role.ASSISTANT, id="a1", content=blocks)
-
-
 def anthropic_stream(case_id: str) -> list[StreamEvent]:
     lines = load_case(case_id)["input"]["lines"]
     return translate_body("anthropic", 200, {}, lines_to_bytes(lines))
@@ -251,7 +216,7 @@ def anthropic_stream(case_id: str) -> list[StreamEvent]:
 @pytest.mark.parametrize("case_id", ["B06", "B08"])
 def test_anthropic_replay_content_byte_for_byte(case_id: str) -> None:
     case = load_case(case_id)
-    assistant = fold_message(anthropic_stream(case_id))
+    assistant = accumulate(anthropic_stream(case_id)).message
     req = StreamCompletionRequest(
         model_id="claude-x",
         messages=[text(Role.USER, "q", "u1"), assistant, text(Role.USER, "next", "u2")],
@@ -271,7 +236,7 @@ def test_anthropic_replay_content_byte_for_byte(case_id: str) -> None:
 def test_b09_unsigned_thinking_of_interrupted_turn_is_not_replayed() -> None:
     events = anthropic_stream("B09")
     assert kinds(events)[-1] == "error"
-    assistant = fold_message(events)
+    assistant = accumulate(events).message
     assert assistant.content[0].thinking is not None
     assert assistant.content[0].thinking.signature == b""
     req = StreamCompletionRequest(
@@ -294,7 +259,7 @@ def test_b09_unsigned_thinking_of_interrupted_turn_is_not_replayed() -> None:
 def deepseek_history() -> tuple[Message, list[Message]]:
     case = load_case("B10")
     events = translate_body("openai", 200, {}, lines_to_bytes(case["input"]["lines"]))
-    assistant = fold_message(events)
+    assistant = accumulate(events).message
     result = Message(
         role=Role.USER,
         id="u2",

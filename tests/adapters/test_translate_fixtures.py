@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol_py.accumulate import accumulate
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._openai_stream import OpenAIStreamTranslator
 from protocol_py.sse import SSEParser
@@ -34,6 +35,11 @@ def _run(path: Path) -> None:
         fixture_vendor(meta), meta["http"]["status"], meta["http"]["headers"], body
     )
     assert_events(events, meta["expected_events"])
+    folded = accumulate(events)  # raises StreamOrderError on any D12 violation
+    assert folded.complete
+    if fixture_vendor(meta) == "anthropic" and folded.stop is not None:
+        assert folded.unreplayable_blocks == []  # every Anthropic thinking block is signed
+    assert folded.tool_call_errors == {}
 
 
 def test_project_transcripts_present() -> None:
