@@ -210,3 +210,11 @@ def test_unknown_step_is_a_usage_error(repo: Path) -> None:
     result = check(repo, "nonsense")
     assert result.returncode == 2
     assert "invalid choice" in result.stderr
+
+
+def test_generation_failure_fails_drift_and_shows_the_error(repo: Path) -> None:
+    edit(repo / COMMON_PROTO, "string turn_id = 2;", "string turn_id = ;")
+    result = check(repo, "drift")
+    assert result.returncode == 1
+    assert "== drift: FAILED" in result.stdout
+    assert "common/v1/types.proto" in result.stdout

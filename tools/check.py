@@ -46,14 +46,26 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def run(cmd: list[str], cwd: Path) -> bool:
-    """Run one command, echoing it; True when it exited 0 (False also when it is missing)."""
+def run(cmd: list[str], cwd: Path, *, quiet: bool = False) -> bool:
+    """Run one command, echoing it; True when it exited 0 (False also when it is missing).
+
+    With ``quiet`` its output is shown only when it fails.
+    """
     print("+ " + " ".join(cmd), flush=True)
     try:
-        completed = subprocess.run(cmd, cwd=cwd, env=tool_env(), check=False)
+        completed = subprocess.run(
+            cmd,
+            cwd=cwd,
+            env=tool_env(),
+            check=False,
+            capture_output=quiet,
+            text=True,
+        )
     except FileNotFoundError as exc:
         print(f"error: {exc}", flush=True)
         return False
+    if quiet and completed.returncode != 0:
+        print(completed.stdout + completed.stderr, end="", flush=True)
     return completed.returncode == 0
 
 
@@ -75,14 +87,17 @@ def newest_baseline(root: Path) -> Path | None:
 
 
 def step_lint(root: Path) -> bool:
+    """buf lint of the module."""
     return run([buf_executable(), "lint"], root)
 
 
 def step_format(root: Path) -> bool:
+    """buf format: fail, showing the diff, when a proto is not canonically formatted."""
     return run([buf_executable(), "format", "--diff", "--exit-code"], root)
 
 
 def step_breaking(root: Path) -> bool:
+    """buf breaking against the newest committed release image."""
     baseline = newest_baseline(root)
     if baseline is None:
         print(f"error: no {BASELINE_DIR}/protocol-X.Y.binpb release image to compare against")
@@ -121,6 +136,7 @@ def compare_trees(expected: Path, actual: Path) -> list[tuple[str, str]]:
 
 
 def step_drift(root: Path) -> bool:
+    """Regenerate into a scratch copy and name every file under gen/ that differs."""
     with tempfile.TemporaryDirectory(prefix="protocol-py-check-") as scratch:
         copy = Path(scratch)
         for name in GENERATE_INPUTS:
@@ -133,7 +149,7 @@ def step_drift(root: Path) -> bool:
                 print(f"error: {name} is missing")
                 return False
         generator = Path(__file__).resolve().parent / "generate"
-        if not run([sys.executable, str(generator), "--root", str(copy)], root):
+        if not run([sys.executable, str(generator), "--root", str(copy)], root, quiet=True):
             return False
         problems = compare_trees(copy / "gen", root / "gen")
     for rel, what in problems:
@@ -144,10 +160,12 @@ def step_drift(root: Path) -> bool:
 
 
 def step_mypy(root: Path) -> bool:
+    """mypy --strict per pyproject.toml."""
     return run([sys.executable, "-m", "mypy"], root)
 
 
 def step_ruff(root: Path) -> bool:
+    """ruff lint and ruff format check of the repository (both run)."""
     checked = run([sys.executable, "-m", "ruff", "check", "."], root)
     formatted = run([sys.executable, "-m", "ruff", "format", "--check", "."], root)
     return checked and formatted
