@@ -146,6 +146,7 @@ class HTTPProvider(Provider, abc.ABC):
         self.discover = discover
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        self._retired: list[httpx.AsyncClient] = []
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -187,7 +188,10 @@ class HTTPProvider(Provider, abc.ABC):
         return common_config_schema(self.extra_config_schema())
 
     async def configure(self, config: Mapping[str, JSONValue]) -> None:
-        """Apply a schema-valid config; absent keys keep their current values."""
+        """Apply a schema-valid config; absent keys keep their current values.
+
+        Streams already running finish on the previous settings and HTTP client.
+        """
         if "api_key" in config:
             self.api_key = str(config["api_key"])
         if "base_url" in config:
@@ -210,7 +214,10 @@ class HTTPProvider(Provider, abc.ABC):
                 max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
             )
         self.apply_extra_config(config)
-        await self._reset_client()
+        # streams in flight keep the old client; it is closed with the provider (aclose)
+        if self._client is not None:
+            self._retired.append(self._client)
+            self._client = None
 
     @classmethod
     def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
@@ -267,8 +274,10 @@ class HTTPProvider(Provider, abc.ABC):
         return self._client
 
     async def _reset_client(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        clients = [*self._retired, *([self._client] if self._client is not None else [])]
+        self._client = None
+        self._retired = []
+        for client in clients:
             await client.aclose()
 
     def spec_for(self, model_id: str) -> ModelSpec | None:
