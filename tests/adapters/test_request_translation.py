@@ -471,3 +471,26 @@ def test_prefix_stable_serialization(vendor: str) -> None:
         assert shorter.endswith(b"]}")
         assert longer.startswith(shorter[:-2])
         assert len(longer) > len(shorter)
+
+
+def test_foreign_provider_thinking_is_not_replayed_to_anthropic() -> None:
+    foreign = Message(
+        role=Role.ASSISTANT,
+        id="a",
+        produced_by_provider="deepseek",
+        content=[
+            ContentBlock(thinking=ThinkingBlock(text="t", signature=b"S")),
+            ContentBlock(redacted_thinking=RedactedThinkingBlock(data=b"R")),
+            ContentBlock(text=TextBlock(text="answer")),
+        ],
+    )
+    req = StreamCompletionRequest(model_id="m", messages=[text(Role.USER, "x"), foreign])
+    assert build_anthropic_body(req, spec("m"))["messages"][1]["content"] == [
+        {"type": "text", "text": "answer"}
+    ]
+    foreign.produced_by_provider = "anthropic"
+    assert [b["type"] for b in build_anthropic_body(req, spec("m"))["messages"][1]["content"]] == [
+        "thinking",
+        "redacted_thinking",
+        "text",
+    ]

@@ -15,7 +15,8 @@ Content mapping:
 - thinking -> ``thinking`` with ``signature`` = the stored bytes decoded as UTF-8, replayed
   byte-for-byte and in order with ``redacted_thinking`` (``data`` verbatim), never merged. A
   thinking block without a signature (a turn cut short, B09) is never sent; an assistant turn
-  left empty by that is omitted. ThinkingSpec.replay OMIT drops all thinking blocks.
+  left empty by that is omitted. ThinkingSpec.replay OMIT drops all thinking blocks, and so
+  does an assistant message produced by another provider (its signatures cannot verify here).
 - cache_breakpoints -> ``cache_control: {"type": "ephemeral"}`` on the last system block, the
   last tool, or the last block of the targeted message; only when the model declares
   ``caching.explicit_markers`` (otherwise ignored).
@@ -122,7 +123,7 @@ def _block(block: ContentBlock, where: str, replay: ThinkingReplay) -> dict[str,
 
 
 def _messages(
-    messages: list[Message], replay: ThinkingReplay, cache: CacheTargets
+    messages: list[Message], replay: ThinkingReplay, cache: CacheTargets, provider: str
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
@@ -130,10 +131,13 @@ def _messages(
         if message.role not in (Role.USER, Role.ASSISTANT):
             raise InvalidValueError(f"{path}.role: unspecified (rule adapter.message.role)")
         role = "user" if message.role == Role.USER else "assistant"
+        foreign = bool(message.produced_by_provider) and message.produced_by_provider != provider
+        # another provider's signatures cannot be verified here: its reasoning is not replayed
+        message_replay = ThinkingReplay.OMIT if foreign else replay
         blocks = [
             b
             for j, block in enumerate(message.content)
-            if (b := _block(block, f"{path}.content[{j}]", replay)) is not None
+            if (b := _block(block, f"{path}.content[{j}]", message_replay)) is not None
         ]
         if not blocks:
             continue  # e.g. an interrupted turn holding only unsigned thinking (B09)
@@ -178,8 +182,16 @@ def _replay(spec: ModelSpec) -> ThinkingReplay:
     return ThinkingReplay.ALL if replay == ThinkingReplay.UNSPECIFIED else replay
 
 
-def build_anthropic_body(request: StreamCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
+def build_anthropic_body(
+    request: StreamCompletionRequest, spec: ModelSpec, *, provider: str = "anthropic"
+) -> dict[str, Any]:
     """Build the Messages API body for ``request`` against the model ``spec``.
+
+    Args:
+        request: The validated request.
+        spec: The ModelSpec it was validated against (replay rule, caching axes, max output).
+        provider: This provider's name: thinking of assistant messages whose
+            ``produced_by_provider`` names another provider is not replayed.
 
     Returns:
         An insertion-ordered dict with ``messages`` last.
@@ -229,7 +241,7 @@ def build_anthropic_body(request: StreamCompletionRequest, spec: ModelSpec) -> d
     if system:
         body["system"] = system
     merge_provider_options(body, request)
-    body["messages"] = _messages(list(request.messages), _replay(spec), cache)
+    body["messages"] = _messages(list(request.messages), _replay(spec), cache, provider)
     return body
 
 

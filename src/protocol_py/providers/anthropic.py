@@ -67,7 +67,7 @@ class AnthropicProvider(HTTPProvider):
 
     def build_body(self, request: StreamCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
         """Messages body (see :mod:`protocol_py.providers._anthropic_request`)."""
-        return build_anthropic_body(request, spec)
+        return build_anthropic_body(request, spec, provider=self.name)
 
     def make_translator(self, headers: Mapping[str, str]) -> Translator:
         """An Anthropic stream translator."""

@@ -1,21 +1,56 @@
 """Curated ModelSpecs for the built-in vendor providers (spec: "ModelSpec", "Pricing").
 
-Every rate is USD per million tokens. Each vendor's table names its source page and the date
-the figures were taken from it; re-check them before relying on a cost figure (vendors change
-prices without notice). The full table with sources is in ``docs/catalog.md`` of the report.
+Rates are USD per million tokens (input / output / cache write 5 min / cache write 1 h / cache
+read; batch = 50 % of input and output where the vendor offers it). Each row names its source
+page and the date the figure was read from it (through the project's reference index; the
+page's own date where it shows one). Re-check before relying on a cost: vendors change prices
+without notice, and a later price becomes a new tier with ``effective_from``.
 
-Sources (read through the project's reference index on 2026-11-29):
+OpenAI (Chat Completions). Context window = the 922,000-token input budget, max output 128,000.
+Above 272,000 prompt tokens the whole request pays 2x input and cache rates and 1.5x output (a
+second prompt-size tier). Effort ladder ``none < low < medium < high < xhigh < max`` (default
+medium); gpt-6.2-sol rejects ``none`` (so reasoning cannot be turned off).
 
-- OpenAI: https://developers.openai.com/api/docs/pricing and the model pages
-  ``/api/docs/models/gpt-6.2-sol`` (page text as of 2026-11-05..2026-11-29), GPT-6 Sol/Luna
-  launch pricing of 2026-09-22. Requests with more than 272,000 input tokens pay double input
-  and cache rates and 1.5x output for the whole request (a second prompt-size tier).
-- DeepSeek: https://api-docs.deepseek.com/quick_start/pricing (page checked 2026-11-15).
-  DeepSeek bills peak and off-peak hours differently (off-peak is half). A tier cannot express
-  a daily window, so the PEAK rates are declared: computed cost is an upper bound.
-- Anthropic: https://platform.claude.com/docs/en/about-claude/pricing and the model pages
-  (as of 2026-11-09..2026-11-29). Claude Sonnet 5.5 cache reads dropped from 0.20 to 0.10 on
-  2026-10-07 (a time tier); Claude Haiku 5.5 has a prompt-size tier at 100,000 tokens.
+================  =====  ======  ======  ====  ======  ===================================
+model             input  output  cw 5m   cw1h  read    source, date read
+================  =====  ======  ======  ====  ======  ===================================
+gpt-6.2-sol       2.00   10.00   2.50    -     0.10    developers.openai.com/api/docs/models/
+                                                       gpt-6.2-sol, 2026-11-29
+gpt-6-sol         2.00   10.00   2.50    -     0.20    developers.openai.com/api/docs/pricing
+                                                       (launch 2026-09-22), 2026-11-29
+gpt-6-luna        0.10   0.50    0.125   -     0.01    same page, 2026-11-29
+================  =====  ======  ======  ====  ======  ===================================
+
+DeepSeek (``https://api-docs.deepseek.com/quick_start/pricing``, page checked 2026-11-15).
+Context 1,000,000, max output 384,000; thinking on by default, switchable off; reasoning must be
+replayed on tool-calling turns (THINKING_REPLAY_TOOL_TURNS). DeepSeek bills peak hours at twice
+the off-peak rate; a tier cannot express a daily window, so the PEAK rates are declared and the
+computed cost is an upper bound. Cache writes carry no premium (billed as cache-miss input).
+
+================  =====  ======  ======  ====  ======
+model             input  output  cw      cw1h  read
+================  =====  ======  ======  ====  ======
+deepseek-flash    0.30   1.20    0.30    -     0.006
+deepseek-v4-pro   1.32   3.96    1.32    -     0.044
+================  =====  ======  ======  ====  ======
+
+Anthropic (``https://platform.claude.com/docs/en/about-claude/pricing`` and the model pages,
+read 2026-11-29; effort guide ``/docs/en/build-with-claude/effort``). 5.x models: context
+1,000,000, max output 128,000, adaptive thinking with effort ``low < medium < high < xhigh <
+max``; Fable 5.1, Opus 5.5 and Sonnet 5.5 cannot switch thinking off through
+``thinking.type = disabled`` (declared NEVER), Haiku 5.5 can at effort high or lower.
+
+=================  =====  ======  =====  =====  =====  ==========================================
+model              input  output  cw 5m  cw 1h  read   note
+=================  =====  ======  =====  =====  =====  ==========================================
+claude-fable-5-1   10.00  50.00   12.50  20.00  0.25
+claude-opus-5-5    4.00   20.00   5.00   8.00   0.20   default effort medium
+claude-sonnet-5-5  2.00   10.00   2.50   4.00   0.20   read 0.10 from 2026-10-07 (time tier)
+claude-haiku-5-5   0.10   0.50    0.125  0.20   0.01   prompts >= 100,000 tokens: 0.50 / 2.50 /
+                                                       0.625 / 1.00 / 0.05 (size tier)
+claude-haiku-4-5   1.00   5.00    1.25   2.00   0.10   200K context, 64K output, budget thinking
+                                                       1,024..63,999 tokens
+=================  =====  ======  =====  =====  =====  ==========================================
 """
 
 from __future__ import annotations
