@@ -282,6 +282,21 @@ def validate_config(schema: Mapping[str, Any], config: Mapping[str, Any]) -> lis
     return [_describe_schema_error(e) for e in errors]
 
 
+def loose_objects(schema: Any, path: str = "#") -> list[str]:
+    """JSON Pointer fragments of every object-typed subschema of ``schema`` that does not set
+    ``additionalProperties: false`` (a misspelt key would then validate and be dropped)."""
+    found: list[str] = []
+    if isinstance(schema, Mapping):
+        if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+            found.append(path)
+        for key, value in schema.items():
+            found.extend(loose_objects(value, f"{path}/{key}"))
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            found.extend(loose_objects(value, f"{path}/{index}"))
+    return found
+
+
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     """Copy ``config`` with the value of every secret-like key (:data:`SECRET_KEY_RE`) replaced
     by ``"***"``, at any depth."""
@@ -513,6 +528,14 @@ class ModelServer(ModelServiceBase):
         if schema is None and caps.config_schema is not None:
             schema = from_struct(caps.config_schema)
         self._schema = schema
+        loose = loose_objects(schema) if schema is not None else []
+        if loose:
+            log.warning(
+                "config schema of provider %s allows unknown keys at %s; set "
+                "additionalProperties: false so misspelt keys are rejected",
+                self.provider.name,
+                ", ".join(loose),
+            )
 
     def services(self) -> list[Any]:
         """The grpclib services to serve: this one, health, and reflection when available."""

@@ -18,8 +18,15 @@ from grpclib.exceptions import GRPCError
 from protocol_py.client import ModelClient
 from protocol_py.errors import ValidationError
 from protocol_py.provider import Provider, ProviderError
-from protocol_py.providers.reference import ReferenceProvider
-from protocol_py.server import ModelServer, classify_exception, parse_size, redact, validate_config
+from protocol_py.providers.reference import CONFIG_SCHEMA, ReferenceProvider
+from protocol_py.server import (
+    ModelServer,
+    classify_exception,
+    loose_objects,
+    parse_size,
+    redact,
+    validate_config,
+)
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Capabilities,
@@ -378,6 +385,19 @@ async def test_c12_integer_reaches_provider_as_int() -> None:
         await running.server.shutdown(grace_period=0)
     assert seen == [{"max_tokens": 1024}]
     assert type(seen[0]["max_tokens"]) is int
+
+
+def test_loose_config_schema_is_reported() -> None:
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "a": {"type": "object"},
+            "b": {"type": "object", "additionalProperties": True},
+        },
+    }
+    assert loose_objects(schema) == ["#/properties/a", "#/properties/b"]
+    assert loose_objects(CONFIG_SCHEMA) == []
 
 
 def test_validate_config_and_redact_helpers() -> None:
