@@ -61,6 +61,7 @@ class SSEParser:
     __slots__ = (
         "_bom_checked",
         "_buf",
+        "_clean",
         "_data",
         "_event",
         "_has_data",
@@ -71,6 +72,7 @@ class SSEParser:
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self._clean = 0
         self._bom_checked = False
         self._pending_cr = False
         self._data: list[str] = []
@@ -109,9 +111,16 @@ class SSEParser:
             if buf[:1] == b"\n":
                 start = 1
         n = len(buf)
+        # The bytes kept from the previous call hold no terminator: search only the new ones,
+        # and each later search runs once per terminator found (linear time overall).
+        clean = max(start, self._clean)
+        cr = buf.find(b"\r", clean)
+        lf = buf.find(b"\n", clean)
         while start < n:
-            cr = buf.find(b"\r", start)
-            lf = buf.find(b"\n", start)
+            if cr != -1 and cr < start:
+                cr = buf.find(b"\r", start)
+            if lf != -1 and lf < start:
+                lf = buf.find(b"\n", start)
             if cr < 0 and lf < 0:
                 break
             if cr < 0 or (0 <= lf < cr):
@@ -126,11 +135,13 @@ class SSEParser:
             self._line(bytes(buf[start:end]), out)
             start = nxt
         del buf[:start]
+        self._clean = len(buf)
         return out
 
     def close(self) -> list[SSEEvent]:
         """Signal end of stream. An unterminated block is discarded (WHATWG); returns []."""
         self._buf.clear()
+        self._clean = 0
         self._reset_block()
         return []
 
