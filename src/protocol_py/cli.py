@@ -474,13 +474,29 @@ def _pricing_summary(spec: Any) -> str:
     return text
 
 
+_JSON_NAME_FIXES = {
+    "cacheWrite1HPerMtok": "cacheWrite1hPerMtok",
+    "cacheWrite1HTokens": "cacheWrite1hTokens",
+}
+
+
+def proto_json(value: Any) -> Any:
+    """betterproto2 0.10's ``to_dict`` with the proto3-JSON names of the ``*_1h_*`` fields
+    corrected (it writes ``cacheWrite1HPerMtok`` where protoc says ``cacheWrite1hPerMtok``)."""
+    if isinstance(value, dict):
+        return {_JSON_NAME_FIXES.get(k, k): proto_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [proto_json(v) for v in value]
+    return value
+
+
 def cmd_capabilities(args: argparse.Namespace) -> int:
     """``capabilities``: a table of models (thinking, caching, pricing now), or ``--json``."""
     caps: Capabilities = _run_client(
         lambda client: client.get_capabilities(timeout=30), args.server
     )
     if args.json:
-        print(json.dumps(caps.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(proto_json(caps.to_dict()), indent=2, ensure_ascii=False))
         return EXIT_OK
     rows = [("MODEL", "CONTEXT", "MAX OUT", "THINKING", "CACHING", "PRICING (USD)")]
     rows.extend(

@@ -224,6 +224,7 @@ def test_chat_capabilities_describe_against_console_script(cli_server: Subproces
     assert "$3 in / $15 out / $0.3 cache read per Mtok" in rows[1]
     assert rows[3].startswith("reference-small") and "  no  " in rows[3]
     as_json = run_cli("capabilities", "--server", cli_server.address, "--json")
+    assert '"cacheWrite1hPerMtok": 6' in as_json.stdout  # the protoc JSON name
     assert [m["id"] for m in json.loads(as_json.stdout)["models"]] == [
         "reference-large",
         "reference-medium",
