@@ -230,3 +230,36 @@ async def test_server_keeps_serving_after_cancellations() -> None:
     finally:
         channel.close()
         await running.server.shutdown(grace_period=0)
+
+
+async def test_client_leaving_stream_early_cancels_upstream() -> None:
+    provider = FakeUpstream()
+    running = await start_server(provider)
+    client = ModelClient.connect(running.address)
+    try:
+        received = []
+        async with contextlib.aclosing(client.stream(make_request())) as events:
+            async for event in events:
+                assert event.text_delta is not None
+                received.append(event.text_delta.text)
+                if len(received) == 3:
+                    break
+        await wait_closed(provider, 1.0)
+        assert received == ["t0", "t1", "t2"]
+        assert provider.saw is asyncio.CancelledError
+        # a client deadline on complete(): the stalled upstream is closed too
+        stalled = FakeUpstream(stall=True)
+        other = await start_server(stalled)
+        other_client = ModelClient.connect(other.address)
+        try:
+            with pytest.raises((asyncio.TimeoutError, GRPCError)):
+                await other_client.complete(make_request(), timeout=0.3)
+            await wait_closed(stalled, 0.8)
+            assert stalled.upstream_closed is True
+        finally:
+            other_client.close()
+            await other.server.shutdown(grace_period=0)
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.upstream_closed is True
