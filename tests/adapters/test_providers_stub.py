@@ -497,3 +497,54 @@ async def test_count_tokens_anthropic_vendor_api_and_openai_estimate() -> None:
         ).encode()
     )  # type: ignore[arg-type]
     assert est.input_tokens == -(-body_len // 4)
+
+
+def _c11_rows() -> list[tuple[int, dict[str, Any]]]:
+    """C11 rows whose expected gap is at most 1.5 s (the 2-3 s rows are checked by the parser
+    test in test_http_rules.py, the 3600 s and deadline rows by dedicated tests)."""
+    rows = load_case("C11")["input"]["rows"]
+    return [(i, rows[i]) for i in (0, 2, 4, 5, 6, 7, 9)]
+
+
+@pytest.mark.parametrize(("index", "row"), _c11_rows(), ids=lambda v: str(v)[:12])
+async def test_c11_rows_retry_timing(index: int, row: dict[str, Any]) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+    from email.utils import format_datetime  # noqa: PLC0415
+
+    now = datetime.now(UTC)
+    headers: dict[str, str] = {}
+    for key, raw in row["headers"].items():
+        value = raw
+        if raw.startswith("<IMF-fixdate 1 hour in the past"):
+            value = format_datetime(now - timedelta(hours=1), usegmt=True)
+        elif raw.startswith("<RFC 3339 now+2"):
+            # whole-second resolution: aim 1.5 s ahead so the gap stays near 0.5-1.5 s
+            value = (now + timedelta(seconds=1.5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        headers[key] = value
+    vendor = row.get("vendor", "openai")
+    ok_name = (
+        "anthropic_text_plain.sse" if vendor == "anthropic" else "openai_text_include_usage.sse"
+    )
+    ok = (VENDOR / ok_name).read_bytes()
+    status = 529 if vendor == "anthropic" and index % 2 else 429
+    async with StubUpstream() as stub:
+        stub.queue(
+            Reply(status=status, headers=headers, chunks=[b"{}"]),
+            Reply(headers={"content-type": "text/event-stream"}, chunks=[ok]),
+        )
+        # a 0.05 s first backoff step tells a honoured hint apart from a fallback backoff
+        provider = make(vendor, stub.url, retry=RetryPolicy(base_backoff_s=0.05))
+        events = await asyncio.wait_for(collect(provider, MODEL[vendor]), 10)
+        await provider.aclose()
+    assert kinds(events)[-1] == "stop"
+    assert len(stub.seen) == 2
+    gap = stub.seen[1].at - stub.seen[0].at
+    expected = load_case("C11")["expected"]["gap_between_attempts"][index]
+    if index == 0:
+        assert 0.1 <= gap <= 0.4, expected  # 0.25 s (+-0.15): retry-after-ms wins
+    elif index == 2:
+        assert 1.2 <= gap <= 1.8, expected  # 1.5 s (+-0.3)
+    elif index == 9:
+        assert 0.45 <= gap <= 1.8, expected  # the reset header's time (1 s resolution)
+    else:
+        assert gap <= 1.0, expected  # immediate or first backoff step, no crash
