@@ -460,3 +460,22 @@ async def test_one_structured_log_line_per_rpc(
     assert line["events"] > 3 and line["duration_s"] >= 0
     assert [entry["rpc"] for entry in lines].count("GetCapabilities") == 1
     assert Usage  # imported for type context
+
+
+async def test_oversized_stream_event_fails_with_resource_exhausted() -> None:
+    big = StreamEvent(text_delta=TextDelta(text="x" * 5000))
+    running = await start_server(ScriptedProvider([TEXT, big, STOP]), max_message_size=4096)
+    client = ModelClient.connect(running.address)
+    received: list[StreamEvent] = []
+    try:
+        with pytest.raises(GRPCError) as info:
+            async for event in client.stream(make_request(), timeout=10):
+                received.append(event)
+        assert info.value.status is Status.RESOURCE_EXHAUSTED
+        assert "4096 bytes" in (info.value.message or "")
+        assert received == [TEXT]  # never a truncated message
+        caps = await client.get_capabilities()  # still serving
+        assert caps.protocol_version == "1.0"
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)
