@@ -257,3 +257,9 @@ def test_tool_call_name_in_a_later_chunk_and_id_missing_entirely() -> None:
     assert tool[3] == ("tool_call_start", {"id": synthesized, "name": "g"}) and synthesized
     assert [k for k, _ in tool[-2:]] == ["tool_call_done", "tool_call_done"]
     assert value(events[-1]).reason == StopReason.TOOL_USE
+
+
+def test_error_as_plain_string_keeps_its_message() -> None:
+    events = oa([oa_chunk({"content": "a"}), 'data: {"error": "upstream timed out"}'])
+    err = value(events[-1])
+    assert (err.kind, err.message) == (ErrorKind.TRANSIENT, "upstream timed out")

@@ -294,7 +294,9 @@ def classify_error_object(
         A ModelError whose ``kind`` is never UNSPECIFIED. Never raises.
     """
     err: Any = obj.get("error") if isinstance(obj, dict) else None
-    if not isinstance(err, dict):
+    if isinstance(err, str):
+        err = {"message": err}  # some gateways send {"error": "text"}
+    elif not isinstance(err, dict):
         err = obj if isinstance(obj, dict) else {}
     message = err.get("message")
     if not isinstance(message, str) or not message:
