@@ -26,6 +26,7 @@ from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._base import HTTPProvider, Translator
 from protocol_py.providers._http import error_from_http, transient_error
 from protocol_py.providers._request import dump_body
+from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
     CountTokensResponse,
@@ -46,7 +47,8 @@ class AnthropicProvider(HTTPProvider):
     """Anthropic Messages: signed thinking replay, cache_control markers, count_tokens."""
 
     name = "anthropic"
-    version = "0.1.0"
+    version = PACKAGE_VERSION
+    source = "protocol-py/builtin/anthropic"
     default_base_url = "https://api.anthropic.com"
     api_key_env = "ANTHROPIC_API_KEY"
     completions_path = "/v1/messages"

@@ -44,6 +44,7 @@ from protocol_py.providers._base import HTTPProvider, Translator
 from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
 from protocol_py.providers._openai_stream import OpenAIStreamTranslator
 from protocol_py.providers._request import dump_body
+from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
     CountTokensResponse,
@@ -85,7 +86,8 @@ class OpenAIProvider(HTTPProvider):
     """The ``openai`` provider: Chat Completions with per-endpoint compatibility settings."""
 
     name = "openai"
-    version = "0.1.0"
+    version = PACKAGE_VERSION
+    source = "protocol-py/builtin/openai"
     default_base_url = "https://api.openai.com/v1"
     api_key_env = "OPENAI_API_KEY"
     completions_path = "/chat/completions"
@@ -185,6 +187,7 @@ class DeepSeekProvider(OpenAIProvider):
     """
 
     name = "deepseek"
+    source = "protocol-py/builtin/deepseek"
     default_base_url = "https://api.deepseek.com"
     api_key_env = "DEEPSEEK_API_KEY"
     default_compat: ClassVar[OpenAICompat] = OpenAICompat(
