@@ -16,9 +16,11 @@ Public functions:
   "StreamCompletionRequest", "GenerationParams", "Canonical message & content-block schema",
   "Tool schema"). Its result mixes errors and warnings; warnings (``severity="warning"``) never
   make a request invalid. Use :func:`~protocol_py.errors.errors_only` to keep the errors.
-* :func:`decode_json`, :func:`validate_document` and :func:`load_document`: strict proto3 JSON
-  decoding of a Capabilities, ModelSpec or Pricing document (the ``protocol-py validate``
-  command). JSON problems become ``json.*`` violations, never exceptions.
+* :func:`validate_document` and :func:`load_document`: strict proto3 JSON decoding
+  (:func:`protocol_py.protojson.decode`; ``decode_json`` and ``decode_json_or_raise`` here are
+  aliases kept for existing callers) of a Capabilities, ModelSpec or Pricing document (the
+  ``protocol-py validate`` command). JSON problems become ``json.*`` violations, never
+  exceptions.
 
 Bad input types (a ``str`` where a ``ModelSpec`` is expected, a field holding a value of the wrong
 Python type) raise :class:`~protocol_py.errors.InvalidValueError`; unknown enum numbers kept by
@@ -27,11 +29,8 @@ the decoder (betterproto2 keeps them as pseudo-members) are ``enum.unknown_value
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -39,9 +38,10 @@ from typing import Any, TypeVar
 import betterproto2
 from jsonschema import Draft202012Validator
 
-from protocol_py.errors import InvalidValueError, ValidationError, Violation
+from protocol_py import protojson
+from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.pricing import validate_pricing
-from protocol_py.structs import check_json, from_struct, to_struct
+from protocol_py.structs import from_struct
 from protocol_py_gen.common.v1 import HookPoint
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -99,32 +99,8 @@ def _join(path: str, name: str) -> str:
 # Generic checks of an already-built message: Python types and unknown enum numbers
 # ---------------------------------------------------------------------------------------------
 
-_INT_TYPES = frozenset(
-    {
-        "int32",
-        "int64",
-        "uint32",
-        "uint64",
-        "sint32",
-        "sint64",
-        "fixed32",
-        "fixed64",
-        "sfixed32",
-        "sfixed64",
-    }
-)
-_INT_RANGES = {
-    "int32": (-(2**31), 2**31 - 1),
-    "sint32": (-(2**31), 2**31 - 1),
-    "sfixed32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "sint64": (-(2**63), 2**63 - 1),
-    "sfixed64": (-(2**63), 2**63 - 1),
-    "uint32": (0, 2**32 - 1),
-    "fixed32": (0, 2**32 - 1),
-    "uint64": (0, 2**64 - 1),
-    "fixed64": (0, 2**64 - 1),
-}
+_INT_TYPES = protojson.INT_TYPES
+_INT_RANGES = protojson.INT_RANGES
 
 
 def _enum_known(enum_cls: type[betterproto2.Enum], value: int) -> bool:
@@ -1114,345 +1090,11 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
 # Strict proto3 JSON decoding (issue 3 part 7)
 # ---------------------------------------------------------------------------------------------
 
-_BASE64_RE = re.compile(r"^[A-Za-z0-9+/\-_]*={0,2}$")
-_INT_STRING_RE = re.compile(r"^-?[0-9]+$")
-_NUMBER_RE = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$")
-_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+decode_json = protojson.decode
+"""Alias of :func:`protocol_py.protojson.decode` (strict proto3-JSON decoding)."""
 
-
-def _json_name(name: str) -> str:
-    """protoc's JSON name: drop underscores, upper-case the letter after each one."""
-    out: list[str] = []
-    upper = False
-    for ch in name.rstrip("_"):
-        if ch == "_":
-            upper = True
-        else:
-            out.append(ch.upper() if upper else ch)
-            upper = False
-    return "".join(out)
-
-
-def _keys_of(cls: type[betterproto2.Message]) -> dict[str, str]:
-    """Accepted JSON keys -> field name: the JSON name, the proto name, and betterproto2's own
-    ``to_dict`` spelling where it differs (it writes ``cacheWrite1HPerMtok`` for protoc's
-    ``cacheWrite1hPerMtok``)."""
-    keys: dict[str, str] = {}
-    for name in _meta(cls).meta_by_field_name:
-        keys[_json_name(name)] = name
-        keys[name.rstrip("_")] = name
-        keys.setdefault(betterproto2.casing.camel_case(name.rstrip("_")), name)
-    return keys
-
-
-def _show(value: Any) -> str:
-    """A short rendering of a JSON value for a message (any Python value is tolerated)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _jtype(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
-
-
-def _json_scalar(kind: str, cls: Any, value: Any, path: str, out: list[Violation]) -> None:
-    def bad(expected: str) -> None:
-        out.append(
-            Violation(
-                path,
-                "json.invalid",
-                f"expected {expected}, got JSON {_jtype(value)} {_show(value)}",
-            )
-        )
-
-    if kind == "string":
-        if not isinstance(value, str):
-            bad("a string")
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            bad("true or false")
-    elif kind in _INT_TYPES:
-        number: int | None = None
-        if isinstance(value, bool):
-            number = None
-        elif isinstance(value, int):
-            number = value
-        elif (isinstance(value, float) and math.isfinite(value) and value.is_integer()) or (
-            isinstance(value, str) and _INT_STRING_RE.match(value)
-        ):
-            number = int(value)
-        if number is None:
-            bad(f"an integer ({kind}, as a number or a decimal string)")
-            return
-        lo, hi = _INT_RANGES[kind]
-        if not lo <= number <= hi:
-            bad(f"an integer within the {kind} range")
-    elif kind in ("double", "float"):
-        if isinstance(value, bool):
-            bad("a number")
-        elif isinstance(value, (int, float)):
-            if not math.isfinite(value):
-                bad('a finite number (proto3 JSON spells them "NaN", "Infinity", "-Infinity")')
-        elif isinstance(value, str):
-            if value in _FLOAT_WORDS:
-                return
-            if not _NUMBER_RE.match(value) or not math.isfinite(float(value)):
-                bad("a number")
-        else:
-            bad("a number")
-    elif kind == "bytes":
-        if not isinstance(value, str) or not _BASE64_RE.match(value):
-            bad("base64 text")
-            return
-        try:
-            text = value.replace("-", "+").replace("_", "/")
-            base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            bad("base64 text")
-    elif kind == "enum":
-        if isinstance(value, bool):
-            bad(f"a {cls.__name__} name")
-        elif isinstance(value, int):
-            if not -(2**31) <= value < 2**31:
-                bad(f"a {cls.__name__} number within int32")
-        elif isinstance(value, str):
-            if value not in cls.betterproto_renamed_proto_names_to_value():
-                out.append(
-                    Violation(
-                        path,
-                        "json.unknown_enum",
-                        f"{value!r} is not a value of {cls.__name__}",
-                    )
-                )
-        else:
-            bad(f"a {cls.__name__} name")
-
-
-def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[Violation]) -> None:
-    """Well-known types keep their special JSON mappings."""
-    name = cls.__name__
-    shapes: dict[str, tuple[type, str]] = {
-        "Struct": (Mapping, "an object"),
-        "Empty": (Mapping, "an object"),
-        "ListValue": (list, "an array"),
-        "Timestamp": (str, 'an RFC 3339 string ("2026-01-01T00:00:00Z")'),
-        "Duration": (str, 'a duration string ("1.5s")'),
-    }
-    if name in shapes and not isinstance(value, shapes[name][0]):
-        out.append(
-            Violation(path, "json.invalid", f"expected {shapes[name][1]}, got JSON {_jtype(value)}")
-        )
-        return
-    if name == "Empty" and value:
-        out.append(Violation(path, "json.invalid", "google.protobuf.Empty is the empty object {}"))
-        return
-    if name in ("Struct", "Value", "ListValue"):
-        try:
-            check_json(value, path=path)
-        except InvalidValueError as exc:
-            out.append(Violation(exc.path or path, exc.rule or "json.invalid", str(exc)))
-        return
-    try:
-        cls.from_dict(value)
-    except Exception as exc:  # the decoder's own errors are untyped
-        out.append(Violation(path, "json.invalid", f"not a valid {name}: {exc}"))
-
-
-def _json_message(
-    cls: type[betterproto2.Message], data: Any, path: str, out: list[Violation]
-) -> None:
-    if cls.__module__.startswith("protocol_py_gen.google"):
-        _json_wkt(cls, data, path, out)
-        return
-    if not isinstance(data, Mapping):
-        out.append(
-            Violation(
-                path,
-                "json.invalid",
-                f"expected a JSON object ({cls.__name__}), got JSON {_jtype(data)}",
-            )
-        )
-        return
-    meta_all = _meta(cls)
-    by_key = _keys_of(cls)
-    seen: dict[str, str] = {}
-    groups: dict[str, list[str]] = {}
-    for key, value in data.items():
-        where = _join(path, str(key))
-        field_name = by_key.get(key) if isinstance(key, str) else None
-        if field_name is None:
-            out.append(
-                Violation(
-                    where,
-                    "json.unknown_field",
-                    f"{key!r} is not a field of {cls.__name__}",
-                )
-            )
-            continue
-        where = _join(path, field_name)
-        if field_name in seen:
-            out.append(
-                Violation(
-                    where,
-                    "json.duplicate_field",
-                    f"field {field_name} is given twice (as {seen[field_name]!r} and {key!r})",
-                )
-            )
-            continue
-        seen[field_name] = key
-        if value is None:
-            continue  # proto3 JSON: null is the field's default
-        meta = meta_all.meta_by_field_name[field_name]
-        if meta.group is not None:
-            groups.setdefault(meta.group, []).append(field_name)
-        field_cls = meta_all.cls_by_field.get(field_name)
-        if meta.map_meta is not None:
-            if not isinstance(value, Mapping):
-                out.append(
-                    Violation(where, "json.invalid", f"expected an object, got {_jtype(value)}")
-                )
-                continue
-            for map_key, item in value.items():
-                _json_scalar(meta.map_meta[1].proto_type, None, item, f"{where}.{map_key}", out)
-            continue
-        if meta.repeated:
-            if not isinstance(value, list):
-                out.append(
-                    Violation(where, "json.invalid", f"expected an array, got JSON {_jtype(value)}")
-                )
-                continue
-            items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
-        else:
-            items = [(where, value)]
-        for item_path, item in items:
-            if meta.proto_type == "message":
-                msg_cls = meta.unwrap() if meta.unwrap else field_cls
-                assert msg_cls is not None
-                _json_message(msg_cls, item, item_path, out)
-            else:
-                _json_scalar(meta.proto_type, field_cls, item, item_path, out)
-    for group, members in groups.items():
-        if len(members) > 1:
-            out.append(
-                Violation(
-                    _join(path, members[1]),
-                    "json.oneof_multiple",
-                    f"oneof {group} has several members set: {', '.join(members)}",
-                )
-            )
-
-
-def _build_scalar(kind: str, cls: Any, value: Any) -> Any:
-    if kind in _INT_TYPES:
-        return int(value)
-    if kind in ("double", "float"):
-        if isinstance(value, str):
-            return _FLOAT_WORDS[value] if value in _FLOAT_WORDS else float(value)
-        return float(value)
-    if kind == "bytes":
-        text = str(value).replace("-", "+").replace("_", "/")
-        return base64.b64decode(text + "=" * (-len(text) % 4))
-    if kind == "enum":
-        if isinstance(value, str):
-            return cls(cls.betterproto_renamed_proto_names_to_value()[value])
-        return cls(value)
-    return value
-
-
-def _build(cls: type[M], data: Any) -> M:
-    """Build a message from JSON already checked by :func:`_json_message` (betterproto2's own
-    ``from_dict`` cannot read fields such as ``cache_write_1h_per_mtok``)."""
-    if cls.__module__.startswith("protocol_py_gen.google"):
-        if cls is wkt.Struct:
-            return cls(fields=to_struct(data).fields)  # type: ignore[call-arg]
-        if cls is wkt.Empty:
-            return cls()
-        return cls.from_dict(data)
-    meta_all = _meta(cls)
-    keys = _keys_of(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if value is None:
-            continue
-        name = keys[key]
-        meta = meta_all.meta_by_field_name[name]
-        field_cls = meta_all.cls_by_field.get(name)
-
-        def one(item: Any, meta: Any = meta, field_cls: Any = field_cls) -> Any:
-            if meta.proto_type == "message" and meta.unwrap:
-                # Timestamp/Duration: betterproto2 holds them as datetime/timedelta
-                return meta.unwrap().from_dict(item).to_wrapped()
-            if meta.proto_type == "message":
-                return _build(field_cls, item)
-            return _build_scalar(meta.proto_type, field_cls, item)
-
-        if meta.map_meta is not None:
-            kwargs[name] = {
-                k: _build_scalar(meta.map_meta[1].proto_type, None, v) for k, v in value.items()
-            }
-        elif meta.repeated:
-            kwargs[name] = [one(item) for item in value]
-        else:
-            kwargs[name] = one(value)
-    return cls(**kwargs)
-
-
-def decode_json(
-    message_type: type[M], data: Mapping[str, Any], *, path: str = ""
-) -> tuple[M | None, list[Violation]]:
-    """Decode a parsed proto3-JSON object into ``message_type``, strictly.
-
-    Unlike betterproto2's lenient ``from_dict``, unknown fields (``json.unknown_field``), wrong
-    JSON types or out-of-range integers (``json.invalid``), unknown enum names
-    (``json.unknown_enum``), a field given under both its JSON and proto name
-    (``json.duplicate_field``) and several members of one oneof (``json.oneof_multiple``) are
-    reported, all of them. Both lowerCamelCase JSON names and proto field names are accepted;
-    ``null`` means the default. Unknown enum *numbers* are accepted here (proto3 keeps them) and
-    reported by the validators as ``enum.unknown_value``.
-
-    Returns:
-        ``(message, violations)``: the message is ``None`` whenever ``violations`` is non-empty.
-
-    Raises:
-        InvalidValueError: ``message_type`` is not a generated message class.
-    """
-    if not (isinstance(message_type, type) and issubclass(message_type, betterproto2.Message)):
-        raise InvalidValueError(
-            f"message_type: expected a generated message class, got {message_type!r}",
-            rule="value.wrong_type",
-        )
-    out: list[Violation] = []
-    _json_message(message_type, data, path, out)
-    if out:
-        return None, out
-    try:
-        return _build(message_type, data), []
-    except Exception as exc:  # defensive: report, never raise
-        return None, [Violation(path, "json.invalid", f"cannot decode: {exc}")]
-
-
-def decode_json_or_raise(message_type: type[M], data: Mapping[str, Any]) -> M:
-    """Like :func:`decode_json`, but raise :class:`~protocol_py.errors.ValidationError` listing
-    the ``json.*`` violations instead of returning them."""
-    message, violations = decode_json(message_type, data)
-    if message is None:
-        raise ValidationError(violations, what=f"{message_type.__name__} JSON")
-    return message
+decode_json_or_raise = protojson.decode_or_raise
+"""Alias of :func:`protocol_py.protojson.decode_or_raise`."""
 
 
 _DOCUMENT_KINDS: tuple[tuple[str, type[betterproto2.Message]], ...] = (
@@ -1463,7 +1105,7 @@ _DOCUMENT_KINDS: tuple[tuple[str, type[betterproto2.Message]], ...] = (
 
 
 def _field_keys(cls: type[betterproto2.Message]) -> set[str]:
-    return set(_keys_of(cls))
+    return set(protojson.field_keys(cls))
 
 
 def detect_kind(data: Mapping[str, Any]) -> str | None:
@@ -1488,7 +1130,7 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
     """Validate a parsed proto3-JSON Capabilities, ModelSpec or Pricing document.
 
     The kind is detected from the top-level keys (see :func:`detect_kind`). The document is
-    decoded strictly (:func:`decode_json`); when it decodes, it is validated with
+    decoded strictly (:func:`protocol_py.protojson.decode`); when it decodes, it is validated with
     :func:`validate_capabilities`, :func:`validate_model_spec` or
     :func:`protocol_py.pricing.validate_pricing` (a standalone Pricing has no caching context, so
     its cache-rate presence rule is not checked).
@@ -1504,7 +1146,7 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
                 "",
                 "document.not_object",
                 f"expected a JSON object (Capabilities, ModelSpec or Pricing), got JSON "
-                f"{_jtype(data)}",
+                f"{protojson.json_type(data)}",
             )
         ]
     kind = detect_kind(data)
@@ -1519,7 +1161,7 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
             )
         ]
     cls = dict(_DOCUMENT_KINDS)[kind]
-    message, violations = decode_json(cls, data)
+    message, violations = protojson.decode(cls, data)
     if message is None:
         return kind, violations
     try:
