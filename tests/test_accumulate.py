@@ -12,9 +12,8 @@ from protocol_py.accumulate import (
     StreamAccumulator,
     StreamOrderChecker,
     accumulate,
-    load_stream_event,
 )
-from protocol_py.errors import InvalidValueError, StreamOrderError
+from protocol_py.errors import StreamOrderError
 from protocol_py.structs import from_struct
 from protocol_py_gen.content.v1 import Role
 from protocol_py_gen.model.v1 import (
@@ -184,23 +183,6 @@ def test_many_deltas_make_one_block() -> None:
     (block,) = result.message.content
     assert block.text is not None
     assert block.text.text == "".join(pieces)
-
-
-def test_load_stream_event() -> None:
-    event = load_stream_event(
-        {"usage": {"inputTokens": "5", "cacheWriteTokens": 4, "cacheWrite1hTokens": 3}}
-    )
-    assert event.usage == Usage(input_tokens=5, cache_write_tokens=4, cache_write_1h_tokens=3)
-    assert load_stream_event({"textDelta": {"text": "x"}}) == text("x")
-    bads: list[object] = [
-        [],
-        {"bogus": {}},
-        {"usage": {}, "textDelta": {}},
-        {"stop": {"reason": "X"}},
-    ]
-    for bad in bads:
-        with pytest.raises(InvalidValueError):
-            load_stream_event(bad)
 
 
 def _random_stream(rng: random.Random) -> tuple[list[StreamEvent], list[str], list[str], list[str]]:

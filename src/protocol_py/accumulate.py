@@ -61,8 +61,8 @@ from typing import Any
 import betterproto2
 from ulid import ULID
 
+from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, StreamOrderError
-from protocol_py.pricing import load_usage, usage_to_json
 from protocol_py.structs import parse_json_object, to_struct
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -91,7 +91,6 @@ __all__ = [
     "StreamAccumulator",
     "StreamOrderChecker",
     "accumulate",
-    "load_stream_event",
 ]
 
 _CONTENT = frozenset(
@@ -443,15 +442,15 @@ class AccumulatedResponse:
         ``open_tool_calls``."""
 
         def opt(msg: betterproto2.Message | None) -> Any:
-            return None if msg is None else msg.to_dict()
+            return None if msg is None else protojson.encode(msg)
 
         return {
-            "message": self.message.to_dict(),
-            "usage": None if self.usage is None else usage_to_json(self.usage),
+            "message": protojson.encode(self.message),
+            "usage": opt(self.usage),
             "stop": opt(self.stop),
             "error": opt(self.error),
             "metadata": opt(self.metadata),
-            "safety_notices": [n.to_dict() for n in self.safety_notices],
+            "safety_notices": [protojson.encode(n) for n in self.safety_notices],
             "provider_request_id": self.provider_request_id,
             "complete": self.complete,
             "unreplayable_blocks": list(self.unreplayable_blocks),
@@ -656,31 +655,3 @@ def accumulate(
     for event in events:
         acc.feed(event)
     return acc.result()
-
-
-def load_stream_event(obj: Any, *, path: str = "event") -> StreamEvent:
-    """Build a StreamEvent from its proto3-JSON object (camelCase or proto field names).
-
-    A ``usage`` member goes through :func:`protocol_py.pricing.load_usage`, which works around
-    betterproto2's handling of ``cache_write_1h_tokens``.
-
-    Raises:
-        InvalidValueError: not an object, an unknown field, or a value of the wrong type.
-    """
-    if not isinstance(obj, dict):
-        raise InvalidValueError(f"{path}: expected a JSON object", path=path, rule="json.bad_value")
-    if "usage" in obj:
-        extra = sorted(set(obj) - {"usage"})
-        if extra:
-            raise InvalidValueError(
-                f"{path}: more than one member of the event oneof is set: usage, {extra}",
-                path=path,
-                rule="json.bad_value",
-            )
-        return StreamEvent(usage=load_usage(obj["usage"], path=f"{path}.usage"))
-    try:
-        return StreamEvent.from_dict(obj)
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise InvalidValueError(
-            f"{path}: not a proto3-JSON StreamEvent: {exc}", path=path, rule="json.bad_value"
-        ) from None

@@ -34,10 +34,11 @@ from typing import Any, NoReturn, TextIO, TypeVar
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from ulid import ULID
 
+from protocol_py import protojson
 from protocol_py.accumulate import StreamAccumulator
 from protocol_py.client import ModelClient
 from protocol_py.errors import ProtocolError, ValidationError, errors_only
-from protocol_py.pricing import PricingTable, cost, format_usd, parse_timestamp
+from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
 from protocol_py.providers import provider_class
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
@@ -47,34 +48,23 @@ from protocol_py.server import (
     ModelServer,
     parse_size,
 )
-from protocol_py.validation import decode_json, load_document
+from protocol_py.validation import load_document
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext, ProducerRef
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
-from protocol_py_gen.model.v1 import Capabilities, Pricing, StreamCompletionRequest, Usage
+from protocol_py_gen.model.v1 import (
+    Capabilities,
+    Pricing,
+    PricingTier,
+    StreamCompletionRequest,
+    Usage,
+)
 
 _T = TypeVar("_T")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
-
-_RATE_FIELDS = (
-    "inputPerMtok",
-    "outputPerMtok",
-    "cacheWritePerMtok",
-    "cacheReadPerMtok",
-    "batchInputPerMtok",
-    "batchOutputPerMtok",
-    "cacheWrite1hPerMtok",
-    "input_per_mtok",
-    "output_per_mtok",
-    "cache_write_per_mtok",
-    "cache_read_per_mtok",
-    "batch_input_per_mtok",
-    "batch_output_per_mtok",
-    "cache_write_1h_per_mtok",
-)
 
 
 class CliError(Exception):
@@ -474,29 +464,13 @@ def _pricing_summary(spec: Any) -> str:
     return text
 
 
-_JSON_NAME_FIXES = {
-    "cacheWrite1HPerMtok": "cacheWrite1hPerMtok",
-    "cacheWrite1HTokens": "cacheWrite1hTokens",
-}
-
-
-def proto_json(value: Any) -> Any:
-    """betterproto2 0.10's ``to_dict`` with the proto3-JSON names of the ``*_1h_*`` fields
-    corrected (it writes ``cacheWrite1HPerMtok`` where protoc says ``cacheWrite1hPerMtok``)."""
-    if isinstance(value, dict):
-        return {_JSON_NAME_FIXES.get(k, k): proto_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [proto_json(v) for v in value]
-    return value
-
-
 def cmd_capabilities(args: argparse.Namespace) -> int:
     """``capabilities``: a table of models (thinking, caching, pricing now), or ``--json``."""
     caps: Capabilities = _run_client(
         lambda client: client.get_capabilities(timeout=30), args.server
     )
     if args.json:
-        print(json.dumps(proto_json(caps.to_dict()), indent=2, ensure_ascii=False))
+        print(protojson.dumps(caps, indent=2))
         return EXIT_OK
     rows = [("MODEL", "CONTEXT", "MAX OUT", "THINKING", "CACHING", "PRICING (USD)")]
     rows.extend(
@@ -573,6 +547,9 @@ def _read_json(path: str, what: str) -> Any:
     return plain, exact
 
 
+_TIER_KEYS = protojson.field_keys(PricingTier)
+
+
 def _check_exact_rates(exact: Any, path: str) -> None:
     """Reject a rate whose JSON text a double cannot carry exactly (DESIGN D8, case C13).
 
@@ -587,10 +564,9 @@ def _check_exact_rates(exact: Any, path: str) -> None:
     for i, tier in enumerate(tiers):
         if not isinstance(tier, dict):
             continue
-        for name in _RATE_FIELDS:
-            if name not in tier:
+        for name, value in tier.items():
+            if _TIER_KEYS.get(name) not in RATE_FIELDS:
                 continue
-            value = tier[name]
             try:
                 text = Decimal(value) if isinstance(value, str | Decimal) else None
             except ArithmeticError:
@@ -613,8 +589,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     pricing_plain, pricing_exact = _read_json(args.pricing, "--pricing")
     usage_plain, _ = _read_json(args.usage, "--usage")
     _check_exact_rates(pricing_exact, args.pricing)
-    pricing, problems = decode_json(Pricing, pricing_plain)
-    usage, usage_problems = decode_json(Usage, usage_plain)
+    pricing, problems = protojson.decode(Pricing, pricing_plain)
+    usage, usage_problems = protojson.decode(Usage, usage_plain)
     bad = [f"{args.pricing}: {v}" for v in problems] + [
         f"{args.usage}: {v}" for v in usage_problems
     ]

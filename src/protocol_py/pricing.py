@@ -32,16 +32,14 @@ from protocol_py.errors import InvalidValueError, ValidationError, Violation
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage, UsageComponent, VendorCost
 
 __all__ = [
+    "RATE_FIELDS",
     "TERM_NAMES",
     "CostBreakdown",
     "PricingTable",
     "cost",
     "format_usd",
-    "load_pricing",
-    "load_usage",
     "parse_timestamp",
     "prompt_tokens",
-    "usage_to_json",
     "validate_pricing",
 ]
 
@@ -55,7 +53,7 @@ TERM_NAMES: tuple[str, ...] = (
 )
 """The cost terms of DESIGN D8, in the order they are rendered."""
 
-_RATE_FIELDS: tuple[str, ...] = (
+RATE_FIELDS: tuple[str, ...] = (
     "input_per_mtok",
     "output_per_mtok",
     "cache_write_per_mtok",
@@ -64,6 +62,7 @@ _RATE_FIELDS: tuple[str, ...] = (
     "batch_output_per_mtok",
     "cache_write_1h_per_mtok",
 )
+"""The PricingTier rate fields (proto field names; USD per million tokens)."""
 
 # Exact arithmetic: enough precision for any int64 count times any double's shortest repr, and
 # Inexact trapped so that a result that would need rounding raises instead of silently rounding.
@@ -292,7 +291,7 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
 def _check_rates(
     tier: PricingTier, where: str, caching_supported: bool | None, out: list[Violation]
 ) -> None:
-    for name in _RATE_FIELDS:
+    for name in RATE_FIELDS:
         value = getattr(tier, name)
         if value is None:
             continue
@@ -850,119 +849,3 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
         vendor_cost=usage.vendor_cost,
         components=components,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# proto3 JSON input
-# ---------------------------------------------------------------------------------------------
-
-# betterproto2 0.10 derives JSON names with a snake/camel round trip that breaks on a digit
-# followed by a letter: it writes ``cacheWrite1HPerMtok`` (protoc's json_name is
-# ``cacheWrite1hPerMtok``) and its from_dict accepts neither that nor the proto field name.
-# These loaders take the three spellings of the two affected fields and set them directly.
-_ONE_HOUR_KEYS: dict[str, tuple[str, ...]] = {
-    "cache_write_1h_per_mtok": (
-        "cacheWrite1hPerMtok",
-        "cache_write_1h_per_mtok",
-        "cacheWrite1HPerMtok",
-    ),
-    "cache_write_1h_tokens": ("cacheWrite1hTokens", "cache_write_1h_tokens", "cacheWrite1HTokens"),
-}
-
-
-def _pop_one_hour(obj: dict[str, Any], field_name: str, where: str) -> Any:
-    found = None
-    for key in _ONE_HOUR_KEYS[field_name]:
-        if key in obj:
-            found = obj.pop(key)
-    if found is None:
-        return None
-    if field_name.endswith("_tokens"):
-        try:
-            return int(found)
-        except (TypeError, ValueError):
-            raise InvalidValueError(
-                f"{where}.{field_name}: {found!r} is not an integer",
-                path=f"{where}.{field_name}",
-                rule="json.bad_value",
-            ) from None
-    try:
-        return float(found)
-    except (TypeError, ValueError):
-        raise InvalidValueError(
-            f"{where}.{field_name}: {found!r} is not a number",
-            path=f"{where}.{field_name}",
-            rule="json.bad_value",
-        ) from None
-
-
-def _from_proto_json(cls: Any, obj: Any, where: str) -> Any:
-    try:
-        return cls.from_dict(obj)
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise InvalidValueError(
-            f"{where}: not a proto3-JSON {cls.__name__}: {exc}", path=where, rule="json.bad_value"
-        ) from None
-
-
-def load_pricing(obj: Any, *, path: str = "pricing") -> Pricing:
-    """Build a Pricing from its proto3-JSON object (camelCase or proto field names).
-
-    Works around betterproto2's handling of ``cache_write_1h_per_mtok`` (see the module source).
-
-    Raises:
-        InvalidValueError: not an object, an unknown field, or a value of the wrong type.
-    """
-    if not isinstance(obj, dict):
-        raise InvalidValueError(f"{path}: expected a JSON object", path=path, rule="json.bad_value")
-    data = dict(obj)
-    tiers_in = data.get("tiers", [])
-    if not isinstance(tiers_in, list):
-        raise InvalidValueError(
-            f"{path}.tiers: expected a JSON array", path=f"{path}.tiers", rule="json.bad_value"
-        )
-    one_hour: list[Any] = []
-    tiers: list[Any] = []
-    for i, tier in enumerate(tiers_in):
-        if not isinstance(tier, dict):
-            raise InvalidValueError(
-                f"{path}.tiers[{i}]: expected a JSON object",
-                path=f"{path}.tiers[{i}]",
-                rule="json.bad_value",
-            )
-        tier_copy = dict(tier)
-        one_hour.append(_pop_one_hour(tier_copy, "cache_write_1h_per_mtok", f"{path}.tiers[{i}]"))
-        tiers.append(tier_copy)
-    data["tiers"] = tiers
-    pricing: Pricing = _from_proto_json(Pricing, data, path)
-    for tier_msg, rate in zip(pricing.tiers, one_hour, strict=True):
-        if rate is not None:
-            tier_msg.cache_write_1h_per_mtok = rate
-    return pricing
-
-
-def load_usage(obj: Any, *, path: str = "usage") -> Usage:
-    """Build a Usage from its proto3-JSON object (camelCase or proto field names).
-
-    Works around betterproto2's handling of ``cache_write_1h_tokens`` (see the module source).
-
-    Raises:
-        InvalidValueError: not an object, an unknown field, or a value of the wrong type.
-    """
-    if not isinstance(obj, dict):
-        raise InvalidValueError(f"{path}: expected a JSON object", path=path, rule="json.bad_value")
-    data = dict(obj)
-    one_hour = _pop_one_hour(data, "cache_write_1h_tokens", path)
-    usage: Usage = _from_proto_json(Usage, data, path)
-    if one_hour is not None:
-        usage.cache_write_1h_tokens = one_hour
-    return usage
-
-
-def usage_to_json(usage: Usage) -> dict[str, Any]:
-    """Render a Usage as proto3 JSON with protoc's field names (``cacheWrite1hTokens``, where
-    betterproto2 0.10 writes ``cacheWrite1HTokens``)."""
-    data: dict[str, Any] = usage.to_dict()
-    if "cacheWrite1HTokens" in data:
-        data["cacheWrite1hTokens"] = data.pop("cacheWrite1HTokens")
-    return data

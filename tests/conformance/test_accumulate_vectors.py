@@ -7,19 +7,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import betterproto2
 import pytest
 from ulid import ULID
 
+from protocol_py import protojson
 from protocol_py.accumulate import (
     StreamAccumulator,
     StreamOrderChecker,
     accumulate,
-    load_stream_event,
 )
 from protocol_py.errors import StreamOrderError
-from protocol_py.pricing import load_usage, usage_to_json
 from protocol_py_gen.content.v1 import Message
-from protocol_py_gen.model.v1 import ModelError, SafetyNotice, Stop, StreamEvent, StreamMetadata
+from protocol_py_gen.model.v1 import (
+    ModelError,
+    SafetyNotice,
+    Stop,
+    StreamEvent,
+    StreamMetadata,
+    Usage,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "testdata" / "conformance"
 VECTORS = json.loads((DATA / "accumulate.json").read_text(encoding="utf-8"))["vectors"]
@@ -27,16 +34,21 @@ IDS = [v["name"] for v in VECTORS]
 
 
 def _events(vector: dict[str, Any]) -> list[StreamEvent]:
-    return [load_stream_event(e) for e in vector["events"]]
+    return [protojson.decode_or_raise(StreamEvent, e) for e in vector["events"]]
+
+
+def _canonical(cls: type[betterproto2.Message], data: Any) -> Any:
+    """Expected proto3 JSON re-encoded canonically (strict decode, then protojson.encode)."""
+    return protojson.encode(protojson.decode_or_raise(cls, data))
 
 
 _TYPES: dict[str, Callable[[Any], Any]] = {
-    "message": lambda d: Message.from_dict(d).to_dict(),
-    "usage": lambda d: usage_to_json(load_usage(d)),
-    "stop": lambda d: Stop.from_dict(d).to_dict(),
-    "error": lambda d: ModelError.from_dict(d).to_dict(),
-    "metadata": lambda d: StreamMetadata.from_dict(d).to_dict(),
-    "safety_notices": lambda d: [SafetyNotice.from_dict(n).to_dict() for n in d],
+    "message": lambda d: _canonical(Message, d),
+    "usage": lambda d: _canonical(Usage, d),
+    "stop": lambda d: _canonical(Stop, d),
+    "error": lambda d: _canonical(ModelError, d),
+    "metadata": lambda d: _canonical(StreamMetadata, d),
+    "safety_notices": lambda d: [_canonical(SafetyNotice, n) for n in d],
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, ValidationError
 from protocol_py.pricing import (
     TERM_NAMES,
@@ -17,11 +18,10 @@ from protocol_py.pricing import (
     PricingTable,
     cost,
     format_usd,
-    load_pricing,
-    load_usage,
     parse_timestamp,
     validate_pricing,
 )
+from protocol_py_gen.model.v1 import Pricing, Usage
 
 DATA = Path(__file__).resolve().parents[2] / "testdata" / "conformance"
 PRICING = json.loads((DATA / "pricing.json").read_text(encoding="utf-8"))
@@ -46,7 +46,7 @@ def test_timestamp(vector: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("vector", PRICING["validation"], ids=_ids(PRICING["validation"]))
 def test_validation(vector: dict[str, Any]) -> None:
-    pricing = load_pricing(vector["pricing"])
+    pricing = protojson.decode_or_raise(Pricing, vector["pricing"])
     violations = validate_pricing(pricing, caching_supported=vector["caching_supported"])
     actual = {(v.path, v.rule) for v in violations}
     assert actual == {(e["path"], e["rule"]) for e in vector["expected"]}, violations
@@ -60,7 +60,7 @@ def test_validation(vector: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("vector", PRICING["resolution"], ids=_ids(PRICING["resolution"]))
 def test_resolution(vector: dict[str, Any]) -> None:
-    pricing = load_pricing(vector["pricing"])
+    pricing = protojson.decode_or_raise(Pricing, vector["pricing"])
     table = PricingTable(pricing)
     for query in vector["queries"]:
         if "error_rule" in query:
@@ -84,8 +84,8 @@ def _at(text: str) -> datetime:
 
 
 def _cost_once(vector: dict[str, Any]) -> CostBreakdown:
-    pricing = load_pricing(vector["pricing"])
-    usage = load_usage(vector["usage"])
+    pricing = protojson.decode_or_raise(Pricing, vector["pricing"])
+    usage = protojson.decode_or_raise(Usage, vector["usage"])
     table = PricingTable(pricing)
     return cost(table, usage, parse_timestamp(vector["at"]))
 
