@@ -1,5 +1,6 @@
-"""Strict proto3-JSON decoding (decode_json), document kind detection (validate_document) and
-files (load_document, the ``protocol-py validate FILE`` backend)."""
+"""Strict proto3-JSON decoding (protojson.decode; validation.decode_json is its alias),
+document kind detection (validate_document) and files (load_document, the
+``protocol-py validate FILE`` backend)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from typing import Any
 
 import pytest
 
+from protocol_py import protojson, validation
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.validation import (
-    decode_json,
-    decode_json_or_raise,
     detect_kind,
     load_document,
     validate_document,
@@ -66,11 +66,16 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> str:
     return str(path)
 
 
-# --- decode_json ---------------------------------------------------------------------------
+# --- protojson.decode -----------------------------------------------------------------------
+
+
+def test_validation_decode_json_is_the_protojson_alias() -> None:
+    assert validation.decode_json is protojson.decode
+    assert validation.decode_json_or_raise is protojson.decode_or_raise
 
 
 def test_decode_builds_typed_message() -> None:
-    spec, violations = decode_json(ModelSpec, SPEC_JSON)
+    spec, violations = protojson.decode(ModelSpec, SPEC_JSON)
     assert violations == []
     assert spec is not None
     assert spec.context_window == 200_000
@@ -87,10 +92,10 @@ def test_one_hour_rate_decodes_under_every_accepted_spelling() -> None:
     # protoc's JSON name, the proto name, and betterproto2's own to_dict spelling
     # (betterproto2's from_dict cannot read any of them: DESIGN sharp edge).
     for key in ("cacheWrite1hPerMtok", "cache_write_1h_per_mtok", "cacheWrite1HPerMtok"):
-        tier, violations = decode_json(PricingTier, {key: 10})
+        tier, violations = protojson.decode(PricingTier, {key: 10})
         assert violations == []
         assert tier is not None and tier.cache_write_1h_per_mtok == 10.0
-    round_trip, violations = decode_json(
+    round_trip, violations = protojson.decode(
         PricingTier, PricingTier(cache_write_1h_per_mtok=2.5, input_per_mtok=1.0).to_dict()
     )
     assert violations == [] and round_trip == PricingTier(
@@ -114,7 +119,7 @@ def test_decode_request_bytes_struct_oneof_and_float_words() -> None:
         "params": {"temperature": "Infinity", "maxOutputTokens": 3.0},
         "cacheBreakpoints": [{"afterTools": {}}, {"afterMessageIndex": "0"}],
     }
-    request, violations = decode_json(StreamCompletionRequest, data)
+    request, violations = protojson.decode(StreamCompletionRequest, data)
     assert violations == [] and request is not None
     blocks: list[ContentBlock] = request.messages[0].content
     assert request.messages[0].role == Role.USER
@@ -164,21 +169,21 @@ def test_decode_request_bytes_struct_oneof_and_float_words() -> None:
 def test_decode_reports_json_problems(
     data: dict[str, Any], expected: list[tuple[str, str]]
 ) -> None:
-    message, violations = decode_json(StreamCompletionRequest, data)
+    message, violations = protojson.decode(StreamCompletionRequest, data)
     assert message is None
     assert sorted((v.path, v.rule) for v in violations) == sorted(expected)
 
 
 def test_decode_or_raise_and_bad_message_type() -> None:
     with pytest.raises(ValidationError) as info:
-        decode_json_or_raise(Pricing, {"currency": 3, "tiers": {}})
+        protojson.decode_or_raise(Pricing, {"currency": 3, "tiers": {}})
     assert [(v.path, v.rule) for v in info.value.violations] == [
         ("currency", "json.invalid"),
         ("tiers", "json.invalid"),
     ]
-    assert decode_json_or_raise(Pricing, {"currency": "USD"}) == Pricing(currency="USD")
+    assert protojson.decode_or_raise(Pricing, {"currency": "USD"}) == Pricing(currency="USD")
     with pytest.raises(InvalidValueError):
-        decode_json(dict, {})  # type: ignore[type-var]
+        protojson.decode(dict, {})  # type: ignore[type-var]
 
 
 def test_nan_rate_decodes_and_is_reported_by_pricing_rules() -> None:
@@ -324,7 +329,7 @@ def test_non_json_python_values_are_violations_not_exceptions() -> None:
     ],
 )
 def test_double_spellings(rate: object, ok: bool) -> None:
-    tier, violations = decode_json(PricingTier, {"inputPerMtok": rate})
+    tier, violations = protojson.decode(PricingTier, {"inputPerMtok": rate})
     assert (tier is not None) == ok
     assert [(v.path, v.rule) for v in violations] == (
         [] if ok else [("input_per_mtok", "json.invalid")]
@@ -340,14 +345,14 @@ def test_timestamp_and_duration_fields_decode_to_python_values() -> None:
             {"resetsAt": "2026-01-01T00:00:00Z", "resetsAfter": "1.5s", "usedPercent": 50}
         ],
     }
-    usage, violations = decode_json(Usage, data)
+    usage, violations = protojson.decode(Usage, data)
     assert violations == [] and usage is not None
     assert usage.cache_write_1h_tokens == 5
     snapshot = usage.rate_limits[0]
     assert snapshot.resets_at == datetime(2026, 1, 1, tzinfo=UTC)
     assert snapshot.resets_after == timedelta(seconds=1.5)
     bad = {"rateLimits": [{"resetsAt": "yesterday", "resetsAfter": 5}]}
-    usage, violations = decode_json(Usage, bad)
+    usage, violations = protojson.decode(Usage, bad)
     assert usage is None
     assert [(v.path, v.rule) for v in violations] == [
         ("rate_limits[0].resets_at", "json.invalid"),

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from protocol_py import protojson
 from protocol_py.errors import Violation
 from protocol_py.routing import route
-from protocol_py.validation import decode_json, validate_document, validate_request
+from protocol_py.validation import validate_document, validate_request
 from protocol_py_gen.model.v1 import ModelSpec, ModelTarget, StreamCompletionRequest
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "testdata" / "conformance"
@@ -35,7 +36,7 @@ def _pairs(violations: list[Violation]) -> list[dict[str, str]]:
 
 
 def _decode(cls: Any, data: dict[str, Any]) -> Any:
-    message, violations = decode_json(cls, data)
+    message, violations = protojson.decode(cls, data)
     assert violations == [], f"vector input does not decode: {violations}"
     return message
 
