@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ import betterproto2
 import httpx
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.provider import JSONValue, Provider
+from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers import _events as ev
 from protocol_py.providers._http import RetryPolicy, error_from_http, transient_error
 from protocol_py.providers._request import dump_body
@@ -42,6 +42,7 @@ from protocol_py.structs import to_struct
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Capabilities,
+    CountTokensRequest,
     ErrorKind,
     ModelError,
     ModelSpec,
@@ -283,6 +284,42 @@ class HTTPProvider(Provider, abc.ABC):
     def spec_for(self, model_id: str) -> ModelSpec | None:
         """The ModelSpec served under ``model_id``, or None."""
         return self._models.get(model_id)
+
+    def count_tokens_body(
+        self,
+        request: CountTokensRequest,
+        build: Callable[[StreamCompletionRequest, ModelSpec], Mapping[str, Any]] | None = None,
+    ) -> bytes:
+        """The serialized vendor body (UTF-8 JSON) for a CountTokens request (DESIGN D15).
+
+        The request's messages, tools and assembled context become a StreamCompletionRequest
+        for the same model, built with ``build`` (default :meth:`build_body`) and serialized
+        like a completion body.
+
+        Raises:
+            ProviderError: NOT_FOUND for a model this provider does not serve; INVALID_REQUEST
+                (naming the field) for a request the vendor API cannot take.
+        """
+        spec = self.spec_for(request.model_id)
+        if spec is None:
+            raise ProviderError(
+                ModelError(
+                    kind=ErrorKind.NOT_FOUND,
+                    message=f"model_id: unknown model {request.model_id!r}",
+                )
+            )
+        completion = StreamCompletionRequest(
+            model_id=request.model_id,
+            messages=list(request.messages),
+            tools=list(request.tools),
+            assembled_context=list(request.assembled_context),
+        )
+        try:
+            return dump_body((build or self.build_body)(completion, spec))
+        except InvalidValueError as exc:
+            raise ProviderError(
+                ModelError(kind=ErrorKind.INVALID_REQUEST, message=str(exc))
+            ) from None
 
     def _headers(self) -> dict[str, str]:
         return {

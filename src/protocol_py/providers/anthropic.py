@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 
-from protocol_py.errors import InvalidValueError
 from protocol_py.provider import ProviderError
 from protocol_py.providers import catalog
 from protocol_py.providers._anthropic_request import (
@@ -25,13 +24,10 @@ from protocol_py.providers._anthropic_request import (
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._base import HTTPProvider, Translator
 from protocol_py.providers._http import error_from_http, transient_error
-from protocol_py.providers._request import dump_body
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
     CountTokensResponse,
-    ErrorKind,
-    ModelError,
     ModelSpec,
     StreamCompletionRequest,
     TokenCountMethod,
@@ -82,26 +78,10 @@ class AnthropicProvider(HTTPProvider):
             ProviderError: unknown model, a request the API cannot take, or the vendor's
                 classified HTTP error.
         """
-        spec = self.spec_for(request.model_id)
-        if spec is None:
-            raise ProviderError(
-                ModelError(
-                    kind=ErrorKind.NOT_FOUND,
-                    message=f"model_id: unknown model {request.model_id!r}",
-                )
-            )
-        completion = StreamCompletionRequest(
-            model_id=request.model_id,
-            messages=list(request.messages),
-            tools=list(request.tools),
-            assembled_context=list(request.assembled_context),
+        body = self.count_tokens_body(
+            request,
+            lambda completion, spec: build_anthropic_count_body(request.model_id, completion, spec),
         )
-        try:
-            body = dump_body(build_anthropic_count_body(request.model_id, completion, spec))
-        except InvalidValueError as exc:
-            raise ProviderError(
-                ModelError(kind=ErrorKind.INVALID_REQUEST, message=str(exc))
-            ) from None
         try:
             response = await self._http().post(
                 self.base_url + "/v1/messages/count_tokens",

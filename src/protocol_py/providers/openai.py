@@ -37,19 +37,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from protocol_py.errors import InvalidValueError
-from protocol_py.provider import JSONValue, ProviderError
+from protocol_py.provider import JSONValue
 from protocol_py.providers import catalog
 from protocol_py.providers._base import HTTPProvider, Translator
 from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
 from protocol_py.providers._openai_stream import OpenAIStreamTranslator
-from protocol_py.providers._request import dump_body
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
     CountTokensResponse,
-    ErrorKind,
-    ModelError,
     ModelSpec,
     StreamCompletionRequest,
     ThinkingReplay,
@@ -152,26 +148,7 @@ class OpenAIProvider(HTTPProvider):
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """ESTIMATE: ceil(UTF-8 bytes of the serialized body / 4) (DESIGN D15)."""
-        spec = self.spec_for(request.model_id)
-        if spec is None:
-            raise ProviderError(
-                ModelError(
-                    kind=ErrorKind.NOT_FOUND,
-                    message=f"model_id: unknown model {request.model_id!r}",
-                )
-            )
-        completion = StreamCompletionRequest(
-            model_id=request.model_id,
-            messages=list(request.messages),
-            tools=list(request.tools),
-            assembled_context=list(request.assembled_context),
-        )
-        try:
-            body = dump_body(self.build_body(completion, spec))
-        except InvalidValueError as exc:
-            raise ProviderError(
-                ModelError(kind=ErrorKind.INVALID_REQUEST, message=str(exc))
-            ) from None
+        body = self.count_tokens_body(request)
         return CountTokensResponse(
             input_tokens=math.ceil(len(body) / 4), method=TokenCountMethod.ESTIMATE
         )
