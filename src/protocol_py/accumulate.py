@@ -87,13 +87,14 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
+    "CONTENT_EVENT_KINDS",
     "AccumulatedResponse",
     "StreamAccumulator",
     "StreamOrderChecker",
     "accumulate",
 ]
 
-_CONTENT = frozenset(
+CONTENT_EVENT_KINDS = frozenset(
     {
         "text_delta",
         "thinking_delta",
@@ -104,6 +105,7 @@ _CONTENT = frozenset(
         "tool_call_done",
     }
 )
+"""StreamEvent oneof cases that carry content (DESIGN D12: the ``content*`` part of a stream)."""
 _STOP_REASONS = frozenset(int(r) for r in StopReason if r != StopReason.UNSPECIFIED)
 _ERROR_KINDS = frozenset(int(k) for k in ErrorKind if k != ErrorKind.UNSPECIFIED)
 _SAFETY_KINDS = frozenset(int(k) for k in SafetyKind if k != SafetyKind.UNSPECIFIED)
@@ -181,7 +183,7 @@ class StreamOrderChecker:
                 index, "stream.order.after_terminal", "no event may follow stop or error"
             )
         name, value = _event_member(event, index)
-        if name in _CONTENT:
+        if name in CONTENT_EVENT_KINDS:
             if self._usage_seen:
                 raise StreamOrderError(
                     index,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from protocol_py.accumulate import CONTENT_EVENT_KINDS
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -23,19 +24,7 @@ from protocol_py_gen.model.v1 import (
     ToolCallStart,
 )
 
-PROGRESS_KINDS = frozenset(
-    {
-        "text_delta",
-        "thinking_delta",
-        "thinking_signature",
-        "redacted_thinking",
-        "tool_call_start",
-        "tool_call_delta",
-        "tool_call_done",
-        "stop",
-        "error",
-    }
-)
+PROGRESS_KINDS = CONTENT_EVENT_KINDS | {"stop", "error"}
 """Event cases that count as generation progress for the start-up and no-progress timeouts
 (C08). stream_start, metadata and usage do not: keep-alives, empty deltas and usage-only chunks
 never extend a deadline."""
