@@ -120,6 +120,16 @@ def test_cost_refuses_a_rate_a_double_cannot_carry(
     assert main(["cost", "--pricing", pricing, "--usage", usage]) == 1
     err = capsys.readouterr().err
     assert "tiers[0].inputPerMtok" in err and "cannot be carried exactly by a double" in err
+    # Every key spelling protojson accepts for a rate is checked, betterproto2's too.
+    for key in ("cacheWrite1hPerMtok", "cache_write_1h_per_mtok", "cacheWrite1HPerMtok"):
+        text = (
+            '{"currency": "USD", "tiers": [{"inputPerMtok": 1, "cacheWritePerMtok": 1, '
+            f'"{key}": 2.0000000000000000000001}}]}}'
+        )
+        pricing = write(tmp_path, "p.json", text)
+        assert main(["cost", "--pricing", pricing, "--usage", usage]) == 1
+        err = capsys.readouterr().err
+        assert f"tiers[0].{key}: 2.0000000000000000000001 cannot be carried exactly" in err
 
 
 def test_cost_time_tier_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
