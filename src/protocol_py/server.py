@@ -65,6 +65,7 @@ import jsonschema
 from google.protobuf import (  # type: ignore[import-untyped]
     descriptor_pb2,
     descriptor_pool,
+    message_factory,
 )
 from grpclib.const import Cardinality, Status
 from grpclib.encoding.proto import ProtoCodec
@@ -85,6 +86,7 @@ from protocol_py.structs import from_struct
 from protocol_py.validation import validate_capabilities, validate_request
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import (
     Capabilities,
     ConfigureRequest,
@@ -497,6 +499,9 @@ class ModelServer(ModelServiceBase):
         self._idle = asyncio.Event()
         self._idle.set()
         self._configure_lock = asyncio.Lock()
+        self._pool: Any | None = None
+        self._pool_loaded = False
+        self._strict_classes: dict[type[betterproto2.Message], Any] = {}
         self.port: int | None = None
         self.host: str | None = None
 
@@ -537,11 +542,20 @@ class ModelServer(ModelServiceBase):
                 ", ".join(loose),
             )
 
+    def descriptor_pool(self) -> Any | None:
+        """The DescriptorPool of :func:`build_descriptor_pool` (built once), or None."""
+        if not self._pool_loaded:
+            self._pool = build_descriptor_pool(self.descriptor_image)
+            self._pool_loaded = True
+            if self._pool is not None:
+                self._strict_classes = strict_request_classes(self._pool)
+        return self._pool
+
     def services(self) -> list[Any]:
         """The grpclib services to serve: this one, health, and reflection when available."""
         health = Health({self: [self.health_status], OVERALL: [self.health_status]})
         services: list[Any] = [self, health]
-        pool = build_descriptor_pool(self.descriptor_image)
+        pool = self.descriptor_pool()
         if pool is not None:
             services = ServerReflection.extend(services, pool=pool)
         return services
@@ -636,12 +650,30 @@ class ModelServer(ModelServiceBase):
         data = await raw.recv_data(length) if length else b""
         if len(data) != length:
             raise GRPCError(Status.INVALID_ARGUMENT, "request message truncated")
+        return self._decode(data, kind)
+
+    def _decode(self, data: bytes, kind: type[_Req]) -> _Req:
+        """Decode one request body, refusing any that is not well-formed protobuf.
+
+        betterproto2's parser is lenient (it reads corrupt bytes as a partly empty message), so
+        the body is first parsed with protobuf's upb class for the same message (built from the
+        descriptor image); a ``DecodeError`` there (corrupt wire format, truncated field,
+        invalid UTF-8 in a string, nesting beyond 100 levels) is INVALID_ARGUMENT and nothing
+        is applied. Unknown fields stay legal (forward compatibility).
+
+        Raises:
+            GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
+                (<n> bytes)"``.
+        """
+        strict = self._strict_classes.get(kind)
         try:
+            if strict is not None:
+                strict.FromString(data)
             return kind.parse(data)
-        except Exception:
+        except Exception:  # DecodeError from upb, anything from the lenient parser
             raise GRPCError(
                 Status.INVALID_ARGUMENT,
-                f"malformed request: not a valid {kind.__name__} ({length} bytes)",
+                f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)",
             ) from None
 
     def _check_accepting(self) -> None:
@@ -769,7 +801,7 @@ class ModelServer(ModelServiceBase):
                 provider's own rejection; the previous configuration stays in force.
         """
         try:
-            config = from_struct(message.config, path="config")
+            config = from_struct(fill_missing_values(message.config), path="config")
         except ValueError as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
         schema = self._schema
@@ -984,6 +1016,57 @@ def _close_connection(protocol: H2Protocol) -> None:
         connection.flush()
     with contextlib.suppress(Exception):
         protocol.processor.close("server shutting down")
+
+
+# -- strict decoding -----------------------------------------------------------------------------
+
+REQUEST_TYPES: Final[tuple[type[betterproto2.Message], ...]] = (
+    GetCapabilitiesRequest,
+    ConfigureRequest,
+    StreamCompletionRequest,
+    CountTokensRequest,
+    RenderRequest,
+    DescribeRequest,
+)
+"""The ModelService request messages (package ``model.v1``) checked for well-formedness."""
+
+
+def strict_request_classes(pool: Any) -> dict[type[betterproto2.Message], Any]:
+    """Map each of :data:`REQUEST_TYPES` to protobuf's (upb) class for the same message in
+    ``pool``; a message missing from the pool is left out (and logged)."""
+    classes: dict[type[betterproto2.Message], Any] = {}
+    for kind in REQUEST_TYPES:
+        name = f"model.v1.{kind.__name__}"
+        try:
+            classes[kind] = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+        except KeyError:
+            log.warning("descriptor image has no %s: its requests are decoded leniently", name)
+    return classes
+
+
+def fill_missing_values(struct: Struct | None) -> Struct | None:
+    """Give every Struct map entry decoded without a value (None) an empty Value, in place.
+
+    A map entry with no value field is legal protobuf; its Value has no kind, which protobuf's
+    JSON mapping reads as null. betterproto2 leaves such entries as None.
+    """
+    if struct is None:
+        return None
+    stack: list[Struct] = [struct]
+    while stack:
+        current = stack.pop()
+        for key, value in list(current.fields.items()):
+            if value is None:
+                current.fields[key] = Value()
+                continue
+            pending = [value]
+            while pending:
+                item = pending.pop()
+                if item.struct_value is not None:
+                    stack.append(item.struct_value)
+                elif item.list_value is not None:
+                    pending.extend(v for v in item.list_value.values if v is not None)
+    return struct
 
 
 # -- reflection --------------------------------------------------------------------------------
