@@ -10,6 +10,7 @@ import pytest
 
 from protocol_py.errors import InvalidValueError
 from protocol_py.structs import (
+    MAX_DEPTH,
     MAX_EXACT_INT,
     check_json,
     dumps,
@@ -203,5 +204,136 @@ def test_dumps_is_compact_ordered_and_keeps_non_ascii() -> None:
 
 
 def test_dumps_refuses_nan() -> None:
-    with pytest.raises(ValueError, match="JSON compliant"):
+    with pytest.raises(InvalidValueError) as info:
         dumps({"x": math.nan})
+    assert (info.value.rule, info.value.path) == ("json.not_finite", "x")
+    assert isinstance(info.value, ValueError)
+
+
+# --- cycles, depth and wrongly typed input ---------------------------------------------------
+
+
+def test_to_struct_rejects_a_self_referencing_dict_naming_the_path() -> None:
+    d: dict[str, Any] = {"a": {}}
+    d["a"]["self"] = d
+    with pytest.raises(InvalidValueError) as info:
+        to_struct(d, path="input")
+    assert info.value.rule == "json.cyclic"
+    assert info.value.path == "input.a.self"
+
+
+def test_to_struct_rejects_a_self_referencing_list() -> None:
+    items: list[Any] = [1]
+    items.append(items)
+    with pytest.raises(InvalidValueError) as info:
+        to_struct({"l": items})
+    assert (info.value.rule, info.value.path) == ("json.cyclic", "l[1]")
+
+
+def test_check_json_accepts_shared_but_acyclic_values() -> None:
+    shared = {"k": [1, 2]}
+    assert to_struct({"a": shared, "b": shared, "c": [shared, shared]}) == to_struct(
+        {"a": {"k": [1, 2]}, "b": {"k": [1, 2]}, "c": [{"k": [1, 2]}, {"k": [1, 2]}]}
+    )
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: Any = 0
+    for _ in range(depth - 1):
+        value = [value]
+    return {"x": value}
+
+
+def test_to_struct_depth_limit_is_max_depth_levels() -> None:
+    assert MAX_DEPTH == 100
+    to_struct(nested(MAX_DEPTH))  # the object plus 99 list levels: exactly at the limit
+    with pytest.raises(InvalidValueError) as info:
+        to_struct(nested(MAX_DEPTH + 1))
+    assert info.value.rule == "json.too_deep"
+    assert "100" in str(info.value)
+    with pytest.raises(InvalidValueError) as info:
+        to_struct(nested(50_000))
+    assert info.value.rule == "json.too_deep"
+
+
+def test_parse_json_object_depth_limit_matches_to_struct() -> None:
+    text = json.dumps(nested(MAX_DEPTH + 1))
+    with pytest.raises(InvalidValueError) as info:
+        parse_json_object(text, path="args")
+    assert info.value.rule == "json.too_deep"
+    assert info.value.path.startswith("args.x")
+
+
+def deep_struct(depth: int) -> Struct:
+    struct = Struct()
+    for _ in range(depth - 1):
+        struct = Struct(fields={"n": Value(struct_value=struct)})
+    return struct
+
+
+def test_from_struct_depth_limit_and_cycles() -> None:
+    assert from_struct(deep_struct(MAX_DEPTH)) is not None
+    with pytest.raises(InvalidValueError) as info:
+        from_struct(deep_struct(MAX_DEPTH + 1))
+    assert info.value.rule == "json.too_deep"
+    loop = Struct()
+    loop.fields["me"] = Value(struct_value=loop)
+    with pytest.raises(InvalidValueError) as info:
+        from_struct(loop, path="cfg")
+    assert (info.value.rule, info.value.path) == ("json.cyclic", "cfg.me")
+
+
+def test_from_struct_reads_an_int_number_value_as_a_double() -> None:
+    # betterproto2 lets number_value hold a Python int; it is a double on the wire.
+    assert from_struct(Struct(fields={"a": Value(number_value=5)})) == {"a": 5}
+    assert from_struct(Struct(fields={"a": Value(number_value=2**60)})) == {"a": float(2**60)}
+
+
+@pytest.mark.parametrize(
+    ("struct", "path"),
+    [
+        ({"a": 1}, ""),
+        ("text", ""),
+        (Struct(fields=None), "fields"),  # type: ignore[arg-type]
+        (Struct(fields={"a": None}), "a"),  # type: ignore[dict-item]
+        (Struct(fields={1: Value(bool_value=True)}), ""),  # type: ignore[dict-item]
+        (Struct(fields={"a": Value(number_value="5")}), "a"),  # type: ignore[arg-type]
+        (Struct(fields={"a": Value(number_value=True)}), "a"),
+        (Struct(fields={"a": Value(string_value=5)}), "a"),  # type: ignore[arg-type]
+        (Struct(fields={"a": Value(bool_value=1)}), "a"),  # type: ignore[arg-type]
+        (Struct(fields={"a": Value(struct_value={"b": 1})}), "a"),  # type: ignore[arg-type]
+        (Struct(fields={"a": Value(list_value=[1])}), "a"),  # type: ignore[arg-type]
+        (Struct(fields={"a": Value(list_value=ListValue(values=[3]))}), "a[0]"),  # type: ignore[list-item]
+        (Struct(fields={"a": Value(list_value=ListValue(values=None))}), "a"),  # type: ignore[arg-type]
+    ],
+)
+def test_from_struct_rejects_wrongly_typed_input_with_a_typed_error(struct: Any, path: str) -> None:
+    with pytest.raises(InvalidValueError) as info:
+        from_struct(struct)
+    assert info.value.rule == "value.wrong_type"
+    assert info.value.path == path
+
+
+def test_from_struct_rejects_a_value_with_several_kinds() -> None:
+    with pytest.raises(InvalidValueError) as info:
+        from_struct(Struct(fields={"a": Value(number_value=1.0, string_value="x")}), path="in")
+    assert (info.value.rule, info.value.path) == ("json.value_multiple", "in.a")
+
+
+@pytest.mark.parametrize("text", [None, 5, ["{}"], {"a": 1}])
+def test_parse_json_object_rejects_non_text_with_a_typed_error(text: Any) -> None:
+    with pytest.raises(InvalidValueError) as info:
+        parse_json_object(text, path="args")
+    assert (info.value.rule, info.value.path) == ("value.wrong_type", "args")
+
+
+def test_dumps_rejects_non_json_values_with_a_typed_error() -> None:
+    with pytest.raises(InvalidValueError) as info:
+        dumps({"a": object()})
+    assert info.value.rule == "json.not_json"
+    assert info.value.path == "a"
+    d: dict[str, Any] = {}
+    d["d"] = d
+    with pytest.raises(InvalidValueError) as info:
+        dumps(d)
+    assert info.value.rule == "json.cyclic"

@@ -26,6 +26,10 @@ from protocol_py_gen.google.protobuf import ListValue, NullValue, Struct, Value
 MAX_EXACT_INT = 2**53
 """Largest magnitude an integer may have to travel through a double exactly."""
 
+MAX_DEPTH = 100
+"""Deepest nesting of objects and arrays accepted (the top-level object is level 1); the same
+figure as protobuf's default recursion limit."""
+
 JSONObject = dict[str, Any]
 
 
@@ -48,9 +52,15 @@ def parse_json_object(text: str | bytes, *, path: str = "") -> JSONObject:
         InvalidValueError: the text is not JSON (including ``NaN``/``Infinity``), is not an
             object, or holds an integer beyond 2^53.
     """
-    if isinstance(text, bytes):
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise InvalidValueError(
+            f"{path or 'value'}: expected JSON text (str or bytes), got {type(text).__name__}",
+            path=path,
+            rule="value.wrong_type",
+        )
+    if isinstance(text, (bytes, bytearray)):
         try:
-            text = text.decode("utf-8")
+            text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidValueError(
                 f"{path or 'value'}: not valid UTF-8: {exc}", path=path, rule="json.not_utf8"
@@ -75,55 +85,85 @@ def parse_json_object(text: str | bytes, *, path: str = "") -> JSONObject:
     return value
 
 
+def _too_deep(where: str) -> InvalidValueError:
+    return InvalidValueError(
+        f"{where or 'value'}: nested more than {MAX_DEPTH} levels deep (the limit matches "
+        "protobuf's default recursion limit)",
+        path=where,
+        rule="json.too_deep",
+    )
+
+
+def _cyclic(where: str) -> InvalidValueError:
+    return InvalidValueError(
+        f"{where or 'value'}: the value contains itself (a reference cycle), which JSON cannot "
+        "represent",
+        path=where,
+        rule="json.cyclic",
+    )
+
+
 def check_json(value: Any, *, path: str = "") -> None:
     """Check that a parsed JSON value can travel through a Struct exactly.
 
+    Objects and arrays may be nested at most :data:`MAX_DEPTH` levels (the top-level value is
+    level 1). A value may be shared by several parents, but must not contain itself.
+
     Raises:
-        InvalidValueError: a non-JSON type, a non-string key, a non-finite number, or an integer
-            beyond 2^53 (naming its path).
+        InvalidValueError: a non-JSON type (rule ``json.not_json``), a non-string key
+            (``json.key_not_string``), a non-finite number (``json.not_finite``), an integer
+            beyond 2^53 (``json.integer_beyond_2_53``), a reference cycle (``json.cyclic``) or
+            nesting deeper than :data:`MAX_DEPTH` (``json.too_deep``), naming the path of the
+            offending value.
     """
-    stack: list[tuple[str, Any]] = [(path, value)]
-    while stack:
-        where, item = stack.pop()
-        if item is None or isinstance(item, (bool, str)):
-            continue
-        if isinstance(item, int):
-            if abs(item) > MAX_EXACT_INT:
-                raise InvalidValueError(
-                    f"{where or 'value'}: integer {item} is beyond 2^53 and cannot be carried "
-                    "exactly in a google.protobuf.Struct (a double)",
-                    path=where,
-                    rule="json.integer_beyond_2_53",
-                )
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise InvalidValueError(
-                    f"{where or 'value'}: {item} is not a JSON number (NaN and Infinity are not "
-                    "valid JSON)",
-                    path=where,
-                    rule="json.not_finite",
-                )
-            continue
-        if isinstance(item, Mapping):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise InvalidValueError(
-                        f"{where or 'value'}: object key {key!r} is not a string",
-                        path=where,
-                        rule="json.key_not_string",
-                    )
-                stack.append((f"{where}.{key}" if where else key, child))
-            continue
-        if isinstance(item, (list, tuple)):
-            for i, child in enumerate(item):
-                stack.append((f"{where}[{i}]", child))
-            continue
+    _check(value, path, 1, set())
+
+
+def _check(item: Any, where: str, depth: int, active: set[int]) -> None:
+    if item is None or isinstance(item, (bool, str)):
+        return
+    if isinstance(item, int):
+        if abs(item) > MAX_EXACT_INT:
+            raise InvalidValueError(
+                f"{where or 'value'}: integer {item} is beyond 2^53 and cannot be carried "
+                "exactly in a google.protobuf.Struct (a double)",
+                path=where,
+                rule="json.integer_beyond_2_53",
+            )
+        return
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            raise InvalidValueError(
+                f"{where or 'value'}: {item} is not a JSON number (NaN and Infinity are not "
+                "valid JSON)",
+                path=where,
+                rule="json.not_finite",
+            )
+        return
+    if not isinstance(item, (Mapping, list, tuple)):
         raise InvalidValueError(
             f"{where or 'value'}: {type(item).__name__} is not a JSON value",
             path=where,
             rule="json.not_json",
         )
+    if id(item) in active:
+        raise _cyclic(where)
+    if depth > MAX_DEPTH:
+        raise _too_deep(where)
+    active.add(id(item))
+    if isinstance(item, Mapping):
+        for key, child in item.items():
+            if not isinstance(key, str):
+                raise InvalidValueError(
+                    f"{where or 'value'}: object key {key!r} is not a string",
+                    path=where,
+                    rule="json.key_not_string",
+                )
+            _check(child, f"{where}.{key}" if where else key, depth + 1, active)
+    else:
+        for i, child in enumerate(item):
+            _check(child, f"{where}[{i}]", depth + 1, active)
+    active.discard(id(item))
 
 
 def _to_value(item: Any) -> Value:
@@ -156,17 +196,63 @@ def to_struct(obj: Mapping[str, Any], *, path: str = "") -> Struct:
     return Struct(fields={k: _to_value(v) for k, v in obj.items()})
 
 
-def _from_value(value: Value, where: str) -> Any:
-    if value.struct_value is not None:
-        return from_struct(value.struct_value, path=where)
-    if value.list_value is not None:
-        return [_from_value(v, f"{where}[{i}]") for i, v in enumerate(value.list_value.values)]
-    if value.string_value is not None:
-        return value.string_value
-    if value.bool_value is not None:
-        return value.bool_value
-    if value.number_value is not None:
-        number = value.number_value
+def _wrong(where: str, expected: str, value: Any) -> InvalidValueError:
+    return InvalidValueError(
+        f"{where or 'value'}: expected {expected}, got {type(value).__name__} {value!r:.60}",
+        path=where,
+        rule="value.wrong_type",
+    )
+
+
+_KINDS = ("null_value", "number_value", "string_value", "bool_value", "struct_value", "list_value")
+
+
+def _from_value(value: Any, where: str, depth: int, active: set[int]) -> Any:
+    if not isinstance(value, Value):
+        raise _wrong(where, "a google.protobuf.Value", value)
+    kinds = [k for k in _KINDS if getattr(value, k, None) is not None]
+    if len(kinds) > 1:
+        raise InvalidValueError(
+            f"{where or 'value'}: a google.protobuf.Value holds exactly one kind, found "
+            f"{', '.join(kinds)}",
+            path=where,
+            rule="json.value_multiple",
+        )
+    kind = kinds[0] if kinds else "null_value"
+    item = getattr(value, kind, None)
+    if kind == "struct_value":
+        if not isinstance(item, Struct):
+            raise _wrong(where, "a google.protobuf.Struct", item)
+        return _from_struct(item, where, depth + 1, active)
+    if kind == "list_value":
+        if not isinstance(item, ListValue):
+            raise _wrong(where, "a google.protobuf.ListValue", item)
+        values = item.values
+        if not isinstance(values, list):
+            raise _wrong(where, "a list of google.protobuf.Value", values)
+        if id(item) in active:
+            raise _cyclic(where)
+        if depth + 1 > MAX_DEPTH:
+            raise _too_deep(where)
+        active.add(id(item))
+        out = [_from_value(v, f"{where}[{i}]", depth + 1, active) for i, v in enumerate(values)]
+        active.discard(id(item))
+        return out
+    if kind == "string_value":
+        if not isinstance(item, str):
+            raise _wrong(where, "str", item)
+        return item
+    if kind == "bool_value":
+        if not isinstance(item, bool):
+            raise _wrong(where, "bool", item)
+        return item
+    if kind == "number_value":
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise _wrong(where, "a number (float)", item)
+        try:
+            number = float(item)  # betterproto2 lets an int in; the wire holds a double
+        except OverflowError:
+            number = math.inf
         if not math.isfinite(number):
             raise InvalidValueError(
                 f"{where or 'value'}: {number} is not a JSON number",
@@ -180,23 +266,55 @@ def _from_value(value: Value, where: str) -> Any:
     return None
 
 
+def _from_struct(struct: Struct, path: str, depth: int, active: set[int]) -> JSONObject:
+    fields = struct.fields
+    if not isinstance(fields, Mapping):
+        raise _wrong(_join(path, "fields"), "a dict of str to google.protobuf.Value", fields)
+    if id(struct) in active:
+        raise _cyclic(path)
+    if depth > MAX_DEPTH:
+        raise _too_deep(path)
+    active.add(id(struct))
+    out: JSONObject = {}
+    for key, value in fields.items():
+        if not isinstance(key, str):
+            raise _wrong(path, "str keys", key)
+        out[key] = _from_value(value, _join(path, key), depth, active)
+    active.discard(id(struct))
+    return out
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
 def from_struct(struct: Struct | None, *, path: str = "") -> JSONObject:
     """Convert a Struct back to a JSON object; integral numbers come back as ``int``.
 
-    ``None`` (an absent Struct field) converts to the empty object.
+    ``None`` (an absent Struct field) converts to the empty object. A Value with no kind set
+    reads as JSON null (as protobuf's JSON mapping does). A ``number_value`` holding a Python
+    ``int`` (betterproto2 accepts one) is read as the double the wire would carry.
 
     Raises:
-        InvalidValueError: the Struct holds NaN or Infinity (possible on the wire, not in JSON).
+        InvalidValueError: the Struct holds NaN or Infinity (rule ``json.not_finite``; possible on
+            the wire, not in JSON), a Value with several kinds set (``json.value_multiple``), a
+            field of the wrong Python type (``value.wrong_type``), a reference cycle
+            (``json.cyclic``) or nesting deeper than :data:`MAX_DEPTH` (``json.too_deep``); the
+            error names the path of the offending value.
     """
     if struct is None:
         return {}
-    return {
-        key: _from_value(value, f"{path}.{key}" if path else key)
-        for key, value in struct.fields.items()
-    }
+    if not isinstance(struct, Struct):
+        raise _wrong(path, "a google.protobuf.Struct", struct)
+    return _from_struct(struct, path, 1, set())
 
 
 def dumps(obj: Any) -> str:
     """Render parsed JSON compactly and deterministically (keys in insertion order, no spaces,
-    non-ASCII kept), the form used when a tool call's arguments are sent back to a vendor."""
+    non-ASCII kept), the form used when a tool call's arguments are sent back to a vendor.
+
+    Raises:
+        InvalidValueError: ``obj`` is not JSON that a Struct can carry (see :func:`check_json`).
+    """
+    check_json(obj)
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
