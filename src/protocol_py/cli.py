@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NoReturn, TextIO, TypeVar
 
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from ulid import ULID
 
@@ -57,6 +58,7 @@ from protocol_py_gen.model.v1 import (
     Pricing,
     PricingTier,
     StreamCompletionRequest,
+    StreamEvent,
     Usage,
 )
 
@@ -287,14 +289,14 @@ def _run_client(action: Callable[[ModelClient], Awaitable[_T]], address: str) ->
 
     try:
         return asyncio.run(run())
+    except TimeoutError:
+        raise CliError(f"deadline exceeded talking to {address}") from None
     except (ConnectionError, OSError) as exc:
         raise CliError(f"cannot connect to {address}: {exc.strerror or exc}") from None
     except GRPCError as exc:
         raise CliError(f"server answered {exc.status.name}: {exc.message or ''}") from None
     except StreamTerminatedError as exc:
         raise CliError(f"connection to {address} lost: {exc}") from None
-    except TimeoutError:
-        raise CliError(f"deadline exceeded talking to {address}") from None
     except ProtocolError as exc:
         raise CliError(str(exc)) from None
 
@@ -349,28 +351,26 @@ async def _chat(client: ModelClient, args: argparse.Namespace) -> int:
     accumulator = StreamAccumulator(produced_by_model_id=model_id)
     received_at: datetime | None = None
     mode = ""
-    async for event in client.stream(request, timeout=args.timeout):
-        accumulator.feed(event)
-        if event.thinking_delta is not None:
-            if mode != "thinking":
-                out.write(_style(out, "2", "[thinking] "))
-                mode = "thinking"
-            out.write(_style(out, "2", event.thinking_delta.text))
-        elif event.text_delta is not None:
-            if mode == "thinking":
-                out.write("\n")
-            mode = "text"
-            out.write(event.text_delta.text)
-        elif event.tool_call_start is not None:
-            out.write(_style(out, "36", f"\n[tool call {event.tool_call_start.name}("))
-            mode = "tool"
-        elif event.tool_call_delta is not None:
-            out.write(_style(out, "36", event.tool_call_delta.arguments_fragment))
-        elif event.tool_call_done is not None:
-            out.write(_style(out, "36", ")]"))
-        elif event.usage is not None:
-            received_at = datetime.now(UTC)
+    events = 0
+    try:
+        async for event in client.stream(request, timeout=args.timeout):
+            events += 1
+            mode, received = _show_event(out, event, mode)
+            accumulator.feed(event)
+            received_at = received or received_at
+    except (TimeoutError, GRPCError) as exc:
+        if isinstance(exc, GRPCError) and exc.status is not Status.DEADLINE_EXCEEDED:
+            raise
+        if events == 0:
+            raise CliError(f"deadline of {timeout:g}s passed before the first event") from None
+        out.write("\n")
         out.flush()
+        partial = accumulator.result()
+        text = sum(len(b.text.text) for b in partial.message.content if b.text is not None)
+        raise CliError(
+            f"deadline of {timeout:g}s passed mid-stream after {events} event(s) "
+            f"({text} characters of text, no stop event); the answer above is incomplete"
+        ) from None
     out.write("\n")
     result = accumulator.result()
     if result.error is not None:
@@ -401,6 +401,33 @@ async def _chat(client: ModelClient, args: argparse.Namespace) -> int:
         summary.append(f"stop: {reason}")
     print("; ".join(summary) if summary else "no usage reported", file=out)
     return EXIT_FAILURE if result.error is not None or not result.complete else EXIT_OK
+
+
+def _show_event(out: TextIO, event: StreamEvent, mode: str) -> tuple[str, datetime | None]:
+    """Print one event of ``chat``; returns the new display mode and, for a usage event, the
+    time it was received (UTC)."""
+    received_at: datetime | None = None
+    if event.thinking_delta is not None:
+        if mode != "thinking":
+            out.write(_style(out, "2", "[thinking] "))
+            mode = "thinking"
+        out.write(_style(out, "2", event.thinking_delta.text))
+    elif event.text_delta is not None:
+        if mode == "thinking":
+            out.write("\n")
+        mode = "text"
+        out.write(event.text_delta.text)
+    elif event.tool_call_start is not None:
+        out.write(_style(out, "36", f"\n[tool call {event.tool_call_start.name}("))
+        mode = "tool"
+    elif event.tool_call_delta is not None:
+        out.write(_style(out, "36", event.tool_call_delta.arguments_fragment))
+    elif event.tool_call_done is not None:
+        out.write(_style(out, "36", ")]"))
+    elif event.usage is not None:
+        received_at = datetime.now(UTC)
+    out.flush()
+    return mode, received_at
 
 
 def _thinking_summary(spec: Any) -> str:
@@ -532,7 +559,7 @@ def _read_json(path: str, what: str) -> Any:
         with open(path, "rb") as handle:
             raw = handle.read()
     except OSError as exc:
-        raise CliError(f"{what} {path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
+        raise CliError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
 
     def reject(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")
@@ -541,9 +568,9 @@ def _read_json(path: str, what: str) -> Any:
         plain = json.loads(raw, parse_constant=reject)
         exact = json.loads(raw, parse_float=Decimal, parse_int=Decimal, parse_constant=reject)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CliError(f"{what} {path}: not valid JSON: {exc}", EXIT_USAGE) from None
+        raise CliError(f"{what} {path}: not valid JSON: {exc}") from None
     if not isinstance(plain, dict):
-        raise CliError(f"{what} {path}: expected a JSON object", EXIT_USAGE)
+        raise CliError(f"{what} {path}: expected a JSON object")
     return plain, exact
 
 
@@ -595,16 +622,23 @@ def cmd_cost(args: argparse.Namespace) -> int:
         f"{args.usage}: {v}" for v in usage_problems
     ]
     if bad or pricing is None or usage is None:
-        raise CliError("invalid input:\n  " + "\n  ".join(bad))
+        raise CliError(f"invalid input: {len(bad)} error(s): " + "; ".join(bad))
+    if args.at is not None and not args.at.strip():
+        raise CliError("--at: empty; expected an ISO 8601 date or date-time", EXIT_USAGE)
     try:
-        at = parse_timestamp(args.at, path="--at") if args.at else datetime.now(UTC)
+        at = parse_timestamp(args.at, path="--at") if args.at is not None else datetime.now(UTC)
     except ValueError as exc:
-        raise CliError(f"--at: {exc}", EXIT_USAGE) from None
+        message = str(exc)
+        if not message.startswith("--at"):
+            message = f"--at: {message}"
+        raise CliError(message, EXIT_USAGE) from None
     try:
         breakdown = cost(pricing, usage, at)
     except ValidationError as exc:
-        lines = "\n  ".join(str(v) for v in exc.violations)
-        raise CliError(f"invalid pricing {args.pricing}:\n  {lines}") from None
+        lines = "; ".join(str(v) for v in exc.violations)
+        raise CliError(
+            f"invalid pricing {args.pricing}: {len(exc.violations)} error(s): {lines}"
+        ) from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.json:

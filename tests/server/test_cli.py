@@ -167,7 +167,7 @@ def test_cost_time_tier_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixt
         main(["cost", "--pricing", pricing, "--usage", usage, "--at", "2026-07-01T00:00:00"]) == 2
     )
     assert "--at" in capsys.readouterr().err
-    assert main(["cost", "--pricing", str(tmp_path / "none.json"), "--usage", usage]) == 2
+    assert main(["cost", "--pricing", str(tmp_path / "none.json"), "--usage", usage]) == 1
     assert "cannot read" in capsys.readouterr().err
     bad_usage = write(tmp_path, "bad.json", {"inputTokens": "many"})
     assert main(["cost", "--pricing", pricing, "--usage", bad_usage]) == 1
