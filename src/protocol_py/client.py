@@ -15,6 +15,8 @@ Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,31 +51,67 @@ from protocol_py_gen.model.v1 import (
     Usage,
 )
 
+_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
+_PORT_RE = re.compile(r"[0-9]{1,5}")
+
 
 def parse_address(address: str, *, default_port: int = 50051) -> tuple[str, int]:
     """Split ``host:port`` (``[v6]:port`` for IPv6; a bare host takes ``default_port``).
 
+    The host is a DNS name or IPv4 address (ASCII letters, digits, ``.``, ``-``, ``_``) or, in
+    brackets, an IPv6 address (an unbracketed IPv6 address is refused: its colons are ambiguous).
+    The port is ASCII digits, 1-65535 (0, "any free port", means nothing to a client).
+
+    Returns:
+        ``(host, port)``; the host without brackets.
+
     Raises:
-        InvalidValueError: an empty host or a port that is not an integer in 1..65535.
+        InvalidValueError: the address is not a string, or its host or port is malformed; the
+            message quotes the address.
     """
+    if not isinstance(address, str):
+        raise InvalidValueError(
+            f"invalid address {address!r}: expected a string 'host:port'", rule="address.type"
+        )
+
+    def bad(rule: str, why: str) -> InvalidValueError:
+        return InvalidValueError(f"invalid address {address!r}: {why}", rule=f"address.{rule}")
+
     text = address.strip()
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
+        host, closed, rest = text[1:].partition("]")
+        if not closed:
+            raise bad("host", "IPv6 address without a closing ']'")
+        if rest and not rest.startswith(":"):
+            raise bad("host", "unexpected text after ']' (expected ':port')")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise bad("host", "not an IPv6 address in brackets") from None
+        port_text: str | None = rest[1:] if rest else None
     else:
-        host, port_text = text, ""
-    if not host:
-        raise InvalidValueError(f"invalid address {address!r}: empty host", rule="address.host")
-    if not port_text:
+        if text.count(":") > 1:
+            raise bad("host", "an IPv6 address must be written in brackets, e.g. [::1]:50051")
+        host, colon, after = text.partition(":")
+        port_text = after if colon else None
+        if not host:
+            raise bad("host", "empty host")
+        if _HOST_RE.fullmatch(host) is None:
+            raise bad("host", "the host may hold only ASCII letters, digits, '.', '-' and '_'")
+    if port_text is None:
         return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise InvalidValueError(
-            f"invalid address {address!r}: port must be an integer in 1..65535",
-            rule="address.port",
-        )
+    if _PORT_RE.fullmatch(port_text) is None or not 0 < int(port_text) < 65536:
+        raise bad("port", "port must be ASCII digits, an integer in 1..65535")
     return host, int(port_text)
+
+
+def _require(request: object, kind: type[Any], what: str) -> None:
+    """Raise InvalidValueError unless ``request`` is a ``kind`` message."""
+    if not isinstance(request, kind):
+        raise InvalidValueError(
+            f"{what}: expected a {kind.__name__}, got {type(request).__name__}",
+            rule="request.type",
+        )
 
 
 @dataclass(slots=True)
@@ -175,7 +213,12 @@ class ModelClient:
         *,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> CountTokensResponse:
-        """CountTokens: input tokens and how they were counted."""
+        """CountTokens: input tokens and how they were counted.
+
+        Raises:
+            InvalidValueError: ``request`` is not a CountTokensRequest.
+        """
+        _require(request, CountTokensRequest, "count_tokens")
         return await self.stub.count_tokens(request, timeout=timeout)
 
     async def render(
@@ -184,7 +227,12 @@ class ModelClient:
         *,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> RenderResponse:
-        """Render one of the plugin's payloads."""
+        """Render one of the plugin's payloads.
+
+        Raises:
+            InvalidValueError: ``request`` is not a RenderRequest.
+        """
+        _require(request, RenderRequest, "render")
         return await self.stub.render(request, timeout=timeout)
 
     async def model_spec(self, model_id: str) -> ModelSpec | None:
@@ -203,7 +251,9 @@ class ModelClient:
         Raises:
             GRPCError: a transport-level failure (DEADLINE_EXCEEDED when ``timeout`` passes).
             asyncio.TimeoutError: the deadline passed while waiting for an event.
+            InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """
+        _require(request, StreamCompletionRequest, "stream")
         async with self.stub.channel.request(
             "/model.v1.ModelService/StreamCompletion",
             Cardinality.UNARY_STREAM,
@@ -230,7 +280,9 @@ class ModelClient:
         Raises:
             StreamOrderError: the server broke the event order (D12).
             GRPCError / asyncio.TimeoutError: as :meth:`stream`.
+            InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """
+        _require(request, StreamCompletionRequest, "complete")
         spec = await self.model_spec(request.model_id)
         provider = self._provider_name
         accumulator = StreamAccumulator(
