@@ -19,7 +19,7 @@ wire protocol"; DESIGN D10-D16):
   is closed at once (its ``finally`` runs, closing upstream I/O) and nothing is logged as an
   error (grpclib logs the cancellation at INFO);
 * Configure: the config is validated against the provider's config schema (JSON Schema draft
-  2020-12 with format checking; ``uri`` is checked by this module) and rejected with
+  2020-12 with format checking; ``uri`` is RFC 3986 syntax, any scheme) and rejected with
   ``INVALID_ARGUMENT`` listing every error with its JSON path; a rejected config leaves the
   previous one in force. Values are never echoed in error messages or logs, so secret-like keys
   (names containing ``key``, ``token``, ``secret`` or ``password``) cannot leak;
@@ -77,6 +77,7 @@ from grpclib.metadata import Deadline
 from grpclib.protocol import H2Protocol
 from grpclib.reflection.service import ServerReflection
 from grpclib.reflection.v1 import reflection_pb2
+from rfc3986_validator import validate_rfc3986  # type: ignore[import-untyped]
 
 import protocol_py_gen
 from protocol_py.accumulate import StreamOrderChecker
@@ -208,26 +209,18 @@ class LimitedCodec(ProtoCodec):
 
 # -- config validation -----------------------------------------------------------------------
 
-_URI_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s\"<>\\^`{|}]*$")
-
 
 def _is_uri(value: object) -> bool:
-    """RFC 3986 absolute URI: a scheme, ``:``, then no whitespace or forbidden characters."""
+    """RFC 3986 ``absolute-URI`` syntax (any scheme: ``https:``, ``file:``, ``urn:``, ...),
+    checked by ``rfc3986-validator``; non-strings pass (``format`` applies to strings only)."""
     if not isinstance(value, str):
-        return True  # format only applies to strings
-    if _URI_RE.match(value) is None:
-        return False
-    return not (
-        value.split(":", 1)[1].startswith("//") and not value.split(":", 1)[1][2:].split("/")[0]
-    )
+        return True
+    return validate_rfc3986(value, rule="URI") is not None
 
 
 def config_format_checker() -> jsonschema.FormatChecker:
-    """jsonschema's draft 2020-12 format checker, with ``uri``/``uri-reference`` always checked.
-
-    jsonschema checks ``uri`` only when the optional ``rfc3987`` package is installed; this
-    checker does not depend on it.
-    """
+    """jsonschema's draft 2020-12 format checker with ``uri`` always checked (RFC 3986 syntax,
+    through ``rfc3986-validator``), whichever optional URI packages are installed."""
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
     checker = jsonschema.FormatChecker(list(checker.checkers))
     checker.checks("uri")(_is_uri)
