@@ -331,3 +331,31 @@ async def test_render_payloads() -> None:
     assert rep.text == "ababab"
     with pytest.raises(ValueError, match="payload_type"):
         await provider.render(RenderRequest(payload_type="other", payload=b""))
+
+
+@pytest.mark.parametrize(
+    ("model", "params"),
+    [
+        ("reference-medium", None),  # budget model without a budget: no reasoning
+        ("reference-large", GenerationParams(thinking_effort="low", disable_thinking=True)),
+        ("reference-small", None),  # no thinking at all
+    ],
+)
+async def test_usage_reports_reasoning_only_when_the_model_reasoned(
+    model: str, params: GenerationParams | None
+) -> None:
+    events = await run(ReferenceProvider(), make_request("x", model=model, params=params))
+    usage = accumulate(events).usage
+    assert usage is not None and usage.output_tokens > 0
+    assert usage.reasoning_tokens is None
+    assert usage.reasoning_already_counted is None
+    reasoned = accumulate(
+        await run(
+            ReferenceProvider(),
+            make_request(
+                "x", model="reference-medium", params=GenerationParams(thinking_budget_tokens=2000)
+            ),
+        )
+    ).usage
+    assert reasoned is not None and (reasoned.reasoning_tokens or 0) > 0
+    assert reasoned.reasoning_already_counted is True

@@ -32,8 +32,9 @@ Behaviour (all deterministic for a given request and cache state):
 * Thinking: ``reference-large`` thinks unless ``disable_thinking`` is true (more sentences at
   higher effort); ``reference-medium`` thinks only with ``thinking_budget_tokens`` (truncated to
   the budget). Thinking deltas are followed by a ``thinking_signature``
-  (``b"refsig:" + sha256 hex``). ``usage.reasoning_tokens`` is the thinking token count and
-  ``reasoning_already_counted`` is true (output tokens include it).
+  (``b"refsig:" + sha256 hex``). When the model reasoned this turn, ``usage.reasoning_tokens``
+  is the thinking token count and ``reasoning_already_counted`` is true (output tokens include
+  it); when it did not (no budget, thinking disabled, no thinking support) both are unset.
 * Tool call trigger: when tools are declared, the model supports tool use, tool choice is not
   NONE, and the last user message's text contains ``use tool`` (any case) or names a declared
   tool as a word, or tool choice is ANY/SPECIFIC. The tool is the SPECIFIC one, else the first
@@ -771,15 +772,15 @@ class ReferenceProvider(Provider):
                     )
                 )
             events.append((StreamEvent(tool_call_done=ToolCallDone(id=call_id)), 0))
-        thinking_on = spec.thinking is not None and spec.thinking.supported
+        reasoned = bool(plan.thinking)  # reasoning is reported only when it happened
         caching_on = spec.caching is not None and spec.caching.supported
         usage = Usage(
             input_tokens=prompt_tokens - cache_read - cache_write,
             output_tokens=len(plan.thinking) + len(plan.text) + tool_tokens,
             cache_read_tokens=cache_read if caching_on else None,
             cache_write_tokens=cache_write if caching_on else None,
-            reasoning_tokens=len(plan.thinking) if thinking_on else None,
-            reasoning_already_counted=True if thinking_on else None,
+            reasoning_tokens=len(plan.thinking) if reasoned else None,
+            reasoning_already_counted=True if reasoned else None,
         )
         events.append((StreamEvent(usage=usage), 0))
         events.append((StreamEvent(stop=plan.stop), 0))
