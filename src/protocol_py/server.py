@@ -102,6 +102,7 @@ from protocol_py_gen.model.v1 import (
     ModelError,
     ModelServiceBase,
     ModelSpec,
+    RenderFormat,
     RenderRequest,
     RenderResponse,
     StreamCompletionRequest,
@@ -149,6 +150,8 @@ _SIZE_UNITS: Final = {
 _MAX_LENGTH_PREFIX: Final = 2**32 - 1
 
 _Req = TypeVar("_Req", bound=betterproto2.Message)
+
+_RENDER_FORMATS: Final = frozenset(RenderFormat)
 
 
 def parse_size(text: str) -> int:
@@ -846,10 +849,24 @@ class ModelServer(ModelServiceBase):
         return await self.provider.count_tokens(message)
 
     async def _render(self, request: RenderRequest, record: _RpcRecord) -> RenderResponse:
-        return await self.provider.render(request)
+        return await self.render(request)
 
     async def render(self, message: RenderRequest) -> RenderResponse:
-        """The provider's rendering of its own payload."""
+        """The provider's rendering of its own payload.
+
+        Raises:
+            GRPCError: INVALID_ARGUMENT for an empty ``payload_type`` or a ``format`` that is
+                not a known RenderFormat value (the message starts with the field name); a
+                provider's ``ValueError`` also becomes INVALID_ARGUMENT.
+        """
+        if not message.payload_type:
+            raise GRPCError(Status.INVALID_ARGUMENT, "payload_type: must be non-empty")
+        if message.format not in _RENDER_FORMATS:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"format: unknown RenderFormat value {int(message.format)} "
+                f"(known: {', '.join(str(int(f)) for f in RenderFormat)})",
+            )
         return await self.provider.render(message)
 
     # -- StreamCompletion -----------------------------------------------------------------------

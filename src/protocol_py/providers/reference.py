@@ -54,7 +54,9 @@ Behaviour (all deterministic for a given request and cache state):
   after_events}`` (end every stream with that ModelError after that many events, for testing
   a kernel's error handling).
 * Render: payload type ``reference.echo`` (the payload as UTF-8 text) and ``reference.repeat``
-  (JSON ``{"text": str, "times": int}``: the text repeated, a test aid for reply sizes).
+  (JSON ``{"text": str, "times": int}``, ``times >= 0``, at most :data:`MAX_RENDER_CHARS`
+  characters: the text repeated, a test aid for reply sizes), answered in the requested format
+  (Markdown: ASCII punctuation backslash-escaped; otherwise plain text).
 """
 
 from __future__ import annotations
@@ -126,6 +128,39 @@ CACHE_ENTRIES: Final = 4096
 """Capacity of the in-process prompt-prefix cache (entries, LRU)."""
 
 _TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
+
+MAX_RENDER_CHARS: Final = 1_000_000
+"""Largest ``reference.repeat`` result, in characters."""
+
+_MARKDOWN_SPECIAL: Final = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def markdown_escape(text: str) -> str:
+    """``text`` as CommonMark that displays literally: every ASCII punctuation character is
+    backslash-escaped."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def _repeat(payload: bytes) -> str:
+    """The ``reference.repeat`` payload's text, ``times`` times (see ``render``)."""
+    usage = 'expected JSON {"text": str, "times": int}'
+    try:
+        spec = json.loads(payload)
+    except ValueError:
+        raise ValueError(f"payload: not JSON; {usage}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"payload: not a JSON object; {usage}")
+    text, times = spec.get("text"), spec.get("times")
+    if not isinstance(text, str):
+        raise ValueError(f"payload.text: missing or not a string; {usage}")
+    if isinstance(times, bool) or not isinstance(times, int):
+        raise ValueError(f"payload.times: missing or not an integer; {usage}")
+    if times < 0:
+        raise ValueError(f"payload.times: must be >= 0, got {times}")
+    if len(text) * times > MAX_RENDER_CHARS:
+        raise ValueError(f"payload.times: the result would exceed {MAX_RENDER_CHARS} characters")
+    return text * times
+
 
 CONFIG_SCHEMA: Final[dict[str, Any]] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -496,23 +531,29 @@ class ReferenceProvider(Provider):
         )
 
     async def render(self, request: RenderRequest) -> RenderResponse:
-        """Render ``reference.echo`` or ``reference.repeat`` payloads as plain text.
+        """Render ``reference.echo`` or ``reference.repeat`` payloads.
+
+        ``reference.echo``: the payload as UTF-8 text (invalid bytes replaced).
+        ``reference.repeat``: JSON ``{"text": str, "times": int}`` with ``times`` an integer
+        ``>= 0`` and at most :data:`MAX_RENDER_CHARS` characters in the result.
+
+        The answer is in the requested format: ``RENDER_FORMAT_MARKDOWN`` gives CommonMark in
+        which every ASCII punctuation character is backslash-escaped (the text displays
+        literally); ``PLAIN_TEXT`` and ``UNSPECIFIED`` give plain text.
 
         Raises:
-            ValueError: an unknown payload type or a malformed ``reference.repeat`` payload.
+            ValueError: an unknown payload type (``payload_type: ...``) or a malformed
+                ``reference.repeat`` payload; the message starts with the field path
+                (``payload``, ``payload.text``, ``payload.times``).
         """
         if request.payload_type == "reference.echo":
             text = request.payload.decode("utf-8", errors="replace")
         elif request.payload_type == "reference.repeat":
-            try:
-                spec = json.loads(request.payload)
-                text = str(spec["text"]) * int(spec["times"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    'payload: reference.repeat needs JSON {"text": str, "times": int}'
-                ) from exc
+            text = _repeat(request.payload)
         else:
             raise ValueError(f"payload_type: unknown payload type {request.payload_type!r}")
+        if request.format == RenderFormat.MARKDOWN:
+            return RenderResponse(text=markdown_escape(text), format=RenderFormat.MARKDOWN)
         return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)
 
     # -- caching ------------------------------------------------------------------------------
