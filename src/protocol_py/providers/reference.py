@@ -129,8 +129,9 @@ CACHE_ENTRIES: Final = 4096
 
 _TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
 
-MAX_RENDER_CHARS: Final = 1_000_000
-"""Largest ``reference.repeat`` result, in characters."""
+MAX_RENDER_CHARS: Final = 64 * 1024 * 1024
+"""Largest ``reference.repeat`` result, in characters (64 Mi: enough to exceed the default
+maximum message size, so reply limits stay testable)."""
 
 _MARKDOWN_SPECIAL: Final = re.compile(r"([!-/:-@\[-`{-~])")
 
