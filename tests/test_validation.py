@@ -208,11 +208,19 @@ def test_capabilities_duplicates_and_hook_points() -> None:
 
 
 def test_capabilities_config_schema_checked_against_draft_2020_12() -> None:
-    caps = Capabilities(config_schema=to_struct({"type": "object", "properties": {"a": 3}}))
+    caps = Capabilities(
+        protocol_version="1.0",
+        models=[make_spec()],
+        config_schema=to_struct({"type": "object", "properties": {"a": 3}}),
+    )
     assert rules(validate_capabilities(caps)) == [
         ("config_schema.properties.a", "capabilities.config_schema.invalid")
     ]
-    ok = Capabilities(config_schema=to_struct({"type": "object", "additionalProperties": False}))
+    ok = Capabilities(
+        protocol_version="1.0",
+        models=[make_spec()],
+        config_schema=to_struct({"type": "object", "additionalProperties": False}),
+    )
     assert validate_capabilities(ok) == []
 
 

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import betterproto2
@@ -74,6 +75,7 @@ __all__ = [
     "validate_document",
     "validate_model_spec",
     "validate_request",
+    "validate_request_shape",
 ]
 
 M = TypeVar("M", bound=betterproto2.Message)
@@ -99,86 +101,14 @@ def _join(path: str, name: str) -> str:
 # Generic checks of an already-built message: Python types and unknown enum numbers
 # ---------------------------------------------------------------------------------------------
 
-_INT_TYPES = protojson.INT_TYPES
-_INT_RANGES = protojson.INT_RANGES
 
-
-def _enum_known(enum_cls: type[betterproto2.Enum], value: int) -> bool:
-    return bool(getattr(value, "name", "x")) and any(m.value == value for m in enum_cls)
-
-
-def _type_error(path: str, expected: str, value: Any) -> InvalidValueError:
-    return InvalidValueError(
-        f"{path or 'value'}: expected {expected}, got {type(value).__name__} {value!r:.60}",
-        path=path,
-        rule="value.wrong_type",
-    )
-
-
-def _check_scalar(meta: betterproto2.FieldMetadata, cls: Any, value: Any, path: str) -> None:
-    kind = meta.proto_type
-    if kind == "string":
-        if not isinstance(value, str):
-            raise _type_error(path, "str", value)
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise _type_error(path, "bool", value)
-    elif kind in _INT_TYPES or kind == "enum":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _type_error(path, "an enum value" if kind == "enum" else "int", value)
-        lo, hi = _INT_RANGES["int32" if kind == "enum" else kind]
-        if not lo <= value <= hi:
-            raise InvalidValueError(
-                f"{path or 'value'}: {int(value)} is outside the {kind} range [{lo}, {hi}]",
-                path=path,
-                rule="value.out_of_range",
-            )
-    elif kind in ("double", "float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _type_error(path, "float", value)
-    elif kind == "bytes":
-        if not isinstance(value, (bytes, bytearray)):
-            raise _type_error(path, "bytes", value)
-    elif kind == "message" and not isinstance(value, cls):
-        raise _type_error(path, cls.__name__, value)
-
-
-def _walk(message: betterproto2.Message, path: str, out: list[Violation]) -> None:
-    """Check every field's Python type (raising) and report unknown enum numbers (appending)."""
-    meta_all = _meta(type(message))
-    for name, meta in meta_all.meta_by_field_name.items():
-        value = getattr(message, name, None)
-        if value is None:
-            continue
-        where = _join(path, name)
-        cls = meta_all.cls_by_field.get(name)
-        if meta.map_meta is not None:
-            if not isinstance(value, Mapping):
-                raise _type_error(where, "dict", value)
-            continue
-        items: Iterable[tuple[str, Any]]
-        if meta.repeated:
-            if not isinstance(value, list):
-                raise _type_error(where, "list", value)
-            items = ((f"{where}[{i}]", item) for i, item in enumerate(value))
-        else:
-            items = ((where, value),)
-        for item_path, item in items:
-            _check_scalar(meta, cls, item, item_path)
-            if meta.proto_type == "enum" and cls is not None and not _enum_known(cls, item):
-                out.append(
-                    Violation(
-                        item_path,
-                        "enum.unknown_value",
-                        f"{int(item)} is not a value of {cls.__name__}",
-                    )
-                )
-            elif (
-                meta.proto_type == "message"
-                and isinstance(item, betterproto2.Message)
-                and not type(item).__module__.startswith("protocol_py_gen.google")
-            ):
-                _walk(item, item_path, out)
+def _walk(message: M, path: str, out: list[Violation]) -> M:
+    """:func:`protocol_py.protojson.check_message`: the message with proto3 defaults for
+    ``None`` (``ModelSpec(id=None)`` is the empty id), Python types checked (raising), unknown
+    enum numbers appended to ``out``."""
+    fixed, found = protojson.check_message(message, path=path)
+    out.extend(found)
+    return fixed
 
 
 def _require(value: Any, cls: type[M], what: str) -> M:
@@ -190,6 +120,15 @@ def _require(value: Any, cls: type[M], what: str) -> M:
             rule="value.wrong_type",
         )
     return value
+
+
+def _struct_violation(exc: InvalidValueError, path: str, rule: str) -> Violation:
+    """A Struct that cannot be JSON (NaN, Infinity, a Value with several kinds, a wrongly typed
+    field) as a violation at the offending value's path, naming the ``json.*`` rule."""
+    detail = str(exc)
+    if exc.path and detail.startswith(exc.path + ": "):
+        detail = detail[len(exc.path) + 2 :]
+    return Violation(exc.path or path, rule, f"{detail} ({exc.rule or 'json.invalid'})")
 
 
 _METASCHEMA = Draft202012Validator(Draft202012Validator.META_SCHEMA)
@@ -520,23 +459,44 @@ def validate_model_spec(spec: ModelSpec, *, path: str = "") -> list[Violation]:
     """
     _require(spec, ModelSpec, "spec")
     out: list[Violation] = []
-    _walk(spec, path, out)
+    spec = _walk(spec, path, out)
     _validate_spec_rules(spec, path, out)
     return out
 
 
 def validate_capabilities(caps: Capabilities) -> list[Violation]:
-    """Validate a provider's Capabilities: each model (see :func:`validate_model_spec`, paths
-    ``models[i]...``), unique non-empty model ids, hook points (no HOOK_POINT_UNSPECIFIED, no
-    duplicates), ``protocol_version`` shaped ``MAJOR.MINOR`` when set, and ``config_schema`` a
-    valid JSON Schema (draft 2020-12) when present (DESIGN D14).
+    """Validate a provider's Capabilities: ``protocol_version`` present
+    (``capabilities.protocol_version.missing``) and shaped ``MAJOR.MINOR``
+    (``capabilities.protocol_version.malformed``), at least one model
+    (``capabilities.models.empty``: a model provider serving no model is useless), each model
+    (see :func:`validate_model_spec`, paths ``models[i]...``), unique non-empty model ids, hook
+    points (no HOOK_POINT_UNSPECIFIED, no duplicates), and ``config_schema`` a valid JSON Schema
+    (draft 2020-12) when present (DESIGN D14). ``None`` in a field without proto3 presence reads
+    as its default (``protocol_version=None`` is the empty string).
 
     Raises:
         InvalidValueError: ``caps`` is not a Capabilities or holds a wrongly typed field.
     """
     _require(caps, Capabilities, "caps")
     out: list[Violation] = []
-    _walk(caps, "", out)
+    caps = _walk(caps, "", out)
+    if caps.protocol_version == "":
+        out.append(
+            Violation(
+                "protocol_version",
+                "capabilities.protocol_version.missing",
+                "protocol_version MUST name the protocol version the provider speaks "
+                "(MAJOR.MINOR, e.g. '1.0')",
+            )
+        )
+    if not caps.models:
+        out.append(
+            Violation(
+                "models",
+                "capabilities.models.empty",
+                "a model provider MUST serve at least one model",
+            )
+        )
     first_index: dict[str, int] = {}
     for i, spec in enumerate(caps.models):
         _validate_spec_rules(spec, f"models[{i}]", out)
@@ -584,7 +544,9 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
         try:
             schema = from_struct(caps.config_schema, path="config_schema")
         except InvalidValueError as exc:
-            out.append(Violation("config_schema", "capabilities.config_schema.invalid", str(exc)))
+            out.append(
+                _struct_violation(exc, "config_schema", "capabilities.config_schema.invalid")
+            )
         else:
             out.extend(
                 _schema_violations(schema, "config_schema", "capabilities.config_schema.invalid")
@@ -609,10 +571,12 @@ def _set_members(message: betterproto2.Message, group: str) -> list[str]:
 class _RequestChecker:
     """One pass over a request; collects violations in ``out``."""
 
-    def __init__(self, spec: ModelSpec, out: list[Violation]) -> None:
-        self.spec = spec
-        self.thinking = spec.thinking if spec.thinking is not None else ThinkingSpec()
-        self.caching = spec.caching if spec.caching is not None else CachingSpec()
+    def __init__(self, spec: ModelSpec | None, out: list[Violation]) -> None:
+        # Without a spec only the model-independent rules run (validate_request_shape).
+        self.has_spec = spec is not None
+        self.spec = spec if spec is not None else ModelSpec()
+        self.thinking = self.spec.thinking if self.spec.thinking is not None else ThinkingSpec()
+        self.caching = self.spec.caching if self.spec.caching is not None else CachingSpec()
         self.out = out
         self.tool_use_ids: dict[str, str] = {}
         self.new_tool_use_ids: list[str] = []
@@ -657,7 +621,7 @@ class _RequestChecker:
         spec = self.spec
         if kind == "image":
             image = block.image
-            if not spec.supports_vision:
+            if self.has_spec and not spec.supports_vision:
                 self.add(
                     bpath,
                     "request.content.image_unsupported",
@@ -671,7 +635,7 @@ class _RequestChecker:
                 )
         elif kind == "document":
             document = block.document
-            if not spec.supports_documents:
+            if self.has_spec and not spec.supports_documents:
                 self.add(
                     bpath,
                     "request.content.document_unsupported",
@@ -684,7 +648,7 @@ class _RequestChecker:
                     "a document block MUST carry its media type",
                 )
         elif kind in ("thinking", "redacted_thinking"):
-            if not self.thinking.supported:
+            if self.has_spec and not self.thinking.supported:
                 self.add(
                     bpath,
                     f"request.content.{kind}_unsupported",
@@ -694,7 +658,7 @@ class _RequestChecker:
                 )
         elif kind == "tool_use":
             tool_use = block.tool_use
-            if not spec.supports_tool_use:
+            if self.has_spec and not spec.supports_tool_use:
                 self.add(
                     bpath,
                     "request.content.tool_use_unsupported",
@@ -723,9 +687,17 @@ class _RequestChecker:
                         "request.content.tool_use_name_empty",
                         "a tool_use block MUST name the called tool",
                     )
+                if tool_use.input is not None:
+                    ipath = _join(bpath, "input")
+                    try:
+                        from_struct(tool_use.input, path=ipath)
+                    except InvalidValueError as exc:
+                        self.out.append(
+                            _struct_violation(exc, ipath, "request.content.tool_use_input_invalid")
+                        )
         elif kind == "tool_result":
             result = block.tool_result
-            if not spec.supports_tool_use:
+            if self.has_spec and not spec.supports_tool_use:
                 self.add(
                     bpath,
                     "request.content.tool_result_unsupported",
@@ -747,6 +719,7 @@ class _RequestChecker:
         if not messages:
             self.add("messages", "request.messages.empty", "messages MUST be non-empty")
         earlier_ids: set[str] = set()
+        message_ids: dict[str, int] = {}
         for i, message in enumerate(messages):
             mpath = f"messages[{i}]"
             if message.id == "":
@@ -755,6 +728,15 @@ class _RequestChecker:
                     "request.message.id_missing",
                     "every message MUST carry its kernel-assigned id",
                 )
+            elif message.id in message_ids:
+                self.add(
+                    _join(mpath, "id"),
+                    "request.message.id_duplicate",
+                    f"message id {message.id!r} is already used by "
+                    f"messages[{message_ids[message.id]}] (ids are unique per message, DESIGN D16)",
+                )
+            else:
+                message_ids[message.id] = i
             if message.role == Role.UNSPECIFIED:
                 self.add(
                     _join(mpath, "role"),
@@ -781,7 +763,7 @@ class _RequestChecker:
     # -- tools ----------------------------------------------------------------------------
 
     def tools(self, tools: Sequence[ToolDeclaration]) -> None:
-        if tools and not self.spec.supports_tool_use:
+        if tools and self.has_spec and not self.spec.supports_tool_use:
             self.add(
                 "tools",
                 "request.tools.unsupported",
@@ -808,7 +790,7 @@ class _RequestChecker:
         try:
             schema = from_struct(struct, path=path)
         except InvalidValueError as exc:
-            self.add(path, "request.tools.input_schema.invalid", str(exc))
+            self.out.append(_struct_violation(exc, path, "request.tools.input_schema.invalid"))
             return
         self.out.extend(_schema_violations(schema, path, "request.tools.input_schema.invalid"))
         top_type = schema.get("type")
@@ -850,7 +832,21 @@ class _RequestChecker:
         spec = self.spec
         effort = thinking.effort
         levels = list(effort.levels) if effort is not None else []
-        if params.thinking_effort is not None:
+        if params.temperature is not None:
+            value = float(params.temperature)
+            if not math.isfinite(value):
+                self.add(
+                    "params.temperature",
+                    "request.params.temperature.not_finite",
+                    f"temperature {value} MUST be a finite number",
+                )
+            elif value < 0:
+                self.add(
+                    "params.temperature",
+                    "request.params.temperature.negative",
+                    f"temperature {value} MUST be >= 0 (its upper bound is the vendor's)",
+                )
+        if params.thinking_effort is not None and self.has_spec:
             where = "params.thinking_effort"
             if effort is None:
                 self.add(
@@ -866,7 +862,7 @@ class _RequestChecker:
                     f"thinking_effort {params.thinking_effort!r} is not one of the model's "
                     f"levels {levels!r}",
                 )
-        if params.thinking_budget_tokens is not None:
+        if params.thinking_budget_tokens is not None and self.has_spec:
             where = "params.thinking_budget_tokens"
             budget = thinking.budget
             value = params.thinking_budget_tokens
@@ -884,7 +880,7 @@ class _RequestChecker:
                     f"thinking_budget_tokens {value} is outside the model's range "
                     f"[{budget.range.min}, {budget.range.max}]",
                 )
-        if params.disable_thinking:
+        if params.disable_thinking and self.has_spec:
             self.disable(params)
         if params.max_output_tokens is not None:
             value = params.max_output_tokens
@@ -894,7 +890,7 @@ class _RequestChecker:
                     "request.params.max_output_tokens.not_positive",
                     f"max_output_tokens {value} MUST be > 0",
                 )
-            elif value > spec.max_output_tokens:
+            elif self.has_spec and value > spec.max_output_tokens:
                 self.add(
                     "params.max_output_tokens",
                     "request.params.max_output_tokens.above_model_max",
@@ -952,7 +948,7 @@ class _RequestChecker:
                 "request.params.tool_choice.mode_unspecified",
                 "tool_choice.mode MUST be set",
             )
-        elif int(mode) not in {int(m) for m in spec.supported_tool_choice_modes}:
+        elif self.has_spec and int(mode) not in {int(m) for m in spec.supported_tool_choice_modes}:
             supported = [_enum_label(m, ToolChoiceMode) for m in spec.supported_tool_choice_modes]
             self.add(
                 "params.tool_choice.mode",
@@ -985,7 +981,7 @@ class _RequestChecker:
     # -- cache breakpoints ----------------------------------------------------------------
 
     def breakpoints(self, breakpoints: Sequence[CacheBreakpoint], n_messages: int) -> None:
-        if not self.caching.explicit_markers:
+        if not self.has_spec or not self.caching.explicit_markers:
             return  # meaningful only with explicit markers; ignored otherwise (spec)
         for i, bp in enumerate(breakpoints):
             bpath = f"cache_breakpoints[{i}]"
@@ -1014,17 +1010,20 @@ class _RequestChecker:
 
 
 def _validate_request(
-    request: StreamCompletionRequest, spec: ModelSpec, *, check_model_id: bool
+    request: StreamCompletionRequest, spec: ModelSpec | None, *, check_model_id: bool
 ) -> list[Violation]:
+    """One pass over the request. ``spec`` None runs only the model-independent rules."""
     _require(request, StreamCompletionRequest, "request")
-    _require(spec, ModelSpec, "spec")
     out: list[Violation] = []
-    _walk(request, "", out)
-    _walk(spec, "spec", [])  # type check only; spec rules are validate_model_spec's job
+    request = _walk(request, "", out)
+    if spec is not None:
+        _require(spec, ModelSpec, "spec")
+        # type check only; spec rules are validate_model_spec's job
+        spec = _walk(spec, "spec", [])
     if check_model_id:
         if request.model_id == "":
             out.append(Violation("model_id", "request.model_id.empty", "model_id MUST be set"))
-        elif request.model_id != spec.id:
+        elif spec is not None and request.model_id != spec.id:
             out.append(
                 Violation(
                     "model_id",
@@ -1058,6 +1057,14 @@ def _validate_request(
                     )
                 )
     checker.breakpoints(request.cache_breakpoints, len(request.messages))
+    if request.provider_options is not None:
+        # pass-through, never interpreted; but it still travels as JSON to the vendor
+        try:
+            from_struct(request.provider_options, path="provider_options")
+        except InvalidValueError as exc:
+            out.append(
+                _struct_violation(exc, "provider_options", "request.provider_options_invalid")
+            )
     return out
 
 
@@ -1083,7 +1090,36 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
         InvalidValueError: ``request`` or ``spec`` has the wrong type, or a field holds a value of
             the wrong Python type (rule ``value.wrong_type``).
     """
+    if spec is None:  # validate_request_shape is the call for "no model"; keep the typed error
+        _require(spec, ModelSpec, "spec")
     return _validate_request(request, spec, check_model_id=True)
+
+
+def validate_request_shape(request: StreamCompletionRequest) -> list[Violation]:
+    """Validate the parts of a StreamCompletionRequest that do not depend on the model.
+
+    For a request whose ``model_id`` names no served model: a server reports these together with
+    its own ``request.model_id.unknown`` instead of stopping at the unknown id. The rules are
+    exactly those of :func:`validate_request` that need no ModelSpec, computed by the same pass:
+    ``model_id`` non-empty, messages non-empty with unique non-empty ids and a role, each content
+    block with exactly one member (and the kinds allowed inside tool_result and
+    assembled_context), media types, tool_use ids/names and inputs that are JSON, tool_result
+    answering an earlier tool_use id, tool names and input schemas, temperature finite and >= 0,
+    ``provider_options`` that is JSON, ``max_output_tokens`` > 0, non-empty stop sequences,
+    tool_choice mode set and tool_name consistent with it, context section providers, and
+    call_context. Left out (they need the model): image/document/tool/thinking support, thinking
+    effort, budget and disable, the model's output maximum and tool_choice modes, and cache
+    breakpoints (meaningful only with explicit markers).
+
+    Returns:
+        Errors and warnings, in request order; a subset of what :func:`validate_request` returns
+        for the same request against any ModelSpec (``request.model_id.mismatch`` aside).
+
+    Raises:
+        InvalidValueError: ``request`` is not a StreamCompletionRequest, or a field holds a value
+            of the wrong Python type (rule ``value.wrong_type``).
+    """
+    return _validate_request(request, None, check_model_id=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1171,7 +1207,7 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
             return kind, validate_model_spec(message)
         assert isinstance(message, Pricing)
         out: list[Violation] = []
-        _walk(message, "", out)
+        message = _walk(message, "", out)
         for v in _pricing_violations(message, caching_supported=None, path=""):
             out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
         return kind, out
