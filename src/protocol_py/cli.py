@@ -46,6 +46,7 @@ from protocol_py.server import (
     DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
+    LogFormatter,
     ModelServer,
     parse_size,
 )
@@ -205,9 +206,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     level = str(args.log_level).upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE)
-    logging.basicConfig(
-        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
     if not 0 <= args.port < 65536:
         raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
     try:

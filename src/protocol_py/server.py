@@ -36,8 +36,10 @@ wire protocol"; DESIGN D10-D16):
   closes, new calls get UNAVAILABLE, in-flight StreamCompletions may finish within the grace
   period, then remaining calls (including health Watch streams) are cancelled and every
   connection is closed, so an idle client cannot keep the process alive;
-* one structured log line (JSON) per RPC on the ``protocol_py.server`` logger: rpc, session_id,
-  turn_id, model, duration_s, events, stop reason or error kind, outcome.
+* one structured log record (a JSON object) per RPC on the ``protocol_py.server`` logger: rpc,
+  session_id, turn_id, model, duration_s, events, stop reason or error kind, outcome, detail
+  (an error's message), and for Configure ``config_keys`` (the top-level keys set, never their
+  values). :class:`LogFormatter` prints such a record as the bare JSON object.
 """
 
 from __future__ import annotations
@@ -415,6 +417,7 @@ class _RpcRecord:
     error_kind: str | None = None
     outcome: str = "ok"
     detail: str | None = None
+    config_keys: list[str] | None = None
 
     def emit(self) -> None:
         line = {
@@ -428,8 +431,31 @@ class _RpcRecord:
             "error_kind": self.error_kind,
             "outcome": self.outcome,
             "detail": self.detail,
+            "config_keys": self.config_keys,
         }
-        log.info(json.dumps({k: v for k, v in line.items() if v is not None}, sort_keys=False))
+        log.info(
+            json.dumps({k: v for k, v in line.items() if v is not None}, sort_keys=False),
+            extra={RPC_RECORD_ATTR: True},
+        )
+
+
+RPC_RECORD_ATTR: Final = "protocol_py_rpc"
+"""LogRecord attribute set on the per-RPC JSON records of the ``protocol_py.server`` logger."""
+
+
+class LogFormatter(logging.Formatter):
+    """The ``serve`` log format: a per-RPC record is its JSON object alone (one line, nothing
+    before it, so each line parses as JSON); every other record is
+    ``<YYYY-MM-DD HH:MM:SS,mmm> <LEVEL> <logger> <message>``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The JSON object for a per-RPC record, else the text line."""
+        if getattr(record, RPC_RECORD_ATTR, False):
+            return record.getMessage()
+        return super().format(record)
 
 
 class DrainableStatus(ServiceStatus):
@@ -787,7 +813,9 @@ class ModelServer(ModelServiceBase):
         return DescribeResponse(producer=producer)
 
     async def _configure(self, request: ConfigureRequest, record: _RpcRecord) -> ConfigureResponse:
-        return await self.configure(request)
+        response = await self.configure(request)
+        record.config_keys = sorted(request.config.fields) if request.config is not None else []
+        return response
 
     async def configure(self, message: ConfigureRequest) -> ConfigureResponse:
         """Validate the config against the config schema, then apply it atomically.
@@ -821,7 +849,6 @@ class ModelServer(ModelServiceBase):
                 raise GRPCError(
                     Status.INVALID_ARGUMENT, f"config rejected by the provider: {exc}"
                 ) from None
-            log.info("configured provider %s: %s", self.provider.name, json.dumps(redact(config)))
             try:
                 caps = self._checked_capabilities()
             except ValidationError as exc:
