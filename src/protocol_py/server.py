@@ -34,8 +34,11 @@ wire protocol"; DESIGN D10-D16):
   is never sent truncated;
 * graceful shutdown (:meth:`ModelServer.shutdown`): health goes NOT_SERVING, the listener
   closes, new calls get UNAVAILABLE, in-flight StreamCompletions may finish within the grace
-  period, then remaining calls (including health Watch streams) are cancelled and every
-  connection is closed, so an idle client cannot keep the process alive;
+  period; a StreamCompletion still running when it expires has its provider closed and ends
+  with a final in-band ``error`` event (TRANSIENT, retryable, "server shutting down") and OK
+  trailers where the connection allows; then remaining calls (including health Watch streams)
+  are cancelled and every connection is closed, so an idle client cannot keep the process
+  alive;
 * one structured log record (a JSON object) per RPC on the ``protocol_py.server`` logger: rpc,
   session_id, turn_id, model, duration_s, events, stop reason or error kind, outcome, detail
   (an error's message), and for Configure ``config_keys`` (the top-level keys set, never their
@@ -122,6 +125,9 @@ receive limit is 4 MiB; clients expecting larger replies must raise theirs."""
 
 DEFAULT_GRACE_PERIOD: Final = 10.0
 """Default time in-flight StreamCompletions get to finish on shutdown, in seconds."""
+
+FINAL_EVENT_TIMEOUT: Final = 1.0
+"""Seconds allowed, at grace expiry, for the final in-band error events to be sent."""
 
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
@@ -518,6 +524,8 @@ class ModelServer(ModelServiceBase):
         self._server: grpclib.server.Server | None = None
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
         self._in_flight = 0
+        self._stream_tasks: set[asyncio.Task[Any]] = set()
+        self._grace_expired = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._configure_lock = asyncio.Lock()
@@ -642,6 +650,8 @@ class ModelServer(ModelServiceBase):
             started = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout=grace)
+            if self._in_flight:
+                await self._end_in_flight_streams()
             # Let clients read the last messages and trailers before their connection goes
             # (a grpclib client fails every stream it has not finished reading on GOAWAY).
             linger = min(SHUTDOWN_LINGER, max(0.0, grace - (time.monotonic() - started)))
@@ -655,6 +665,17 @@ class ModelServer(ModelServiceBase):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         with contextlib.suppress(Exception):
             await self.provider.aclose()
+
+    async def _end_in_flight_streams(self) -> None:
+        """Grace period expired: cancel every in-flight StreamCompletion; each one's handler
+        closes its provider generator and sends a final in-band ``error`` event (TRANSIENT,
+        retryable, "server shutting down") and its trailers where the connection still allows
+        (waits at most :data:`FINAL_EVENT_TIMEOUT` seconds for them)."""
+        self._grace_expired = True
+        for task in list(self._stream_tasks):
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
 
     # -- receiving with a size limit -------------------------------------------------------------
 
@@ -902,17 +923,42 @@ class ModelServer(ModelServiceBase):
         self._check_accepting()
         self._in_flight += 1
         self._idle.clear()
+        task = asyncio.current_task()
+        if task is not None:
+            self._stream_tasks.add(task)
         try:
             request = await self._recv(stream, StreamCompletionRequest)
             handler = functools.partial(self._completion, deadline=stream.deadline)
-            await self._call_rpc_handler_server_stream(handler, stream, request)
+            try:
+                await self._call_rpc_handler_server_stream(handler, stream, request)
+            except asyncio.CancelledError:
+                if not (self._grace_expired and task is not None and task.cancelling()):
+                    raise
+                task.uncancel()  # our own cancellation at grace expiry: end the stream in-band
+                await self._send_shutdown_error(stream)
+                return
             # Trailers are sent here, not after return, so a draining shutdown that waits for
             # in-flight streams never closes the connection before the stream's status.
             await stream.send_trailing_metadata()
         finally:
+            if task is not None:
+                self._stream_tasks.discard(task)
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+
+    async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
+        trailers (the stream ended in-band)."""
+        event = StreamEvent(
+            error=ModelError(
+                kind=ErrorKind.TRANSIENT, message="server shutting down", retryable=True
+            )
+        )
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(FINAL_EVENT_TIMEOUT):
+                await stream.send_message(event)
+                await stream.send_trailing_metadata()
 
     async def _call_rpc_handler_server_stream(
         self,
@@ -1021,7 +1067,13 @@ class ModelServer(ModelServiceBase):
                 yield StreamEvent(error=failure)
         except (asyncio.CancelledError, GeneratorExit):
             expired = deadline is not None and deadline.time_remaining() <= 0
-            record.outcome = "deadline_exceeded" if expired else "cancelled"
+            if self._grace_expired:
+                record.outcome = "error"
+                record.error_kind = ErrorKind.TRANSIENT.name
+                record.detail = "server shutting down (grace period expired)"
+                record.events = (record.events or 0) + 1
+            else:
+                record.outcome = "deadline_exceeded" if expired else "cancelled"
             raise
         finally:
             record.emit()
