@@ -6,7 +6,9 @@ wire protocol"; DESIGN D10-D16):
 * start-up: the provider's Capabilities are validated (every violation listed; the server
   refuses to start) and ``protocol_version`` is filled in;
 * StreamCompletion: the request is validated against the requested model's ModelSpec before the
-  provider sees it; an unknown ``model_id`` or any error-severity violation is answered with
+  provider sees it (for an unknown ``model_id``, against every rule that needs no ModelSpec,
+  :func:`~protocol_py.validation.validate_request_shape`, besides ``request.model_id.unknown``);
+  an unknown ``model_id`` or any error-severity violation is answered with
   exactly one in-band ``error`` event (``ERROR_KIND_INVALID_REQUEST``; the message names each
   field path and rule id) and the provider is never called. What the provider yields is checked
   against the event-order rules (D12): a provider that breaks them has its stream ended with a
@@ -89,7 +91,11 @@ from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.errors import StreamOrderError, ValidationError, Violation, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.structs import from_struct
-from protocol_py.validation import validate_capabilities, validate_request
+from protocol_py.validation import (
+    validate_capabilities,
+    validate_request,
+    validate_request_shape,
+)
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.google.protobuf import Struct, Value
@@ -994,11 +1000,13 @@ class ModelServer(ModelServiceBase):
         )
         try:
             spec = self._models.get(request.model_id)
-            violations = (
-                [_unknown_model(request.model_id, self._models)]
-                if spec is None
-                else errors_only(validate_request(request, spec))
-            )
+            if spec is None:
+                # Unknown model: still report every rule that needs no ModelSpec.
+                violations = errors_only(validate_request_shape(request))
+                if not any(v.path == "model_id" for v in violations):
+                    violations.insert(0, _unknown_model(request.model_id, self._models))
+            else:
+                violations = errors_only(validate_request(request, spec))
             if violations or spec is None:
                 event = _invalid_request_event(violations)
                 record.error_kind = ErrorKind.INVALID_REQUEST.name

@@ -19,6 +19,7 @@ from protocol_py_gen.model.v1 import (
     GetCapabilitiesResponse,
     RenderResponse,
     StopReason,
+    StreamCompletionRequest,
     StreamEvent,
 )
 
@@ -136,3 +137,28 @@ async def test_configure_kindless_value_is_null_for_a_nullable_key(running: Runn
         await raw_unary(running, "Configure", body, ConfigureResponse)
     assert info.value.status == Status.INVALID_ARGUMENT
     assert "/max_tokens" in (info.value.message or "")
+
+
+async def test_unknown_model_also_reports_the_spec_independent_violations(
+    running: Running,
+) -> None:
+    events = await raw_stream(
+        running, bytes(StreamCompletionRequest(model_id="no-such-model", messages=[]))
+    )
+    assert len(events) == 1 and events[0].error is not None
+    message = events[0].error.message
+    assert message.startswith("invalid request: 3 violation(s): ")
+    assert "model_id: request.model_id.unknown" in message
+    assert "messages: request.messages.empty" in message
+    assert "call_context: request.call_context.missing" in message
+
+
+async def test_empty_request_reports_every_violation_once(running: Running) -> None:
+    events = await raw_stream(running, b"")
+    assert len(events) == 1 and events[0].error is not None
+    message = events[0].error.message
+    assert message.startswith("invalid request: 3 violation(s): ")
+    assert "model_id: request.model_id.empty" in message
+    assert "model_id: request.model_id.unknown" not in message
+    assert "messages: request.messages.empty" in message
+    assert "call_context: request.call_context.missing" in message
