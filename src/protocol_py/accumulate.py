@@ -15,6 +15,9 @@ before the terminal event and never close an open block. Rule ids raised as
 
 - ``stream.event.empty``: no oneof member set (or not a StreamEvent)
 - ``stream.event.multiple``: several oneof members set (a second member assigned)
+- ``stream.event.invalid``: the member holds a value of the wrong Python type (a ``str`` where a
+  message or ``bytes`` belongs; built in code, never decoded from the wire); ``None`` in a
+  field without proto3 presence reads as its default
 - ``stream.order.after_terminal``: any event after ``stop`` or ``error``
 - ``stream.order.stream_start_not_first``: ``stream_start`` anywhere but index 0
 - ``stream.order.content_after_usage``: a content event after ``usage``
@@ -130,7 +133,12 @@ def _event_member(event: object, index: int) -> tuple[str, Any]:
         raise StreamOrderError(index, "stream.event.multiple", f"event oneof: {exc}") from None
     if not name or value is None:
         raise StreamOrderError(index, "stream.event.empty", "no member of the event oneof is set")
-    return name, value
+    try:
+        checked, unknown = protojson.check_message(value, path=name)
+    except InvalidValueError as exc:
+        raise StreamOrderError(index, "stream.event.invalid", str(exc)) from None
+    del unknown  # unknown enum numbers are judged by the order rules (stop.reason, error.kind)
+    return name, checked
 
 
 class StreamOrderChecker:
@@ -509,6 +517,17 @@ class StreamAccumulator:
         produced_by_model_id: str | None = None,
         produced_by_provider: str | None = None,
     ) -> None:
+        for what, given in (
+            ("message_id", message_id),
+            ("produced_by_model_id", produced_by_model_id),
+            ("produced_by_provider", produced_by_provider),
+        ):
+            if given is not None and not isinstance(given, str):
+                raise InvalidValueError(
+                    f"{what}: expected a str or None, got {type(given).__name__}",
+                    path=what,
+                    rule="value.wrong_type",
+                )
         self._checker = StreamOrderChecker()
         self._message_id = message_id if message_id is not None else str(ULID())
         self._model_id = produced_by_model_id
@@ -648,7 +667,15 @@ def accumulate(
 
     Raises:
         StreamOrderError: an event breaks a D12 order rule (naming its index and rule id).
+        InvalidValueError: ``events`` is not iterable, or ``message_id`` /
+            ``produced_by_model_id`` / ``produced_by_provider`` is not a string or None (rule
+            ``value.wrong_type``).
     """
+    if isinstance(events, (str, bytes)) or not hasattr(events, "__iter__"):
+        raise InvalidValueError(
+            f"events: expected an iterable of model.v1.StreamEvent, got {type(events).__name__}",
+            rule="value.wrong_type",
+        )
     acc = StreamAccumulator(
         message_id=message_id,
         produced_by_model_id=produced_by_model_id,

@@ -11,7 +11,7 @@ No public function lets a bare ``KeyError``, ``TypeError`` or ``IndexError`` esc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,8 +43,28 @@ class Violation:
 
 
 def errors_only(violations: Iterable[Violation]) -> list[Violation]:
-    """Return the violations of severity ``"error"``, in order."""
-    return [v for v in violations if v.severity == "error"]
+    """Return the violations of severity ``"error"``, in order.
+
+    Raises:
+        InvalidValueError: ``violations`` is not an iterable of :class:`Violation`
+            (rule ``value.wrong_type``).
+    """
+    return [v for v in _violations(violations, "violations") if v.severity == "error"]
+
+
+def _violations(violations: object, what: str) -> list[Violation]:
+    items = (
+        list(violations)
+        if isinstance(violations, Iterable) and not isinstance(violations, (str, bytes, Mapping))
+        else None
+    )
+    if items is None or not all(isinstance(v, Violation) for v in items):
+        raise InvalidValueError(
+            f"{what}: expected an iterable of Violation, got {type(violations).__name__}",
+            path=what,
+            rule="value.wrong_type",
+        )
+    return items
 
 
 class ProtocolError(Exception):
@@ -65,7 +85,9 @@ class ValidationError(ProtocolError, ValueError):
     """A value broke one or more rules; ``violations`` lists every one of them."""
 
     def __init__(self, violations: Sequence[Violation], what: str = "value") -> None:
-        self.violations: tuple[Violation, ...] = tuple(violations)
+        """Raises:
+        InvalidValueError: ``violations`` is not an iterable of :class:`Violation`."""
+        self.violations: tuple[Violation, ...] = tuple(_violations(violations, "violations"))
         lines = "\n".join(f"  {v}" for v in self.violations)
         super().__init__(f"invalid {what}: {len(self.violations)} violation(s)\n{lines}")
 

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any
 
+from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage, UsageComponent, VendorCost
 
@@ -486,6 +487,19 @@ def validate_pricing(
                 path, "pricing.not_pricing", f"expected Pricing, got {type(pricing).__name__}"
             )
         ]
+    pricing = protojson.with_defaults(pricing)
+    for name, expected in (("currency", str), ("free", bool), ("tiers", list)):
+        if not isinstance(getattr(pricing, name), expected):
+            out.append(
+                Violation(
+                    f"{path}.{name}",
+                    "pricing.not_pricing",
+                    f"{name} must be a {expected.__name__}, got "
+                    f"{type(getattr(pricing, name)).__name__}",
+                )
+            )
+    if out:
+        return out
     if pricing.currency != "USD":
         out.append(
             Violation(
@@ -573,6 +587,7 @@ class PricingTable:
         ]
         if violations:
             raise ValidationError(violations, "pricing")
+        pricing = protojson.with_defaults(pricing)  # a None rate is the proto3 default, 0
         self.pricing = pricing
         valid: list[_Bounds] = []
         for tier in pricing.tiers:
@@ -654,13 +669,25 @@ class PricingTable:
 # ---------------------------------------------------------------------------------------------
 
 
+def _usage(usage: object) -> Usage:
+    """``usage`` checked to be a Usage, with ``None`` in its plain fields read as their proto3
+    default (0), as on the wire."""
+    if not isinstance(usage, Usage):
+        raise InvalidValueError(
+            f"usage: expected Usage, got {type(usage).__name__}", path="usage", rule="usage.type"
+        )
+    return protojson.with_defaults(usage)
+
+
 def prompt_tokens(usage: Usage) -> int:
     """The prompt size that selects a tier (DESIGN D9): ``input_tokens + cache_read_tokens +
     cache_write_tokens``, absent counts being 0. Unit: tokens.
 
     Raises:
-        InvalidValueError: a count is negative or not an integer (``usage.negative``).
+        InvalidValueError: ``usage`` is not a Usage (``usage.type``); a count is negative or
+            not an integer (``usage.negative`` / ``usage.not_integer``).
     """
+    usage = _usage(usage)
     return (
         _check_count(usage.input_tokens, "usage.input_tokens")
         + _check_count(usage.cache_read_tokens or 0, "usage.cache_read_tokens")
@@ -752,6 +779,32 @@ class CostBreakdown:
         return "\n".join(lines)
 
 
+def _components(usage: Usage) -> list[UsageComponent]:
+    items = usage.components
+    if not isinstance(items, list):
+        raise InvalidValueError(
+            f"usage.components: expected a list of UsageComponent, got {type(items).__name__}",
+            path="usage.components",
+            rule="usage.type",
+        )
+    for i, item in enumerate(items):
+        where = f"usage.components[{i}]"
+        if not isinstance(item, UsageComponent):
+            raise InvalidValueError(
+                f"{where}: expected UsageComponent, got {type(item).__name__}",
+                path=where,
+                rule="usage.type",
+            )
+        if not isinstance(item.name, str):
+            raise InvalidValueError(
+                f"{where}.name: expected str, got {type(item.name).__name__}",
+                path=f"{where}.name",
+                rule="usage.type",
+            )
+        _check_count(item.value, f"{where}.value")
+    return sorted(items, key=lambda c: (c.name, c.value))
+
+
 def _term(tokens: int, rate: Decimal | None, rate_field: str, tier_index: int) -> Decimal:
     if tokens == 0:
         return _ZERO
@@ -793,10 +846,7 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
             rate the tier does not declare (``cost.rate_missing``).
     """
     table = pricing if isinstance(pricing, PricingTable) else PricingTable(pricing)
-    if not isinstance(usage, Usage):
-        raise InvalidValueError(
-            f"usage: expected Usage, got {type(usage).__name__}", path="usage", rule="usage.type"
-        )
+    usage = _usage(usage)
     inp = _check_count(usage.input_tokens, "usage.input_tokens")
     out = _check_count(usage.output_tokens, "usage.output_tokens")
     read = _check_count(usage.cache_read_tokens or 0, "usage.cache_read_tokens")
@@ -811,7 +861,7 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
             rule="usage.cache_write_1h_exceeds_cache_write",
         )
     at = _check_aware(at, "at")
-    components = sorted(usage.components, key=lambda c: (c.name, c.value))
+    components = _components(usage)
     if table.pricing.free:
         return CostBreakdown(
             tier_index=None,

@@ -213,15 +213,19 @@ def encode(message: betterproto2.Message) -> dict[str, Any]:
     ``json_name`` (:func:`json_name`) at every depth, so google's ``json_format.Parse`` accepts
     the result.
 
+    ``None`` in a field without proto3 presence is that field's default (:func:`with_defaults`).
+
     Raises:
-        InvalidValueError: ``message`` is not a generated message (rule ``value.wrong_type``).
+        InvalidValueError: ``message`` is not a generated message, or a field holds a value of
+            the wrong Python type (rule ``value.wrong_type``; see :func:`check_message`).
     """
     if not isinstance(message, betterproto2.Message):
         raise InvalidValueError(
             f"message: expected a generated message, got {type(message).__name__}",
             rule="value.wrong_type",
         )
-    return _fix_names(type(message), message.to_dict())
+    checked, _unknown = check_message(message)
+    return _fix_names(type(checked), checked.to_dict())
 
 
 def dumps(message: betterproto2.Message, indent: int | None = None) -> str:
@@ -229,9 +233,16 @@ def dumps(message: betterproto2.Message, indent: int | None = None) -> str:
     or one line when ``None``).
 
     Raises:
-        InvalidValueError: ``message`` is not a generated message (rule ``value.wrong_type``).
+        InvalidValueError: ``message`` is not a generated message or holds a wrongly typed field
+            (rule ``value.wrong_type``), or a Struct inside it holds NaN or Infinity
+            (``json.not_finite``).
     """
-    return json.dumps(encode(message), indent=indent, ensure_ascii=False)
+    try:
+        return json.dumps(encode(message), indent=indent, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:  # NaN or Infinity inside a Struct: not JSON
+        raise InvalidValueError(
+            f"message: not representable as JSON: {exc}", rule="json.not_finite"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -639,6 +650,20 @@ def _enum_known(enum_cls: type[betterproto2.Enum], value: int) -> bool:
     return bool(getattr(value, "name", "x")) and any(m.value == value for m in enum_cls)
 
 
+_PLAIN_TYPES: dict[str, type] = {"string": str, "bool": bool, "bytes": bytes, "double": float}
+"""Scalar proto types whose exact Python type needs no further check (no range, no enum)."""
+
+
+@functools.cache
+def _is_wkt_cached(cls: type) -> bool:
+    return _is_wkt(cls)
+
+
+@functools.cache
+def _meta_cached(cls: type[betterproto2.Message]) -> Any:
+    return _meta(cls)
+
+
 @functools.cache
 def _no_presence(cls: type[betterproto2.Message]) -> frozenset[str]:
     """Fields whose default is not ``None``: proto3 fields without presence, read as their
@@ -656,7 +681,7 @@ def _fix(
     """The message with defaults for ``None`` (a copy only when something changed); with ``out``
     also check Python types (raising) and report unknown enum numbers (appending)."""
     cls = type(message)
-    if _is_wkt(cls):
+    if _is_wkt_cached(cls):
         return message
     if id(message) in active:
         raise InvalidValueError(
@@ -665,7 +690,7 @@ def _fix(
             rule="value.cyclic",
         )
     active.add(id(message))
-    meta_all = _meta(cls)
+    meta_all = _meta_cached(cls)
     no_presence = _no_presence(cls)
     changes: dict[str, Any] = {}
     for name, meta in meta_all.meta_by_field_name.items():
@@ -674,6 +699,9 @@ def _fix(
             if name in no_presence:
                 changes[name] = meta_all.default_gen[name]()
             continue
+        plain = _PLAIN_TYPES.get(meta.proto_type)
+        if plain is not None and type(value) is plain and not meta.repeated:
+            continue  # the common case, checked without building a path
         where = _join(path, name)
         field_cls = meta_all.cls_by_field.get(name)
         if meta.map_meta is not None:

@@ -1152,7 +1152,16 @@ def detect_kind(data: Mapping[str, Any]) -> str | None:
     keys wins; ties go to Capabilities, then ModelSpec, then Pricing. The three field sets are
     disjoint, so a well-formed document is always recognised by any one of its keys; keys the
     winner does not know are then reported as ``json.unknown_field``. An empty object is not
-    recognised (it would be a valid empty Capabilities and an invalid ModelSpec or Pricing)."""
+    recognised (it would be a valid empty Capabilities and an invalid ModelSpec or Pricing).
+
+    Raises:
+        InvalidValueError: ``data`` is not a mapping (rule ``value.wrong_type``).
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidValueError(
+            f"data: expected a parsed JSON object, got {type(data).__name__}",
+            rule="value.wrong_type",
+        )
     best: tuple[int, str] | None = None
     for name, cls in _DOCUMENT_KINDS:
         keys = _field_keys(cls)
@@ -1222,14 +1231,21 @@ def load_document(path: str) -> tuple[str, list[Violation]]:
         ``(kind, violations)``. An unreadable file gives kind ``"unknown"`` and one
         ``file.unreadable`` violation; text that is not UTF-8 JSON (or holds NaN/Infinity) one
         ``file.not_json`` violation. Never raises for a bad file.
+
+    Raises:
+        InvalidValueError: ``path`` is not a file path (``str``, ``bytes`` or path-like; rule
+            ``value.wrong_type``). An ``int`` is refused rather than read as a file descriptor.
     """
+    if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+        raise InvalidValueError(
+            f"path: expected a file path, got {type(path).__name__}", rule="value.wrong_type"
+        )
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
-    except OSError as exc:
-        return "unknown", [
-            Violation(path, "file.unreadable", f"cannot read: {exc.strerror or exc}")
-        ]
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte
+        reason = getattr(exc, "strerror", None) or exc
+        return "unknown", [Violation(str(path), "file.unreadable", f"cannot read: {reason}")]
 
     def reject(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
@@ -1237,5 +1253,5 @@ def load_document(path: str) -> tuple[str, list[Violation]]:
     try:
         data = json.loads(raw.decode("utf-8-sig"), parse_constant=reject)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return "unknown", [Violation(path, "file.not_json", f"not valid JSON: {exc}")]
+        return "unknown", [Violation(str(path), "file.not_json", f"not valid JSON: {exc}")]
     return validate_document(data)
