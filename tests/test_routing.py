@@ -154,3 +154,17 @@ def test_bad_input_types_raise_typed_errors(req: object, candidates: object, pat
         route(req, candidates)  # type: ignore[arg-type]
     assert info.value.rule == "value.wrong_type"
     assert info.value.path == path
+
+
+def test_target_with_provider_none_reads_as_empty() -> None:
+    result = route(request(), [ModelTarget(provider=None, spec=spec("m"))])  # type: ignore[arg-type]
+    assert result.target is None
+    assert [(v.path, v.rule) for v in result.skipped[0].violations] == [
+        ("provider", "routing.target.provider_empty")
+    ]
+
+
+def test_target_with_wrongly_typed_provider_is_a_typed_error() -> None:
+    with pytest.raises(InvalidValueError) as info:
+        route(request(), [ModelTarget(provider=5, spec=spec("m"))])  # type: ignore[arg-type]
+    assert (info.value.path, info.value.rule) == ("candidates[0].provider", "value.wrong_type")

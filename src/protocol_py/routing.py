@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, Violation, errors_only
 from protocol_py.validation import _validate_request, validate_model_spec
 from protocol_py_gen.model.v1 import ModelTarget, StreamCompletionRequest
@@ -112,7 +113,9 @@ def route(request: StreamCompletionRequest, candidates: Sequence[ModelTarget]) -
 
     Raises:
         InvalidValueError: ``request`` is not a StreamCompletionRequest, ``candidates`` is not a
-            sequence of ModelTarget, or a message holds a wrongly typed field.
+            sequence of ModelTarget, or a message holds a wrongly typed field (rule
+            ``value.wrong_type``, path ``candidates[i]...`` for a target). ``None`` in a field
+            without proto3 presence reads as its default (a ``provider`` of None is empty).
     """
     if not isinstance(request, StreamCompletionRequest):
         raise InvalidValueError(
@@ -134,7 +137,8 @@ def route(request: StreamCompletionRequest, candidates: Sequence[ModelTarget]) -
                 path=f"candidates[{index}]",
                 rule="value.wrong_type",
             )
-        violations = _target_violations(request, target)
+        checked, _unknown = protojson.check_message(target, path=f"candidates[{index}]")
+        violations = _target_violations(request, checked)
         if not violations:
             return Route(target=target, index=index, skipped=skipped)
         skipped.append(Skipped(index=index, target=target, violations=violations))
