@@ -707,8 +707,10 @@ class ModelServer(ModelServiceBase):
         betterproto2's parser is lenient (it reads corrupt bytes as a partly empty message), so
         the body is first parsed with protobuf's upb class for the same message (built from the
         descriptor image); a ``DecodeError`` there (corrupt wire format, truncated field,
-        invalid UTF-8 in a string, nesting beyond 100 levels) is INVALID_ARGUMENT and nothing
-        is applied. Unknown fields stay legal (forward compatibility).
+        invalid UTF-8 in a string, nesting beyond :data:`PROTOBUF_MAX_DEPTH` message levels,
+        which is about 33 JSON levels inside a Struct since each object or array level costs
+        three) is INVALID_ARGUMENT and nothing is applied. Unknown fields stay legal (forward
+        compatibility).
 
         Raises:
             GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
@@ -719,10 +721,15 @@ class ModelServer(ModelServiceBase):
             if strict is not None:
                 strict.FromString(data)
             return kind.parse(data)
-        except Exception:  # DecodeError from upb, anything from the lenient parser
+        except Exception as exc:  # DecodeError from upb, anything from the lenient parser
+            why = ""
+            if "MaxDepth" in str(exc):
+                why = (
+                    f": nested deeper than protobuf's limit of {PROTOBUF_MAX_DEPTH} message levels"
+                )
             raise GRPCError(
                 Status.INVALID_ARGUMENT,
-                f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)",
+                f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes){why}",
             ) from None
 
     def _check_accepting(self) -> None:
@@ -1116,6 +1123,9 @@ def _close_connection(protocol: H2Protocol) -> None:
 
 
 # -- strict decoding -----------------------------------------------------------------------------
+
+PROTOBUF_MAX_DEPTH: Final = 100
+"""protobuf's (upb's) default recursion limit when parsing, in message levels."""
 
 REQUEST_TYPES: Final[tuple[type[betterproto2.Message], ...]] = (
     GetCapabilitiesRequest,

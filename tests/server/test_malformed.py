@@ -162,3 +162,14 @@ async def test_empty_request_reports_every_violation_once(running: Running) -> N
     assert "model_id: request.model_id.unknown" not in message
     assert "messages: request.messages.empty" in message
     assert "call_context: request.call_context.missing" in message
+
+
+async def test_nesting_beyond_protobufs_depth_limit_is_named(running: Running) -> None:
+    value: object = 1
+    for _ in range(40):  # 40 JSON levels = about 120 protobuf message levels
+        value = {"a": value}
+    body = bytes(ConfigureRequest(config=to_struct({"x": value})))
+    with pytest.raises(GRPCError) as info:
+        await raw_unary(running, "Configure", body, ConfigureResponse)
+    assert info.value.status == Status.INVALID_ARGUMENT
+    assert "nested deeper than protobuf's limit of 100 message levels" in (info.value.message or "")
