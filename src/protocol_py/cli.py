@@ -614,6 +614,15 @@ def cmd_cost(args: argparse.Namespace) -> int:
     now); the breakdown as text, or with ``--json`` one object ``{tier_index, terms,
     total_usd, ...}`` whose amounts are exact decimal strings."""
 
+    if args.at is not None and not args.at.strip():
+        raise CliError("--at: empty; expected an ISO 8601 date or date-time", EXIT_USAGE)
+    try:
+        at = parse_timestamp(args.at, path="--at") if args.at is not None else datetime.now(UTC)
+    except ValueError as exc:
+        message = str(exc)
+        if not message.startswith("--at"):
+            message = f"--at: {message}"
+        raise CliError(message, EXIT_USAGE) from None
     pricing_plain, pricing_exact = _read_json(args.pricing, "--pricing")
     usage_plain, _ = _read_json(args.usage, "--usage")
     _check_exact_rates(pricing_exact, args.pricing)
@@ -624,15 +633,6 @@ def cmd_cost(args: argparse.Namespace) -> int:
     ]
     if bad or pricing is None or usage is None:
         raise CliError(f"invalid input: {len(bad)} error(s): " + "; ".join(bad))
-    if args.at is not None and not args.at.strip():
-        raise CliError("--at: empty; expected an ISO 8601 date or date-time", EXIT_USAGE)
-    try:
-        at = parse_timestamp(args.at, path="--at") if args.at is not None else datetime.now(UTC)
-    except ValueError as exc:
-        message = str(exc)
-        if not message.startswith("--at"):
-            message = f"--at: {message}"
-        raise CliError(message, EXIT_USAGE) from None
     try:
         breakdown = cost(pricing, usage, at)
     except ValidationError as exc:

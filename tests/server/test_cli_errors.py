@@ -105,3 +105,11 @@ async def test_chat_deadline_mid_stream_is_not_a_connection_failure(
     assert "deadline of 1s passed mid-stream after" in captured.err
     assert "the answer above is incomplete" in captured.err
     assert captured.out.strip()  # part of the answer was printed
+
+
+def test_cost_bad_at_is_a_usage_error_before_any_file_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "none.json")
+    assert main(["cost", "--pricing", missing, "--usage", missing, "--at", ""]) == 2
+    assert capsys.readouterr().err.startswith("protocol-py cost: --at: empty")
