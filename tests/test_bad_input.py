@@ -39,7 +39,14 @@ from protocol_py.validation import (
     validate_request,
     validate_request_shape,
 )
-from protocol_py_gen.content.v1 import ToolUseBlock
+from protocol_py_gen.content.v1 import (
+    ContentBlock,
+    Message,
+    Role,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import (
     Capabilities,
@@ -328,3 +335,22 @@ def test_protojson_dumps_refuses_nan_inside_a_struct() -> None:
     with pytest.raises(ProtocolError) as info:
         protojson.dumps(block)
     assert info.value.rule == "json.not_finite"  # type: ignore[attr-defined]
+
+
+def test_messages_nested_beyond_protobufs_recursion_limit_are_a_typed_error() -> None:
+    def nested(levels: int) -> ContentBlock:
+        block = ContentBlock(text=TextBlock(text="x"))
+        for _ in range(levels):
+            block = ContentBlock(tool_result=ToolResultBlock(tool_use_id="c", content=[block]))
+        return block
+
+    request = make_request(messages=[Message(id="1", role=Role.USER, content=[nested(2000)])])
+    with pytest.raises(ProtocolError) as info:
+        validate_request(request, make_spec())
+    assert info.value.rule == "value.too_deep"  # type: ignore[attr-defined]
+    with pytest.raises(ProtocolError):
+        validate_request_shape(request)
+    with pytest.raises(ProtocolError):
+        protojson.check_message(request)
+    shallow = make_request(messages=[Message(id="1", role=Role.USER, content=[nested(20)])])
+    assert protojson.check_message(shallow)[1] == []

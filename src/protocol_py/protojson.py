@@ -650,6 +650,11 @@ def _enum_known(enum_cls: type[betterproto2.Enum], value: int) -> bool:
     return bool(getattr(value, "name", "x")) and any(m.value == value for m in enum_cls)
 
 
+MAX_MESSAGE_DEPTH = 100
+"""Deepest nesting of messages :func:`check_message` accepts (the top-level message is level 1);
+protobuf's default recursion limit. ``google.protobuf.Struct`` contents are limited separately
+(:data:`protocol_py.structs.MAX_DEPTH`)."""
+
 _PLAIN_TYPES: dict[str, type] = {"string": str, "bool": bool, "bytes": bytes, "double": float}
 """Scalar proto types whose exact Python type needs no further check (no range, no enum)."""
 
@@ -688,6 +693,13 @@ def _fix(
             f"{path or 'value'}: the message contains itself (a reference cycle)",
             path=path,
             rule="value.cyclic",
+        )
+    if len(active) >= MAX_MESSAGE_DEPTH:  # ``active`` holds the messages on the current path
+        raise InvalidValueError(
+            f"{path or 'value'}: messages nested more than {MAX_MESSAGE_DEPTH} levels deep "
+            "(protobuf's default recursion limit)",
+            path=path,
+            rule="value.too_deep",
         )
     active.add(id(message))
     meta_all = _meta_cached(cls)
@@ -792,7 +804,8 @@ def with_defaults(message: M) -> M:
 
     Raises:
         InvalidValueError: ``message`` is not a generated message (rule ``value.wrong_type``),
-            or contains itself (``value.cyclic``).
+            contains itself (``value.cyclic``) or nests more than :data:`MAX_MESSAGE_DEPTH`
+            messages deep (``value.too_deep``).
     """
     if not isinstance(message, betterproto2.Message):
         raise _type_error("", "a generated message", message)
@@ -810,7 +823,8 @@ def check_message(message: M, *, path: str = "") -> tuple[M, list[Violation]]:
         InvalidValueError: ``message`` is not a generated message, a field holds a value of the
             wrong Python type (a ``str`` in an int64 field, ``None`` inside a repeated field; rule
             ``value.wrong_type``), an integer outside its type's range (``value.out_of_range``),
-            or the message contains itself (``value.cyclic``). ``path`` prefixes the error's path.
+            the message contains itself (``value.cyclic``), or messages are nested more than
+            :data:`MAX_MESSAGE_DEPTH` deep (``value.too_deep``). ``path`` prefixes the error's path.
     """
     if not isinstance(message, betterproto2.Message):
         raise _type_error(path, "a generated message", message)
