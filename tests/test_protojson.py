@@ -31,6 +31,7 @@ from protocol_py_gen.model.v1 import (
     SafetyNotice,
     Stop,
     StopReason,
+    StreamCompletionRequest,
     StreamEvent,
     TextDelta,
     Usage,
@@ -232,3 +233,14 @@ def test_wrong_python_types_are_typed_errors() -> None:
         protojson.encode({"a": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError):
         protojson.field_keys(str)  # type: ignore[arg-type]
+
+
+def test_decode_reports_messages_nested_beyond_the_recursion_limit() -> None:
+    block: dict[str, Any] = {"text": {"text": "x"}}
+    for _ in range(3000):
+        block = {"toolResult": {"toolUseId": "c", "content": [block]}}
+    data = {"messages": [{"id": "1", "role": "ROLE_USER", "content": [block]}]}
+    message, violations = protojson.decode(StreamCompletionRequest, data)
+    assert message is None
+    assert [v.rule for v in violations] == ["json.too_deep"]
+    assert violations[0].path.startswith("messages[0].content[0].tool_result.content[0]")

@@ -383,10 +383,20 @@ def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[
 
 
 def _json_message(
-    cls: type[betterproto2.Message], data: Any, path: str, out: list[Violation]
+    cls: type[betterproto2.Message], data: Any, path: str, out: list[Violation], depth: int = 1
 ) -> None:
     if _is_wkt(cls):
         _json_wkt(cls, data, path, out)
+        return
+    if depth > MAX_MESSAGE_DEPTH:
+        out.append(
+            Violation(
+                path,
+                "json.too_deep",
+                f"messages nested more than {MAX_MESSAGE_DEPTH} levels deep (protobuf's default "
+                "recursion limit)",
+            )
+        )
         return
     if not isinstance(data, Mapping):
         out.append(
@@ -447,6 +457,7 @@ def _json_message(
                         item,
                         item_path,
                         out,
+                        depth + 1,
                     )
                 else:
                     _json_scalar(value_meta.proto_type, value_cls, item, item_path, out)
@@ -466,7 +477,7 @@ def _json_message(
             if meta.proto_type == "message":
                 msg_cls = meta.unwrap() if meta.unwrap else field_cls
                 assert msg_cls is not None
-                _json_message(msg_cls, item, item_path, out)
+                _json_message(msg_cls, item, item_path, out, depth + 1)
             else:
                 _json_scalar(meta.proto_type, field_cls, item, item_path, out)
     for group, members in groups.items():
