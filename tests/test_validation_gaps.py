@@ -4,11 +4,14 @@ ids, and None/missing fields read as their proto3 defaults."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from test_validation import make_request, make_spec, rules, text_message
 
+from protocol_py import protojson
 from protocol_py.errors import errors_only
 from protocol_py.structs import to_struct
 from protocol_py.validation import (
@@ -38,6 +41,8 @@ from protocol_py_gen.model.v1 import (
     ThinkingSpec,
     ToolDeclaration,
 )
+
+CONFORMANCE = Path(__file__).resolve().parent.parent / "testdata" / "conformance"
 
 
 def tool_use_request(struct: Struct) -> StreamCompletionRequest:
@@ -286,3 +291,42 @@ def test_capabilities_without_protocol_version_is_a_violation(version: str | Non
 
 def test_valid_capabilities_have_no_violations() -> None:
     assert validate_capabilities(Capabilities(protocol_version="1.0", models=[make_spec()])) == []
+
+
+MODEL_INDEPENDENT_PREFIXES = (
+    "request.model_id.empty",
+    "request.messages.",
+    "request.message.",
+    "request.content.block_",
+    "request.content.tool_result_content_kind",
+    "request.content.media_type_empty",
+    "request.content.tool_use_id_",
+    "request.content.tool_use_name_empty",
+    "request.content.tool_use_input_invalid",
+    "request.content.tool_result_unknown_id",
+    "request.context.",
+    "request.call_context.",
+    "request.tools.name_",
+    "request.tools.input_schema.",
+    "request.params.temperature.",
+    "request.params.max_output_tokens.not_positive",
+    "request.params.stop_sequences.",
+    "request.params.tool_choice.mode_unspecified",
+    "request.params.tool_choice.tool_name_",
+    "request.params.tool_choice.unknown_tool",
+    "request.provider_options_invalid",
+    "enum.unknown_value",
+)
+
+
+def test_request_shape_is_the_model_independent_part_of_every_request_vector() -> None:
+    data = json.loads((CONFORMANCE / "requests.json").read_text(encoding="utf-8"))
+    for vector in data["vectors"]:
+        spec = protojson.decode_or_raise(ModelSpec, vector["spec"])
+        request = protojson.decode_or_raise(StreamCompletionRequest, vector["request"])
+        full = validate_request(request, spec)
+        shape = validate_request_shape(request)
+        assert set(shape) <= set(full), vector["name"]
+        for v in full:
+            independent = v.rule.startswith(MODEL_INDEPENDENT_PREFIXES)
+            assert (v in shape) == independent, (vector["name"], v)
