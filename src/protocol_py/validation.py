@@ -16,6 +16,8 @@ Public functions:
   "StreamCompletionRequest", "GenerationParams", "Canonical message & content-block schema",
   "Tool schema"). Its result mixes errors and warnings; warnings (``severity="warning"``) never
   make a request invalid. Use :func:`~protocol_py.errors.errors_only` to keep the errors.
+* :func:`validate_request_shape`: the request rules that need no ModelSpec (what a server still
+  reports when ``model_id`` names no served model).
 * :func:`validate_document` and :func:`load_document`: strict proto3 JSON decoding
   (:func:`protocol_py.protojson.decode`; ``decode_json`` and ``decode_json_or_raise`` here are
   aliases kept for existing callers) of a Capabilities, ModelSpec or Pricing document (the
@@ -1071,14 +1073,20 @@ def _validate_request(
 def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[Violation]:
     """Validate a StreamCompletionRequest against the resolved ModelSpec (issue 3 part 2).
 
-    Covers model_id, messages (non-empty, ids, roles), content blocks (exactly one member;
-    image/document/tool blocks against supports_vision/supports_documents/supports_tool_use,
-    including blocks nested in tool_result and assembled_context; tool_result answering an
-    earlier tool_use id), tools (names, portable input schemas), GenerationParams (thinking
+    Covers model_id, messages (non-empty, unique non-empty ids, roles), content blocks (exactly
+    one member; image/document/tool blocks against supports_vision/supports_documents/
+    supports_tool_use, including blocks nested in tool_result and assembled_context; tool_result
+    answering an earlier tool_use id; tool_use inputs that are JSON), tools (names, portable
+    input schemas that are JSON), GenerationParams (temperature finite and >= 0, thinking
     effort/budget/disable per DESIGN D4, max_output_tokens in (0, model max], stop sequences,
-    tool_choice), call_context and cache breakpoints (checked only when the model declares
-    ``caching.explicit_markers``; ignored otherwise, as the spec requires). The spec itself is not
-    validated here; use :func:`validate_model_spec`.
+    tool_choice), call_context, cache breakpoints (checked only when the model declares
+    ``caching.explicit_markers``; ignored otherwise, as the spec requires) and
+    ``provider_options`` (never interpreted, but it must be JSON: no NaN or Infinity). Every
+    ``google.protobuf.Struct`` handed on to a provider is checked with
+    :func:`protocol_py.structs.from_struct`, so a request that passes never makes a provider fail
+    on it. The rules that need no ModelSpec are :func:`validate_request_shape`, computed by the
+    same pass. ``None`` in a field without proto3 presence reads as its default. The spec itself
+    is not validated here; use :func:`validate_model_spec`.
 
     Returns:
         Errors and warnings together, in request order. Warnings (``severity == "warning"``):
