@@ -676,6 +676,13 @@ def _usage(usage: object) -> Usage:
         raise InvalidValueError(
             f"usage: expected Usage, got {type(usage).__name__}", path="usage", rule="usage.type"
         )
+    if (
+        type(usage.input_tokens) is int
+        and type(usage.output_tokens) is int
+        and type(usage.components) is list
+        and not usage.components
+    ):
+        return usage  # the common case: nothing to default (the optional counts may be None)
     return protojson.with_defaults(usage)
 
 
