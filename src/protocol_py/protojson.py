@@ -681,6 +681,21 @@ def _meta_cached(cls: type[betterproto2.Message]) -> Any:
 
 
 @functools.cache
+def _flat_fields(cls: type) -> tuple[tuple[str, type], ...] | None:
+    """(field, exact Python type) when every field of ``cls`` is a plain non-repeated string,
+    bool, bytes or double (TextDelta, ToolCallDelta, ...); None otherwise."""
+    if not (isinstance(cls, type) and issubclass(cls, betterproto2.Message)) or _is_wkt(cls):
+        return None
+    fields: list[tuple[str, type]] = []
+    for name, meta in _meta(cls).meta_by_field_name.items():
+        plain = _PLAIN_TYPES.get(meta.proto_type)
+        if plain is None or meta.repeated or meta.map_meta is not None:
+            return None
+        fields.append((name, plain))
+    return tuple(fields)
+
+
+@functools.cache
 def _no_presence(cls: type[betterproto2.Message]) -> frozenset[str]:
     """Fields whose default is not ``None``: proto3 fields without presence, read as their
     default when unset (scalars, enums, repeated fields and maps)."""
@@ -837,6 +852,9 @@ def check_message(message: M, *, path: str = "") -> tuple[M, list[Violation]]:
             the message contains itself (``value.cyclic``), or messages are nested more than
             :data:`MAX_MESSAGE_DEPTH` deep (``value.too_deep``). ``path`` prefixes the error's path.
     """
+    flat = _flat_fields(type(message))
+    if flat is not None and all(type(getattr(message, n)) is t for n, t in flat):
+        return message, []  # fast path: a message of plain scalars, each of its exact type
     if not isinstance(message, betterproto2.Message):
         raise _type_error(path, "a generated message", message)
     out: list[Violation] = []
