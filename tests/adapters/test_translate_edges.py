@@ -253,9 +253,14 @@ def test_tool_call_name_in_a_later_chunk_and_id_missing_entirely() -> None:
         ("tool_call_delta", {"id": "call_9", "argumentsFragment": '{"a":'}),
         ("tool_call_delta", {"id": "call_9", "argumentsFragment": "1}"}),
     ]
-    synthesized = tool[3][1]["id"]
-    assert tool[3] == ("tool_call_start", {"id": synthesized, "name": "g"}) and synthesized
-    assert [k for k, _ in tool[-2:]] == ["tool_call_done", "tool_call_done"]
+    # the id-less call waits for an id until it is closed, then gets a synthesized one
+    assert tool[3] == ("tool_call_done", {"id": "call_9"})
+    synthesized = tool[4][1]["id"]
+    assert tool[4] == ("tool_call_start", {"id": synthesized, "name": "g"}) and synthesized
+    assert tool[5:] == [
+        ("tool_call_delta", {"id": synthesized, "argumentsFragment": "{}"}),
+        ("tool_call_done", {"id": synthesized}),
+    ]
     assert value(events[-1]).reason == StopReason.TOOL_USE
 
 

@@ -9,17 +9,25 @@ Content mapping:
 - assembled_context -> ``system`` as a list of text blocks (one per context text block).
 - text -> ``text`` block (empty text blocks are not sent: the API rejects them); a user message
   of exactly one text block without a cache marker is sent as a plain string; image ->
-  ``image`` with a base64 source; document -> ``document`` with a base64 source (``title`` from
-  the filename); tool_result -> ``tool_result`` (``is_error`` only when true); tool_use ->
-  ``tool_use`` with ``input`` as a JSON object.
+  ``image`` with a base64 source; document -> ``document`` (``title`` from the filename) with a
+  ``base64`` source for PDF and a ``text`` source (``media_type: text/plain``, the decoded
+  characters) for text documents (``text/*``, JSON, XML, YAML; decoded with the ``charset``
+  parameter, default UTF-8); any other document type is rejected (InvalidValueError naming the
+  field, rule ``adapter.anthropic.document.media_type``); tool_result -> ``tool_result``
+  (``is_error`` only when true); tool_use -> ``tool_use`` with ``input`` as a JSON object.
 - thinking -> ``thinking`` with ``signature`` = the stored bytes decoded as UTF-8, replayed
   byte-for-byte and in order with ``redacted_thinking`` (``data`` verbatim), never merged. A
   thinking block without a signature (a turn cut short, B09) is never sent; an assistant turn
   left empty by that is omitted. ThinkingSpec.replay OMIT drops all thinking blocks, and so
   does an assistant message produced by another provider (its signatures cannot verify here).
 - cache_breakpoints -> ``cache_control: {"type": "ephemeral"}`` on the last system block, the
-  last tool, or the last block of the targeted message; only when the model declares
-  ``caching.explicit_markers`` (otherwise ignored).
+  last tool, or the last block of the targeted message that can carry one (thinking and
+  redacted_thinking blocks cannot: the marker goes on the last other block; a message of only
+  thinking blocks gets none); only when the model declares ``caching.explicit_markers``
+  (otherwise ignored). Prefix stability has one exception here: when a message breakpoint moves
+  to a later message between turns, the block that lost it differs (its ``cache_control`` key,
+  and a one-text user message switches between the list and the plain-string form), so turn
+  N's body is a byte prefix of turn N+1's only up to that block.
 - tool_choice: AUTO ``{"type":"auto"}``, ANY ``{"type":"any"}``, NONE ``{"type":"none"}``,
   SPECIFIC ``{"type":"tool","name":...}``.
 - Thinking controls: ``thinking_budget_tokens`` -> ``thinking: {"type":"enabled",
@@ -39,6 +47,9 @@ from protocol_py.providers._request import (
     block_case,
     collapse_effort,
     context_texts,
+    document_text,
+    is_pdf,
+    is_text_document,
     merge_provider_options,
     tool_input,
 )
@@ -54,6 +65,7 @@ from protocol_py_gen.model.v1 import (
 __all__ = ["build_anthropic_body", "build_anthropic_count_body"]
 
 _EPHEMERAL = {"type": "ephemeral"}
+_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
 
 
 def _b64(data: bytes) -> str:
@@ -79,10 +91,18 @@ def _block(block: ContentBlock, where: str, replay: ThinkingReplay) -> dict[str,
             "source": {"type": "base64", "media_type": value.media_type, "data": _b64(value.data)},
         }
     if name == "document":
-        doc: dict[str, Any] = {
-            "type": "document",
-            "source": {"type": "base64", "media_type": value.media_type, "data": _b64(value.data)},
-        }
+        source: dict[str, Any]
+        if is_pdf(value.media_type):
+            source = {"type": "base64", "media_type": "application/pdf", "data": _b64(value.data)}
+        elif is_text_document(value.media_type):
+            text = document_text(value.media_type, value.data, f"{where}.document")
+            source = {"type": "text", "media_type": "text/plain", "data": text}
+        else:
+            raise InvalidValueError(
+                f"{where}.document.media_type: {value.media_type!r} is not a document type the "
+                "Messages API takes (PDF or text) (rule adapter.anthropic.document.media_type)"
+            )
+        doc: dict[str, Any] = {"type": "document", "source": source}
         if value.filename:
             doc["title"] = value.filename
         return doc
@@ -141,9 +161,14 @@ def _messages(
         ]
         if not blocks:
             continue  # e.g. an interrupted turn holding only unsigned thinking (B09)
-        marked = i in cache.message_indexes
-        if marked:
-            blocks[-1] = {**blocks[-1], "cache_control": dict(_EPHEMERAL)}
+        marked = False
+        if i in cache.message_indexes:
+            # thinking blocks cannot carry cache_control: mark the last block that can
+            for k in range(len(blocks) - 1, -1, -1):
+                if blocks[k]["type"] not in _UNCACHEABLE:
+                    blocks[k] = {**blocks[k], "cache_control": dict(_EPHEMERAL)}
+                    marked = True
+                    break
         if role == "user" and len(blocks) == 1 and blocks[0]["type"] == "text" and not marked:
             out.append({"role": role, "content": blocks[0]["text"]})
         else:

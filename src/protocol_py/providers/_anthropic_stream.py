@@ -22,9 +22,16 @@ Mapping summary:
 - Usage: ``message_start.usage`` updated field by field by ``message_delta.usage`` (cumulative,
   last value wins). When ``usage.iterations`` is present (server-side compaction) the event
   carries the sum over the iterations.
-- Usage and stop are emitted at ``message_stop``. End of body before it -> TRANSIENT error
-  ("upstream stream ended before message_stop"), keeping what was streamed; an unsigned thinking
-  block of such a turn never gets a signature event (B09).
+- Usage and stop are emitted at ``message_stop``. Blocks the vendor left open (no
+  ``content_block_stop``) are closed first, in index order, exactly as ``content_block_stop``
+  would close them (a tool call's arguments are checked, then tool_call_done; a thinking block's
+  signature is emitted); a ``content_block_start`` on an index whose block is still open closes
+  that block the same way first. So the output always satisfies D12.
+- End of body before ``message_stop`` -> TRANSIENT error ("upstream stream ended before
+  message_stop"), keeping what was streamed. Any terminal error first emits the signature of
+  an open thinking block whose ``signature_delta`` already arrived (the block is then
+  replayable); an unsigned thinking block of such a turn never gets a signature event (B09).
+- A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
 
 Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =
 ``cache_read_input_tokens``, cache_write_tokens = ``cache_creation_input_tokens``,
@@ -35,6 +42,11 @@ reasoning_already_counted true. Each only when reported (0 counts as reported).
 Stop table: end_turn -> END_TURN, max_tokens and model_context_window_exceeded -> MAX_TOKENS,
 tool_use -> TOOL_USE, stop_sequence -> STOP_SEQUENCE with ``matched_stop_sequence``, refusal ->
 REFUSAL; pause_turn and any unknown value -> END_TURN with model_affirmed false.
+``stop_sequence`` with a null (or non-string) ``stop_sequence`` -> END_TURN, model_affirmed
+false, vendor_reason ``stop_sequence``: the contract sets ``matched_stop_sequence`` exactly when
+the reason is STOP_SEQUENCE (the checker rejects STOP_SEQUENCE without it), so the adapter cannot
+report STOP_SEQUENCE without knowing which sequence matched; the END_TURN it reports instead is
+its own inference, hence model_affirmed false (D11), and vendor_reason keeps the raw value.
 """
 
 from __future__ import annotations
@@ -53,6 +65,7 @@ from protocol_py.providers._http import (
 )
 from protocol_py.sse import SSEEvent
 from protocol_py_gen.model.v1 import (
+    ErrorKind,
     ModelError,
     RateLimitSnapshot,
     Stop,
@@ -210,6 +223,57 @@ class AnthropicStreamTranslator:
             handler(self, out, obj)
         return out
 
+    def on_json(self, body: object) -> list[StreamEvent]:
+        """A whole JSON response body (HTTP 2xx, not an event stream).
+
+        ``{"type": "error", ...}`` (or any object with ``error``) becomes its classified
+        terminal error; a whole ``{"type": "message", ...}`` (a non-streamed answer) is
+        translated block by block as if streamed: metadata, each content block, usage, stop.
+        Anything else is a PERMANENT error.
+        """
+        if self.finished:
+            return []
+        out: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            if self.request_id:
+                out.append(ev.start(self.request_id))
+        if not isinstance(body, dict):
+            body = {}
+        if body.get("type") == "error" or body.get("error") is not None:
+            return self._fail(out, classify_error_object(body, request_id=self.request_id or None))
+        content = body.get("content")
+        if body.get("type") != "message" or not isinstance(content, list):
+            return self._fail(
+                out,
+                ModelError(
+                    kind=ErrorKind.PERMANENT,
+                    message="upstream answered a JSON body that is neither a message nor an "
+                    "error object",
+                    retryable=False,
+                ),
+            )
+        self._message_start(out, {"message": {**body, "content": []}})
+        for index, block in enumerate(content):
+            if self.finished:
+                return out
+            self._block_start(out, {"index": index, "content_block": block})
+            if not self.finished:
+                self._block_stop(out, {"index": index})
+        if self.finished:
+            return out
+        self._message_delta(
+            out,
+            {
+                "delta": {
+                    "stop_reason": body.get("stop_reason"),
+                    "stop_sequence": body.get("stop_sequence"),
+                }
+            },
+        )
+        self._message_stop(out, {})
+        return out
+
     def on_eof(self) -> list[StreamEvent]:
         """The body ended; without ``message_stop`` that is a TRANSIENT error."""
         if self.finished:
@@ -236,6 +300,11 @@ class AnthropicStreamTranslator:
         if index is None or not isinstance(block, dict):
             return
         btype = str(block.get("type"))
+        previous = self._blocks.pop(index, None)
+        if previous is not None:
+            self._close_block(out, previous)  # index reused without content_block_stop
+            if self.finished:
+                return
         entry = _Block(kind=btype)
         self._blocks[index] = entry
         if btype == "text":
@@ -297,6 +366,10 @@ class AnthropicStreamTranslator:
         entry = self._blocks.pop(index, None) if index is not None else None
         if entry is None:
             return
+        self._close_block(out, entry)
+
+    def _close_block(self, out: list[StreamEvent], entry: _Block) -> None:
+        """Finish one block: a thinking block's signature, a tool call's done (args checked)."""
         if entry.kind == "thinking" and entry.signature:
             out.append(ev.signature(entry.signature))
         elif entry.call_id:
@@ -327,6 +400,10 @@ class AnthropicStreamTranslator:
                         self._usage[key] = value
 
     def _message_stop(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        for index in sorted(self._blocks):  # blocks the vendor left open close here, in order
+            self._close_block(out, self._blocks.pop(index))
+            if self.finished:
+                return
         out.append(
             StreamEvent(usage=map_anthropic_usage(self._usage, rate_limits=self._rate_limits))
         )
@@ -335,6 +412,11 @@ class AnthropicStreamTranslator:
 
     def _fail(self, out: list[StreamEvent], err: ModelError) -> list[StreamEvent]:
         if not self.finished:
+            for index in sorted(self._blocks):  # keep a signature that already arrived
+                entry = self._blocks[index]
+                if entry.kind == "thinking" and entry.signature:
+                    out.append(ev.signature(entry.signature))
+                    entry.signature = ""
             if not err.provider_request_id and self.request_id:
                 err.provider_request_id = self.request_id
             out.append(ev.error(err))

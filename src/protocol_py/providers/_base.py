@@ -18,6 +18,17 @@ What it does for every completion (spec: "StreamCompletion"; DESIGN D10-D12; cas
    ends the stream with one TRANSIENT error and closes the connection.
 5. Cancellation (the server closes this generator): the upstream response is closed in
    ``finally``, so the vendor sees the connection drop.
+6. Secrets: every ModelError this provider produces (error events, :class:`ProviderError` from
+   CountTokens or ``--discover``) has the configured API key and the credential header values
+   removed (:func:`protocol_py.providers._http.redact`), wherever the upstream echoed them. An
+   unexpected exception never escapes with its text: it becomes a ProviderError naming only its
+   type (TRANSIENT for network errors, PERMANENT otherwise) and its traceback is logged with
+   the secrets removed.
+7. A 2xx response that is not ``text/event-stream`` (a JSON body from a server that ignored
+   ``stream: true``, or a gateway's error object sent with status 200) is read whole and given
+   to the translator's ``on_json`` (a vendor error object -> its classified error; a whole
+   completion -> its content, usage and stop); any other content type is a PERMANENT error
+   naming it.
 """
 
 from __future__ import annotations
@@ -25,6 +36,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import json
+import logging
+import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,7 +49,14 @@ import httpx
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers import _events as ev
-from protocol_py.providers._http import RetryPolicy, error_from_http, transient_error
+from protocol_py.providers._http import (
+    RetryPolicy,
+    error_from_http,
+    redact,
+    redact_error,
+    secret_values,
+    transient_error,
+)
 from protocol_py.providers._request import dump_body
 from protocol_py.sse import SSEEvent, SSEParser
 from protocol_py.structs import to_struct
@@ -52,6 +73,8 @@ from protocol_py_gen.model.v1 import (
 
 __all__ = ["HTTPProvider", "Timeouts", "Translator", "common_config_schema"]
 
+log = logging.getLogger("protocol_py.providers")
+
 
 class Translator(Protocol):
     """What a vendor stream translator offers (see ``_openai_stream`` / ``_anthropic_stream``)."""
@@ -63,6 +86,9 @@ class Translator(Protocol):
 
     def on_eof(self) -> list[StreamEvent]:
         """The body ended."""
+
+    def on_json(self, body: object) -> list[StreamEvent]:
+        """A whole JSON (non-SSE) response body: an error object or a non-streamed answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +258,22 @@ class HTTPProvider(Provider, abc.ABC):
         from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
 
         client = self._http()
-        response = await client.get(self.base_url + self.models_path, headers=self.auth_headers())
+        try:
+            response = await client.get(
+                self.base_url + self.models_path, headers=self.auth_headers()
+            )
+        except httpx.HTTPError as exc:
+            raise RuntimeError(
+                f"--discover: GET {self.models_path} failed: {type(exc).__name__}"
+            ) from None
         if response.status_code >= 300:
-            err = error_from_http(
-                response.status_code,
-                response.content,
-                response.headers,
-                request_id_header=self.request_id_header,
+            err = self.redact_error(
+                error_from_http(
+                    response.status_code,
+                    response.content,
+                    response.headers,
+                    request_id_header=self.request_id_header,
+                )
             )
             raise RuntimeError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
@@ -261,8 +296,64 @@ class HTTPProvider(Provider, abc.ABC):
     def stream(
         self, request: StreamCompletionRequest, context: CallContext
     ) -> AsyncIterator[StreamEvent]:
-        """Run one completion upstream (see the module docstring for the full behaviour)."""
-        return self._stream(request)
+        """Run one completion upstream (see the module docstring for the full behaviour).
+
+        Raises:
+            ProviderError: only for a failure that is not an error event (never with a secret
+                in its text); every other failure is an in-band error event.
+        """
+        return self._redacted(self._stream(request))
+
+    def secrets(self) -> list[str]:
+        """The literal strings never sent to a client or a log: the key, credential headers."""
+        return secret_values(self.api_key, self.auth_headers())
+
+    def redact_error(self, error: ModelError) -> ModelError:
+        """``error`` with this provider's secrets removed (in place; returned for chaining)."""
+        return redact_error(error, self.secrets())
+
+    def provider_error(self, exc: BaseException) -> ProviderError:
+        """A redacted ProviderError for any exception (ProviderError keeps its ModelError).
+
+        Network errors (httpx transport errors, OSError, timeouts) are TRANSIENT, anything else
+        PERMANENT; the message names only the exception type. Unexpected exceptions are logged
+        with their traceback, secrets removed.
+        """
+        if isinstance(exc, ProviderError):
+            exc.error = self.redact_error(exc.error)
+            exc.args = (f"{exc.error.kind.name}: {exc.error.message}",)
+            exc.__cause__ = exc.__context__ = None
+            return exc
+        if isinstance(exc, httpx.TransportError | OSError | TimeoutError):
+            return ProviderError(
+                transient_error(f"upstream connection failed ({type(exc).__name__})")
+            )
+        text = "".join(traceback.format_exception(exc))
+        log.error("provider %s: internal error: %s", self.name, redact(text, self.secrets()))
+        return ProviderError(
+            ModelError(
+                kind=ErrorKind.PERMANENT,
+                message=f"internal provider error ({type(exc).__name__})",
+                retryable=False,
+            )
+        )
+
+    async def _redacted(self, events: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+        secrets = self.secrets()
+        failure: ProviderError | None = None
+        try:
+            async for event in events:
+                if event.error is not None:
+                    redact_error(event.error, [*secrets, *self.secrets()])
+                yield event
+        except Exception as exc:
+            failure = self.provider_error(exc)
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if failure is not None:
+            raise failure  # raised outside the handler: no chained exception keeps the text
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -400,12 +491,19 @@ class HTTPProvider(Provider, abc.ABC):
         loop = asyncio.get_running_loop()
         deadline = startup_deadline
         started = False
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        # until the first SSE event, keep the raw body: a JSON (non-SSE) answer is read whole
+        raw: bytearray | None = bytearray()
         chunks = response.aiter_bytes().__aiter__()
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
                     chunk = await chunks.__anext__()
             except StopAsyncIteration:
+                if raw is not None and raw.strip():
+                    for event in self._whole_body(translator, bytes(raw), content_type):
+                        yield event
+                    return
                 for event in translator.on_eof():
                     yield event
                 return
@@ -426,7 +524,12 @@ class HTTPProvider(Provider, abc.ABC):
                         event.error.message += f" (transport: {type(exc).__name__})"
                     yield event
                 return
+            if raw is not None:
+                raw += chunk
+                if len(raw) > _MAX_WHOLE_BODY:
+                    raw = None  # too large for a whole-body answer: SSE only from here on
             for sse in parser.feed(chunk):
+                raw = None
                 for event in translator.on_event(sse):
                     if betterproto2.which_one_of(event, "event")[0] in ev.PROGRESS_KINDS:
                         started = True
@@ -434,6 +537,33 @@ class HTTPProvider(Provider, abc.ABC):
                     yield event
                 if translator.finished:
                     return
+
+    def _whole_body(
+        self, translator: Translator, body: bytes, content_type: str
+    ) -> list[StreamEvent]:
+        """A 2xx body that held no SSE event: JSON goes to ``on_json``, anything else fails."""
+        try:
+            obj = json.loads(body.decode("utf-8", errors="replace"))
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return translator.on_json(obj)
+        if content_type in ("", "text/event-stream"):
+            return translator.on_eof()  # an event stream that ended before any event
+        shown = content_type
+        return _fail(
+            translator,
+            ModelError(
+                kind=ErrorKind.PERMANENT,
+                message=f"upstream answered HTTP 2xx with content-type {shown!r} and a body "
+                "that is neither an event stream nor a JSON object",
+                retryable=False,
+            ),
+        )
+
+
+_MAX_WHOLE_BODY = 16 * 1024 * 1024
+"""The largest 2xx body (bytes) kept for reading as a whole JSON answer before any SSE event."""
 
 
 def _fail(translator: Translator, error: ModelError) -> list[StreamEvent]:

@@ -7,17 +7,34 @@ C08.
 
 Retry-after policy (C11), in this order:
 
-1. ``retry-after-ms``: milliseconds (Azure, OpenAI), honoured when finite and > 0.
-2. ``retry-after`` as a number of seconds, fractions allowed, honoured when finite and > 0.
-   ``nan``, ``inf``, ``1e999``, ``0`` and negative values are ignored (no hint).
+1. ``retry-after-ms``: milliseconds (Azure, OpenAI), honoured when > 0.
+2. ``retry-after`` as a number of seconds, honoured when > 0.
 3. ``retry-after`` as an HTTP date (IMF-fixdate, RFC 7231): the time left until then; a date in
    the past gives no hint.
 4. Anthropic only: when no retry-after was sent and a budget's ``anthropic-ratelimit-*-remaining``
    is 0, the time left until that budget's RFC 3339 ``-reset``.
 
+Number grammar (both headers): ASCII digits with an optional fraction (``1*DIGIT ["." 1*DIGIT]``,
+RFC 9110 delta-seconds plus the common non-standard fractional form), surrounding whitespace
+allowed. Anything else (``nan``, ``inf``, ``1e999``, ``1e200``, ``-1``, ``+2``, ``1_0``, ``0x10``)
+is not a hint; ``0`` is not a hint either. A hint (or a rate-limit reset duration) longer than
+google.protobuf.Duration's range is clamped to :data:`MAX_DURATION_S` (315,576,000,000 s, about
+10,000 years), so huge values never crash and always serialize.
+
 A hint larger than :attr:`RetryPolicy.max_retry_after_s` (default 60 s) is not waited for: the
 error is returned at once with the hint in ``ModelError.retry_after``. Without a hint the retry
 waits an exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s).
+
+Secrets: every ModelError message built here passes through :func:`redact`, which removes the
+configured API key (and any Authorization / x-api-key header value) literally, wherever the
+upstream echoed it, plus vendor-key-shaped substrings (``sk-...``, ``xai-...``, ``gsk_...``).
+
+CONTEXT_OVERFLOW (D10: only "when the vendor says the prompt did not fit"): the vendor code
+``context_length_exceeded``, or an error message about the prompt / context / input tokens not
+fitting (``maximum context length``, ``context window``, ``prompt is too long``, ``input is too
+long``, ``too many input tokens``, ``input tokens exceed ...``). Other "exceeds the maximum"
+messages (tool count, ``max_tokens``, image size, stop sequences) and 413 ``request_too_large``
+(a byte limit, not a token limit) are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -26,7 +43,7 @@ import email.utils
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,6 +51,7 @@ from typing import Any
 from protocol_py_gen.model.v1 import ErrorKind, ModelError, RateLimitKind, RateLimitSnapshot
 
 __all__ = [
+    "MAX_DURATION_S",
     "RetryPolicy",
     "anthropic_rate_limits",
     "anthropic_reset_hint",
@@ -73,16 +91,80 @@ _VENDOR_TYPE_KINDS: Mapping[str, ErrorKind] = {
     "context_length_exceeded": ErrorKind.CONTEXT_OVERFLOW,
 }
 _CONTEXT_OVERFLOW = re.compile(
-    r"context[ _-]?length|context[ _-]?window|maximum context|prompt is too long|"
-    r"too many (input )?tokens|exceeds? the (model'?s? )?(maximum|context)|input is too long",
+    r"context[ _-]?(length|window)|maximum context|maximum (prompt|input) length|"
+    r"\b(prompt|input|context|conversation|messages?) (is|are) too (long|large)|"
+    r"too many (input |prompt )?tokens|"
+    r"\b(prompt|input)( tokens?| length| size)? (exceeds?|exceeded|is longer than)|"
+    r"exceeds? (the )?(model'?s? )?(context|maximum number of (input |prompt )?tokens)",
     re.IGNORECASE,
 )
 _SECRET = re.compile(r"(sk-|sk-ant-|xai-|gsk_)[A-Za-z0-9_\-*]{6,}")
+_AUTH_SCHEME = re.compile(r"^(bearer|basic|token)\s+", re.IGNORECASE)
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_DIGITS = re.compile(r"[0-9]+")
+_INT64_MAX = 2**63 - 1
+
+MAX_DURATION_S = 315_576_000_000
+"""The largest google.protobuf.Duration, in seconds (10,000 years); longer values are clamped."""
+
+REDACTED = "<redacted>"
+"""What a removed secret is replaced with."""
 
 
-def redact(text: str) -> str:
-    """Replace API-key-shaped substrings (``sk-...``, ``sk-ant-...``) with ``<redacted>``."""
-    return _SECRET.sub("<redacted>", text)
+def secret_values(api_key: str | None, headers: Mapping[str, str] | None = None) -> list[str]:
+    """The literal strings :func:`redact` must remove: the key and credential header values.
+
+    Args:
+        api_key: The configured API key (None or empty: none).
+        headers: Request headers; the values of ``authorization``, ``x-api-key``,
+            ``api-key`` and ``proxy-authorization`` are added, with and without their
+            ``Bearer``/``Basic``/``Token`` scheme.
+
+    Returns:
+        Non-empty strings, longest first (so a longer secret is replaced before its parts).
+    """
+    found: set[str] = set()
+    if api_key and api_key.strip():
+        found.update({api_key, api_key.strip()})
+    for name, value in lower_headers(headers or {}).items():
+        if name in ("authorization", "x-api-key", "api-key", "proxy-authorization") and value:
+            found.add(value)
+            bare = _AUTH_SCHEME.sub("", value).strip()
+            if bare:
+                found.add(bare)
+    return sorted(found, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """Remove secrets from a message meant for a client or a log line.
+
+    Every literal occurrence of each string in ``secrets`` (the configured API key and
+    credential header values, see :func:`secret_values`) is replaced with ``<redacted>``, and so
+    are vendor-key-shaped substrings (``sk-...``, ``sk-ant-...``, ``xai-...``, ``gsk_...``),
+    whatever the configured key. Keys of any length are replaced (a very short key therefore
+    also replaces ordinary text; correctness of the secret rule wins over readability).
+
+    Args:
+        text: The message.
+        secrets: Literal strings to remove, any order.
+    """
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return _SECRET.sub(REDACTED, text)
+
+
+def redact_error(error: ModelError, secrets: Sequence[str]) -> ModelError:
+    """Redact ``message``, ``vendor_code`` and ``provider_request_id`` of ``error`` in place.
+
+    Returns:
+        The same ModelError, for chaining.
+    """
+    error.message = redact(error.message, secrets)
+    if error.vendor_code:
+        error.vendor_code = redact(error.vendor_code, secrets)
+    if error.provider_request_id:
+        error.provider_request_id = redact(error.provider_request_id, secrets)
+    return error
 
 
 def lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -91,18 +173,24 @@ def lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def duration_from_seconds(seconds: float) -> timedelta:
-    """A Duration value (betterproto2 maps google.protobuf.Duration to ``timedelta``)."""
+    """A Duration value (betterproto2 maps google.protobuf.Duration to ``timedelta``).
+
+    ``seconds`` is clamped to google.protobuf.Duration's range, +-:data:`MAX_DURATION_S`
+    (infinities to the bound, NaN to 0), so the result always serializes and never raises.
+    """
+    if math.isnan(seconds):
+        seconds = 0.0
+    seconds = max(-MAX_DURATION_S, min(float(MAX_DURATION_S), seconds))
     return timedelta(seconds=seconds)
 
 
-def _finite_positive(text: str) -> float | None:
-    try:
-        value = float(text.strip())
-    except ValueError:
+def _positive_number(text: str) -> float | None:
+    """A ``1*DIGIT ["." 1*DIGIT]`` value > 0 (possibly inf), else None (module docstring)."""
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
         return None
-    if not math.isfinite(value) or value <= 0:
-        return None
-    return value
+    value = float(text)  # digits only: finite or inf, never raises
+    return value if value > 0 else None
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
@@ -113,30 +201,33 @@ def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None
         now: The current time (UTC) for HTTP-date hints; defaults to the wall clock.
 
     Returns:
-        Seconds to wait (> 0), or None. Never raises on malformed values.
+        Seconds to wait (> 0, at most :data:`MAX_DURATION_S`), or None. Never raises on
+        malformed or huge values.
     """
     h = lower_headers(headers)
     ms = h.get("retry-after-ms")
     if ms is not None:
-        value = _finite_positive(ms)
+        value = _positive_number(ms)
         if value is not None:
-            return value / 1000.0
+            return min(value / 1000.0, float(MAX_DURATION_S))
     raw = h.get("retry-after")
     if raw is None:
         return None
-    value = _finite_positive(raw)
+    value = _positive_number(raw)
     if value is not None:
-        return value
+        return min(value, float(MAX_DURATION_S))
+    if _DIGITS.search(raw) is None or not any(c.isalpha() for c in raw):
+        return None  # not a number of the grammar and not a date either (e.g. "1_0", "-1")
     try:
         when = email.utils.parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when is None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     left = (when - (now or datetime.now(UTC))).total_seconds()
-    return left if left > 0 else None
+    return min(left, float(MAX_DURATION_S)) if left > 0 else None
 
 
 def parse_rfc3339(text: str) -> datetime | None:
@@ -166,7 +257,7 @@ def anthropic_reset_hint(
     return best
 
 
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_GO_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {
     "ns": 1e-9,
     "us": 1e-6,
@@ -197,10 +288,11 @@ def _int_header(h: Mapping[str, str], name: str) -> int | None:
     raw = h.get(name)
     if raw is None:
         return None
-    try:
-        return int(raw.strip())
-    except ValueError:
-        return None
+    text = raw.strip()
+    if not _DIGITS.fullmatch(text):
+        return None  # only ASCII digits: no sign, underscores or spaces inside
+    value = int(text)
+    return value if value <= _INT64_MAX else None
 
 
 _OPENAI_FAMILIES = (("requests", RateLimitKind.REQUESTS), ("tokens", RateLimitKind.TOKENS))
@@ -303,8 +395,8 @@ def classify_error_object(
         message = f"vendor error (HTTP {status})" if status is not None else "vendor error"
     vtype = _str_or_none(err.get("type"))
     code = _str_or_none(err.get("code"))
-    if status is None:
-        for key in ("status_code", "status"):
+    if status is None:  # an in-band error: its own HTTP-status-like field, when it has one
+        for key in ("status_code", "status", "code"):
             value = err.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
                 status = value
@@ -318,7 +410,9 @@ def classify_error_object(
     ):
         kind = ErrorKind.OVERLOADED
     elif "context_length_exceeded" in tags or (
-        status in (None, 400, 413, 422) and _CONTEXT_OVERFLOW.search(message)
+        status in (None, 400, 413, 422)
+        and "request_too_large" not in tags
+        and _CONTEXT_OVERFLOW.search(message)
     ):
         kind = ErrorKind.CONTEXT_OVERFLOW
     elif status is not None:

@@ -8,14 +8,20 @@ Content mapping:
 
 - assembled_context text -> one ``system`` message (sections joined with a blank line).
 - user text -> ``content`` (a plain string when the message is one text block, else parts);
-  image -> ``image_url`` part with a ``data:`` URL; document -> ``file`` part with
-  ``file_data``; tool_result -> a ``tool`` message (``tool_call_id``, text content) placed
-  before the rest of that user message. ``is_error`` has no Chat Completions slot.
+  image -> ``image_url`` part with a ``data:`` URL; a PDF document -> ``file`` part with
+  ``file_data`` (Chat Completions file parts take PDF only); a text document (``text/*``, JSON,
+  XML, YAML) -> a ``text`` part holding its decoded characters (``charset`` parameter, default
+  UTF-8); any other document type is rejected (InvalidValueError naming the field, rule
+  ``adapter.openai.document.media_type``); tool_result -> a ``tool`` message
+  (``tool_call_id``, text content) placed before the rest of that user message.
+  ``is_error`` has no Chat Completions slot.
 - assistant text -> ``content``; tool_use -> ``tool_calls`` (arguments as compact JSON);
   thinking -> ``reasoning_content`` (field name configurable) following ThinkingSpec.replay:
   TOOL_TURNS (DeepSeek default) on assistant turns with tool calls only (``""`` when that turn
   has no thinking block), ALL on every assistant turn, OMIT (OpenAI default) never.
-  Redacted thinking and signatures have no slot and are not sent.
+  Redacted thinking and signatures have no slot and are not sent. An assistant message left
+  with neither text nor tool calls (an interrupted turn holding only thinking, B09) is not
+  sent at all, as on Anthropic.
 - tool_choice: AUTO ``"auto"``, ANY ``"required"``, NONE ``"none"``, SPECIFIC
   ``{"type":"function","function":{"name":...}}``.
 - Thinking controls: ``thinking_effort`` -> ``reasoning_effort`` (collapsed onto the endpoint's
@@ -36,6 +42,9 @@ from protocol_py.providers._request import (
     block_case,
     collapse_effort,
     context_texts,
+    document_text,
+    is_pdf,
+    is_text_document,
     merge_provider_options,
     tool_input,
 )
@@ -70,6 +79,8 @@ class OpenAICompat:
         effort_levels: The endpoint's reasoning_effort ladder for collapsing, lowest first
             (empty: send the declared level verbatim).
         request_id_header: The response header carrying the vendor request id.
+        done_ends_turn: ``data: [DONE]`` without a ``finish_reason`` ends the turn successfully
+            (for servers known to omit it) instead of a TRANSIENT error.
     """
 
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
@@ -81,6 +92,7 @@ class OpenAICompat:
     thinking_switch: Literal["deepseek", "effort", "none"] = "effort"
     effort_levels: tuple[str, ...] = ()
     request_id_header: str = "x-request-id"
+    done_ends_turn: bool = False
 
 
 def _data_url(media_type: str, data: bytes) -> str:
@@ -100,11 +112,21 @@ def _user_messages(message: Message, path: str) -> list[dict[str, Any]]:
                 {"type": "image_url", "image_url": {"url": _data_url(value.media_type, value.data)}}
             )
         elif name == "document":
-            file: dict[str, Any] = {}
-            if value.filename:
-                file["filename"] = value.filename
-            file["file_data"] = _data_url(value.media_type, value.data)
-            parts.append({"type": "file", "file": file})
+            if is_pdf(value.media_type):
+                file: dict[str, Any] = {}
+                if value.filename:
+                    file["filename"] = value.filename
+                file["file_data"] = _data_url("application/pdf", value.data)
+                parts.append({"type": "file", "file": file})
+            elif is_text_document(value.media_type):
+                text = document_text(value.media_type, value.data, f"{where}.document")
+                parts.append({"type": "text", "text": text})
+            else:
+                raise InvalidValueError(
+                    f"{where}.document.media_type: {value.media_type!r} is not a document type "
+                    "Chat Completions takes (PDF as a file part, text as a text part) "
+                    "(rule adapter.openai.document.media_type)"
+                )
         elif name == "tool_result":
             texts: list[str] = []
             for k, inner in enumerate(value.content):
@@ -249,7 +271,11 @@ def build_openai_body(
     for i, message in enumerate(request.messages):
         path = f"messages[{i}]"
         if message.role == Role.ASSISTANT:
-            messages.append(_assistant_message(message, path, replay, compat))
+            assistant = _assistant_message(message, path, replay, compat)
+            if assistant["content"] or "tool_calls" in assistant:
+                messages.append(assistant)
+            # else: no text and no tool calls (e.g. an interrupted turn holding only thinking,
+            # B09): not a turn the API can take, so it is not sent (as on Anthropic)
         elif message.role == Role.USER:
             messages.extend(_user_messages(message, path))
         else:

@@ -9,22 +9,43 @@ Mapping summary:
 
 - ``stream_start``: the request-id header (``x-request-id`` by default) at the first SSE event;
   without it the first non-empty chunk ``id``. Never an empty id.
-- ``metadata`` once, from the first chunk with a non-empty ``model``: ``actual_model``,
-  ``system_fingerprint``, ``service_tier`` (each only when non-empty).
+- ``metadata`` once, from the first chunk in which any of ``model``, ``system_fingerprint``,
+  ``service_tier`` is non-empty, carrying those that are (empty values are never emitted).
+  Normally that is the first chunk; when a vendor's first chunks leave them all empty, metadata
+  comes with the first later chunk that has one (D12 allows metadata anywhere before the
+  terminal event), and a stream that never names them has no metadata (except rate limits).
 - ``delta.content`` (string, or Mistral's array of ``text``/``thinking`` parts) -> text/thinking
   deltas; ``delta.reasoning_content`` / ``delta.reasoning`` (configurable) -> thinking deltas;
   ``delta.refusal`` -> text deltas and stop REFUSAL. Empty strings are never emitted.
-- Tool calls are keyed by ``index``; an entry without ``index`` takes its position in that
-  chunk's ``tool_calls`` array. A new non-empty ``id`` on an open index closes that call and
-  opens a new one; a repeated id or name continues it (B02). Arguments fragments are forwarded
-  as received (empty ones skipped); every open call is closed, in index order, when
-  ``finish_reason`` arrives.
+- Tool calls (keying rule, in this order for each ``tool_calls`` entry):
+
+  1. The entry's slot is its ``index``; an entry without ``index`` takes its position in that
+     chunk's ``tool_calls`` array.
+  2. An entry whose ``id`` belongs to a call still open at another slot continues that call
+     (never a second tool_call_start for one id); an id whose call was already closed ends the
+     stream with a TRANSIENT error.
+  3. An entry with an ``id`` different from the id of the call open at its slot closes that
+     call (a call that never got a name is a TRANSIENT error then) and opens a new one; a
+     repeated id or name continues it (B02), and the name is set once, never concatenated.
+  4. An entry without ``id`` continues the call open at its slot, or opens one. A call that has
+     no id yet adopts the first id that arrives for its slot.
+  5. tool_call_start is emitted once the call has both its id and its name; fragments that came
+     before are held and emitted right after it, in order. A call still without an id when it
+     is closed gets a stream-unique synthesized id (``call_<index>_<n>``) then, so gateways that
+     never send ids deliver the whole call at ``finish_reason``.
+
+  Arguments fragments are forwarded as received (empty ones skipped); every open call is
+  closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04).
 - ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
   ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
 - A ``moderation`` object (OpenAI's moderation option) with a flagged result becomes one
   ``safety_notice`` (MODERATION) per side; unflagged results produce nothing.
-- End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed.
+- End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed. So is
+  ``data: [DONE]`` when no ``finish_reason`` arrived (the turn's end was never reported), unless
+  the endpoint is configured with ``done_ends_turn`` (then END_TURN / TOOL_USE, model_affirmed
+  false).
+- A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
 
 Usage table (disjoint categories):
 
@@ -208,6 +229,7 @@ class _Call:
     id: str
     name: str
     started: bool = False
+    closed: bool = False
     pending: list[str] = field(default_factory=list)
     fragments: list[str] = field(default_factory=list)
 
@@ -224,6 +246,9 @@ class OpenAIStreamTranslator:
         request_id_header: The header carrying the vendor request id.
         reasoning_fields: Delta fields carrying reasoning text, in priority order.
         reasoning_in_completion: See :func:`map_openai_usage`.
+        done_ends_turn: ``data: [DONE]`` without any ``finish_reason`` ends the turn
+            successfully (END_TURN, or TOOL_USE after tool calls, model_affirmed false)
+            instead of the default TRANSIENT error (Configure ``compat.done_without_finish``).
     """
 
     def __init__(
@@ -233,8 +258,11 @@ class OpenAIStreamTranslator:
         request_id_header: str = "x-request-id",
         reasoning_fields: Sequence[str] = ("reasoning_content", "reasoning"),
         reasoning_in_completion: bool | None = None,
+        done_ends_turn: bool = False,
     ) -> None:
         h = lower_headers(headers)
+        self._done_ends_turn = done_ends_turn
+        self._content_type = h.get("content-type", "").split(";")[0].strip()
         self._header_request_id = h.get(request_id_header.lower(), "").strip()
         self._rate_limits = openai_rate_limits(h)
         self._reasoning_fields = tuple(reasoning_fields)
@@ -244,6 +272,7 @@ class OpenAIStreamTranslator:
         self.request_id = self._header_request_id
         self._calls: dict[int, _Call] = {}
         self._open: dict[int, _Call] = {}
+        self._by_id: dict[str, _Call] = {}
         self._tool_calls_seen = False
         self._refusal_seen = False
         self._finish: str | None = None
@@ -270,6 +299,13 @@ class OpenAIStreamTranslator:
             return []  # unknown event types on an OpenAI-compatible stream carry no content
         if data == "[DONE]":
             self._decide_start(out, None)
+            if self._finish is None and not self._done_ends_turn:
+                return self._fail(
+                    out,
+                    transient_error(
+                        "upstream sent [DONE] without a finish_reason", request_id=self.request_id
+                    ),
+                )
             return self._succeed(out)
         try:
             chunk = json.loads(data)
@@ -301,6 +337,49 @@ class OpenAIStreamTranslator:
                     self._choice(out, choice)
                     if self.finished:
                         break
+        return out
+
+    def on_json(self, body: object) -> list[StreamEvent]:
+        """A whole JSON response body (HTTP 2xx, not an event stream).
+
+        An error object (``{"error": ...}`` or vLLM's ``{"object": "error", ...}``) becomes its
+        classified terminal error (an integer ``code``/``status`` in 100-599 counts as the HTTP
+        status). A whole ``chat.completion`` (a server that ignored ``stream: true``) is
+        translated as if streamed in one chunk: its message's reasoning, content, refusal and
+        tool calls, then usage and stop. Anything else is a PERMANENT error.
+        """
+        if self.finished:
+            return []
+        out: list[StreamEvent] = []
+        if not isinstance(body, dict):
+            body = {}
+        if body.get("error") is not None or body.get("object") == "error":
+            self._decide_start(out, None)
+            return self._fail(out, self._error_from_obj(body))
+        choices = body.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(first, dict) or not isinstance(first.get("message"), dict):
+            self._decide_start(out, None)
+            return self._fail(
+                out,
+                ModelError(
+                    kind=ErrorKind.PERMANENT,
+                    message="upstream answered a JSON body that is neither a chat completion "
+                    f"nor an error object (content-type {self._content_type or 'none'!r})",
+                    retryable=False,
+                ),
+            )
+        chunk = {key: value for key, value in body.items() if key != "choices"}
+        chunk["choices"] = [
+            {
+                "index": 0,
+                "delta": first["message"],
+                "finish_reason": first.get("finish_reason"),
+                "stop_reason": first.get("stop_reason"),
+            }
+        ]
+        out.extend(self.on_event(SSEEvent(event="message", data=json.dumps(chunk))))
+        out.extend(self.on_eof())
         return out
 
     def on_eof(self) -> list[StreamEvent]:
@@ -340,20 +419,14 @@ class OpenAIStreamTranslator:
     def _decide_metadata(self, out: list[StreamEvent], chunk: Mapping[str, Any]) -> None:
         if self._meta_decided:
             return
-        model = ev.as_str(chunk.get("model"))
-        if model:
+        meta = StreamMetadata(
+            actual_model=ev.as_str(chunk.get("model")),
+            system_fingerprint=ev.as_str(chunk.get("system_fingerprint")),
+            service_tier=ev.as_str(chunk.get("service_tier")),
+        )
+        if meta.actual_model or meta.system_fingerprint or meta.service_tier:
             self._meta_decided = True
-            out.append(
-                ev.metadata(
-                    StreamMetadata(
-                        actual_model=model,
-                        system_fingerprint=ev.as_str(chunk.get("system_fingerprint")),
-                        service_tier=ev.as_str(chunk.get("service_tier")),
-                    )
-                )
-            )
-        elif chunk.get("choices"):
-            self._meta_decided = True
+            out.append(ev.metadata(meta))
 
     def _choice(self, out: list[StreamEvent], choice: Mapping[str, Any]) -> None:
         delta = choice.get("delta")
@@ -453,6 +526,7 @@ class OpenAIStreamTranslator:
                         out.append(ev.thinking(value))
 
     def _tool_call(self, out: list[StreamEvent], pos: int, raw: Mapping[str, Any]) -> None:
+        """Route one ``tool_calls`` entry to its call (keying rule: module docstring)."""
         index = ev.as_int(raw.get("index"))
         if index is None:
             index = pos
@@ -464,33 +538,58 @@ class OpenAIStreamTranslator:
         if isinstance(args, dict):
             args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
         call = self._open.get(index)
-        if call is not None and call_id and call_id != call.id and call.started:
-            self._close(out, call)  # a new id on the same index opens a new call
-            call = None
+        if call_id:
+            owner = self._by_id.get(call_id)
+            if owner is not None and owner is not call:
+                if owner.index not in self._open or self._open[owner.index] is not owner:
+                    self._fail(
+                        out,
+                        ModelError(
+                            kind=ErrorKind.TRANSIENT,
+                            message=f"tool call {call_id!r} continued after it was closed",
+                            retryable=True,
+                        ),
+                    )
+                    return
+                if call is None:
+                    self._open[index] = owner  # later id-less entries here continue it too
+                call = owner  # a known id at another index continues its call (rule 2)
+            elif call is not None and call.id and call_id != call.id:
+                self._close(out, call)  # a new id on the same index opens a new call (rule 3)
+                if self.finished:
+                    return
+                call = None
         if call is None:
-            call = _Call(index=index, id=call_id or "", name=name or "")
+            call = _Call(index=index, id="", name="")
             self._calls[index] = call
             self._open[index] = call
             self._tool_calls_seen = True
-        else:
-            if not call.id and call_id:
-                call.id = call_id
-            if not call.name and name:
-                call.name = name  # the name is set once, never concatenated (B02)
+        if call_id and not call.id:
+            call.id = call_id  # adopted: the call had no id and has not started (rule 4)
+            self._by_id[call_id] = call
+        if name and not call.name:
+            call.name = name  # the name is set once, never concatenated (B02)
         if isinstance(args, str) and args:
             call.fragments.append(args)
             if call.started:
                 out.append(ev.tool_delta(call.id, args))
             else:
                 call.pending.append(args)
-        self._maybe_start(out, call)
+        if call.id and call.name:
+            self._start(out, call)
 
-    def _maybe_start(self, out: list[StreamEvent], call: _Call) -> None:
+    def _start(self, out: list[StreamEvent], call: _Call) -> None:
+        """Emit tool_call_start and the held fragments (an id is synthesized when none came)."""
         if call.started or not call.name:
             return
         if not call.id:  # some gateways send no id at all: synthesize a stream-unique one
-            self._synth += 1
-            call.id = f"call_{call.index}_{self._synth}"
+            while True:
+                self._synth += 1
+                candidate = f"call_{call.index}_{self._synth}"
+                if candidate not in self._by_id:
+                    break
+            call.id = candidate
+            self._by_id[candidate] = call
         call.started = True
         out.append(ev.tool_start(call.id, call.name))
         for fragment in call.pending:
@@ -498,14 +597,17 @@ class OpenAIStreamTranslator:
         call.pending.clear()
 
     def _close(self, out: list[StreamEvent], call: _Call) -> None:
-        self._open.pop(call.index, None)
-        self._maybe_start(out, call)
+        for index in [i for i, c in self._open.items() if c is call]:
+            del self._open[index]
+        call.closed = True
+        self._start(out, call)
         if not call.started:
             self._fail(
                 out,
                 ModelError(
                     kind=ErrorKind.TRANSIENT,
-                    message=f"tool call at index {call.index} arrived without a function name",
+                    message=f"tool call {call.id or f'at index {call.index}'!r} arrived "
+                    "without a function name",
                     retryable=True,
                 ),
             )
@@ -521,7 +623,7 @@ class OpenAIStreamTranslator:
             if self.finished:
                 return
             call = self._open.get(index)
-            if call is not None:
+            if call is not None and not call.closed:
                 self._close(out, call)
 
     def _succeed(self, out: list[StreamEvent]) -> list[StreamEvent]:

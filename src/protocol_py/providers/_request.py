@@ -30,7 +30,10 @@ __all__ = [
     "CacheTargets",
     "collapse_effort",
     "context_texts",
+    "document_text",
     "dump_body",
+    "is_pdf",
+    "is_text_document",
     "merge_provider_options",
 ]
 
@@ -138,3 +141,48 @@ def merge_provider_options(body: dict[str, Any], request: StreamCompletionReques
                 "(rule adapter.provider_options.reserved)"
             )
         body[key] = value
+
+
+_TEXT_APPLICATION_TYPES = frozenset(
+    {"application/json", "application/xml", "application/x-yaml", "application/yaml"}
+)
+
+
+def _base_media_type(media_type: str) -> str:
+    return media_type.split(";", 1)[0].strip().lower()
+
+
+def is_pdf(media_type: str) -> bool:
+    """Whether a document's media type is PDF (``application/pdf``, parameters ignored)."""
+    return _base_media_type(media_type) == "application/pdf"
+
+
+def is_text_document(media_type: str) -> bool:
+    """Whether a document is text: ``text/*``, JSON, XML, YAML, or a ``+json``/``+xml`` type."""
+    base = _base_media_type(media_type)
+    return (
+        base.startswith("text/")
+        or base in _TEXT_APPLICATION_TYPES
+        or base.endswith(("+json", "+xml"))
+    )
+
+
+def document_text(media_type: str, data: bytes, where: str) -> str:
+    """A text document's characters, decoded with its ``charset`` parameter (default UTF-8).
+
+    Raises:
+        InvalidValueError: the bytes do not decode with that charset, or the charset is
+            unknown (rule ``adapter.document.text_encoding``, naming ``where``).
+    """
+    charset = "utf-8"
+    for param in media_type.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip('"')
+    try:
+        return data.decode(charset)
+    except (LookupError, UnicodeDecodeError):
+        raise InvalidValueError(
+            f"{where}.data: a {_base_media_type(media_type)} document that is not valid "
+            f"{charset} text (rule adapter.document.text_encoding)"
+        ) from None

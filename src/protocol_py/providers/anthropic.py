@@ -76,8 +76,17 @@ class AnthropicProvider(HTTPProvider):
 
         Raises:
             ProviderError: unknown model, a request the API cannot take, or the vendor's
-                classified HTTP error.
+                classified HTTP error (the API key and credential headers removed from its
+                text).
         """
+        failure: ProviderError | None = None
+        try:
+            return await self._count_tokens(request)
+        except Exception as exc:
+            failure = self.provider_error(exc)
+        raise failure  # outside the handler: no chained exception keeps the secret
+
+    async def _count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         body = self.count_tokens_body(
             request,
             lambda completion, spec: build_anthropic_count_body(request.model_id, completion, spec),

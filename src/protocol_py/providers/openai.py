@@ -21,6 +21,8 @@ thinking_switch            how disable_thinking is sent: ``effort`` (reasoning_e
                            ``deepseek`` (thinking.type) / ``none``
 effort_levels              the endpoint's reasoning_effort ladder for collapsing ([] = as declared)
 request_id_header          response header with the request id (``x-request-id``)
+done_ends_turn             ``[DONE]`` without a finish_reason ends the turn (false: it is a
+                           TRANSIENT error, like a body that ends without one)
 =========================  =====================================================================
 
 Tool calls that arrive whole in one chunk, without ``index`` or without ``type`` need no
@@ -37,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from protocol_py.provider import JSONValue
+from protocol_py.provider import JSONValue, ProviderError
 from protocol_py.providers import catalog
 from protocol_py.providers._base import HTTPProvider, Translator
 from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
@@ -74,6 +76,7 @@ _COMPAT_SCHEMA: dict[str, Any] = {
             "uniqueItems": True,
         },
         "request_id_header": {"type": "string", "minLength": 1},
+        "done_ends_turn": {"type": "boolean"},
     },
 }
 
@@ -114,6 +117,7 @@ class OpenAIProvider(HTTPProvider):
             request_id_header=self.compat.request_id_header,
             reasoning_fields=self.compat.reasoning_fields,
             reasoning_in_completion=self.compat.reasoning_in_completion,
+            done_ends_turn=self.compat.done_ends_turn,
         )
 
     def extra_config_schema(self) -> dict[str, Any]:
@@ -141,14 +145,26 @@ class OpenAIProvider(HTTPProvider):
             compat = replace(compat, thinking_switch=raw["thinking_switch"])
         if "effort_levels" in raw:
             compat = replace(compat, effort_levels=tuple(raw["effort_levels"]))
+        if "done_ends_turn" in raw:
+            compat = replace(compat, done_ends_turn=bool(raw["done_ends_turn"]))
         if "request_id_header" in raw:
             compat = replace(compat, request_id_header=raw["request_id_header"])
         self.compat = compat
         self.request_id_header = compat.request_id_header
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        """ESTIMATE: ceil(UTF-8 bytes of the serialized body / 4) (DESIGN D15)."""
-        body = self.count_tokens_body(request)
+        """ESTIMATE: ceil(UTF-8 bytes of the serialized body / 4) (DESIGN D15).
+
+        Raises:
+            ProviderError: unknown model or a request the API cannot take (redacted).
+        """
+        failure: ProviderError | None = None
+        try:
+            body = self.count_tokens_body(request)
+        except Exception as exc:
+            failure = self.provider_error(exc)
+        if failure is not None:
+            raise failure
         return CountTokensResponse(
             input_tokens=math.ceil(len(body) / 4), method=TokenCountMethod.ESTIMATE
         )
