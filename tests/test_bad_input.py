@@ -55,6 +55,7 @@ from protocol_py_gen.model.v1 import (
     PricingTier,
     StreamCompletionRequest,
     StreamEvent,
+    StreamMetadata,
     TextDelta,
     Usage,
 )
@@ -354,3 +355,11 @@ def test_messages_nested_beyond_protobufs_recursion_limit_are_a_typed_error() ->
         protojson.check_message(request)
     shallow = make_request(messages=[Message(id="1", role=Role.USER, content=[nested(20)])])
     assert protojson.check_message(shallow)[1] == []
+
+
+def test_map_entry_without_value_reads_as_the_value_default() -> None:
+    meta = StreamMetadata(attrs={"k": None})  # type: ignore[dict-item]
+    checked, violations = protojson.check_message(meta)
+    assert (checked.attrs, violations) == ({"k": ""}, [])
+    assert meta.attrs == {"k": None}  # the input is not modified
+    assert protojson.encode(meta) == {"attrs": {"k": ""}}

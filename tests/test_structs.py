@@ -295,7 +295,6 @@ def test_from_struct_reads_an_int_number_value_as_a_double() -> None:
         ({"a": 1}, ""),
         ("text", ""),
         (Struct(fields=None), "fields"),  # type: ignore[arg-type]
-        (Struct(fields={"a": None}), "a"),  # type: ignore[dict-item]
         (Struct(fields={1: Value(bool_value=True)}), ""),  # type: ignore[dict-item]
         (Struct(fields={"a": Value(number_value="5")}), "a"),  # type: ignore[arg-type]
         (Struct(fields={"a": Value(number_value=True)}), "a"),
@@ -337,3 +336,11 @@ def test_dumps_rejects_non_json_values_with_a_typed_error() -> None:
     with pytest.raises(InvalidValueError) as info:
         dumps(d)
     assert info.value.rule == "json.cyclic"
+
+
+def test_from_struct_reads_a_map_entry_without_value_as_null() -> None:
+    # Struct{fields: {"": <entry with no value field>}}: legal proto, the value is its default.
+    wire_bytes = bytes([0x0A, 0x02, 0x0A, 0x00])
+    decoded = Struct.parse(wire_bytes)
+    assert from_struct(decoded) == {"": None}
+    assert from_struct(Struct(fields={"a": None})) == {"a": None}  # type: ignore[dict-item]

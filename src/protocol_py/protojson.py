@@ -680,6 +680,18 @@ def _meta_cached(cls: type[betterproto2.Message]) -> Any:
     return _meta(cls)
 
 
+_SCALAR_DEFAULTS: dict[str, Any] = {"string": "", "bool": False, "bytes": b"", "double": 0.0}
+
+
+def _map_default(proto_type: str, value_cls: Any) -> Any:
+    """The default of a map's value type (a map entry on the wire may omit its value)."""
+    if proto_type == "message":
+        return value_cls()
+    if proto_type == "enum":
+        return value_cls(0)
+    return _SCALAR_DEFAULTS.get(proto_type, 0.0 if proto_type == "float" else 0)
+
+
 @functools.cache
 def _flat_fields(cls: type) -> tuple[tuple[str, type], ...] | None:
     """(field, exact Python type) when every field of ``cls`` is a plain non-repeated string,
@@ -750,12 +762,16 @@ def _fix(
             key_meta, value_meta = meta.map_meta
             value_cls = meta_all.cls_by_field.get(f"{name}.value")
             new_map: dict[Any, Any] | None = None
-            for key, item in value.items():
+            for key, given in value.items():
                 item_path = f"{where}.{key}"
+                item = given
+                if item is None:
+                    # a map entry without its value field: the value's default (proto3)
+                    item = _map_default(value_meta.proto_type, value_cls)
+                    new_map = dict(value) if new_map is None else new_map
+                    new_map[key] = item
                 if out is not None:
                     _check_scalar(key_meta.proto_type, None, key, item_path)
-                    if item is None:
-                        raise _type_error(item_path, "a map value", item)
                     _check_scalar(value_meta.proto_type, value_cls, item, item_path)
                 if isinstance(item, betterproto2.Message):
                     fixed = _fix(item, item_path, out, active)

@@ -208,6 +208,10 @@ _KINDS = ("null_value", "number_value", "string_value", "bool_value", "struct_va
 
 
 def _from_value(value: Any, where: str, depth: int, active: set[int]) -> Any:
+    if value is None:
+        # A map entry with no value field is legal on the wire (the value takes its default, a
+        # Value with no kind); betterproto2 decodes it as None. Read it as JSON null.
+        return None
     if not isinstance(value, Value):
         raise _wrong(where, "a google.protobuf.Value", value)
     kinds = [k for k in _KINDS if getattr(value, k, None) is not None]
@@ -291,8 +295,9 @@ def _join(path: str, key: str) -> str:
 def from_struct(struct: Struct | None, *, path: str = "") -> JSONObject:
     """Convert a Struct back to a JSON object; integral numbers come back as ``int``.
 
-    ``None`` (an absent Struct field) converts to the empty object. A Value with no kind set
-    reads as JSON null (as protobuf's JSON mapping does). A ``number_value`` holding a Python
+    ``None`` (an absent Struct field) converts to the empty object. A Value with no kind set, and
+    a map entry with no Value at all (legal on the wire; betterproto2 gives ``None``), read as
+    JSON null (as protobuf's JSON mapping does). A ``number_value`` holding a Python
     ``int`` (betterproto2 accepts one) is read as the double the wire would carry.
 
     Raises:
