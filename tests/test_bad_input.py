@@ -175,6 +175,7 @@ ARG_CASES: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
     (protojson.decode_or_raise, (Usage, {"inputTokens": 1})),
     (protojson.field_keys, (Usage,)),
     (protojson.json_type, ([],)),
+    (protojson.json_name, ("cache_write_1h_tokens",)),
     (protojson.with_defaults, (Usage(),)),
     (protojson.check_message, (Usage(),)),
     (validate_model_spec, (make_spec(),)),

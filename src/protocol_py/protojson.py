@@ -115,7 +115,15 @@ def json_name(field_name: str) -> str:
     it (digits are unchanged, so ``cache_write_1h_tokens`` -> ``cacheWrite1hTokens``).
 
     ``field_name`` may be the Python attribute name: the trailing underscore betterproto2 adds
-    to Python keywords (``from_``) is dropped first."""
+    to Python keywords (``from_``) is dropped first.
+
+    Raises:
+        InvalidValueError: ``field_name`` is not a str (rule ``value.wrong_type``).
+    """
+    if not isinstance(field_name, str):
+        raise InvalidValueError(
+            f"field_name: expected str, got {type(field_name).__name__}", rule="value.wrong_type"
+        )
     out: list[str] = []
     upper = False
     for ch in field_name.rstrip("_"):
