@@ -286,7 +286,10 @@ def test_from_struct_depth_limit_and_cycles() -> None:
 def test_from_struct_reads_an_int_number_value_as_a_double() -> None:
     # betterproto2 lets number_value hold a Python int; it is a double on the wire.
     assert from_struct(Struct(fields={"a": Value(number_value=5)})) == {"a": 5}
-    assert from_struct(Struct(fields={"a": Value(number_value=2**60)})) == {"a": float(2**60)}
+    # An int the double cannot carry exactly is rejected, as check_json rejects it (D5).
+    with pytest.raises(InvalidValueError) as info:
+        from_struct(Struct(fields={"a": Value(number_value=2**53 + 1)}), path="in")
+    assert (info.value.rule, info.value.path) == ("json.integer_beyond_2_53", "in.a")
 
 
 @pytest.mark.parametrize(

@@ -253,10 +253,15 @@ def _from_value(value: Any, where: str, depth: int, active: set[int]) -> Any:
     if kind == "number_value":
         if isinstance(item, bool) or not isinstance(item, (int, float)):
             raise _wrong(where, "a number (float)", item)
-        try:
-            number = float(item)  # betterproto2 lets an int in; the wire holds a double
-        except OverflowError:
-            number = math.inf
+        if isinstance(item, int) and abs(item) > MAX_EXACT_INT:
+            # betterproto2 lets an int in; the wire holds a double, which would round it
+            raise InvalidValueError(
+                f"{where or 'value'}: integer {item} is beyond 2^53 and cannot be carried "
+                "exactly in a google.protobuf.Value (a double)",
+                path=where,
+                rule="json.integer_beyond_2_53",
+            )
+        number = float(item)
         if not math.isfinite(number):
             raise InvalidValueError(
                 f"{where or 'value'}: {number} is not a JSON number",
@@ -298,14 +303,15 @@ def from_struct(struct: Struct | None, *, path: str = "") -> JSONObject:
     ``None`` (an absent Struct field) converts to the empty object. A Value with no kind set, and
     a map entry with no Value at all (legal on the wire; betterproto2 gives ``None``), read as
     JSON null (as protobuf's JSON mapping does). A ``number_value`` holding a Python
-    ``int`` (betterproto2 accepts one) is read as the double the wire would carry.
+    ``int`` (betterproto2 accepts one) is read as the double the wire would carry; one beyond
+    2^53, which the double would round, is rejected.
 
     Raises:
         InvalidValueError: the Struct holds NaN or Infinity (rule ``json.not_finite``; possible on
-            the wire, not in JSON), a Value with several kinds set (``json.value_multiple``), a
-            field of the wrong Python type (``value.wrong_type``), a reference cycle
-            (``json.cyclic``) or nesting deeper than :data:`MAX_DEPTH` (``json.too_deep``); the
-            error names the path of the offending value.
+            the wire, not in JSON), an ``int`` beyond 2^53 (``json.integer_beyond_2_53``), a
+            Value with several kinds set (``json.value_multiple``), a field of the wrong Python
+            type (``value.wrong_type``), a reference cycle (``json.cyclic``) or nesting deeper
+            than :data:`MAX_DEPTH` (``json.too_deep``); the error names the offending path.
     """
     if struct is None:
         return {}
