@@ -444,6 +444,32 @@ def test_an_id_reused_after_its_call_closed_is_an_error_not_a_second_start() -> 
     accumulate(events)
 
 
+def test_id_less_server_streams_a_call_from_its_second_entry() -> None:
+    events = oa(
+        oa_chunk({"tool_calls": [tc(0, None, "f", '{"a"')]}),
+        oa_chunk({"tool_calls": [tc(0, None, None, ":")]}),
+        oa_chunk({"content": "x"}),
+        oa_chunk({"tool_calls": [tc(0, "call_real", None, "1}")]}),
+        oa_chunk({}, "tool_calls"),
+        "data: [DONE]",
+    )
+    assert kinds(events)[2:6] == [
+        "tool_call_start",
+        "tool_call_delta",
+        "tool_call_delta",
+        "text_delta",
+    ]
+    synthesized = value(events[2]).id
+    assert synthesized.startswith("call_0_")
+    # the real id that came later continues the started call instead of splitting it
+    assert kinds(events).count("tool_call_start") == 1
+    assert calls_of(events) == [(synthesized, "f", '{"a": 1.0}')]
+
+
+def test_echoed_key_in_another_letter_case_is_redacted() -> None:
+    assert redact("key topsecret-qwerty-0123456789 bad", [KEY]) == "key <redacted> bad"
+
+
 def test_id_less_calls_get_distinct_synthesized_ids_at_finish() -> None:
     events = oa(
         oa_chunk({"tool_calls": [tc(0, None, "f", "{}"), tc(1, None, "g", '{"b":2}')]}),

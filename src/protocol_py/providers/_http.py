@@ -138,7 +138,7 @@ def secret_values(api_key: str | None, headers: Mapping[str, str] | None = None)
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
     """Remove secrets from a message meant for a client or a log line.
 
-    Every literal occurrence of each string in ``secrets`` (the configured API key and
+    Every occurrence (letter case ignored) of each string in ``secrets`` (the configured API key and
     credential header values, see :func:`secret_values`) is replaced with ``<redacted>``, and so
     are vendor-key-shaped substrings (``sk-...``, ``sk-ant-...``, ``xai-...``, ``gsk_...``),
     whatever the configured key. Keys of any length are replaced (a very short key therefore
@@ -149,7 +149,7 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
         secrets: Literal strings to remove, any order.
     """
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
     return _SECRET.sub(REDACTED, text)
 
 

@@ -28,11 +28,14 @@ Mapping summary:
      call (a call that never got a name is a TRANSIENT error then) and opens a new one; a
      repeated id or name continues it (B02), and the name is set once, never concatenated.
   4. An entry without ``id`` continues the call open at its slot, or opens one. A call that has
-     no id yet adopts the first id that arrives for its slot.
+     no id yet adopts the first id that arrives for its slot. A synthesized id never counts as
+     the vendor's: when a real id arrives for a call that already started under a synthesized
+     id, it continues that call (its events keep the synthesized id).
   5. tool_call_start is emitted once the call has both its id and its name; fragments that came
-     before are held and emitted right after it, in order. A call still without an id when it
-     is closed gets a stream-unique synthesized id (``call_<index>_<n>``) then, so gateways that
-     never send ids deliver the whole call at ``finish_reason``.
+     before are held and emitted right after it, in order. A named call without an id waits
+     for one more entry of its slot: when that entry brings no id either (the server sends
+     none), or the call is closed first, it starts under a stream-unique synthesized id
+     (``call_<index>_<n>``).
 
   Arguments fragments are forwarded as received (empty ones skipped); every open call is
   closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04).
@@ -230,6 +233,8 @@ class _Call:
     name: str
     started: bool = False
     closed: bool = False
+    synthetic: bool = False
+    entries: int = 0
     pending: list[str] = field(default_factory=list)
     fragments: list[str] = field(default_factory=list)
 
@@ -541,7 +546,7 @@ class OpenAIStreamTranslator:
         if call_id:
             owner = self._by_id.get(call_id)
             if owner is not None and owner is not call:
-                if owner.index not in self._open or self._open[owner.index] is not owner:
+                if owner.closed:
                     self._fail(
                         out,
                         ModelError(
@@ -554,7 +559,7 @@ class OpenAIStreamTranslator:
                 if call is None:
                     self._open[index] = owner  # later id-less entries here continue it too
                 call = owner  # a known id at another index continues its call (rule 2)
-            elif call is not None and call.id and call_id != call.id:
+            elif call is not None and call.id and not call.synthetic and call_id != call.id:
                 self._close(out, call)  # a new id on the same index opens a new call (rule 3)
                 if self.finished:
                     return
@@ -566,7 +571,8 @@ class OpenAIStreamTranslator:
             self._tool_calls_seen = True
         if call_id and not call.id:
             call.id = call_id  # adopted: the call had no id and has not started (rule 4)
-            self._by_id[call_id] = call
+        if call_id and call_id not in self._by_id:
+            self._by_id[call_id] = call  # (a started synthetic call keeps its id in events)
         if name and not call.name:
             call.name = name  # the name is set once, never concatenated (B02)
         if isinstance(args, str) and args:
@@ -575,8 +581,9 @@ class OpenAIStreamTranslator:
                 out.append(ev.tool_delta(call.id, args))
             else:
                 call.pending.append(args)
-        if call.id and call.name:
-            self._start(out, call)
+        call.entries += 1
+        if call.name and (call.id or call.entries >= 2):
+            self._start(out, call)  # a named call waits one more entry for its id (rule 5)
 
     def _start(self, out: list[StreamEvent], call: _Call) -> None:
         """Emit tool_call_start and the held fragments (an id is synthesized when none came)."""
@@ -589,6 +596,7 @@ class OpenAIStreamTranslator:
                 if candidate not in self._by_id:
                     break
             call.id = candidate
+            call.synthetic = True
             self._by_id[candidate] = call
         call.started = True
         out.append(ev.tool_start(call.id, call.name))
