@@ -315,6 +315,7 @@ MODEL_INDEPENDENT_PREFIXES = (
     "request.params.tool_choice.tool_name_",
     "request.params.tool_choice.unknown_tool",
     "request.provider_options_invalid",
+    "request.too_deep",
     "enum.unknown_value",
 )
 

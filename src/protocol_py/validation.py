@@ -1017,7 +1017,13 @@ def _validate_request(
     """One pass over the request. ``spec`` None runs only the model-independent rules."""
     _require(request, StreamCompletionRequest, "request")
     out: list[Violation] = []
-    request = _walk(request, "", out)
+    try:
+        request = _walk(request, "", out)
+    except InvalidValueError as exc:
+        if exc.rule != "value.too_deep":
+            raise
+        # reachable from the wire (betterproto2 decodes any depth): a violation, not an error
+        return [Violation(exc.path, "request.too_deep", str(exc))]
     if spec is not None:
         _require(spec, ModelSpec, "spec")
         # type check only; spec rules are validate_model_spec's job
@@ -1114,8 +1120,9 @@ def validate_request_shape(request: StreamCompletionRequest) -> list[Violation]:
     assembled_context), media types, tool_use ids/names and inputs that are JSON, tool_result
     answering an earlier tool_use id, tool names and input schemas, temperature finite and >= 0,
     ``provider_options`` that is JSON, ``max_output_tokens`` > 0, non-empty stop sequences,
-    tool_choice mode set and tool_name consistent with it, context section providers, and
-    call_context. Left out (they need the model): image/document/tool/thinking support, thinking
+    tool_choice mode set and tool_name consistent with it, context section providers,
+    call_context, and messages nested at most 100 deep (``request.too_deep``, then the only
+    violation). Left out (they need the model): image/document/tool/thinking support, thinking
     effort, budget and disable, the model's output maximum and tool_choice modes, and cache
     breakpoints (meaningful only with explicit markers).
 
