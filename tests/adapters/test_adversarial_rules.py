@@ -854,3 +854,32 @@ def test_openai_thinking_only_assistant_turn_is_not_replayed(
     req = StreamCompletionRequest(model_id="m", messages=[user("q"), interrupted, user("q2", "u2")])
     body = build_openai_body(req, model_spec(replay=replay), compat)
     assert body["messages"] == [{"role": "user", "content": "q"}, {"role": "user", "content": "q2"}]
+
+
+async def test_api_key_echoed_to_discover_is_redacted() -> None:
+    async with StubUpstream() as stub:
+        stub.queue(json_reply(401, _ECHO_401["openai"]))
+        provider = OpenAIProvider(api_key=KEY, base_url=stub.url, discover=True)
+        try:
+            with pytest.raises(RuntimeError) as info:
+                await provider.start()
+        finally:
+            await provider.aclose()
+    assert "<redacted>" in str(info.value) and KEY not in str(info.value)
+
+
+async def test_http_200_vllm_error_object_uses_its_code_as_status() -> None:
+    body = {"object": "error", "message": "bad temperature", "type": "BadRequestError", "code": 400}
+    events = await _stream_reply("openai", json_reply(200, body))
+    err = value(events[-1])
+    assert (err.kind, err.http_status, err.message) == (
+        ErrorKind.INVALID_REQUEST,
+        400,
+        "bad temperature",
+    )
+
+
+def test_anthropic_arguments_for_a_block_never_started_are_an_error() -> None:
+    events = anth(_START, json_delta(3, '{"q":1}'), _TOOL_DELTA, an("message_stop"))
+    assert kinds(events)[-1] == "error" and "block 3" in value(events[-1]).message
+    accumulate(events)

@@ -357,7 +357,12 @@ class AnthropicStreamTranslator:
                 entry.signature = sig  # assigned, as the vendor SDK does (B06)
         elif dtype == "input_json_delta":
             value = delta.get("partial_json")
-            if isinstance(value, str) and value and entry is not None and entry.call_id:
+            if entry is None and isinstance(value, str) and value:
+                self._fail(
+                    out,
+                    transient_error(f"input_json_delta for block {index}, which was never started"),
+                )
+            elif isinstance(value, str) and value and entry is not None and entry.call_id:
                 entry.fragments.append(value)
                 out.append(ev.tool_delta(entry.call_id, value))
 
