@@ -108,3 +108,36 @@ async def test_c11_retry_never_outlives_grpc_deadline() -> None:
             assert 0.9 <= took <= 1.6
             await asyncio.sleep(1.5)  # past the 2 s hint: no second attempt must arrive
     assert len(stub.seen) == 1
+
+
+async def test_echoed_api_key_never_reaches_grpc_status_events_or_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from protocol_py.providers.anthropic import AnthropicProvider  # noqa: PLC0415
+    from protocol_py_gen.model.v1 import CountTokensRequest  # noqa: PLC0415
+
+    key = "GATEWAY-KEY-77f0c1d2e3"
+    echo = (
+        b'{"type":"error","error":{"type":"authentication_error",'
+        b'"message":"invalid x-api-key GATEWAY-KEY-77f0c1d2e3"}}'
+    )
+    caplog.set_level("DEBUG")
+    async with StubUpstream() as stub:
+        headers = {"content-type": "application/json", "content-length": str(len(echo))}
+        stub.queue(Reply(status=401, headers=headers, chunks=[echo]))
+        stub.queue(Reply(status=401, headers=headers, chunks=[echo]))
+        provider = AnthropicProvider(api_key=key, base_url=stub.url)
+        async for served in serve(provider):
+            with pytest.raises(GRPCError) as info:
+                await served.client.count_tokens(
+                    CountTokensRequest(model_id=MODEL["anthropic"], messages=request("x").messages),
+                    timeout=5,
+                )
+            assert info.value.status == Status.UNAUTHENTICATED
+            assert "<redacted>" in str(info.value.message)
+            assert key not in str(info.value.message) and key not in str(info.value.details)
+            events = [e async for e in served.client.stream(request(MODEL["anthropic"]), timeout=5)]
+            assert kinds(events) == ["error"]
+            assert events[0].error is not None and key not in events[0].error.message
+    assert key not in caplog.text
+    assert "<redacted>" in caplog.text or "AUTHENTICATION" in caplog.text
