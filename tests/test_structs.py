@@ -18,7 +18,10 @@ from protocol_py.structs import (
     parse_json_object,
     to_struct,
 )
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import ContentBlock, Message, Role, ToolUseBlock
 from protocol_py_gen.google.protobuf import ListValue, NullValue, Struct, Value
+from protocol_py_gen.model.v1 import StreamCompletionRequest
 
 SAMPLE: dict[str, Any] = {
     "s": "Grüße ✓",
@@ -245,12 +248,12 @@ def nested(depth: int) -> dict[str, Any]:
 
 
 def test_to_struct_depth_limit_is_max_depth_levels() -> None:
-    assert MAX_DEPTH == 100
-    to_struct(nested(MAX_DEPTH))  # the object plus 99 list levels: exactly at the limit
+    assert MAX_DEPTH == 30
+    to_struct(nested(MAX_DEPTH))  # the object plus 29 list levels: exactly at the limit
     with pytest.raises(InvalidValueError) as info:
         to_struct(nested(MAX_DEPTH + 1))
     assert info.value.rule == "json.too_deep"
-    assert "100" in str(info.value)
+    assert "30" in str(info.value)
     with pytest.raises(InvalidValueError) as info:
         to_struct(nested(50_000))
     assert info.value.rule == "json.too_deep"
@@ -347,3 +350,35 @@ def test_from_struct_reads_a_map_entry_without_value_as_null() -> None:
     decoded = Struct.parse(wire_bytes)
     assert from_struct(decoded) == {"": None}
     assert from_struct(Struct(fields={"a": None})) == {"a": None}  # type: ignore[dict-item]
+
+
+def deep_object(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+def test_a_struct_at_max_depth_inside_a_request_parses_with_protobufs_recursion_limit(
+    upb: Any,
+) -> None:
+    request = StreamCompletionRequest(
+        model_id="m",
+        call_context=CallContext(session_id="s", turn_id="t"),
+        messages=[
+            Message(
+                role=Role.ASSISTANT,
+                id="a",
+                content=[
+                    ContentBlock(
+                        tool_use=ToolUseBlock(
+                            id="c", name="f", input=to_struct(deep_object(MAX_DEPTH))
+                        )
+                    )
+                ],
+            )
+        ],
+    )
+    upb_class = upb.message("model.v1.StreamCompletionRequest")
+    parsed = upb_class.FromString(bytes(request))  # raises DecodeError beyond the limit
+    assert parsed.messages[0].content[0].tool_use.input.fields["n"].struct_value.fields

@@ -26,9 +26,13 @@ from protocol_py_gen.google.protobuf import ListValue, NullValue, Struct, Value
 MAX_EXACT_INT = 2**53
 """Largest magnitude an integer may have to travel through a double exactly."""
 
-MAX_DEPTH = 100
-"""Deepest nesting of objects and arrays accepted (the top-level object is level 1); the same
-figure as protobuf's default recursion limit."""
+MAX_DEPTH = 30
+"""Deepest nesting of objects and arrays accepted (the top-level object is level 1).
+
+Protobuf parsers refuse messages nested more than 100 levels deep, and every JSON level of a
+Struct costs up to three message levels (Struct, map entry, Value). 30 JSON levels keep a tool
+call's input inside a whole StreamCompletionRequest (five message levels above the Struct)
+within that limit, so a value this module accepts is never refused by a peer's parser."""
 
 JSONObject = dict[str, Any]
 
@@ -87,8 +91,8 @@ def parse_json_object(text: str | bytes, *, path: str = "") -> JSONObject:
 
 def _too_deep(where: str) -> InvalidValueError:
     return InvalidValueError(
-        f"{where or 'value'}: nested more than {MAX_DEPTH} levels deep (the limit matches "
-        "protobuf's default recursion limit)",
+        f"{where or 'value'}: nested more than {MAX_DEPTH} levels deep (deeper JSON would exceed "
+        "protobuf's recursion limit of 100 message levels on the wire)",
         path=where,
         rule="json.too_deep",
     )

@@ -12,6 +12,7 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from protocol_py.structs import to_struct
+from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     ConfigureResponse,
@@ -165,10 +166,11 @@ async def test_empty_request_reports_every_violation_once(running: Running) -> N
 
 
 async def test_nesting_beyond_protobufs_depth_limit_is_named(running: Running) -> None:
-    value: object = 1
+    # Built by hand: structs.to_struct itself refuses JSON this deep (structs.MAX_DEPTH).
+    struct = Struct(fields={"a": Value(number_value=1.0)})
     for _ in range(40):  # 40 JSON levels = about 120 protobuf message levels
-        value = {"a": value}
-    body = bytes(ConfigureRequest(config=to_struct({"x": value})))
+        struct = Struct(fields={"a": Value(struct_value=struct)})
+    body = bytes(ConfigureRequest(config=struct))
     with pytest.raises(GRPCError) as info:
         await raw_unary(running, "Configure", body, ConfigureResponse)
     assert info.value.status == Status.INVALID_ARGUMENT
