@@ -6,7 +6,7 @@ grpclib client. Baseline, in the same run and against the same stub: a bare ``ht
 read through :class:`protocol_py.sse.SSEParser` plus ``json.loads`` of each chunk (what any
 client minimally does). Prints events/s for both and the ratio.
 
-Run: ``/work/venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 3]``
+Run: ``/work/venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 5]``
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 
 import httpx
@@ -120,7 +121,7 @@ async def full(client: ModelClient) -> tuple[int, float]:
 
 
 async def main(chunks: int, repeat: int) -> None:
-    """Run both paths ``repeat`` times and print the best events/s of each and the ratio."""
+    """Run every path ``repeat`` times and print the median events/s of each and the ratios."""
     body = build_body(chunks)
     stub, url = await start_stub(body)
     provider = OpenAIProvider(api_key="bench", base_url=url)
@@ -128,22 +129,28 @@ async def main(chunks: int, repeat: int) -> None:
     port = await server.start("127.0.0.1", 0)
     client = ModelClient.connect(f"127.0.0.1:{port}")
     try:
-        best_full = best_bare = best_adapter = 0.0
+        bares: list[float] = []
+        adapters: list[float] = []
+        fulls: list[float] = []
         for _ in range(repeat):
             n_bare, t_bare = await bare(url)
             n_adapter, t_adapter = await adapter_only(provider)
             n_full, t_full = await full(client)
-            best_bare = max(best_bare, n_bare / t_bare)
-            best_adapter = max(best_adapter, n_adapter / t_adapter)
-            best_full = max(best_full, n_full / t_full)
-        print(f"chunks upstream: {chunks} ({len(body) / 1e6:.1f} MB), repeat {repeat}, best run")
-        print(f"bare httpx + SSE + json.loads : {best_bare:12,.0f} events/s ({n_bare} events)")
+            bares.append(n_bare / t_bare)
+            adapters.append(n_adapter / t_adapter)
+            fulls.append(n_full / t_full)
+        median_bare = statistics.median(bares)
+        median_adapter = statistics.median(adapters)
+        median_full = statistics.median(fulls)
+        print(f"chunks upstream: {chunks} ({len(body) / 1e6:.1f} MB), median of {repeat} runs")
+        print(f"bare httpx + SSE + json.loads : {median_bare:12,.0f} events/s ({n_bare} events)")
         print(
-            f"adapter stream() only (no gRPC): {best_adapter:11,.0f} events/s ({n_adapter} events)"
+            f"adapter stream() only (no gRPC): {median_adapter:11,.0f} events/s "
+            f"({n_adapter} events)"
         )
-        print(f"stub->adapter->grpclib->client: {best_full:12,.0f} events/s ({n_full} events)")
-        print(f"ratio adapter-only/bare: {best_adapter / best_bare:.3f}")
-        print(f"ratio full/bare: {best_full / best_bare:.3f}")
+        print(f"stub->adapter->grpclib->client: {median_full:12,.0f} events/s ({n_full} events)")
+        print(f"ratio adapter-only/bare: {median_adapter / median_bare:.3f}")
+        print(f"ratio full/bare: {median_full / median_bare:.3f}")
     finally:
         client.close()
         await server.shutdown(grace_period=0)
@@ -154,6 +161,6 @@ async def main(chunks: int, repeat: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     asyncio.run(main(args.chunks, args.repeat))
