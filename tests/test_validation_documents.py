@@ -250,7 +250,15 @@ def test_load_pricing_and_capabilities(tmp_path: Path) -> None:
 def test_load_json_level_problems_are_violations(tmp_path: Path) -> None:
     kind, violations = load_document(write(tmp_path, "u.json", '{"id": "x", "colour": 1}'))
     assert kind == "ModelSpec"
-    assert [(v.path, v.rule) for v in violations] == [("colour", "json.unknown_field")]
+    # the unknown field is reported, and the rules still run on the rest of the document
+    assert [(v.path, v.rule) for v in violations] == [
+        ("colour", "json.unknown_field"),
+        ("context_window", "model.context_window.not_positive"),
+        ("max_output_tokens", "model.max_output_tokens.not_positive"),
+        ("thinking", "model.thinking.missing"),
+        ("caching", "model.caching.missing"),
+        ("pricing", "model.pricing.missing"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -303,9 +311,13 @@ def test_non_json_python_values_are_violations_not_exceptions() -> None:
     assert kind == "ModelSpec"
     assert sorted((v.path, v.rule) for v in violations) == [
         ("3", "json.unknown_field"),
+        ("caching", "model.caching.missing"),
         ("context_window", "json.invalid"),
         ("id", "json.invalid"),
         ("max_output_tokens", "json.invalid"),
+        ("pricing", "model.pricing.missing"),
+        # levels did not decode, so it reads as absent; the default is missing too
+        ("thinking.effort.default", "thinking.effort.default_not_a_level"),
         ("thinking.effort.levels[0]", "json.invalid"),
     ]
     by_path = {v.path: v.message for v in violations}
@@ -359,3 +371,71 @@ def test_timestamp_and_duration_fields_decode_to_python_values() -> None:
         ("rate_limits[0].resets_after", "json.invalid"),
     ]
     assert "duration string" in violations[1].message
+
+
+# --- JSON problems never hide rule violations (tester 3 #2) ---------------------------------
+
+
+def test_json_errors_do_not_hide_rule_violations_in_pricing() -> None:
+    kind, violations = validate_document(
+        {"currency": "EUR", "tiers": [{"inputPerMtok": 1, "outputPerMtok": -1, "bogus": 1}]}
+    )
+    assert kind == "Pricing"
+    assert [(v.path, v.rule) for v in violations] == [
+        ("tiers[0].bogus", "json.unknown_field"),
+        ("currency", "pricing.currency_not_usd"),
+        ("tiers[0].output_per_mtok", "pricing.tiers.rate_negative"),
+    ]
+
+
+def test_undecodable_field_is_absent_for_the_rules_but_others_are_checked() -> None:
+    kind, violations = validate_document(
+        {
+            "protocolVersion": "1.0",
+            "models": [{"id": "", "contextWindow": "0", "maxOutputTokens": "x"}],
+        }
+    )
+    assert kind == "Capabilities"
+    got = [(v.path, v.rule) for v in violations]
+    assert got == [
+        ("models[0].max_output_tokens", "json.invalid"),
+        ("models[0].id", "model.id.empty"),
+        ("models[0].context_window", "model.context_window.not_positive"),
+        ("models[0].thinking", "model.thinking.missing"),
+        ("models[0].caching", "model.caching.missing"),
+        ("models[0].pricing", "model.pricing.missing"),
+    ]
+    # no misleading rule violation for the field that did not decode
+    assert ("models[0].max_output_tokens", "model.max_output_tokens.not_positive") not in got
+
+
+def test_nan_rate_reported_next_to_an_undecodable_rate() -> None:
+    kind, violations = validate_document(
+        {
+            "currency": "USD",
+            "tiers": [
+                {
+                    "inputPerMtok": 1,
+                    "outputPerMtok": 1,
+                    "cacheWrite1hPerMtok": "NaN",
+                    "batchInputPerMtok": 1e400,
+                }
+            ],
+        }
+    )
+    assert kind == "Pricing"
+    got = [(v.path, v.rule) for v in violations]
+    assert got[0] == ("tiers[0].batch_input_per_mtok", "json.invalid")
+    assert ("tiers[0].cache_write_1h_per_mtok", "pricing.tiers.rate_not_finite") in got
+
+
+def test_rules_at_a_message_holding_an_undecodable_field_are_not_reported() -> None:
+    # caching.supported does not decode: "supported without mechanism" at caching would be an
+    # artefact of the missing value, so only the json violation is given for caching
+    kind, violations = validate_document(
+        {"id": "m", "contextWindow": 1, "maxOutputTokens": 1, "caching": {"supported": "yes"}}
+    )
+    assert kind == "ModelSpec"
+    assert [(v.path, v.rule) for v in violations if v.path.startswith("caching")] == [
+        ("caching.supported", "json.invalid")
+    ]

@@ -50,6 +50,7 @@ from protocol_py_gen.google import protobuf as wkt
 __all__ = [
     "check_message",
     "decode",
+    "decode_lenient",
     "decode_or_raise",
     "dumps",
     "encode",
@@ -609,6 +610,119 @@ def decode(
         return _build(message_type, data), []
     except Exception as exc:  # defensive: report, never raise
         return None, [Violation(path, "json.invalid", f"cannot decode: {exc}")]
+
+
+_DROP = object()
+
+
+def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list[str]) -> Any:
+    """``data`` with every part that cannot be decoded as ``cls`` removed (``_DROP`` when
+    ``data`` itself cannot be). Unknown fields and the second spelling of a duplicated field are
+    left out without a pruned path (nothing that was given goes missing); a field whose value
+    does not decode is removed and its path appended to ``pruned``."""
+    if _is_wkt(cls) or not isinstance(data, Mapping):
+        found: list[Violation] = []
+        _json_message(cls, data, path, found)
+        if found:
+            pruned.append(path)
+            return _DROP
+        return data
+    meta_all = _meta(cls)
+    by_key = _keys_of(cls)
+    seen: set[str] = set()
+    kept: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for key, value in data.items():
+        field_name = by_key.get(key) if isinstance(key, str) else None
+        if field_name is None or field_name in seen:
+            continue
+        seen.add(field_name)
+        where = _join(path, field_name)
+        if value is None:
+            kept[key] = None
+            continue
+        found = []
+        _json_message(cls, {key: value}, path, found)
+        if not found:
+            kept[key] = value
+            names[key] = field_name
+            continue
+        meta = meta_all.meta_by_field_name[field_name]
+        field_cls = meta_all.cls_by_field.get(field_name)
+        is_message = (
+            meta.proto_type == "message"
+            and meta.map_meta is None
+            and not meta.unwrap
+            and field_cls is not None
+            and not _is_wkt(field_cls)
+        )
+        if not is_message:
+            pruned.append(where)
+            continue
+        if meta.repeated:
+            if not isinstance(value, list):
+                pruned.append(where)
+                continue
+            inner = [
+                _lenient(field_cls, item, f"{where}[{i}]", pruned) for i, item in enumerate(value)
+            ]
+            if any(item is _DROP for item in inner):
+                # an item that is no message: the list is unusable (dropping one item would
+                # shift the indices of the others)
+                pruned.append(where)
+                continue
+            kept[key] = inner
+        else:
+            one = _lenient(field_cls, value, where, pruned)
+            if one is _DROP:
+                continue
+            kept[key] = one
+        names[key] = field_name
+    groups: dict[str, list[str]] = {}
+    for key, field_name in names.items():
+        group = meta_all.meta_by_field_name[field_name].group
+        if group is not None and kept.get(key) is not None:
+            groups.setdefault(group, []).append(key)
+    for keys in groups.values():
+        if len(keys) > 1:  # which member was meant is unknown: none of them is kept
+            for key in keys:
+                del kept[key]
+                pruned.append(_join(path, names[key]))
+    return kept
+
+
+def decode_lenient(
+    message_type: type[M], data: Mapping[str, Any], *, path: str = ""
+) -> tuple[M | None, list[Violation], list[str]]:
+    """Decode what can be decoded: the strict :func:`decode` violations together with a message
+    built from the parts of ``data`` that decode.
+
+    Unknown fields and the second spelling of a field given twice are ignored; a field whose
+    value cannot be decoded (wrong JSON type, out-of-range integer, unknown enum name, a
+    malformed Timestamp, NaN inside a Struct, several members of one oneof) is treated as
+    absent, and its path is listed. A repeated message field with an item that is not an object
+    is dropped whole; inside a nested message only the offending fields are dropped.
+
+    Returns:
+        ``(message, violations, pruned)``: ``violations`` exactly as :func:`decode` reports them;
+        ``message`` the partial message (``None`` only when ``data`` is not an object);
+        ``pruned`` the field paths (proto names, ``tiers[0].batch_input_per_mtok``) that were
+        treated as absent. With no violations this is :func:`decode`'s message and ``[]``.
+
+    Raises:
+        InvalidValueError: ``message_type`` is not a generated message class.
+    """
+    message, violations = decode(message_type, data, path=path)
+    if message is not None:
+        return message, violations, []
+    pruned: list[str] = []
+    kept = _lenient(message_type, data, path, pruned)
+    if kept is _DROP:
+        return None, violations, pruned
+    try:
+        return _build(message_type, kept), violations, pruned
+    except Exception:  # defensive: the kept parts passed the strict checks
+        return None, violations, [*pruned, path]
 
 
 def decode_or_raise(message_type: type[M], data: Mapping[str, Any]) -> M:

@@ -1190,10 +1190,15 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
     """Validate a parsed proto3-JSON Capabilities, ModelSpec or Pricing document.
 
     The kind is detected from the top-level keys (see :func:`detect_kind`). The document is
-    decoded strictly (:func:`protocol_py.protojson.decode`); when it decodes, it is validated with
-    :func:`validate_capabilities`, :func:`validate_model_spec` or
+    decoded strictly (:func:`protocol_py.protojson.decode`: every ``json.*`` violation), and
+    what decodes is validated with :func:`validate_capabilities`, :func:`validate_model_spec` or
     :func:`protocol_py.pricing.validate_pricing` (a standalone Pricing has no caching context, so
-    its cache-rate presence rule is not checked).
+    its cache-rate presence rule is not checked), so a JSON typo never hides a rule violation.
+    Unknown fields are ignored by the rules. A field whose value cannot be decoded is treated as
+    absent (:func:`protocol_py.protojson.decode_lenient`), and a rule violation at that field,
+    inside it, or at a message that contains it is not reported: it could be an artefact of the
+    missing value (``"maxOutputTokens": "x"`` gives only ``json.invalid``, never
+    ``model.max_output_tokens.not_positive``).
 
     Returns:
         ``(kind, violations)`` with kind ``"Capabilities"``, ``"ModelSpec"``, ``"Pricing"``, or
@@ -1221,22 +1226,39 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
             )
         ]
     cls = dict(_DOCUMENT_KINDS)[kind]
-    message, violations = protojson.decode(cls, data)
+    message, violations, pruned = protojson.decode_lenient(cls, data)
     if message is None:
         return kind, violations
     try:
-        if isinstance(message, Capabilities):
-            return kind, validate_capabilities(message)
-        if isinstance(message, ModelSpec):
-            return kind, validate_model_spec(message)
-        assert isinstance(message, Pricing)
-        out: list[Violation] = []
-        message = _walk(message, "", out)
-        for v in _pricing_violations(message, caching_supported=None, path=""):
-            out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
-        return kind, out
+        rules = _document_rules(message)
     except InvalidValueError as exc:  # defensive: a decoded document is well typed
-        return kind, [Violation(exc.path, exc.rule or "json.invalid", str(exc))]
+        return kind, [*violations, Violation(exc.path, exc.rule or "json.invalid", str(exc))]
+    return kind, [*violations, *(v for v in rules if not _masked(v.path, pruned))]
+
+
+def _document_rules(message: betterproto2.Message) -> list[Violation]:
+    if isinstance(message, Capabilities):
+        return validate_capabilities(message)
+    if isinstance(message, ModelSpec):
+        return validate_model_spec(message)
+    assert isinstance(message, Pricing)
+    out: list[Violation] = []
+    message = _walk(message, "", out)
+    for v in _pricing_violations(message, caching_supported=None, path=""):
+        out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
+    return out
+
+
+def _masked(path: str, pruned: Sequence[str]) -> bool:
+    """Whether a rule violation at ``path`` may be an artefact of a field that did not decode
+    (and was treated as absent): it is at that field, inside it, or at a message containing it.
+    """
+    for gone in pruned:
+        if path == gone or path.startswith((gone + ".", gone + "[")):
+            return True
+        if gone.startswith((path + ".", path + "[")) or path == "":
+            return True
+    return False
 
 
 def load_document(path: str) -> tuple[str, list[Violation]]:
