@@ -34,10 +34,12 @@ Mapping summary:
 - A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
 
 Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =
-``cache_read_input_tokens``, cache_write_tokens = ``cache_creation_input_tokens``,
+``cache_read_input_tokens``, cache_write_tokens = max(``cache_creation_input_tokens``,
+``cache_creation.ephemeral_5m_input_tokens`` + ``ephemeral_1h_input_tokens``),
 cache_write_1h_tokens = ``cache_creation.ephemeral_1h_input_tokens``, output_tokens =
 ``output_tokens``, reasoning_tokens = ``output_tokens_details.thinking_tokens`` with
-reasoning_already_counted true. Each only when reported (0 counts as reported).
+reasoning_already_counted true. Each only when reported (0 counts as reported); a negative,
+fractional or non-numeric count is dropped with a warning (docs/adapters.md).
 
 Stop table: end_turn -> END_TURN, max_tokens and model_context_window_exceeded -> MAX_TOKENS,
 tool_use -> TOOL_USE, stop_sequence -> STOP_SEQUENCE with ``matched_stop_sequence``, refusal ->
@@ -116,20 +118,46 @@ def map_anthropic_stop(stop_reason: str | None, stop_sequence: object = None) ->
 def map_anthropic_usage(
     raw: Mapping[str, Any], *, rate_limits: list[RateLimitSnapshot] | None = None
 ) -> Usage:
-    """Map a merged Anthropic usage object (start + deltas, or iteration sums) to Usage."""
-    input_tokens = ev.as_int(raw.get("input_tokens")) or 0
-    output_tokens = ev.as_int(raw.get("output_tokens")) or 0
-    creation = raw.get("cache_creation")
-    one_hour = (
-        ev.as_int(creation.get("ephemeral_1h_input_tokens")) if isinstance(creation, dict) else None
+    """Map a merged Anthropic usage object (start + deltas, or iteration sums) to Usage.
+
+    Counts go through :func:`~protocol_py.providers._events.usage_count`: a negative,
+    fractional or non-numeric figure is dropped (absent; 0 for the required input/output
+    counts) with a warning. The cache-write categories are made consistent (docs/adapters.md
+    "Usage normalisation"): ``cache_write_tokens`` = max(``cache_creation_input_tokens``,
+    ``ephemeral_5m_input_tokens`` + ``ephemeral_1h_input_tokens``), present when any of the
+    three is; ``cache_write_1h_tokens`` = ``ephemeral_1h_input_tokens`` as reported. The result
+    always passes the StreamAccumulator's usage checks and :func:`protocol_py.pricing.cost`.
+    """
+    input_tokens = ev.usage_count(raw, "input_tokens", "usage.input_tokens") or 0
+    output_tokens = ev.usage_count(raw, "output_tokens", "usage.output_tokens") or 0
+    total_write = ev.usage_count(
+        raw, "cache_creation_input_tokens", "usage.cache_creation_input_tokens"
     )
+    creation = raw.get("cache_creation")
+    five_min = one_hour = None
+    if isinstance(creation, dict):
+        five_min = ev.usage_count(
+            creation, "ephemeral_5m_input_tokens", "usage.cache_creation.ephemeral_5m_input_tokens"
+        )
+        one_hour = ev.usage_count(
+            creation, "ephemeral_1h_input_tokens", "usage.cache_creation.ephemeral_1h_input_tokens"
+        )
+    cache_write: int | None = None
+    if total_write is not None or five_min is not None or one_hour is not None:
+        cache_write = max(total_write or 0, (five_min or 0) + (one_hour or 0))
     details = raw.get("output_tokens_details")
-    thinking = ev.as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
+    thinking = (
+        ev.usage_count(details, "thinking_tokens", "usage.output_tokens_details.thinking_tokens")
+        if isinstance(details, dict)
+        else None
+    )
     return Usage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
-        cache_read_tokens=ev.as_int(raw.get("cache_read_input_tokens")),
-        cache_write_tokens=ev.as_int(raw.get("cache_creation_input_tokens")),
+        cache_read_tokens=ev.usage_count(
+            raw, "cache_read_input_tokens", "usage.cache_read_input_tokens"
+        ),
+        cache_write_tokens=cache_write,
         cache_write_1h_tokens=one_hour,
         reasoning_tokens=thinking,
         reasoning_already_counted=True if thinking is not None else None,
@@ -137,29 +165,35 @@ def map_anthropic_usage(
     )
 
 
+_CREATION_KEYS = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+
+
 def _sum_iterations(iterations: list[Any]) -> dict[str, Any]:
     total: dict[str, Any] = {}
-    one_hour: int | None = None
+    creation: dict[str, int] = {}
     thinking: int | None = None
     for item in iterations:
         if not isinstance(item, dict):
             continue
         for key in _USAGE_KEYS:
-            value = ev.as_int(item.get(key))
+            value = ev.usage_count(item, key, f"usage.iterations[].{key}")
             if value is not None:
                 total[key] = total.get(key, 0) + value
-        creation = item.get("cache_creation")
-        if isinstance(creation, dict):
-            value = ev.as_int(creation.get("ephemeral_1h_input_tokens"))
-            if value is not None:
-                one_hour = (one_hour or 0) + value
+        parts = item.get("cache_creation")
+        if isinstance(parts, dict):
+            for key in _CREATION_KEYS:
+                value = ev.usage_count(parts, key, f"usage.iterations[].cache_creation.{key}")
+                if value is not None:
+                    creation[key] = creation.get(key, 0) + value
         details = item.get("output_tokens_details")
         if isinstance(details, dict):
-            value = ev.as_int(details.get("thinking_tokens"))
+            value = ev.usage_count(
+                details, "thinking_tokens", "usage.iterations[].output_tokens_details"
+            )
             if value is not None:
                 thinking = (thinking or 0) + value
-    if one_hour is not None:
-        total["cache_creation"] = {"ephemeral_1h_input_tokens": one_hour}
+    if creation:
+        total["cache_creation"] = creation
     if thinking is not None:
         total["output_tokens_details"] = {"thinking_tokens": thinking}
     return total

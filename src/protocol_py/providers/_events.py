@@ -7,6 +7,8 @@ assign a second oneof member).
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping
 
 from protocol_py.accumulate import CONTENT_EVENT_KINDS
 from protocol_py_gen.model.v1 import (
@@ -113,6 +115,33 @@ def as_int(value: object) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    return None
+
+
+MAX_USAGE_COUNT = 2**53
+"""Largest vendor token count an adapter passes on (D5: integers beyond 2^53 are not exact in
+JSON); the sum of a few such counts still fits the proto's int64."""
+
+_log = logging.getLogger("protocol_py.providers")
+
+
+def usage_count(raw: Mapping[str, object], key: str, where: str) -> int | None:
+    """A vendor usage count ``raw[key]`` normalised for a Usage event (docs/adapters.md "Usage").
+
+    Returns the count when it is a JSON integer (an integral float counts) in
+    ``[0, MAX_USAGE_COUNT]``; None when it is absent or null. Any other value (negative,
+    fractional, a string, a bool, an object, too large) is dropped: None is returned and a
+    warning naming ``where`` (e.g. ``"usage.completion_tokens"``) is logged, so one bad figure
+    never turns a finished answer into an error. Never raises.
+    """
+    value = raw.get(key)
+    if value is None:
+        return None
+    count = as_int(value)
+    if count is not None and 0 <= count <= MAX_USAGE_COUNT:
+        return count
+    shown = repr(value) if isinstance(value, (int, float, bool)) else type(value).__name__
+    _log.warning("vendor usage %s dropped: %s is not a token count", where, shown)
     return None
 
 

@@ -67,6 +67,10 @@ vendor_cost            xAI ``cost_in_usd_ticks`` verbatim, unit ``xai_ticks_1e10
 vendor_total_tokens    ``total_tokens`` only when it differs from the sum of the parts
 =====================  ========================================================================
 
+Every vendor count is read through ``_events.usage_count``: a negative, fractional or
+non-numeric figure is dropped (treated as absent) with a warning, never emitted (docs/adapters.md
+"Usage normalisation").
+
 Stop table: ``stop`` -> END_TURN (STOP_SEQUENCE when ``choices[].stop_reason`` is a string,
 the matched sequence as reported by vLLM; REFUSAL when refusal text arrived; TOOL_USE when tool
 calls arrived, model_affirmed false), ``length``/``model_length`` -> MAX_TOKENS,
@@ -171,30 +175,36 @@ def map_openai_usage(
             ``total_tokens``, falling back to True.
         rate_limits: Snapshots from the response headers.
     """
-    prompt = ev.as_int(raw.get("prompt_tokens")) or 0
-    completion = ev.as_int(raw.get("completion_tokens")) or 0
-    total = ev.as_int(raw.get("total_tokens"))
+    prompt = ev.usage_count(raw, "prompt_tokens", "usage.prompt_tokens") or 0
+    completion = ev.usage_count(raw, "completion_tokens", "usage.completion_tokens") or 0
+    total = ev.usage_count(raw, "total_tokens", "usage.total_tokens")
     pdetails = raw.get("prompt_tokens_details")
     pdetails = pdetails if isinstance(pdetails, dict) else {}
     cdetails = raw.get("completion_tokens_details")
     cdetails = cdetails if isinstance(cdetails, dict) else {}
 
-    hit = ev.as_int(raw.get("prompt_cache_hit_tokens"))
-    miss = ev.as_int(raw.get("prompt_cache_miss_tokens"))
-    cache_write = ev.as_int(pdetails.get("cache_write_tokens"))
+    hit = ev.usage_count(raw, "prompt_cache_hit_tokens", "usage.prompt_cache_hit_tokens")
+    miss = ev.usage_count(raw, "prompt_cache_miss_tokens", "usage.prompt_cache_miss_tokens")
+    cache_write = ev.usage_count(
+        pdetails, "cache_write_tokens", "usage.prompt_tokens_details.cache_write_tokens"
+    )
     cache_read: int | None
     if hit is not None or miss is not None:
         cache_read = hit
         input_tokens = miss if miss is not None else max(0, prompt - (hit or 0))
     else:
-        cache_read = ev.as_int(pdetails.get("cached_tokens"))
+        cache_read = ev.usage_count(
+            pdetails, "cached_tokens", "usage.prompt_tokens_details.cached_tokens"
+        )
         if cache_read is None:
-            cache_read = ev.as_int(raw.get("cached_tokens"))
+            cache_read = ev.usage_count(raw, "cached_tokens", "usage.cached_tokens")
         input_tokens = max(0, prompt - (cache_read or 0) - (cache_write or 0))
 
-    reasoning = ev.as_int(cdetails.get("reasoning_tokens"))
+    reasoning = ev.usage_count(
+        cdetails, "reasoning_tokens", "usage.completion_tokens_details.reasoning_tokens"
+    )
     if reasoning is None:
-        reasoning = ev.as_int(raw.get("reasoning_tokens"))
+        reasoning = ev.usage_count(raw, "reasoning_tokens", "usage.reasoning_tokens")
     counted: bool | None = None
     if reasoning is not None:
         if reasoning_in_completion is not None:
@@ -214,7 +224,7 @@ def map_openai_usage(
         reasoning_already_counted=True if counted else None,
         rate_limits=list(rate_limits),
     )
-    ticks = ev.as_int(raw.get("cost_in_usd_ticks"))
+    ticks = ev.usage_count(raw, "cost_in_usd_ticks", "usage.cost_in_usd_ticks")
     if ticks is not None:
         usage.vendor_cost = VendorCost(amount=str(ticks), unit="xai_ticks_1e10")
     if total is not None:
