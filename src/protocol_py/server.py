@@ -93,6 +93,7 @@ from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.structs import from_struct
 from protocol_py.validation import (
     validate_capabilities,
+    validate_config_schema,
     validate_request,
     validate_request_shape,
 )
@@ -283,14 +284,21 @@ def validate_config(schema: Mapping[str, Any], config: Mapping[str, Any]) -> lis
         Messages name paths and schema rules only, never the values, so secrets cannot leak.
 
     Raises:
-        ValueError: the schema itself is invalid.
+        ValueError: the schema itself is invalid or unusable (metaschema or format errors such
+            as a ``pattern`` that is no regular expression, or a failure while applying it such
+            as an unresolvable ``$ref``).
     """
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ValueError(f"invalid config schema: {exc.message}") from None
     validator = jsonschema.Draft202012Validator(schema, format_checker=config_format_checker())
-    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    try:
+        errors = sorted(
+            validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path]
+        )
+    except Exception as exc:  # an unresolvable $ref, a regex the engine rejects, ...
+        raise ValueError(f"unusable config schema: {type(exc).__name__}: {exc}") from None
     return [_describe_schema_error(e) for e in errors]
 
 
@@ -558,6 +566,9 @@ class ModelServer(ModelServiceBase):
         caps = self.provider.capabilities()
         caps.protocol_version = PROTOCOL_VERSION
         violations = errors_only(validate_capabilities(caps))
+        own_schema = self.provider.config_schema()
+        if own_schema is not None:
+            violations.extend(validate_config_schema(own_schema))
         if violations:
             raise ValidationError(violations, f"capabilities of provider {self.provider.name!r}")
         return caps
@@ -856,7 +867,10 @@ class ModelServer(ModelServiceBase):
 
         Raises:
             GRPCError: INVALID_ARGUMENT listing every schema error (JSON Pointer paths), or the
-                provider's own rejection; the previous configuration stays in force.
+                provider's own rejection; FAILED_PRECONDITION when the provider's config schema
+                fails while checking the config (never INTERNAL; start-up already refuses a
+                schema that is not valid JSON Schema with its formats checked). The previous
+                configuration stays in force.
         """
         try:
             config = from_struct(fill_missing_values(message.config), path="config")
@@ -870,7 +884,12 @@ class ModelServer(ModelServiceBase):
             try:
                 problems = validate_config(schema, config)
             except ValueError as exc:
-                raise GRPCError(Status.INTERNAL, str(exc)) from None
+                # the provider's schema is at fault, not the caller: start-up refuses such a
+                # schema, so this is only reachable for a failure while applying it
+                raise GRPCError(
+                    Status.FAILED_PRECONDITION,
+                    f"the provider's config schema cannot check this config: {exc}",
+                ) from None
             if problems:
                 raise GRPCError(
                     Status.INVALID_ARGUMENT,

@@ -74,6 +74,7 @@ __all__ = [
     "detect_kind",
     "load_document",
     "validate_capabilities",
+    "validate_config_schema",
     "validate_document",
     "validate_model_spec",
     "validate_request",
@@ -134,23 +135,31 @@ def _struct_violation(exc: InvalidValueError, path: str, rule: str) -> Violation
 
 
 _METASCHEMA = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+# With the metaschema's formats checked (a ``pattern`` must compile as a regular expression):
+# what jsonschema's own ``check_schema`` does before a config is validated against the schema.
+_METASCHEMA_FORMATS = Draft202012Validator(
+    Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER
+)
 
 
 @functools.lru_cache(maxsize=1024)
-def _metaschema_errors(schema_json: str) -> tuple[tuple[str, str], ...]:
+def _metaschema_errors(schema_json: str, formats: bool = False) -> tuple[tuple[str, str], ...]:
     """(relative path, message) per offending location of one schema, memoised on its JSON text:
     the same tool declarations arrive with every request of a session."""
     found: dict[str, str] = {}
-    for err in _METASCHEMA.iter_errors(json.loads(schema_json)):
+    checker = _METASCHEMA_FORMATS if formats else _METASCHEMA
+    for err in checker.iter_errors(json.loads(schema_json)):
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
         # the metaschema's dynamic references repeat the same error several times
         found.setdefault(where, err.message)
     return tuple(found.items())
 
 
-def _schema_violations(schema: Any, path: str, rule: str) -> list[Violation]:
+def _schema_violations(
+    schema: Any, path: str, rule: str, *, formats: bool = False
+) -> list[Violation]:
     """Check a JSON Schema against the draft 2020-12 metaschema: one violation per offending
-    location."""
+    location. ``formats`` also checks the metaschema's formats (``pattern`` a regex, ...)."""
     text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return [
         Violation(
@@ -158,7 +167,34 @@ def _schema_violations(schema: Any, path: str, rule: str) -> list[Violation]:
             rule,
             f"not a valid JSON Schema (draft 2020-12): {message}",
         )
-        for where, message in _metaschema_errors(text)
+        for where, message in _metaschema_errors(text, formats)
+    ]
+
+
+def validate_config_schema(schema: Any, *, path: str = "config_schema") -> list[Violation]:
+    """Check a provider's config schema (parsed JSON) the way Configure will use it (DESIGN D14).
+
+    The schema must be a valid JSON Schema (draft 2020-12) with the metaschema's formats checked:
+    every ``pattern`` / ``patternProperties`` key compiles as a regular expression (Python's
+    ``re``, which is what validates the config), ``$ref``/``$id`` are URI references. Tool input
+    schemas are not format-checked: a vendor, not Python, applies their patterns.
+
+    Returns:
+        One ``capabilities.config_schema.invalid`` violation per offending location, its path
+        ``config_schema.properties.a.pattern``; a value that is not JSON (NaN, a non-str key)
+        gives one violation at its path. Empty when usable.
+    """
+    try:
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return [Violation(path, "capabilities.config_schema.invalid", f"not JSON: {exc}")]
+    return [
+        Violation(
+            path + where if where else path,
+            "capabilities.config_schema.invalid",
+            f"not a valid JSON Schema (draft 2020-12): {message}",
+        )
+        for where, message in _metaschema_errors(text, True)
     ]
 
 
@@ -473,7 +509,8 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
     (``capabilities.models.empty``: a model provider serving no model is useless), each model
     (see :func:`validate_model_spec`, paths ``models[i]...``), unique non-empty model ids, hook
     points (no HOOK_POINT_UNSPECIFIED, no duplicates), and ``config_schema`` a valid JSON Schema
-    (draft 2020-12) when present (DESIGN D14). ``None`` in a field without proto3 presence reads
+    (draft 2020-12, formats checked: see :func:`validate_config_schema`) when present (DESIGN
+    D14). ``None`` in a field without proto3 presence reads
     as its default (``protocol_version=None`` is the empty string).
 
     Raises:
@@ -550,9 +587,7 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
                 _struct_violation(exc, "config_schema", "capabilities.config_schema.invalid")
             )
         else:
-            out.extend(
-                _schema_violations(schema, "config_schema", "capabilities.config_schema.invalid")
-            )
+            out.extend(validate_config_schema(schema))
     return out
 
 
