@@ -58,6 +58,12 @@ from protocol_py.providers._http import (
     transient_error,
 )
 from protocol_py.providers._request import dump_body
+from protocol_py.providers._url import (
+    install_log_redaction,
+    join_url,
+    parse_base_url,
+    url_secrets,
+)
 from protocol_py.sse import SSEEvent, SSEParser
 from protocol_py.structs import to_struct
 from protocol_py_gen.common.v1 import CallContext
@@ -74,6 +80,23 @@ from protocol_py_gen.model.v1 import (
 __all__ = ["HTTPProvider", "Timeouts", "Translator", "common_config_schema"]
 
 log = logging.getLogger("protocol_py.providers")
+install_log_redaction()  # httpx logs each request URL at INFO: never its userinfo or query
+
+
+def request_failure(exc: Exception, what: str) -> ModelError:
+    """The ModelError for an httpx exception raised while sending ``what`` (D10).
+
+    A URL the client cannot use (:class:`httpx.UnsupportedProtocol`, :class:`httpx.InvalidURL`)
+    is a deterministic misconfiguration: PERMANENT, not retryable. Any other transport failure
+    is TRANSIENT and retryable. The message names only the exception type (never the URL).
+    """
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return ModelError(
+            kind=ErrorKind.PERMANENT,
+            message=f"{what} failed: the upstream URL is not usable ({type(exc).__name__})",
+            retryable=False,
+        )
+    return transient_error(f"{what} failed: {type(exc).__name__}")
 
 
 class Translator(Protocol):
@@ -167,7 +190,7 @@ class HTTPProvider(Provider, abc.ABC):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.api_key = api_key
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.base_url = parse_base_url(base_url or self.default_base_url)
         self.timeouts = timeouts or Timeouts()
         self.retry = retry or RetryPolicy()
         self.discover = discover
@@ -218,11 +241,15 @@ class HTTPProvider(Provider, abc.ABC):
         """Apply a schema-valid config; absent keys keep their current values.
 
         Streams already running finish on the previous settings and HTTP client.
+
+        Raises:
+            ValueError: ``base_url`` is not an absolute http(s) URL with a host (nothing is
+                applied; the server answers INVALID_ARGUMENT).
         """
+        base_url = parse_base_url(config["base_url"]) if "base_url" in config else self.base_url
         if "api_key" in config:
             self.api_key = str(config["api_key"])
-        if "base_url" in config:
-            self.base_url = str(config["base_url"]).rstrip("/")
+        self.base_url = base_url
         t = config.get("timeouts")
         if isinstance(t, dict):
             self.timeouts = Timeouts(
@@ -248,7 +275,14 @@ class HTTPProvider(Provider, abc.ABC):
 
     @classmethod
     def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
-        """``protocol-py serve --provider NAME [--base-url URL] [--discover]``; key from env."""
+        """``protocol-py serve --provider NAME [--base-url URL] [--discover]``; key from env.
+
+        Raises:
+            ValueError: ``--base-url`` is not an absolute http(s) URL with a host (the CLI
+                exits 2); the message shows the URL with its credentials redacted.
+        """
+        if base_url is not None:
+            base_url = parse_base_url(base_url, what="--base-url")
         return cls(api_key=env.get(cls.api_key_env) or None, base_url=base_url, discover=discover)
 
     async def start(self) -> None:
@@ -260,9 +294,9 @@ class HTTPProvider(Provider, abc.ABC):
         client = self._http()
         try:
             response = await client.get(
-                self.base_url + self.models_path, headers=self.auth_headers()
+                join_url(self.base_url, self.models_path), headers=self.auth_headers()
             )
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RuntimeError(
                 f"--discover: GET {self.models_path} failed: {type(exc).__name__}"
             ) from None
@@ -281,7 +315,7 @@ class HTTPProvider(Provider, abc.ABC):
         except ValueError:
             raise RuntimeError(f"--discover: GET {self.models_path} did not return JSON") from None
         entries = payload.get("data") if isinstance(payload, dict) else None
-        official = self.base_url == self.default_base_url.rstrip("/")
+        official = self.base_url == parse_base_url(self.default_base_url)
         for entry in entries if isinstance(entries, list) else []:
             model_id = entry.get("id") if isinstance(entry, dict) else None
             if isinstance(model_id, str) and model_id and model_id not in self._models:
@@ -305,8 +339,11 @@ class HTTPProvider(Provider, abc.ABC):
         return self._redacted(self._stream(request))
 
     def secrets(self) -> list[str]:
-        """The literal strings never sent to a client or a log: the key, credential headers."""
-        return secret_values(self.api_key, self.auth_headers())
+        """The literal strings never sent to a client or a log: the key, credential headers,
+        and the base URL's userinfo and query values."""
+        found = set(secret_values(self.api_key, self.auth_headers()))
+        found.update(url_secrets(self.base_url))
+        return sorted(found, key=len, reverse=True)
 
     def redact_error(self, error: ModelError) -> ModelError:
         """``error`` with this provider's secrets removed (in place; returned for chaining)."""
@@ -324,6 +361,8 @@ class HTTPProvider(Provider, abc.ABC):
             exc.args = (f"{exc.error.kind.name}: {exc.error.message}",)
             exc.__cause__ = exc.__context__ = None
             return exc
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return ProviderError(request_failure(exc, "upstream request"))
         if isinstance(exc, httpx.TransportError | OSError | TimeoutError):
             return ProviderError(
                 transient_error(f"upstream connection failed ({type(exc).__name__})")
@@ -430,7 +469,7 @@ class HTTPProvider(Provider, abc.ABC):
             yield ev.error(_invalid(str(exc)))
             return
         client = self._http()
-        url = self.base_url + self.completions_path
+        url = join_url(self.base_url, self.completions_path)
         loop = asyncio.get_running_loop()
         attempt = 0
         while True:
@@ -450,8 +489,8 @@ class HTTPProvider(Provider, abc.ABC):
                     )
                 )
                 return
-            except httpx.HTTPError as exc:
-                yield ev.error(transient_error(f"upstream request failed: {type(exc).__name__}"))
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                yield ev.error(request_failure(exc, "upstream request"))
                 return
             try:
                 if response.status_code >= 300:

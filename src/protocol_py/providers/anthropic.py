@@ -22,8 +22,9 @@ from protocol_py.providers._anthropic_request import (
     build_anthropic_count_body,
 )
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
-from protocol_py.providers._base import HTTPProvider, Translator
+from protocol_py.providers._base import HTTPProvider, Translator, request_failure
 from protocol_py.providers._http import error_from_http, transient_error
+from protocol_py.providers._url import join_url
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
@@ -93,14 +94,12 @@ class AnthropicProvider(HTTPProvider):
         )
         try:
             response = await self._http().post(
-                self.base_url + "/v1/messages/count_tokens",
+                join_url(self.base_url, "/v1/messages/count_tokens"),
                 content=body,
                 headers={"content-type": "application/json", **self.auth_headers()},
             )
-        except httpx.HTTPError as exc:
-            raise ProviderError(
-                transient_error(f"count_tokens request failed: {type(exc).__name__}")
-            ) from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise ProviderError(request_failure(exc, "count_tokens request")) from None
         if response.status_code >= 300:
             raise ProviderError(
                 error_from_http(

@@ -1,0 +1,166 @@
+"""Upstream base URLs: parsing, joining and redaction (docs/adapters.md "Base URL").
+
+* :func:`parse_base_url` checks a ``--base-url`` / Configure ``base_url`` once: an absolute
+  ``http``/``https`` URL with a host and a valid port. Anything else is a ValueError (the CLI
+  exits 2; Configure answers INVALID_ARGUMENT) whose text never shows the URL's credentials.
+* :func:`join_url` appends an endpoint path to the base URL's path and keeps its query string
+  (``http://h/v1?api-version=X`` + ``/chat/completions`` ->
+  ``http://h/v1/chat/completions?api-version=X``).
+* :func:`redact_url` and :class:`RedactURLFilter` keep the URL's userinfo and query values out of
+  messages and log records (httpx logs every request URL at INFO).
+* :func:`url_secrets` lists the credential strings a base URL carries, for
+  :func:`protocol_py.providers._http.redact`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import parse_qsl, unquote
+
+import httpx
+
+__all__ = [
+    "RedactURLFilter",
+    "install_log_redaction",
+    "join_url",
+    "parse_base_url",
+    "redact_text",
+    "redact_url",
+    "url_secrets",
+]
+
+_SCHEMES = ("http", "https")
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@\"'<>]*@")
+_QUERY_VALUE = re.compile(r"(?P<key>[?&;][^=&;#\s\"'<>]*=)[^&;#\s\"'<>]+")
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every URL's userinfo replaced by ``***@`` and every query value by ``***``.
+
+    Only substrings that look like absolute URLs (``scheme://...``) are touched.
+    """
+
+    def one(match: re.Match[str]) -> str:
+        url = _USERINFO.sub(r"\g<scheme>***@", match.group(0))
+        return _QUERY_VALUE.sub(r"\g<key>***", url)
+
+    return _URL.sub(one, text)
+
+
+def redact_url(url: str | httpx.URL) -> str:
+    """``url`` as text with its userinfo and query values replaced by ``***`` (safe to log)."""
+    return redact_text(str(url))
+
+
+def parse_base_url(value: str, *, what: str = "base_url") -> str:
+    """Check an upstream base URL and return it normalised (trailing ``/`` of the path removed).
+
+    Args:
+        value: The URL text (``--base-url`` or Configure ``base_url``).
+        what: The option or field name used in the error message.
+
+    Returns:
+        The URL text with any trailing slash removed from its path; the query is kept.
+
+    Raises:
+        ValueError: the value is not a string, contains whitespace, is not an absolute
+            ``http``/``https`` URL, has no host, has a port outside 1..65535 or a fragment. The
+            message shows the URL redacted.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a URL string, got {type(value).__name__}")
+    shown = redact_url(value)
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in value):
+        raise ValueError(f"{what} {shown!r} contains whitespace or a control character")
+    try:
+        url = httpx.URL(value)
+        port = url.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise ValueError(f"{what} {shown!r} is not a valid URL ({type(exc).__name__})") from None
+    if url.scheme not in _SCHEMES:
+        got = f"scheme {url.scheme!r}" if url.scheme else "no scheme"
+        raise ValueError(f"{what} {shown!r} must be an absolute http(s) URL (got {got})")
+    if not url.host:
+        raise ValueError(f"{what} {shown!r} has no host")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"{what} {shown!r} has port {port} outside 1..65535")
+    if url.fragment:
+        raise ValueError(f"{what} {shown!r} must not have a #fragment")
+    return str(url.copy_with(path=url.path.rstrip("/")))
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` with ``path`` (starting with ``/``) appended to its path, query kept.
+
+    ``base`` is a URL accepted by :func:`parse_base_url`.
+    """
+    url = httpx.URL(base)
+    return str(url.copy_with(path=url.path.rstrip("/") + path))
+
+
+def url_secrets(base: str | None) -> list[str]:
+    """The credential strings in a base URL: userinfo (whole, user, password) and query values.
+
+    Each is returned raw and percent-decoded; empty strings are left out. Never raises.
+    """
+    if not base:
+        return []
+    try:
+        url = httpx.URL(base)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return []
+    found: set[str] = set()
+    userinfo = url.userinfo.decode("ascii", errors="replace")
+    if userinfo:
+        found.add(userinfo)
+        for part in userinfo.split(":", 1):
+            found.update({part, unquote(part)})
+    query = url.query.decode("ascii", errors="replace")
+    for raw in re.split(r"[&;]", query):
+        if "=" in raw:
+            found.add(raw.split("=", 1)[1])
+    for _, value in parse_qsl(query, keep_blank_values=False):
+        found.add(value)
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+class RedactURLFilter(logging.Filter):
+    """A logging filter that rewrites a record's message with :func:`redact_text` applied.
+
+    The record's ``msg`` becomes the formatted, redacted text and ``args`` is cleared, so every
+    handler sees only the redacted line. A record whose message cannot be formatted is kept
+    unchanged (logging reports the formatting error as usual).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact the record in place; always keep it."""
+        try:
+            message = record.getMessage()
+        except Exception:  # logging's own error handling reports it later
+            return True
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg = redacted
+            record.args = None
+        return True
+
+
+_FILTER = RedactURLFilter()
+
+
+def install_log_redaction() -> None:
+    """Attach :class:`RedactURLFilter` to the ``httpx`` and every ``httpcore`` logger.
+
+    Logger filters do not apply to records propagated from child loggers, so each existing
+    ``httpcore.*`` logger gets the filter too. Idempotent.
+    """
+    names = {"httpx", "httpcore", "protocol_py.providers"}
+    names.update(
+        name for name in logging.root.manager.loggerDict if name.startswith(("httpx.", "httpcore."))
+    )
+    for name in sorted(names):
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
