@@ -287,6 +287,7 @@ def test_request_violations_reported_together() -> None:
             ("messages[1].content[0].image.media_type", "request.content.media_type_empty"),
             ("params.thinking_budget_tokens", "request.params.thinking_budget_tokens.out_of_range"),
             ("params.disable_thinking", "request.params.disable_thinking.effort_not_allowed"),
+            ("params.disable_thinking", "request.params.disable_thinking.with_budget"),
             ("params.max_output_tokens", "request.params.max_output_tokens.above_model_max"),
             ("params.stop_sequences[0]", "request.params.stop_sequences.empty"),
             ("params.tool_choice.mode", "request.params.tool_choice.mode_unsupported"),

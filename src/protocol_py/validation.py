@@ -45,6 +45,7 @@ from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
+from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import HookPoint
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -89,6 +90,7 @@ PORTABLE_SCHEMA_KEYWORDS = frozenset(
 """The JSON Schema keywords every adapter MUST support (spec: "Tool schema")."""
 
 _PROTOCOL_VERSION_RE = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_OUR_MINOR = int(PROTOCOL_VERSION.split(".")[1])
 
 
 def _meta(cls: type[betterproto2.Message]) -> Any:
@@ -365,6 +367,7 @@ def _validate_thinking(thinking: ThinkingSpec, path: str, out: list[Violation]) 
                 f"THINKING_DISABLE_CONDITIONAL (disable is {disable_name})",
             )
         )
+    seen_allowed: set[str] = set()
     for i, level in enumerate(allowed):
         if level not in levels:
             out.append(
@@ -374,6 +377,15 @@ def _validate_thinking(thinking: ThinkingSpec, path: str, out: list[Violation]) 
                     f"{level!r} is not one of the effort levels {levels!r}",
                 )
             )
+        elif level in seen_allowed:
+            out.append(
+                Violation(
+                    f"{apath}[{i}]",
+                    "thinking.disable_allowed_efforts.duplicate",
+                    f"effort level {level!r} is listed more than once",
+                )
+            )
+        seen_allowed.add(level)
 
 
 def _validate_caching(caching: CachingSpec, path: str, out: list[Violation]) -> None:
@@ -513,6 +525,11 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
     D14). ``None`` in a field without proto3 presence reads
     as its default (``protocol_version=None`` is the empty string).
 
+    The version's MAJOR must equal :data:`protocol_py.version.PROTOCOL_MAJOR`
+    (``capabilities.protocol_version.incompatible``); a newer MINOR of the same major is the
+    *warning* ``capabilities.protocol_version.newer_minor`` (compatible; fields added since may
+    be ignored).
+
     Raises:
         InvalidValueError: ``caps`` is not a Capabilities or holds a wrongly typed field.
     """
@@ -571,7 +588,8 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
                 )
             )
         seen_points.add(int(point))
-    if caps.protocol_version and not _PROTOCOL_VERSION_RE.match(caps.protocol_version):
+    version_match = _PROTOCOL_VERSION_RE.match(caps.protocol_version)
+    if caps.protocol_version and not version_match:
         out.append(
             Violation(
                 "protocol_version",
@@ -579,6 +597,28 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
                 f"protocol_version {caps.protocol_version!r} is not MAJOR.MINOR (e.g. '1.0')",
             )
         )
+    elif version_match:
+        major, minor = int(version_match.group(1)), int(version_match.group(2))
+        if major != PROTOCOL_MAJOR:
+            out.append(
+                Violation(
+                    "protocol_version",
+                    "capabilities.protocol_version.incompatible",
+                    f"protocol_version {caps.protocol_version!r} has major version {major}; this "
+                    f"package speaks {PROTOCOL_VERSION} (major {PROTOCOL_MAJOR}), and a change "
+                    "of major version is incompatible",
+                )
+            )
+        elif minor > _OUR_MINOR:
+            out.append(
+                Violation(
+                    "protocol_version",
+                    "capabilities.protocol_version.newer_minor",
+                    f"protocol_version {caps.protocol_version!r} is newer than this package's "
+                    f"{PROTOCOL_VERSION}: compatible, but fields added since may be ignored",
+                    "warning",
+                )
+            )
     if caps.config_schema is not None:
         try:
             schema = from_struct(caps.config_schema, path="config_schema")
@@ -752,6 +792,24 @@ class _RequestChecker:
                 for j, inner in enumerate(result.content):
                     self.block(inner, f"{bpath}.content[{j}]", "tool_result", earlier_ids)
 
+    def _role_fits(self, role: Role, block: ContentBlock, path: str) -> None:
+        """tool_use is the model's (ROLE_ASSISTANT); tool_result answers it from the user's side
+        (ROLE_USER, which carries tool results: content.v1 Role)."""
+        if role == Role.USER and block.tool_use is not None:
+            self.add(
+                _join(path, "tool_use"),
+                "request.content.tool_use_in_user_message",
+                "a tool_use block is a call made by the model: it belongs in a ROLE_ASSISTANT "
+                "message, not a ROLE_USER one",
+            )
+        elif role == Role.ASSISTANT and block.tool_result is not None:
+            self.add(
+                _join(path, "tool_result"),
+                "request.content.tool_result_in_assistant_message",
+                "a tool_result block answers the model's call: it belongs in a ROLE_USER "
+                "message, not a ROLE_ASSISTANT one",
+            )
+
     def messages(self, messages: Sequence[Message]) -> None:
         if not messages:
             self.add("messages", "request.messages.empty", "messages MUST be non-empty")
@@ -780,8 +838,16 @@ class _RequestChecker:
                     "request.message.role_unspecified",
                     "a message MUST NOT carry ROLE_UNSPECIFIED",
                 )
+            if not message.content:
+                self.add(
+                    _join(mpath, "content"),
+                    "request.message.content_empty",
+                    "a message MUST carry at least one content block",
+                )
             for j, block in enumerate(message.content):
-                self.block(block, f"{mpath}.content[{j}]", "message", earlier_ids)
+                bpath = f"{mpath}.content[{j}]"
+                self._role_fits(message.role, block, bpath)
+                self.block(block, bpath, "message", earlier_ids)
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
 
@@ -917,6 +983,15 @@ class _RequestChecker:
                     f"thinking_budget_tokens {value} is outside the model's range "
                     f"[{budget.range.min}, {budget.range.max}]",
                 )
+        if params.disable_thinking and params.thinking_budget_tokens is not None:
+            # a budget sizes reasoning that disable_thinking turns off: contradictory. An effort
+            # is allowed (CONDITIONAL models accept disabling only at some efforts).
+            self.add(
+                "params.disable_thinking",
+                "request.params.disable_thinking.with_budget",
+                f"disable_thinking=true contradicts thinking_budget_tokens "
+                f"{params.thinking_budget_tokens}: send one or the other",
+            )
         if params.disable_thinking and self.has_spec:
             self.disable(params)
         if params.max_output_tokens is not None:
@@ -1114,20 +1189,21 @@ def _validate_request(
 def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[Violation]:
     """Validate a StreamCompletionRequest against the resolved ModelSpec (issue 3 part 2).
 
-    Covers model_id, messages (non-empty, unique non-empty ids, roles), content blocks (exactly
-    one member; image/document/tool blocks against supports_vision/supports_documents/
+    Covers model_id, messages (non-empty, unique non-empty ids, roles, at least one content block),
+    content blocks (exactly one member; tool_use only in ROLE_ASSISTANT and tool_result only in
+    ROLE_USER messages; image/document/tool blocks against supports_vision/supports_documents/
     supports_tool_use, including blocks nested in tool_result and assembled_context; tool_result
-    answering an earlier tool_use id; tool_use inputs that are JSON), tools (names, portable
-    input schemas that are JSON), GenerationParams (temperature finite and >= 0, thinking
-    effort/budget/disable per DESIGN D4, max_output_tokens in (0, model max], stop sequences,
-    tool_choice), call_context, cache breakpoints (checked only when the model declares
-    ``caching.explicit_markers``; ignored otherwise, as the spec requires) and
+    answering an earlier tool_use id; tool_use inputs that are JSON), tools (names, portable input
+    schemas that are JSON), GenerationParams (temperature finite and >= 0, thinking
+    effort/budget/disable per DESIGN D4, disable_thinking never with a budget, max_output_tokens in
+    (0, model max], stop sequences, tool_choice), call_context, cache breakpoints (checked only when
+    the model declares ``caching.explicit_markers``; ignored otherwise, as the spec requires) and
     ``provider_options`` (never interpreted, but it must be JSON: no NaN or Infinity). Every
     ``google.protobuf.Struct`` handed on to a provider is checked with
-    :func:`protocol_py.structs.from_struct`, so a request that passes never makes a provider fail
-    on it. The rules that need no ModelSpec are :func:`validate_request_shape`, computed by the
-    same pass. ``None`` in a field without proto3 presence reads as its default. The spec itself
-    is not validated here; use :func:`validate_model_spec`.
+    :func:`protocol_py.structs.from_struct`, so a request that passes never makes a provider fail on
+    it. The rules that need no ModelSpec are :func:`validate_request_shape`, computed by the same
+    pass. ``None`` in a field without proto3 presence reads as its default. The spec itself is not
+    validated here; use :func:`validate_model_spec`.
 
     Returns:
         Errors and warnings together, in request order. Warnings (``severity == "warning"``):
@@ -1147,19 +1223,20 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
 def validate_request_shape(request: StreamCompletionRequest) -> list[Violation]:
     """Validate the parts of a StreamCompletionRequest that do not depend on the model.
 
-    For a request whose ``model_id`` names no served model: a server reports these together with
-    its own ``request.model_id.unknown`` instead of stopping at the unknown id. The rules are
-    exactly those of :func:`validate_request` that need no ModelSpec, computed by the same pass:
-    ``model_id`` non-empty, messages non-empty with unique non-empty ids and a role, each content
-    block with exactly one member (and the kinds allowed inside tool_result and
+    For a request whose ``model_id`` names no served model: a server reports these together with its
+    own ``request.model_id.unknown`` instead of stopping at the unknown id. The rules are exactly
+    those of :func:`validate_request` that need no ModelSpec, computed by the same pass:
+    ``model_id`` non-empty, messages non-empty with unique non-empty ids, a role and some content,
+    tool_use/tool_result blocks in the role they belong to, disable_thinking without a thinking
+    budget, each content block with exactly one member (and the kinds allowed inside tool_result and
     assembled_context), media types, tool_use ids/names and inputs that are JSON, tool_result
     answering an earlier tool_use id, tool names and input schemas, temperature finite and >= 0,
     ``provider_options`` that is JSON, ``max_output_tokens`` > 0, non-empty stop sequences,
-    tool_choice mode set and tool_name consistent with it, context section providers,
-    call_context, and messages nested at most 100 deep (``request.too_deep``, then the only
-    violation). Left out (they need the model): image/document/tool/thinking support, thinking
-    effort, budget and disable, the model's output maximum and tool_choice modes, and cache
-    breakpoints (meaningful only with explicit markers).
+    tool_choice mode set and tool_name consistent with it, context section providers, call_context,
+    and messages nested at most 100 deep (``request.too_deep``, then the only violation). Left out
+    (they need the model): image/document/tool/thinking support, thinking effort, budget and
+    disable, the model's output maximum and tool_choice modes, and cache breakpoints (meaningful
+    only with explicit markers).
 
     Returns:
         Errors and warnings, in request order; a subset of what :func:`validate_request` returns
