@@ -76,19 +76,30 @@ _QUOTA_CODES = frozenset(
 _OVERLOAD_CODES = frozenset(
     {"overloaded_error", "overloaded", "insufficient_system_resource", "server_overloaded"}
 )
-_VENDOR_TYPE_KINDS: Mapping[str, ErrorKind] = {
-    "invalid_request_error": ErrorKind.INVALID_REQUEST,
-    "request_too_large": ErrorKind.INVALID_REQUEST,
+_VENDOR_CODE_KINDS: Mapping[str, ErrorKind] = {
+    # specific vendor codes/types: they decide the kind before the HTTP status (D10)
+    "invalid_api_key": ErrorKind.AUTHENTICATION,
+    "incorrect_api_key": ErrorKind.AUTHENTICATION,
+    "invalid_authentication": ErrorKind.AUTHENTICATION,
+    "missing_api_key": ErrorKind.AUTHENTICATION,
     "authentication_error": ErrorKind.AUTHENTICATION,
+    "unauthorized": ErrorKind.AUTHENTICATION,
     "permission_error": ErrorKind.PERMISSION_DENIED,
     "permission_denied": ErrorKind.PERMISSION_DENIED,
+    "unsupported_country_region_territory": ErrorKind.PERMISSION_DENIED,
+    "model_not_found": ErrorKind.NOT_FOUND,
+    "deploymentnotfound": ErrorKind.NOT_FOUND,
     "not_found_error": ErrorKind.NOT_FOUND,
     "rate_limit_error": ErrorKind.RATE_LIMITED,
     "rate_limit_exceeded": ErrorKind.RATE_LIMITED,
+    "request_too_large": ErrorKind.INVALID_REQUEST,
+}
+_VENDOR_TYPE_KINDS: Mapping[str, ErrorKind] = {
+    # generic categories: used only when there is no HTTP status (an in-band error)
+    "invalid_request_error": ErrorKind.INVALID_REQUEST,
     "api_error": ErrorKind.TRANSIENT,
     "server_error": ErrorKind.TRANSIENT,
     "timeout_error": ErrorKind.TRANSIENT,
-    "context_length_exceeded": ErrorKind.CONTEXT_OVERFLOW,
 }
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _-]?(length|window)|maximum context|maximum (prompt|input) length|"
@@ -374,6 +385,14 @@ def classify_error_object(
 ) -> ModelError:
     """Classify a vendor error (HTTP error body or mid-stream error event) per DESIGN D10.
 
+    The one classifier for both paths, so the same body gives the same kind over HTTP and
+    in-band. Precedence: quota codes (or 402) -> QUOTA_EXHAUSTED; overload codes (or 529, 503
+    "overloaded") -> OVERLOADED; context-size code or message -> CONTEXT_OVERFLOW; a specific
+    vendor code or type (``invalid_api_key`` -> AUTHENTICATION, ``model_not_found`` ->
+    NOT_FOUND, Anthropic's ``not_found_error`` ...; case-insensitive) -> its kind; the HTTP
+    status when known; a generic vendor type (``invalid_request_error``, ``api_error`` ...);
+    else TRANSIENT.
+
     Args:
         obj: The parsed JSON error body: ``{"error": {...}}`` (OpenAI-compatible, Groq),
             ``{"type": "error", "error": {...}}`` (Anthropic), or anything else.
@@ -415,13 +434,12 @@ def classify_error_object(
         and _CONTEXT_OVERFLOW.search(message)
     ):
         kind = ErrorKind.CONTEXT_OVERFLOW
+    elif (specific := _first_kind(_VENDOR_CODE_KINDS, code, vtype)) is not None:
+        kind = specific
     elif status is not None:
         kind = _status_kind(status)
     else:
-        kind = next(
-            (_VENDOR_TYPE_KINDS[t] for t in (code, vtype) if t and t in _VENDOR_TYPE_KINDS),
-            ErrorKind.TRANSIENT,
-        )
+        kind = _first_kind(_VENDOR_TYPE_KINDS, code, vtype) or ErrorKind.TRANSIENT
     return ModelError(
         kind=kind,
         message=redact(message),
@@ -435,6 +453,14 @@ def classify_error_object(
         vendor_code=code or vtype,
         provider_request_id=request_id or None,
     )
+
+
+def _first_kind(table: Mapping[str, ErrorKind], *tags: str | None) -> ErrorKind | None:
+    """The kind of the first tag (case-insensitive) found in ``table``, else None."""
+    for tag in tags:
+        if tag and (kind := table.get(tag.lower())) is not None:
+            return kind
+    return None
 
 
 def _status_kind(status: int) -> ErrorKind:
