@@ -163,7 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     cost = sub.add_parser("cost", help="price a Usage with a Pricing")
     cost.add_argument("--pricing", required=True, metavar="FILE", help="proto3-JSON Pricing")
     cost.add_argument("--usage", required=True, metavar="FILE", help="proto3-JSON Usage")
-    cost.add_argument("--at", default=None, help="receipt time, ISO 8601 (default: now)")
+    cost.add_argument(
+        "--at",
+        default=None,
+        help=(
+            "receipt time (default: now): YYYY-MM-DD (00:00 UTC) or "
+            "YYYY-MM-DDTHH:MM[:SS[.fraction]] with Z or +HH:MM/+HHMM/+HH (ISO 8601 extended "
+            "format, RFC 3339; no basic format, week or ordinal dates, no surrounding spaces)"
+        ),
+    )
     cost.add_argument("--json", action="store_true", help="one JSON object")
     return parser
 

@@ -1,0 +1,50 @@
+"""``protocol-py`` CLI fixes for tester 3: ``--at`` takes the timestamp alone (no surrounding
+whitespace, #8), and a subcommand's usage errors name the subcommand (#9)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from protocol_py.cli import main
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[str, str]:
+    pricing = tmp_path / "p.json"
+    pricing.write_text(
+        json.dumps({"currency": "USD", "tiers": [{"inputPerMtok": 1, "outputPerMtok": 2}]})
+    )
+    usage = tmp_path / "u.json"
+    usage.write_text(json.dumps({"inputTokens": 1000000}))
+    return str(pricing), str(usage)
+
+
+@pytest.mark.parametrize("at", ["2026-07-01T00:00:00Z ", " 2026-07-01", "2026-07-01\n"])
+def test_cost_at_with_surrounding_whitespace_is_a_usage_error(
+    files: tuple[str, str], at: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pricing, usage = files
+    assert main(["cost", "--pricing", pricing, "--usage", usage, "--at", at]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("protocol-py cost: --at: ")
+    assert "whitespace" in err
+
+
+@pytest.mark.parametrize("at", ["20260701T000000Z", "2026-W27-3", "2026-07-01T00Z"])
+def test_cost_at_forms_outside_the_documented_set_are_usage_errors(
+    files: tuple[str, str], at: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pricing, usage = files
+    assert main(["cost", "--pricing", pricing, "--usage", usage, "--at", at]) == 2
+    assert "is not an ISO 8601" in capsys.readouterr().err
+
+
+def test_cost_help_lists_the_accepted_at_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["cost", "--help"])
+    out = "".join(capsys.readouterr().out.split())  # argparse wraps lines, even at hyphens
+    assert "YYYY-MM-DDTHH:MM[:SS[.fraction]]" in out
+    assert "nobasicformat,weekorordinaldates" in out
