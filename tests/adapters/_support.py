@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import betterproto2
+import pytest
 
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._http import error_from_http
@@ -17,7 +19,14 @@ from protocol_py_gen.model.v1 import StreamEvent
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "testdata" / "cases"
 VENDOR = REPO / "testdata" / "vendor"
-SHARED_RECORDED = REPO.parent / "shared" / "fixtures" / "vendor" / "recorded"
+SHARED_RECORDED = Path(
+    os.environ.get("PROTOCOL_PY_SHARED_RECORDED")
+    or REPO.parent / "shared" / "fixtures" / "vendor" / "recorded"
+)
+"""The third-party recordings (``PROTOCOL_PY_SHARED_RECORDED`` overrides the path)."""
+RECORDED_ABSENT = (
+    "../shared/fixtures/vendor/recorded is absent: third-party recordings are not in this checkout"
+)
 
 
 def load_case(case_id: str) -> dict[str, Any]:
@@ -87,6 +96,25 @@ def translate_body(
 def fixture_files(folder: Path) -> list[Path]:
     """The transcript .json files of a fixtures folder."""
     return sorted(p for p in folder.glob("*.json"))
+
+
+def transcript_params(
+    folder: Path, *, streams_only: bool = False, absent_reason: str | None = None
+) -> list[Any]:
+    """pytest params (id = file stem) for a fixtures folder's transcripts.
+
+    ``streams_only`` keeps HTTP 200 transcripts. When ``absent_reason`` is given and the folder
+    does not exist, one placeholder param skipped with that reason is returned, so the run's
+    output names the skip instead of the cases silently vanishing.
+    """
+    if not folder.is_dir():
+        if absent_reason is None:
+            return []
+        return [pytest.param(None, id="recorded-absent", marks=pytest.mark.skip(absent_reason))]
+    paths = fixture_files(folder)
+    if streams_only:
+        paths = [p for p in paths if load_fixture(p)[0]["http"]["status"] == 200]
+    return [pytest.param(p, id=p.stem) for p in paths]
 
 
 def load_fixture(path: Path) -> tuple[dict[str, Any], bytes]:

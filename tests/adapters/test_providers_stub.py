@@ -34,18 +34,19 @@ from protocol_py_gen.model.v1 import (
 from ._compare import assert_events
 from ._stub import Reply, StubUpstream
 from ._support import (
+    RECORDED_ABSENT,
     SHARED_RECORDED,
     VENDOR,
-    fixture_files,
     fixture_vendor,
     kinds,
     lines_to_bytes,
     load_case,
     load_fixture,
+    transcript_params,
 )
 
-TRANSCRIPTS = fixture_files(VENDOR) + (
-    fixture_files(SHARED_RECORDED) if SHARED_RECORDED.is_dir() else []
+TRANSCRIPTS = transcript_params(VENDOR) + transcript_params(
+    SHARED_RECORDED, absent_reason=RECORDED_ABSENT
 )
 MODEL = {"openai": "gpt-6-sol", "deepseek": "deepseek-flash", "anthropic": "claude-sonnet-5-5"}
 _DROP = {"content-length", "transfer-encoding", "content-encoding", "connection"}
@@ -74,7 +75,7 @@ def split(body: bytes, size: int = 97) -> list[bytes | float]:
     return [body[i : i + size] for i in range(0, len(body), size)]
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.stem for p in TRANSCRIPTS])
+@pytest.mark.parametrize("path", TRANSCRIPTS)
 async def test_transcript_through_provider(path: Path) -> None:
     meta, body = load_fixture(path)
     vendor = fixture_vendor(meta)

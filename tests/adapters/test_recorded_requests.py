@@ -28,7 +28,7 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
 )
 
-from ._support import SHARED_RECORDED
+from ._support import RECORDED_ABSENT, SHARED_RECORDED
 
 AUTO = ToolChoice(mode=ToolChoiceMode.AUTO)
 CASES: dict[str, dict[str, Any]] = {
@@ -74,7 +74,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 def _recording(name: str) -> dict[str, Any]:
     if not SHARED_RECORDED.is_dir():
-        pytest.skip(f"{SHARED_RECORDED} is absent: third-party recordings are not in this checkout")
+        pytest.skip(RECORDED_ABSENT)
     data: dict[str, Any] = json.loads((SHARED_RECORDED / f"{name}.json").read_text())
     return data
 

@@ -17,16 +17,18 @@ from protocol_py.sse import SSEParser
 
 from ._compare import assert_events
 from ._support import (
+    RECORDED_ABSENT,
     SHARED_RECORDED,
     VENDOR,
     fixture_files,
     fixture_vendor,
     load_fixture,
+    transcript_params,
     translate_body,
 )
 
 PROJECT = fixture_files(VENDOR)
-RECORDED = fixture_files(SHARED_RECORDED) if SHARED_RECORDED.is_dir() else []
+RECORDED = transcript_params(SHARED_RECORDED, absent_reason=RECORDED_ABSENT)
 
 
 def _run(path: Path) -> None:
@@ -53,19 +55,21 @@ def test_project_transcript(path: Path) -> None:
 
 def test_recorded_folder_present() -> None:
     if not SHARED_RECORDED.is_dir():
-        pytest.skip(f"{SHARED_RECORDED} is absent: third-party recordings are not in this checkout")
+        pytest.skip(RECORDED_ABSENT)
     assert len(RECORDED) >= 16
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+@pytest.mark.parametrize("path", RECORDED)
 def test_recorded_transcript(path: Path) -> None:
     _run(path)
 
 
-STREAMS = [p for p in PROJECT + RECORDED if load_fixture(p)[0]["http"]["status"] == 200]
+STREAMS = transcript_params(VENDOR, streams_only=True) + transcript_params(
+    SHARED_RECORDED, streams_only=True, absent_reason=RECORDED_ABSENT
+)
 
 
-@pytest.mark.parametrize("path", STREAMS, ids=[p.stem for p in STREAMS])
+@pytest.mark.parametrize("path", STREAMS)
 def test_transcript_byte_by_byte(path: Path) -> None:
     """Feeding the body one byte at a time changes nothing."""
     meta, body = load_fixture(path)
@@ -82,3 +86,15 @@ def test_transcript_byte_by_byte(path: Path) -> None:
             events.extend(translator.on_event(sse))
     events.extend(translator.on_eof())
     assert_events(events, meta["expected_events"])
+
+
+def test_absent_recordings_give_one_named_skip_not_an_empty_parameter_set(
+    tmp_path: Path,
+) -> None:
+    (param,) = transcript_params(tmp_path / "missing", absent_reason=RECORDED_ABSENT)
+    (mark,) = param.marks
+    assert mark.name == "skip"
+    assert mark.args == (RECORDED_ABSENT,)
+    assert RECORDED_ABSENT.startswith("../shared/fixtures/vendor/recorded is absent")
+    assert transcript_params(tmp_path / "missing") == []
+    assert len(transcript_params(VENDOR, streams_only=True)) < len(transcript_params(VENDOR))
