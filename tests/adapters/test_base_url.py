@@ -14,7 +14,13 @@ from protocol_py import cli
 from protocol_py.providers import provider_class
 from protocol_py.providers._base import HTTPProvider, request_failure
 from protocol_py.providers._http import RetryPolicy
-from protocol_py.providers._url import join_url, parse_base_url, redact_text, url_secrets
+from protocol_py.providers._url import (
+    RedactURLFilter,
+    join_url,
+    parse_base_url,
+    redact_text,
+    url_secrets,
+)
 from protocol_py.providers.anthropic import AnthropicProvider
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py_gen.common.v1 import CallContext
@@ -186,3 +192,13 @@ async def test_credentials_in_base_url_never_reach_a_log_line(
     assert any("HTTP Request" in line for line in lines)  # httpx did log the request
     for line in lines:
         assert "SECRETPASS" not in line and "SECRETQ" not in line, line
+
+
+def test_url_redaction_filter_covers_every_httpcore_logger() -> None:
+    import httpcore  # noqa: PLC0415 - loads httpcore's module loggers
+
+    del httpcore
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(("httpx", "httpcore"))]
+    assert "httpcore.http11" in names and "httpcore.connection" in names
+    for name in names:
+        assert any(isinstance(f, RedactURLFilter) for f in logging.getLogger(name).filters), name

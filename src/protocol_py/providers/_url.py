@@ -148,15 +148,25 @@ class RedactURLFilter(logging.Filter):
 
 
 _FILTER = RedactURLFilter()
+_HTTPCORE_LOGGERS = (
+    "httpcore.connection",
+    "httpcore.connection_pool",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+)
+"""httpcore's module loggers; they are created lazily, so they are named here."""
 
 
 def install_log_redaction() -> None:
     """Attach :class:`RedactURLFilter` to the ``httpx`` and every ``httpcore`` logger.
 
-    Logger filters do not apply to records propagated from child loggers, so each existing
-    ``httpcore.*`` logger gets the filter too. Idempotent.
+    Logger filters do not apply to records propagated from child loggers, so each
+    ``httpcore.*`` module logger (named, since httpcore creates them lazily) and any other
+    existing ``httpx.*`` / ``httpcore.*`` logger gets the filter too. Idempotent.
     """
-    names = {"httpx", "httpcore", "protocol_py.providers"}
+    names = {"httpx", "httpcore", "protocol_py.providers", *_HTTPCORE_LOGGERS}
     names.update(
         name for name in logging.root.manager.loggerDict if name.startswith(("httpx.", "httpcore."))
     )
