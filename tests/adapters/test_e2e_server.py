@@ -141,3 +141,19 @@ async def test_echoed_api_key_never_reaches_grpc_status_events_or_logs(
             assert events[0].error is not None and key not in events[0].error.message
     assert key not in caplog.text
     assert "<redacted>" in caplog.text or "AUTHENTICATION" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["file:///etc/passwd", "ftp://x", "notaurl", "ftp://user:SECRETPASS@h/?key=SECRETQ"],
+)
+async def test_configure_rejects_non_http_base_url_with_invalid_argument(url: str) -> None:
+    provider = make("openai", "http://127.0.0.1:1/v1")
+    async for served in serve(provider):
+        with pytest.raises(GRPCError) as info:
+            await served.client.configure({"base_url": url}, timeout=10)
+    assert info.value.status == Status.INVALID_ARGUMENT
+    assert "base_url" in (info.value.message or "")
+    assert "SECRETPASS" not in (info.value.message or "")
+    assert "SECRETQ" not in (info.value.message or "")
+    assert provider.base_url == "http://127.0.0.1:1/v1"
