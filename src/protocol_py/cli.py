@@ -83,6 +83,22 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """Like argparse's, but arguments left over after a subcommand are reported by that
+        subcommand's parser (``protocol-py version: error: unrecognized arguments: --x``),
+        as every other usage error of a subcommand is."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            target: argparse.ArgumentParser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                    target = action.choices[command]
+            target.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
 
 def _size(text: str) -> int:
 

@@ -48,3 +48,36 @@ def test_cost_help_lists_the_accepted_at_forms(capsys: pytest.CaptureFixture[str
     out = "".join(capsys.readouterr().out.split())  # argparse wraps lines, even at hyphens
     assert "YYYY-MM-DDTHH:MM[:SS[.fraction]]" in out
     assert "nobasicformat,weekorordinaldates" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "prefix"),
+    [
+        (["version", "--x"], "protocol-py version: error: unrecognized arguments: --x"),
+        (
+            ["validate", "a.json", "b.json"],
+            "protocol-py validate: error: unrecognized arguments: b.json",
+        ),
+        (
+            ["cost", "--pricing", "p", "--usage", "u", "--zz"],
+            "protocol-py cost: error: unrecognized arguments: --zz",
+        ),
+        (["describe", "extra"], "protocol-py describe: error: unrecognized arguments: extra"),
+    ],
+)
+def test_leftover_arguments_are_reported_by_the_subcommand(
+    argv: list[str], prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == prefix
+    assert err.startswith(f"usage: protocol-py {argv[0]} ")
+
+
+def test_top_level_usage_errors_still_name_the_program(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("protocol-py: error: ")

@@ -620,12 +620,13 @@ class ReferenceProvider(Provider):
         think_text = ""
         if thinking is not None and thinking.supported:
             disabled = params is not None and params.disable_thinking is True
-            words = len(prompt.split())
+            count = len(prompt.split())
+            words = f"{count} word" if count == 1 else f"{count} words"
             if thinking.effort is not None and not disabled:
                 effort = (params.thinking_effort if params else None) or thinking.effort.default
                 steps = max(1, thinking.effort.levels.index(effort) + 1)
                 lines = [
-                    f"The user wrote {words} words; reasoning at effort {effort}.",
+                    f"The user wrote {words}; reasoning at effort {effort}.",
                     "I should answer directly and deterministically.",
                     "Check whether a tool is needed or a stop sequence applies.",
                     "Keep the answer short and restate the request.",
@@ -637,7 +638,7 @@ class ReferenceProvider(Provider):
                     budget = thinking.budget.default
                 if budget:
                     text = (
-                        f"The user wrote {words} words; reasoning with a budget of "
+                        f"The user wrote {words}; reasoning with a budget of "
                         f"{budget} tokens. I should answer directly and deterministically."
                     )
                     think_text = "".join(tokenize(text)[:budget])
