@@ -159,11 +159,19 @@ def test_redact_text_hides_userinfo_and_query_values() -> None:
     )
     assert url_secrets("http://user:P%40W@h/v1?key=Q") == [
         "user:P%40W",
+        "user:P@W",
         "P%40W",
-        "user",
         "P@W",
         "Q",
     ]
+
+
+def test_url_secrets_skip_short_non_credential_query_values() -> None:
+    # a short api-version would otherwise blank ordinary text in every error message
+    assert url_secrets("https://h/d?api-version=2024-10-21&token=abc") == ["abc"]
+    long_opaque = "x" * 16
+    assert url_secrets(f"https://h/d?sv=1&x={long_opaque}") == [long_opaque]
+    assert url_secrets("https://TOKEN-1234567@h/") == ["TOKEN-1234567"]
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 import httpx
 
@@ -100,10 +100,21 @@ def join_url(base: str, path: str) -> str:
     return str(url.copy_with(path=url.path.rstrip("/") + path))
 
 
-def url_secrets(base: str | None) -> list[str]:
-    """The credential strings in a base URL: userinfo (whole, user, password) and query values.
+_CREDENTIAL_KEY = re.compile(
+    r"key|token|secret|passw|pwd|auth|sig|credential|session|code", re.IGNORECASE
+)
+_MIN_OPAQUE = 16
+"""A query value under any other name is a secret only from this length on (short values such
+as ``api-version=2024-10-21`` would otherwise blank ordinary text in error messages)."""
 
-    Each is returned raw and percent-decoded; empty strings are left out. Never raises.
+
+def url_secrets(base: str | None) -> list[str]:
+    """The credential strings in a base URL, for literal redaction from errors and logs.
+
+    Returned, raw and percent-decoded: the whole userinfo and its password; the user name when
+    it is at least 8 characters; each query value whose name looks like a credential (``key``,
+    ``token``, ``secret``, ``sig``, ``auth``, ...) and any other query value of at least 16
+    characters. Empty strings are left out; longest first. Never raises.
     """
     if not base:
         return []
@@ -114,15 +125,18 @@ def url_secrets(base: str | None) -> list[str]:
     found: set[str] = set()
     userinfo = url.userinfo.decode("ascii", errors="replace")
     if userinfo:
-        found.add(userinfo)
-        for part in userinfo.split(":", 1):
-            found.update({part, unquote(part)})
+        found.update({userinfo, unquote(userinfo)})
+        user, _, password = userinfo.partition(":")
+        found.update({password, unquote(password)})
+        if len(unquote(user)) >= 8:
+            found.update({user, unquote(user)})
     query = url.query.decode("ascii", errors="replace")
     for raw in re.split(r"[&;]", query):
-        if "=" in raw:
-            found.add(raw.split("=", 1)[1])
-    for _, value in parse_qsl(query, keep_blank_values=False):
-        found.add(value)
+        name, eq, value = raw.partition("=")
+        if not eq or not value:
+            continue
+        if _CREDENTIAL_KEY.search(unquote(name)) or len(unquote(value)) >= _MIN_OPAQUE:
+            found.update({value, unquote(value.replace("+", " "))})
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
