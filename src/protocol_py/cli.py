@@ -565,12 +565,14 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """``validate FILE``: print every violation as ``path: rule_id: message``; exit 1 if any
-    has error severity (warnings are printed but do not fail)."""
+    """``validate FILE``: print every violation as ``path: rule_id: message`` (a warning ends
+    with `` (warning)``); exit 1 if any has error severity (warnings are printed but do not
+    fail). JSON problems and rule violations are reported together
+    (:func:`protocol_py.validation.validate_document`)."""
 
     kind, violations = load_document(args.file)
     for violation in violations:
-        print(str(violation))
+        print(f"{violation} (warning)" if violation.severity == "warning" else str(violation))
     errors = errors_only(violations)
     if errors:
         print(f"{args.file}: {kind}: {len(errors)} error(s)", file=sys.stderr)

@@ -81,3 +81,49 @@ def test_top_level_usage_errors_still_name_the_program(capsys: pytest.CaptureFix
         main([])
     assert info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("protocol-py: error: ")
+
+
+def test_validate_prints_json_problems_and_rule_violations_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(
+        json.dumps(
+            {"currency": "EUR", "tiers": [{"inputPerMtok": 1, "outputPerMtok": -1, "bogus": 1}]}
+        )
+    )
+    assert main(["validate", str(path)]) == 1
+    captured = capsys.readouterr()
+    rules = [line.split(": ")[1] for line in captured.out.splitlines()]
+    assert rules == [
+        "json.unknown_field",
+        "pricing.currency_not_usd",
+        "pricing.tiers.rate_negative",
+    ]
+    assert captured.err.strip() == f"{path}: Pricing: 3 error(s)"
+
+
+def test_validate_marks_a_newer_minor_protocol_version_as_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = {
+        "protocolVersion": "1.9",
+        "models": [
+            {
+                "id": "m",
+                "contextWindow": 10,
+                "maxOutputTokens": 5,
+                "thinking": {},
+                "caching": {},
+                "pricing": {"currency": "USD", "free": True},
+            }
+        ],
+    }
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    (line,) = captured.out.splitlines()
+    assert line.startswith("protocol_version: capabilities.protocol_version.newer_minor: ")
+    assert line.endswith(" (warning)")
+    assert captured.err.strip() == f"{path}: valid Capabilities"
