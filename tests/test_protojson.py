@@ -244,3 +244,41 @@ def test_decode_reports_messages_nested_beyond_the_recursion_limit() -> None:
     assert message is None
     assert [v.rule for v in violations] == ["json.too_deep"]
     assert violations[0].path.startswith("messages[0].content[0].tool_result.content[0]")
+
+
+# --- decode_lenient (tester 3 #2) -----------------------------------------------------------
+
+
+def test_decode_lenient_keeps_what_decodes_and_lists_the_absent_fields() -> None:
+    data = {
+        "protocolVersion": "1.0",
+        "bogus": 1,
+        "models": [{"id": "m", "contextWindow": "x", "caching": {"supported": "yes"}}],
+    }
+    message, violations, pruned = protojson.decode_lenient(Capabilities, data)
+    assert violations == protojson.decode(Capabilities, data)[1]  # the strict violations, unchanged
+    assert [(v.path, v.rule) for v in violations] == [
+        ("bogus", "json.unknown_field"),
+        ("models[0].context_window", "json.invalid"),
+        ("models[0].caching.supported", "json.invalid"),
+    ]
+    assert pruned == ["models[0].context_window", "models[0].caching.supported"]
+    assert message is not None
+    assert message.protocol_version == "1.0"
+    assert message.models[0].id == "m" and message.models[0].context_window == 0
+    assert message.models[0].caching is not None and message.models[0].caching.supported is False
+
+
+def test_decode_lenient_drops_a_list_with_an_item_that_is_no_object() -> None:
+    message, violations, pruned = protojson.decode_lenient(
+        Capabilities, {"protocolVersion": "1.0", "models": [1, {"id": "a"}]}
+    )
+    assert [(v.path, v.rule) for v in violations] == [("models[0]", "json.invalid")]
+    assert pruned == ["models[0]", "models"]
+    assert message is not None and message.models == []
+
+
+def test_decode_lenient_equals_decode_for_a_clean_document() -> None:
+    data = {"currency": "USD", "free": True}
+    message, violations, pruned = protojson.decode_lenient(Pricing, data)
+    assert (message, violations, pruned) == (protojson.decode(Pricing, data)[0], [], [])
