@@ -22,7 +22,8 @@ Public functions:
   (:func:`protocol_py.protojson.decode`; ``decode_json`` and ``decode_json_or_raise`` here are
   aliases kept for existing callers) of a Capabilities, ModelSpec or Pricing document (the
   ``protocol-py validate`` command). JSON problems become ``json.*`` violations, never
-  exceptions.
+  exceptions, and the rules still run on every field that decodes
+  (:func:`protocol_py.protojson.decode_lenient`).
 
 Bad input types (a ``str`` where a ``ModelSpec`` is expected, a field holding a value of the wrong
 Python type) raise :class:`~protocol_py.errors.InvalidValueError`; unknown enum numbers kept by
