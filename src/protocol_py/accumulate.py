@@ -35,6 +35,8 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.tool_call.unclosed``: ``stop`` while a tool call is open
 - ``stream.usage.negative``: a negative token count
 - ``stream.usage.cache_write_1h_exceeds``: ``cache_write_1h_tokens`` > ``cache_write_tokens``
+- ``stream.usage.reasoning_exceeds_output``: ``reasoning_tokens`` > ``output_tokens`` while
+  ``reasoning_already_counted`` is true (reasoning counted inside the output cannot exceed it)
 - ``stream.stop.reason_unspecified``: ``stop`` without a reason
 - ``stream.stop.reason_unknown``: ``stop`` with a reason outside StopReason
 - ``stream.stop.matched_stop_sequence_missing``: STOP_SEQUENCE without the matched sequence
@@ -300,6 +302,16 @@ class StreamOrderChecker:
                 "stream.usage.cache_write_1h_exceeds",
                 f"usage.cache_write_1h_tokens {usage.cache_write_1h_tokens} exceeds "
                 f"cache_write_tokens {usage.cache_write_tokens or 0}",
+            )
+        if usage.reasoning_already_counted is True and (usage.reasoning_tokens or 0) > (
+            usage.output_tokens or 0
+        ):
+            raise StreamOrderError(
+                index,
+                "stream.usage.reasoning_exceeds_output",
+                f"usage.reasoning_tokens {usage.reasoning_tokens} exceeds output_tokens "
+                f"{usage.output_tokens or 0}, yet reasoning_already_counted says the output "
+                "includes them",
             )
 
     def _check_stop(self, index: int, stop: Stop) -> None:

@@ -859,7 +859,9 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
         ValidationError: ``pricing`` is an invalid Pricing.
         InvalidValueError: a negative or non-integer count (``usage.negative``),
             ``cache_write_1h_tokens`` above ``cache_write_tokens``
-            (``usage.cache_write_1h_exceeds_cache_write``), a naive ``at``, or tokens billed at a
+            (``usage.cache_write_1h_exceeds_cache_write``), ``reasoning_tokens`` above
+            ``output_tokens`` with ``reasoning_already_counted`` true
+            (``usage.reasoning_exceeds_output``), a naive ``at``, or tokens billed at a
             rate the tier does not declare (``cost.rate_missing``).
     """
     table = pricing if isinstance(pricing, PricingTable) else PricingTable(pricing)
@@ -876,6 +878,13 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
             "writes are a subset of all cache writes)",
             path="usage.cache_write_1h_tokens",
             rule="usage.cache_write_1h_exceeds_cache_write",
+        )
+    if usage.reasoning_already_counted is True and reasoning > out:
+        raise InvalidValueError(
+            f"usage.reasoning_tokens: {reasoning} exceeds output_tokens {out}, yet "
+            "reasoning_already_counted says the output includes them (inconsistent usage)",
+            path="usage.reasoning_tokens",
+            rule="usage.reasoning_exceeds_output",
         )
     at = _check_aware(at, "at")
     components = _components(usage)

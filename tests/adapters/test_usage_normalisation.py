@@ -264,3 +264,47 @@ def test_random_anthropic_iteration_usage_passes_through_the_stream(seed: int) -
         result = accumulate(events)
         assert result.usage is not None
         cost(ALL_RATES, result.usage, AT)
+
+
+def test_openai_reasoning_above_the_completion_that_includes_it_is_dropped_with_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    raw = {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,  # prompt + completion = total: reasoning is inside completion
+        "completion_tokens_details": {"reasoning_tokens": 9},
+    }
+    with caplog.at_level(logging.WARNING, logger="protocol_py.providers"):
+        usage = map_openai_usage(raw)
+    assert usage.output_tokens == 5
+    assert usage.reasoning_tokens is None
+    assert usage.reasoning_already_counted is None
+    assert "reasoning_tokens" in caplog.text and "exceed" in caplog.text
+    assert_accepted(usage)
+
+
+def test_openai_reasoning_outside_completion_may_exceed_it() -> None:
+    raw = {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 24,  # prompt + completion + reasoning = total (xAI convention)
+        "completion_tokens_details": {"reasoning_tokens": 9},
+    }
+    usage = map_openai_usage(raw)
+    assert (usage.output_tokens, usage.reasoning_tokens) == (5, 9)
+    assert usage.reasoning_already_counted is None
+    assert_accepted(usage)
+
+
+def test_anthropic_thinking_above_output_is_dropped_with_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    raw = {"input_tokens": 3, "output_tokens": 4, "output_tokens_details": {"thinking_tokens": 7}}
+    with caplog.at_level(logging.WARNING, logger="protocol_py.providers"):
+        usage = map_anthropic_usage(raw)
+    assert usage.output_tokens == 4
+    assert usage.reasoning_tokens is None
+    assert usage.reasoning_already_counted is None
+    assert "thinking_tokens" in caplog.text
+    assert_accepted(usage)

@@ -151,6 +151,9 @@ def map_anthropic_usage(
         if isinstance(details, dict)
         else None
     )
+    thinking = ev.counted_reasoning(
+        output_tokens, thinking, "usage.output_tokens_details.thinking_tokens"
+    )
     return Usage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,

@@ -145,6 +145,26 @@ def usage_count(raw: Mapping[str, object], key: str, where: str) -> int | None:
     return None
 
 
+def counted_reasoning(output_tokens: int, reasoning_tokens: int | None, where: str) -> int | None:
+    """A vendor reasoning figure documented as inside the output count, checked against it.
+
+    Reasoning that is part of the output cannot exceed it (``usage.reasoning_exceeds_output``
+    in :mod:`protocol_py.pricing` and :mod:`protocol_py.accumulate`). When a vendor reports more,
+    the reasoning figure is dropped (None) with a warning naming ``where``; the output count,
+    which is what is billed, is kept, so the finished answer and its cost survive. Never raises.
+    """
+    if reasoning_tokens is None or reasoning_tokens <= output_tokens:
+        return reasoning_tokens
+    _log.warning(
+        "vendor usage %s dropped: %d reasoning tokens exceed the %d output tokens "
+        "that include them",
+        where,
+        reasoning_tokens,
+        output_tokens,
+    )
+    return None
+
+
 def as_str(value: object) -> str | None:
     """``value`` when it is a non-empty string, else None."""
     return value if isinstance(value, str) and value else None

@@ -215,6 +215,12 @@ def map_openai_usage(
             counted = False
         else:
             counted = True
+    if counted:
+        reasoning = ev.counted_reasoning(
+            completion, reasoning, "usage.completion_tokens_details.reasoning_tokens"
+        )
+        if reasoning is None:
+            counted = None
     usage = Usage(
         input_tokens=input_tokens,
         output_tokens=completion,
