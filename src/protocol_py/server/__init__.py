@@ -1,0 +1,143 @@
+"""The reference gRPC server adapter: one :class:`~protocol_py.provider.Provider` as ModelService.
+
+The adapter (grpclib) owns everything generic so that a provider only translates (spec: "The
+wire protocol"; DESIGN D10-D16):
+
+* start-up: the provider's Capabilities are validated (every violation listed; the server
+  refuses to start) and ``protocol_version`` is filled in;
+* StreamCompletion: the request is validated against the requested model's ModelSpec before the
+  provider sees it (for an unknown ``model_id``, against every rule that needs no ModelSpec,
+  :func:`~protocol_py.validation.validate_request_shape`, besides ``request.model_id.unknown``);
+  an unknown ``model_id`` or any error-severity violation is answered with
+  exactly one in-band ``error`` event (``ERROR_KIND_INVALID_REQUEST``; the message names each
+  field path and rule id) and the provider is never called. What the provider yields is checked
+  against the event-order rules (D12): a provider that breaks them has its stream ended with a
+  classified ``error`` event instead of a malformed stream. Provider exceptions become the final
+  ``error`` event: :class:`~protocol_py.provider.ProviderError` carries its own ModelError;
+  ``httpx`` transport errors, ``OSError`` and timeouts are TRANSIENT (retryable); anything else
+  is PERMANENT with a message that names only the exception type. Events already sent are kept.
+  A stream is never ended with a bare gRPC ``UNKNOWN``;
+* cancellation: when the client cancels or its deadline passes, the provider's async generator
+  is closed at once (its ``finally`` runs, closing upstream I/O) and nothing is logged as an
+  error (grpclib logs the cancellation at INFO);
+* Configure: the config is validated against the provider's config schema (JSON Schema draft
+  2020-12 with format checking; ``uri`` is RFC 3986 syntax, any scheme) and rejected with
+  ``INVALID_ARGUMENT`` listing every error with its JSON path; a rejected config leaves the
+  previous one in force. Values are never echoed in error messages or logs, so secret-like keys
+  (names containing ``key``, ``token``, ``secret`` or ``password``) cannot leak;
+* Describe and GetCapabilities carry the protocol version;
+* gRPC health checking (``grpc.health.v1.Health``: ``""`` and ``model.v1.ModelService``; NOT
+  SERVING before the server is ready and while draining) and server reflection (v1 and
+  v1alpha, from the buf image ``gen/descriptor/protocol.binpb``);
+* a maximum message size (default :data:`DEFAULT_MAX_MESSAGE_SIZE`, 64 MiB) enforced on both
+  directions: a request whose length prefix announces more is refused with RESOURCE_EXHAUSTED
+  before its body is read (the adapter's own RPCs) or after buffering (health and reflection,
+  through :class:`LimitedCodec`); a reply that would exceed it fails with RESOURCE_EXHAUSTED and
+  is never sent truncated;
+* graceful shutdown (:meth:`ModelServer.shutdown`): health goes NOT_SERVING, the listener
+  closes, new calls get UNAVAILABLE, in-flight StreamCompletions may finish within the grace
+  period; a StreamCompletion still running when it expires has its provider closed and ends
+  with a final in-band ``error`` event (TRANSIENT, retryable, "server shutting down") and OK
+  trailers where the connection allows; then remaining calls (including health Watch streams)
+  are cancelled and every connection is closed, so an idle client cannot keep the process
+  alive;
+* one structured log record (a JSON object) per RPC on the ``protocol_py.server`` logger: rpc,
+  session_id, turn_id, model, duration_s, events, stop reason or error kind, outcome, detail
+  (an error's message), and for Configure ``config_keys`` (the top-level keys set, never their
+  values). :class:`LogFormatter` prints such a record as the bare JSON object.
+
+The package is split by concept, each rule in one place: :mod:`~protocol_py.server.limits`
+(transport limits: message sizes, well-formed bodies), :mod:`~protocol_py.server.config_schema`
+(Configure's JSON Schema and redaction), :mod:`~protocol_py.server.status` (exceptions to
+ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC log record),
+:mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
+(listening, health, drain) and :mod:`~protocol_py.server.handlers` (the RPCs).
+"""
+
+from __future__ import annotations
+
+from protocol_py.server.config_schema import (
+    SECRET_KEY_RE,
+    config_format_checker,
+    fill_missing_values,
+    json_pointer,
+    loose_objects,
+    redact,
+    validate_config,
+)
+from protocol_py.server.handlers import (
+    SERVICE_NAME,
+    ModelServer,
+)
+from protocol_py.server.lifecycle import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    FINAL_EVENT_TIMEOUT,
+    SHUTDOWN_LINGER,
+    DrainableStatus,
+    ServerLifecycle,
+    close_connection,
+)
+from protocol_py.server.limits import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    PROTOBUF_MAX_DEPTH,
+    REQUEST_TYPES,
+    LimitedCodec,
+    decode_request,
+    parse_size,
+    receive_message,
+    strict_request_classes,
+)
+from protocol_py.server.records import (
+    RPC_RECORD_ATTR,
+    LogFormatter,
+    RpcRecord,
+)
+from protocol_py.server.reflection import (
+    build_descriptor_pool,
+    find_descriptor_image,
+)
+from protocol_py.server.status import (
+    classify_exception,
+    invalid_request_event,
+    unary_error,
+    unknown_model,
+)
+
+__all__ = [
+    "DEFAULT_GRACE_PERIOD",
+    "DEFAULT_HOST",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_PORT",
+    "FINAL_EVENT_TIMEOUT",
+    "PROTOBUF_MAX_DEPTH",
+    "REQUEST_TYPES",
+    "RPC_RECORD_ATTR",
+    "SECRET_KEY_RE",
+    "SERVICE_NAME",
+    "SHUTDOWN_LINGER",
+    "DrainableStatus",
+    "LimitedCodec",
+    "LogFormatter",
+    "ModelServer",
+    "RpcRecord",
+    "ServerLifecycle",
+    "build_descriptor_pool",
+    "classify_exception",
+    "close_connection",
+    "config_format_checker",
+    "decode_request",
+    "fill_missing_values",
+    "find_descriptor_image",
+    "invalid_request_event",
+    "json_pointer",
+    "loose_objects",
+    "parse_size",
+    "receive_message",
+    "redact",
+    "strict_request_classes",
+    "unary_error",
+    "unknown_model",
+    "validate_config",
+]

@@ -1,0 +1,155 @@
+"""Configure's config schema: JSON Schema validation of a config, and secret redaction.
+
+A provider declares its configuration as a JSON Schema (draft 2020-12; DESIGN D14). Configure
+checks a config against it here; messages name JSON Pointer paths and schema rules, never the
+values, so secrets cannot leak.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import jsonschema
+from rfc3986_validator import validate_rfc3986  # type: ignore[import-untyped]
+
+from protocol_py_gen.google.protobuf import Struct, Value
+
+SECRET_KEY_RE: Final = re.compile(r"key|token|secret|password", re.IGNORECASE)
+"""A config key whose name matches this (anywhere, any case) holds a secret."""
+
+
+def _is_uri(value: object) -> bool:
+    """RFC 3986 ``absolute-URI`` syntax (any scheme: ``https:``, ``file:``, ``urn:``, ...),
+    checked by ``rfc3986-validator``; non-strings pass (``format`` applies to strings only)."""
+    if not isinstance(value, str):
+        return True
+    return validate_rfc3986(value, rule="URI") is not None
+
+
+def config_format_checker() -> jsonschema.FormatChecker:
+    """jsonschema's draft 2020-12 format checker with ``uri`` always checked (RFC 3986 syntax,
+    through ``rfc3986-validator``), whichever optional URI packages are installed."""
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    checker = jsonschema.FormatChecker(list(checker.checkers))
+    checker.checks("uri")(_is_uri)
+    return checker
+
+
+def json_pointer(path: Any) -> str:
+    """Render a jsonschema error path (a deque of keys and indices) as a JSON Pointer."""
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    return "/" + "/".join(parts) if parts else "/"
+
+
+def _describe_schema_error(error: jsonschema.ValidationError) -> str:
+    """A message for one schema error that never includes the offending value."""
+    where = json_pointer(error.absolute_path)
+    validator = str(error.validator)
+    expected = error.validator_value
+    instance = error.instance
+    if validator == "additionalProperties" and isinstance(instance, Mapping):
+        allowed = (
+            set(error.schema.get("properties", {})) if isinstance(error.schema, dict) else set()
+        )
+        extra = sorted(str(k) for k in instance if k not in allowed)
+        names = ", ".join(json_pointer([*error.absolute_path, k]) for k in extra)
+        return f"{names}: unknown property (additionalProperties is false)"
+    if validator == "required" and isinstance(instance, Mapping):
+        missing = [k for k in expected if k not in instance] if isinstance(expected, list) else []
+        return f"{where}: missing required property {', '.join(map(str, missing))}"
+    if validator == "type":
+        return f"{where}: must be of type {json.dumps(expected)}"
+    if validator == "format":
+        return f"{where}: is not a valid {expected!r}"
+    if validator in ("enum", "const"):
+        return f"{where}: must be one of {json.dumps(expected)}"
+    return f"{where}: fails {validator} {json.dumps(expected, default=str)}"
+
+
+def validate_config(schema: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """Validate ``config`` against a JSON Schema (draft 2020-12, formats checked).
+
+    Returns:
+        One message per error, ``"<JSON Pointer>: <rule>"``, sorted by path; empty when valid.
+        Messages name paths and schema rules only, never the values, so secrets cannot leak.
+
+    Raises:
+        ValueError: the schema itself is invalid or unusable (metaschema or format errors such
+            as a ``pattern`` that is no regular expression, or a failure while applying it such
+            as an unresolvable ``$ref``).
+    """
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"invalid config schema: {exc.message}") from None
+    validator = jsonschema.Draft202012Validator(schema, format_checker=config_format_checker())
+    try:
+        errors = sorted(
+            validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path]
+        )
+    except Exception as exc:  # an unresolvable $ref, a regex the engine rejects, ...
+        raise ValueError(f"unusable config schema: {type(exc).__name__}: {exc}") from None
+    return [_describe_schema_error(e) for e in errors]
+
+
+def loose_objects(schema: Any, path: str = "#") -> list[str]:
+    """JSON Pointer fragments of every object-typed subschema of ``schema`` that does not set
+    ``additionalProperties: false`` (a misspelt key would then validate and be dropped)."""
+    found: list[str] = []
+    if isinstance(schema, Mapping):
+        if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+            found.append(path)
+        for key, value in schema.items():
+            found.extend(loose_objects(value, f"{path}/{key}"))
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            found.extend(loose_objects(value, f"{path}/{index}"))
+    return found
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy ``config`` with the value of every secret-like key (:data:`SECRET_KEY_RE`) replaced
+    by ``"***"``, at any depth."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                k: ("***" if SECRET_KEY_RE.search(str(k)) else walk(v)) for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    result = walk(config)
+    return result if isinstance(result, dict) else {}
+
+
+def fill_missing_values(struct: Struct | None) -> Struct | None:
+    """Give every Struct map entry decoded without a value (None) an empty Value, in place.
+
+    A map entry with no value field is legal protobuf; its Value has no kind, which protobuf's
+    JSON mapping reads as null. betterproto2 leaves such entries as None.
+    """
+    if struct is None:
+        return None
+    stack: list[Struct] = [struct]
+    while stack:
+        current = stack.pop()
+        for key, value in list(current.fields.items()):
+            if value is None:
+                current.fields[key] = Value()
+                continue
+            pending = [value]
+            while pending:
+                item = pending.pop()
+                if item.struct_value is not None:
+                    stack.append(item.struct_value)
+                elif item.list_value is not None:
+                    pending.extend(v for v in item.list_value.values if v is not None)
+    return struct
+
+
+# -- reflection --------------------------------------------------------------------------------

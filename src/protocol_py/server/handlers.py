@@ -1,0 +1,550 @@
+"""The ModelService RPC handlers of the reference server (see :mod:`protocol_py.server`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import betterproto2
+import grpclib.const
+import grpclib.server
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.service import OVERALL, Health
+from grpclib.metadata import Deadline
+from grpclib.reflection.service import ServerReflection
+
+from protocol_py.accumulate import StreamOrderChecker
+from protocol_py.errors import StreamOrderError, ValidationError, errors_only
+from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
+from protocol_py.server.config_schema import fill_missing_values, loose_objects, validate_config
+from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
+from protocol_py.server.limits import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    decode_request,
+    receive_message,
+    strict_request_classes,
+)
+from protocol_py.server.records import RpcRecord
+from protocol_py.server.reflection import build_descriptor_pool
+from protocol_py.server.status import (
+    classify_exception,
+    invalid_request_event,
+    unary_error,
+    unknown_model,
+)
+from protocol_py.structs import from_struct
+from protocol_py.validation import (
+    validate_capabilities,
+    validate_config_schema,
+    validate_request,
+    validate_request_shape,
+)
+from protocol_py.version import PROTOCOL_VERSION
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import (
+    Capabilities,
+    ConfigureRequest,
+    ConfigureResponse,
+    CountTokensRequest,
+    CountTokensResponse,
+    DescribeRequest,
+    DescribeResponse,
+    ErrorKind,
+    GetCapabilitiesRequest,
+    GetCapabilitiesResponse,
+    ModelError,
+    ModelServiceBase,
+    ModelSpec,
+    RenderFormat,
+    RenderRequest,
+    RenderResponse,
+    StreamCompletionRequest,
+    StreamEvent,
+)
+
+log = logging.getLogger("protocol_py.server")
+
+SERVICE_NAME: Final = "model.v1.ModelService"
+"""The fully qualified gRPC service name served."""
+
+_Req = TypeVar("_Req", bound=betterproto2.Message)
+
+_RENDER_FORMATS: Final = frozenset(RenderFormat)
+
+
+class ModelServer(ServerLifecycle, ModelServiceBase):
+    """ModelService for one provider, plus the health, reflection and shutdown machinery.
+
+    Typical use::
+
+        server = ModelServer(ReferenceProvider())
+        port = await server.start("127.0.0.1", 0)
+        ...
+        await server.shutdown()
+
+    Args:
+        provider: The provider to serve.
+        max_message_size: Maximum message size in both directions, bytes.
+        grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+        descriptor_image: Path of the buf image for reflection; default: found next to the
+            generated package (``gen/descriptor/protocol.binpb``) or via the
+            ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        descriptor_image: Path | None = None,
+    ) -> None:
+        super().__init__(max_message_size=max_message_size, grace_period=grace_period)
+        self.provider = provider
+        self.descriptor_image = descriptor_image
+        self._capabilities: Capabilities | None = None
+        self._models: dict[str, ModelSpec] = {}
+        self._schema: Mapping[str, Any] | None = None
+        self._configure_lock = asyncio.Lock()
+        self._pool: Any | None = None
+        self._pool_loaded = False
+        self._strict_classes: dict[type[betterproto2.Message], Any] = {}
+
+    # -- preparation ----------------------------------------------------------------------------
+
+    async def prepare(self) -> Capabilities:
+        """Start the provider and validate its Capabilities (protocol_version filled in).
+
+        Raises:
+            ValidationError: the Capabilities break one or more rules (all are listed).
+        """
+        await self.provider.start()
+        caps = self._checked_capabilities()
+        self._install(caps)
+        return caps
+
+    def _checked_capabilities(self) -> Capabilities:
+        caps = self.provider.capabilities()
+        caps.protocol_version = PROTOCOL_VERSION
+        violations = errors_only(validate_capabilities(caps))
+        own_schema = self.provider.config_schema()
+        if own_schema is not None:
+            violations.extend(validate_config_schema(own_schema))
+        if violations:
+            raise ValidationError(violations, f"capabilities of provider {self.provider.name!r}")
+        return caps
+
+    def _install(self, caps: Capabilities) -> None:
+        self._capabilities = caps
+        self._models = {m.id: m for m in caps.models}
+        schema = self.provider.config_schema()
+        if schema is None and caps.config_schema is not None:
+            schema = from_struct(caps.config_schema)
+        self._schema = schema
+        loose = loose_objects(schema) if schema is not None else []
+        if loose:
+            log.warning(
+                "config schema of provider %s allows unknown keys at %s; set "
+                "additionalProperties: false so misspelt keys are rejected",
+                self.provider.name,
+                ", ".join(loose),
+            )
+
+    def descriptor_pool(self) -> Any | None:
+        """The DescriptorPool of :func:`build_descriptor_pool` (built once), or None."""
+        if not self._pool_loaded:
+            self._pool = build_descriptor_pool(self.descriptor_image)
+            self._pool_loaded = True
+            if self._pool is not None:
+                self._strict_classes = strict_request_classes(self._pool)
+        return self._pool
+
+    def services(self) -> list[Any]:
+        """The grpclib services to serve: this one, health, and reflection when available."""
+        health = Health({self: [self.health_status], OVERALL: [self.health_status]})
+        services: list[Any] = [self, health]
+        pool = self.descriptor_pool()
+        if pool is not None:
+            services = ServerReflection.extend(services, pool=pool)
+        return services
+
+    @property
+    def prepared(self) -> bool:
+        """True once :meth:`prepare` has validated and installed the Capabilities."""
+        return self._capabilities is not None
+
+    async def close_provider(self) -> None:
+        """Close the provider (the last step of :meth:`shutdown`)."""
+        await self.provider.aclose()
+
+    async def _recv(self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req]) -> _Req:
+        """Read and decode the single request message within the size limit."""
+        data = await receive_message(stream, self.max_message_size)
+        return decode_request(data, kind, self._strict_classes.get(kind))
+
+    def _unary(
+        self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
+    ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
+        async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
+            record = RpcRecord(rpc=rpc)
+            try:
+                self.check_accepting()
+                request = await self._recv(stream, kind)
+                try:
+                    response = await func(request, record)
+                except GRPCError:
+                    raise
+                except Exception as exc:
+                    error = unary_error(exc)
+                    if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
+                        log.error("%s failed", rpc, exc_info=exc)
+                    raise error from None
+                await stream.send_message(response)
+            except GRPCError as exc:
+                record.outcome = "error"
+                record.error_kind = exc.status.name
+                record.detail = exc.message
+                raise
+            except (asyncio.CancelledError, GeneratorExit):
+                record.outcome = "cancelled"
+                raise
+            finally:
+                record.emit()
+
+        return handle
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        """The ModelService routes, with size-limited receiving and per-RPC logging."""
+
+        def h(name: str, func: Any, card: Cardinality, req: Any, rep: Any) -> tuple[str, Any]:
+            return f"/{SERVICE_NAME}/{name}", grpclib.const.Handler(func, card, req, rep)
+
+        uu = Cardinality.UNARY_UNARY
+        return dict(
+            [
+                h(
+                    "GetCapabilities",
+                    self._unary("GetCapabilities", GetCapabilitiesRequest, self._get_capabilities),
+                    uu,
+                    GetCapabilitiesRequest,
+                    GetCapabilitiesResponse,
+                ),
+                h(
+                    "Configure",
+                    self._unary("Configure", ConfigureRequest, self._configure),
+                    uu,
+                    ConfigureRequest,
+                    ConfigureResponse,
+                ),
+                h(
+                    "StreamCompletion",
+                    self._rpc_stream_completion,
+                    Cardinality.UNARY_STREAM,
+                    StreamCompletionRequest,
+                    StreamEvent,
+                ),
+                h(
+                    "CountTokens",
+                    self._unary("CountTokens", CountTokensRequest, self._count_tokens),
+                    uu,
+                    CountTokensRequest,
+                    CountTokensResponse,
+                ),
+                h(
+                    "Render",
+                    self._unary("Render", RenderRequest, self._render),
+                    uu,
+                    RenderRequest,
+                    RenderResponse,
+                ),
+                h(
+                    "Describe",
+                    self._unary("Describe", DescribeRequest, self._describe),
+                    uu,
+                    DescribeRequest,
+                    DescribeResponse,
+                ),
+            ]
+        )
+
+    # -- unary RPCs -------------------------------------------------------------------------------
+
+    def _caps(self) -> Capabilities:
+        if self._capabilities is None:
+            raise GRPCError(Status.UNAVAILABLE, "server is not ready")
+        return self._capabilities
+
+    async def _get_capabilities(
+        self, request: GetCapabilitiesRequest, record: RpcRecord
+    ) -> GetCapabilitiesResponse:
+        return GetCapabilitiesResponse(capabilities=self._caps())
+
+    async def get_capabilities(self, message: GetCapabilitiesRequest) -> GetCapabilitiesResponse:
+        """The validated Capabilities, with ``protocol_version``."""
+        return GetCapabilitiesResponse(capabilities=self._caps())
+
+    async def _describe(self, request: DescribeRequest, record: RpcRecord) -> DescribeResponse:
+        return await self.describe(request)
+
+    async def describe(self, message: DescribeRequest) -> DescribeResponse:
+        """The provider's ProducerRef, with ``protocol_version``."""
+        producer = self.provider.describe()
+        producer.protocol_version = PROTOCOL_VERSION
+        return DescribeResponse(producer=producer)
+
+    async def _configure(self, request: ConfigureRequest, record: RpcRecord) -> ConfigureResponse:
+        response = await self.configure(request)
+        record.config_keys = sorted(request.config.fields) if request.config is not None else []
+        return response
+
+    async def configure(self, message: ConfigureRequest) -> ConfigureResponse:
+        """Validate the config against the config schema, then apply it atomically.
+
+        Raises:
+            GRPCError: INVALID_ARGUMENT listing every schema error (JSON Pointer paths), or the
+                provider's own rejection; FAILED_PRECONDITION when the provider's config schema
+                fails while checking the config (never INTERNAL; start-up already refuses a
+                schema that is not valid JSON Schema with its formats checked). The previous
+                configuration stays in force.
+        """
+        try:
+            config = from_struct(fill_missing_values(message.config), path="config")
+        except ValueError as exc:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+        schema = self._schema
+        if schema is None:
+            if config:
+                raise GRPCError(Status.INVALID_ARGUMENT, "this provider takes no configuration")
+        else:
+            try:
+                problems = validate_config(schema, config)
+            except ValueError as exc:
+                # the provider's schema is at fault, not the caller: start-up refuses such a
+                # schema, so this is only reachable for a failure while applying it
+                raise GRPCError(
+                    Status.FAILED_PRECONDITION,
+                    f"the provider's config schema cannot check this config: {exc}",
+                ) from None
+            if problems:
+                raise GRPCError(
+                    Status.INVALID_ARGUMENT,
+                    f"invalid config: {len(problems)} error(s): " + "; ".join(problems),
+                )
+        async with self._configure_lock:
+            try:
+                await self.provider.configure(config)
+            except ValueError as exc:
+                raise GRPCError(
+                    Status.INVALID_ARGUMENT, f"config rejected by the provider: {exc}"
+                ) from None
+            try:
+                caps = self._checked_capabilities()
+            except ValidationError as exc:
+                log.warning("capabilities after Configure are invalid; keeping previous: %s", exc)
+            else:
+                self._install(caps)
+        return ConfigureResponse()
+
+    def _model(self, model_id: str) -> ModelSpec:
+        spec = self._models.get(model_id)
+        if spec is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(unknown_model(model_id, self._models)))
+        return spec
+
+    async def _count_tokens(
+        self, request: CountTokensRequest, record: RpcRecord
+    ) -> CountTokensResponse:
+        record.model = request.model_id
+        self._model(request.model_id)
+        return await self.provider.count_tokens(request)
+
+    async def count_tokens(self, message: CountTokensRequest) -> CountTokensResponse:
+        """The provider's count for a known model (INVALID_ARGUMENT for an unknown one)."""
+        self._model(message.model_id)
+        return await self.provider.count_tokens(message)
+
+    async def _render(self, request: RenderRequest, record: RpcRecord) -> RenderResponse:
+        return await self.render(request)
+
+    async def render(self, message: RenderRequest) -> RenderResponse:
+        """The provider's rendering of its own payload.
+
+        Raises:
+            GRPCError: INVALID_ARGUMENT for an empty ``payload_type`` or a ``format`` that is
+                not a known RenderFormat value (the message starts with the field name); a
+                provider's ``ValueError`` also becomes INVALID_ARGUMENT.
+        """
+        if not message.payload_type:
+            raise GRPCError(Status.INVALID_ARGUMENT, "payload_type: must be non-empty")
+        if message.format not in _RENDER_FORMATS:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"format: unknown RenderFormat value {int(message.format)} "
+                f"(known: {', '.join(str(int(f)) for f in RenderFormat)})",
+            )
+        return await self.provider.render(message)
+
+    # -- StreamCompletion -----------------------------------------------------------------------
+
+    async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        self.check_accepting()
+        with self.in_flight() as task:
+            request = await self._recv(stream, StreamCompletionRequest)
+            handler = functools.partial(self._completion, deadline=stream.deadline)
+            try:
+                await self._call_rpc_handler_server_stream(handler, stream, request)
+            except asyncio.CancelledError:
+                if not (self.grace_expired and task is not None and task.cancelling()):
+                    raise
+                task.uncancel()  # our own cancellation at grace expiry: end the stream in-band
+                await self._send_shutdown_error(stream)
+                return
+            # Trailers are sent here, not after return, so a draining shutdown that waits for
+            # in-flight streams never closes the connection before the stream's status.
+            await stream.send_trailing_metadata()
+
+    async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
+        trailers (the stream ended in-band)."""
+        event = StreamEvent(
+            error=ModelError(
+                kind=ErrorKind.TRANSIENT, message="server shutting down", retryable=True
+            )
+        )
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(FINAL_EVENT_TIMEOUT):
+                await stream.send_message(event)
+                await stream.send_trailing_metadata()
+
+    async def _call_rpc_handler_server_stream(
+        self,
+        handler: Callable[..., Any],
+        stream: grpclib.server.Stream[Any, Any],
+        request: Any,
+    ) -> None:
+        """Iterate the handler inside ``contextlib.aclosing`` so that, when the client cancels or
+        the deadline passes, the handler (and the provider's generator) is closed at once."""
+        events = handler(request)
+        if not hasattr(events, "aclose"):
+            async for event in events:
+                await stream.send_message(event)
+            return
+        async with contextlib.aclosing(events):
+            async for event in events:
+                await stream.send_message(event)
+
+    def stream_completion(self, message: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
+        """Validate, run the provider, check event order, classify failures (see the module)."""
+        return self._completion(message)
+
+    async def _completion(
+        self, request: StreamCompletionRequest, deadline: Deadline | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        context = request.call_context or CallContext()
+        record = RpcRecord(
+            rpc="StreamCompletion",
+            session_id=context.session_id,
+            turn_id=context.turn_id,
+            model=request.model_id,
+            events=0,
+        )
+        try:
+            spec = self._models.get(request.model_id)
+            if spec is None:
+                # Unknown model: still report every rule that needs no ModelSpec.
+                violations = errors_only(validate_request_shape(request))
+                if not any(v.path == "model_id" for v in violations):
+                    violations.insert(0, unknown_model(request.model_id, self._models))
+            else:
+                violations = errors_only(validate_request(request, spec))
+            if violations or spec is None:
+                event = invalid_request_event(violations)
+                record.error_kind = ErrorKind.INVALID_REQUEST.name
+                record.outcome = "invalid_request"
+                record.events = 1
+                yield event
+                return
+            checker = StreamOrderChecker()
+            upstream: AsyncIterator[StreamEvent] | None = None
+            failure: ModelError | None = None
+            try:
+                upstream = self.provider.stream(request, context)
+                async for event in upstream:
+                    try:
+                        checker.check(event)
+                    except StreamOrderError as exc:
+                        failure = ModelError(
+                            kind=ErrorKind.PERMANENT,
+                            message=f"provider broke the event order at event {exc.index}: "
+                            f"{exc.rule}: {exc.detail}",
+                            retryable=False,
+                        )
+                        log.error("provider %s: %s", self.provider.name, failure.message)
+                        break
+                    record.events = (record.events or 0) + 1
+                    if event.stop is not None:
+                        record.stop = event.stop.reason.name
+                        yield event
+                        return
+                    if event.error is not None:
+                        record.error_kind = event.error.kind.name
+                        record.outcome = "error"
+                        yield event
+                        return
+                    yield event
+                else:
+                    _reraise_swallowed_cancellation()
+                    failure = ModelError(
+                        kind=ErrorKind.PERMANENT,
+                        message="provider ended the stream without a stop or error event",
+                        retryable=False,
+                    )
+                    log.error("provider %s: %s", self.provider.name, failure.message)
+            except NotImplementedRPC:
+                if record.events == 0:
+                    raise GRPCError(Status.UNIMPLEMENTED, "StreamCompletion") from None
+                failure = ModelError(kind=ErrorKind.PERMANENT, message="not implemented")
+            except Exception as exc:
+                _reraise_swallowed_cancellation()
+                failure = classify_exception(exc)
+                if not isinstance(exc, ProviderError):
+                    log.error(
+                        "provider %s raised %s",
+                        self.provider.name,
+                        type(exc).__name__,
+                        exc_info=exc,
+                    )
+            finally:
+                aclose = getattr(upstream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if failure is not None:
+                record.error_kind = failure.kind.name
+                record.outcome = "error"
+                record.events = (record.events or 0) + 1
+                yield StreamEvent(error=failure)
+        except (asyncio.CancelledError, GeneratorExit):
+            expired = deadline is not None and deadline.time_remaining() <= 0
+            if self.grace_expired:
+                record.outcome = "error"
+                record.error_kind = ErrorKind.TRANSIENT.name
+                record.detail = "server shutting down (grace period expired)"
+                record.events = (record.events or 0) + 1
+            else:
+                record.outcome = "deadline_exceeded" if expired else "cancelled"
+            raise
+        finally:
+            record.emit()
+
+
+def _reraise_swallowed_cancellation() -> None:
+    """A provider that caught CancelledError and returned must not defeat cancellation."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError()

@@ -1,0 +1,245 @@
+"""The reference server's lifecycle: listening, health, in-flight accounting, graceful drain.
+
+:class:`ServerLifecycle` is the base of :class:`~protocol_py.server.ModelServer`: it owns the
+grpclib server, the health status, the set of open connections and the in-flight
+StreamCompletions, and implements the drain of :meth:`ServerLifecycle.shutdown` (server case
+C02: an idle client never keeps the process alive). The RPC handlers live in
+:mod:`protocol_py.server.handlers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any, Final
+
+import grpclib.server
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.check import ServiceStatus
+from grpclib.protocol import H2Protocol
+
+from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+
+log = logging.getLogger("protocol_py.server")
+
+DEFAULT_GRACE_PERIOD: Final = 10.0
+"""Default time in-flight StreamCompletions get to finish on shutdown, in seconds."""
+
+FINAL_EVENT_TIMEOUT: Final = 1.0
+"""Seconds allowed, at grace expiry, for the final in-band error events to be sent."""
+
+SHUTDOWN_LINGER: Final = 0.25
+"""Seconds connections stay open after the last in-flight stream finished during a drain."""
+
+DEFAULT_HOST: Final = "127.0.0.1"
+"""Default listening host: loopback only."""
+
+DEFAULT_PORT: Final = 50051
+"""Default listening TCP port."""
+
+
+class DrainableStatus(ServiceStatus):
+    """grpclib's ServiceStatus whose value can be flipped from a signal handler.
+
+    :meth:`mark` only assigns the value (safe inside a ``signal.signal`` handler, so a health
+    Check answered after SIGTERM is never SERVING); :meth:`set` then notifies Watch streams.
+    """
+
+    def mark(self, value: bool | None) -> None:
+        """Set the value without notifying watchers (signal-safe)."""
+        self._value = value
+
+    def set(self, value: bool | None) -> None:
+        """Set the value and wake every Watch stream (also after :meth:`mark`)."""
+        super().set(value)
+        for event in self._events:
+            event.set()
+
+
+class ServerLifecycle:
+    """Listening, health, in-flight accounting and graceful shutdown of one gRPC server.
+
+    Subclasses provide :meth:`prepare` (run once before listening), :meth:`services` (the
+    grpclib services to serve) and :meth:`close_provider` (run last on shutdown).
+
+    Args:
+        max_message_size: Maximum message size in both directions, bytes.
+        grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+    ) -> None:
+        self.max_message_size = max_message_size
+        self.grace_period = grace_period
+        self.health_status = DrainableStatus()
+        self.draining = False
+        self._server: grpclib.server.Server | None = None
+        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+        self._in_flight = 0
+        self._stream_tasks: set[asyncio.Task[Any]] = set()
+        self._grace_expired = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.port: int | None = None
+        self.host: str | None = None
+
+    # -- hooks for the subclass -----------------------------------------------------------------
+
+    @property
+    def prepared(self) -> bool:
+        """True once :meth:`prepare` has run successfully."""
+        raise NotImplementedError
+
+    async def prepare(self) -> Any:
+        """Get ready to serve (called by :meth:`start` when :attr:`prepared` is false)."""
+        raise NotImplementedError
+
+    def services(self) -> list[Any]:
+        """The grpclib services to serve."""
+        raise NotImplementedError
+
+    async def close_provider(self) -> None:
+        """Release what :meth:`prepare` acquired; the last step of :meth:`shutdown`."""
+
+    # -- listening ------------------------------------------------------------------------------
+
+    async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
+        """Prepare, listen on ``host:port`` (0: a free port) and mark health SERVING.
+
+        Returns:
+            The bound port.
+
+        Raises:
+            ValidationError: invalid Capabilities (the server does not start).
+            OSError: the address cannot be bound.
+        """
+        if not self.prepared:
+            await self.prepare()
+        protocols = self._protocols
+
+        class _Server(grpclib.server.Server):
+            def _protocol_factory(self) -> H2Protocol:
+                protocol = super()._protocol_factory()
+                protocols.add(protocol)
+                return protocol
+
+        codec = LimitedCodec(self.max_message_size, self.max_message_size)
+        self._server = _Server(self.services(), codec=codec)
+        await self._server.start(host, port)
+        listener = self._server._server
+        assert listener is not None
+        sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
+        self.host, self.port = str(sockname[0]), int(sockname[1])
+        self.health_status.set(True)
+        return self.port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the server listens on (IPv6 hosts in brackets)."""
+        host = self.host or DEFAULT_HOST
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    # -- admission and in-flight accounting ----------------------------------------------------
+
+    def check_accepting(self) -> None:
+        """Raise UNAVAILABLE ``"server is shutting down"`` once draining has begun."""
+        if self.draining:
+            raise GRPCError(Status.UNAVAILABLE, "server is shutting down")
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[asyncio.Task[Any] | None]:
+        """Count the current task as an in-flight StreamCompletion while the block runs (a
+        drain waits for it and cancels it at grace expiry). Yields the task."""
+        self._in_flight += 1
+        self._idle.clear()
+        task = asyncio.current_task()
+        if task is not None:
+            self._stream_tasks.add(task)
+        try:
+            yield task
+        finally:
+            if task is not None:
+                self._stream_tasks.discard(task)
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def mark_draining(self) -> None:
+        """Flip health to NOT_SERVING and refuse new calls at once; safe to call from a
+        ``signal.signal`` handler. :meth:`shutdown` does the rest."""
+        self.draining = True
+        self.health_status.mark(False)
+
+    async def shutdown(self, grace_period: float | None = None) -> None:
+        """Drain and stop: NOT_SERVING, stop listening, let in-flight completions finish.
+
+        Within ``grace_period`` seconds (default: the constructor's) in-flight
+        StreamCompletions may finish; new calls are refused with UNAVAILABLE. Then remaining
+        calls, health Watch streams included, are cancelled, every connection is closed (so
+        idle clients cannot keep the process alive), and the provider is closed.
+        """
+        grace = self.grace_period if grace_period is None else grace_period
+        self.draining = True
+        self.health_status.set(False)
+        server = self._server
+        if server is not None and server._server is not None:
+            server._server.close()  # stop accepting connections; keep existing ones
+        if self._in_flight:
+            started = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout=grace)
+            if self._in_flight:
+                await self._end_in_flight_streams()
+            # Let clients read the last messages and trailers before their connection goes
+            # (a grpclib client fails every stream it has not finished reading on GOAWAY).
+            linger = min(SHUTDOWN_LINGER, max(0.0, grace - (time.monotonic() - started)))
+            await asyncio.sleep(linger)
+        if server is not None:
+            server.close()  # cancels remaining handlers, including health Watch streams
+            await asyncio.sleep(0)
+            for protocol in list(self._protocols):
+                close_connection(protocol)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+        with contextlib.suppress(Exception):
+            await self.close_provider()
+
+    @property
+    def grace_expired(self) -> bool:
+        """True once the grace period of a shutdown has run out (in-flight streams are then
+        being cancelled and end with an in-band "server shutting down" error)."""
+        return self._grace_expired
+
+    async def _end_in_flight_streams(self) -> None:
+        """Grace period expired: cancel every in-flight StreamCompletion; each one's handler
+        closes its provider generator and sends a final in-band ``error`` event (TRANSIENT,
+        retryable, "server shutting down") and its trailers where the connection still allows
+        (waits at most :data:`FINAL_EVENT_TIMEOUT` seconds for them)."""
+        self._grace_expired = True
+        for task in list(self._stream_tasks):
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
+
+
+def close_connection(protocol: H2Protocol) -> None:
+    """Send GOAWAY (best effort) and close the transport of one connection."""
+    connection = getattr(protocol, "connection", None)
+    if connection is None or connection.is_closing():
+        return
+    with contextlib.suppress(Exception):
+        connection._connection.close_connection()
+        connection.flush()
+    with contextlib.suppress(Exception):
+        protocol.processor.close("server shutting down")

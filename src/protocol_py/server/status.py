@@ -1,0 +1,118 @@
+"""How failures become statuses: provider exceptions as ModelErrors, unary errors as gRPC
+statuses, violations as the in-band INVALID_REQUEST event (DESIGN D10)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from typing import Final
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from protocol_py.errors import Violation
+from protocol_py.provider import NotImplementedRPC, ProviderError
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    ModelSpec,
+    StreamEvent,
+)
+
+
+def classify_exception(exc: BaseException) -> ModelError:
+    """Turn a provider exception into the ModelError that ends its stream (DESIGN D10).
+
+    :class:`ProviderError` keeps its own ModelError; ``httpx`` transport errors, ``OSError``
+    and timeouts are TRANSIENT (retryable); an ``httpx.HTTPStatusError`` is classified by its
+    status code; anything else is PERMANENT, naming only the exception type (the exception's
+    text may hold secrets or request data and is logged, not sent).
+    """
+    if isinstance(exc, ProviderError):
+        return exc.error
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(exc, httpx.HTTPStatusError):
+        status = int(exc.response.status_code)
+        return _error_for_http_status(status)
+    if (httpx is not None and isinstance(exc, httpx.TransportError)) or isinstance(
+        exc, OSError | TimeoutError | asyncio.TimeoutError
+    ):
+        return ModelError(
+            kind=ErrorKind.TRANSIENT,
+            message=f"upstream connection failed ({type(exc).__name__})",
+            retryable=True,
+        )
+    return ModelError(
+        kind=ErrorKind.PERMANENT,
+        message=f"internal provider error ({type(exc).__name__})",
+        retryable=False,
+    )
+
+
+def _error_for_http_status(status: int) -> ModelError:
+    kinds = {
+        400: ErrorKind.INVALID_REQUEST,
+        422: ErrorKind.INVALID_REQUEST,
+        401: ErrorKind.AUTHENTICATION,
+        403: ErrorKind.PERMISSION_DENIED,
+        404: ErrorKind.NOT_FOUND,
+        402: ErrorKind.QUOTA_EXHAUSTED,
+        429: ErrorKind.RATE_LIMITED,
+        529: ErrorKind.OVERLOADED,
+    }
+    kind = kinds.get(status, ErrorKind.TRANSIENT if status >= 500 else ErrorKind.PERMANENT)
+    retryable = kind in (ErrorKind.RATE_LIMITED, ErrorKind.OVERLOADED, ErrorKind.TRANSIENT)
+    return ModelError(
+        kind=kind, message=f"upstream HTTP {status}", retryable=retryable, http_status=status
+    )
+
+
+_GRPC_STATUS_FOR_KIND: Final = {
+    ErrorKind.INVALID_REQUEST: Status.INVALID_ARGUMENT,
+    ErrorKind.AUTHENTICATION: Status.UNAUTHENTICATED,
+    ErrorKind.PERMISSION_DENIED: Status.PERMISSION_DENIED,
+    ErrorKind.NOT_FOUND: Status.NOT_FOUND,
+    ErrorKind.RATE_LIMITED: Status.RESOURCE_EXHAUSTED,
+    ErrorKind.QUOTA_EXHAUSTED: Status.RESOURCE_EXHAUSTED,
+    ErrorKind.CONTEXT_OVERFLOW: Status.INVALID_ARGUMENT,
+    ErrorKind.OVERLOADED: Status.UNAVAILABLE,
+    ErrorKind.TRANSIENT: Status.UNAVAILABLE,
+    ErrorKind.PERMANENT: Status.INTERNAL,
+}
+
+
+def unary_error(exc: Exception) -> GRPCError:
+    """Status for a unary RPC's exception (unary RPCs have no in-band error event)."""
+    if isinstance(exc, GRPCError):
+        return exc
+    if isinstance(exc, NotImplementedRPC):
+        return GRPCError(Status.UNIMPLEMENTED, f"not implemented by this provider: {exc}")
+    if isinstance(exc, ValueError) and not isinstance(exc, ProviderError):
+        return GRPCError(Status.INVALID_ARGUMENT, str(exc))
+    error = classify_exception(exc)
+    status = _GRPC_STATUS_FOR_KIND.get(error.kind, Status.INTERNAL)
+    return GRPCError(status, f"{error.kind.name}: {error.message}")
+
+
+def invalid_request_event(violations: list[Violation]) -> StreamEvent:
+    text = "; ".join(str(v) for v in violations)
+    return StreamEvent(
+        error=ModelError(
+            kind=ErrorKind.INVALID_REQUEST,
+            message=f"invalid request: {len(violations)} violation(s): {text}",
+            retryable=False,
+        )
+    )
+
+
+# -- logging ---------------------------------------------------------------------------------
+
+
+def unknown_model(model_id: str, models: Mapping[str, ModelSpec]) -> Violation:
+    served = ", ".join(sorted(models)) or "none"
+    return Violation(
+        "model_id",
+        "request.model_id.unknown",
+        f"model {model_id!r} is not served by this provider (served: {served})",
+    )
