@@ -7,11 +7,11 @@ distribution's semver; its major version follows the protocol major it carries.
 
 from typing import Final
 
-PROTOCOL_VERSION: Final = "1.0"
+PROTOCOL_VERSION: Final = "1.1"
 """The protocol version carried by this package, ``MAJOR.MINOR``."""
 
 PROTOCOL_MAJOR: Final = 1
 """The protocol major version, as printed in the ``--handshake`` line."""
 
-PACKAGE_VERSION: Final = "1.0.0"
+PACKAGE_VERSION: Final = "1.1.0"
 """The package version (semver)."""
