@@ -46,8 +46,8 @@ from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
-from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py.vendor_data import vendor_data_problems
+from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import HookPoint
 from protocol_py_gen.content.v1 import (
     ContentBlock,
