@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.vendor_data import OPENAI_EXTRA_CONTENT
 from protocol_py.providers._request import (
     block_case,
     collapse_effort,
@@ -55,6 +54,7 @@ from protocol_py.providers._request import (
     tool_input,
 )
 from protocol_py.structs import from_struct
+from protocol_py.vendor_data import OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import Message, Role
 from protocol_py_gen.model.v1 import (
     ModelSpec,
