@@ -164,7 +164,7 @@ def _check_vendor_data(
         raise StreamOrderError(
             index,
             f"stream.tool_call.vendor_data.{problem.rule}",
-            f"{name} {call_id!r}: vendor_data[{problem.index}]: {problem.message}",
+            f"{name} {call_id!r}: vendor_data[{problem.entry}]: {problem.message}",
         )
 
 

@@ -776,7 +776,7 @@ class _RequestChecker:
                         )
                 for problem in vendor_data_problems(tool_use.vendor_data):
                     self.add(
-                        f"{bpath}.vendor_data[{problem.index}]",
+                        f"{bpath}.vendor_data[{problem.entry}]",
                         f"request.content.tool_use.vendor_data.{problem.rule}",
                         problem.message,
                     )

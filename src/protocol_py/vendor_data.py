@@ -63,10 +63,10 @@ _SHOWN_CHARS: Final = 40
 
 
 class VendorDataProblem(NamedTuple):
-    """One broken rule: the entry's index in the list it was checked in, the rule suffix (see
+    """One broken rule: the index of the entry in the list it was checked in, the rule suffix (see
     the module docstring) and a message that quotes at most 40 characters of the location."""
 
-    index: int
+    entry: int
     rule: str
     message: str
 
