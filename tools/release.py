@@ -3,8 +3,9 @@
 
 Steps, in order; the first failure stops the release with a non-zero exit:
 
-1. Refuse a malformed version (``X.Y.Z``, digits only), a version not above the current
-   package version, a CHANGELOG.md without a ``## [X.Y.Z]`` section, a dirty git tree
+1. Refuse a malformed version (``X.Y.Z``, digits only), a version below the current package
+   version (the current one itself may be released: a tree prepared at ``X.Y.Z`` whose image
+   is not written yet), a CHANGELOG.md without a ``## [X.Y.Z]`` section, a dirty git tree
    (``git status --porcelain`` not empty: tracked changes or untracked files), and a failing
    ``tools/check`` (run in full before anything is changed).
 2. Set the version: ``// Protocol version: X.Y`` in the header of every ``.proto`` under
@@ -17,6 +18,9 @@ Steps, in order; the first failure stops the release with a non-zero exit:
 5. Build the wheel and the sdist into ``dist/`` (``python -m build``, the ``build`` package of
    the dev extra; an isolated build environment with hatchling from the package index).
 6. Print the commands that commit the release and create its tag ``vX.Y.Z``.
+
+A refusal in step 1 changes nothing; a failure after it leaves the changes made so far in the
+working tree (``git checkout -- . && git clean -fd proto-baseline`` undoes them).
 
 Run with the interpreter that has the ``dev`` extra, for example
 ``.venv/bin/python tools/release 1.1.0``. Exit status: 0 on success, 1 when a step refused or
@@ -211,9 +215,9 @@ def release(root: Path, version: str, *, check: bool = True) -> list[Path]:
     """
     wanted = parse_version(version)
     current = current_package_version(root)
-    if wanted <= current:
+    if wanted < current:
         shown = ".".join(map(str, current))
-        raise ReleaseError(f"version {version} is not above the current version {shown}")
+        raise ReleaseError(f"version {version} is below the current version {shown}")
     check_changelog(root, version)
     check_clean_tree(root)
     if check:
