@@ -2,7 +2,8 @@
 
 ``PROTOCOL_VERSION`` is the wire protocol's ``MAJOR.MINOR``; it equals the version written in the
 header comment of every ``.proto`` file (a test keeps them equal). ``PACKAGE_VERSION`` is this
-distribution's semver; its major version follows the protocol major it carries.
+distribution's semver: package ``X.Y.Z`` carries protocol ``X.Y``. ``tools/release X.Y.Z`` sets
+both (and the proto headers and pyproject.toml).
 """
 
 from typing import Final
