@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_schema_tools import copy_repo as copy_tree
+from test_schema_tools import run_tool
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COPIED = (
@@ -30,15 +32,7 @@ CHECK_PASSES = 'print("stub check: passing")\n'
 
 
 def copy_repo(dest: Path) -> Path:
-    dest.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in COPIED:
-        source = REPO_ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name, ignore=ignore)
-        else:
-            shutil.copy2(source, dest / name)
-    return dest
+    return copy_tree(dest, COPIED)
 
 
 def git(repo: Path, *args: str) -> None:
@@ -62,17 +56,6 @@ def repo(tmp_path: Path) -> Path:
     git(copy, "add", "-A")
     git(copy, "commit", "-q", "-m", "scratch")
     return copy
-
-
-def run_tool(repo: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(repo / "tools" / tool), *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def stub_check(repo: Path, body: str) -> None:
