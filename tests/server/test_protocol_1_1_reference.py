@@ -8,6 +8,7 @@ import pytest
 
 from protocol_py.client import ModelClient
 from protocol_py.errors import InvalidValueError
+from protocol_py.providers._anthropic_request import build_anthropic_body
 from protocol_py.providers.reference import SIGNATURE_LOCATION
 from protocol_py.replay import continue_paused_turn, is_paused
 from protocol_py_gen.content.v1 import (
@@ -15,10 +16,18 @@ from protocol_py_gen.content.v1 import (
     Message,
     Role,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     VendorData,
 )
-from protocol_py_gen.model.v1 import ErrorKind, Stop, StopReason
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelSpec,
+    Stop,
+    StopReason,
+    ThinkingReplay,
+    ThinkingSpec,
+)
 
 from .conftest import make_request, user
 from .test_reference import WEATHER
@@ -141,3 +150,37 @@ def test_continue_paused_turn_refuses_a_turn_that_did_not_pause() -> None:
             make_request(), Message(role=Role.USER), Stop(reason=StopReason.PAUSE_TURN)
         )
     assert info.value.rule == "replay.paused_message"
+
+
+def test_anthropic_body_sends_the_paused_message_back_as_the_last_message() -> None:
+    """The replay rule on the Anthropic wire: the paused assistant content goes last, as is
+    (thinking with its signature, then text), so Anthropic continues the turn."""
+    paused = Message(
+        role=Role.ASSISTANT,
+        id="01J00000000000000000000002",
+        produced_by_provider="anthropic",
+        content=[
+            ContentBlock(thinking=ThinkingBlock(text="Let me search.", signature=b"SIG_T1==")),
+            ContentBlock(text=TextBlock(text="Searching the web")),
+        ],
+    )
+    request = continue_paused_turn(
+        make_request("Find it", model="claude-x"),
+        paused,
+        Stop(reason=StopReason.PAUSE_TURN, model_affirmed=True, vendor_reason="pause_turn"),
+    )
+    spec = ModelSpec(
+        id="claude-x",
+        context_window=200_000,
+        max_output_tokens=8_000,
+        thinking=ThinkingSpec(supported=True, replay=ThinkingReplay.ALL),
+    )
+    body = build_anthropic_body(request, spec)
+    assert body["messages"][-1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Let me search.", "signature": "SIG_T1=="},
+            {"type": "text", "text": "Searching the web"},
+        ],
+    }
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
