@@ -61,7 +61,7 @@ def unknown(message: Any) -> dict[int, list[bytes]]:
     return found
 
 
-def stream_1_0(v10: Callable[[str], Any], address: str, request: Any) -> list[Any]:
+def stream_upb(v10: Callable[[str], Any], address: str, request: Any) -> list[Any]:
     with grpc.insecure_channel(address) as channel:
         call = channel.unary_stream(
             SERVICE + "StreamCompletion",
@@ -71,7 +71,7 @@ def stream_1_0(v10: Callable[[str], Any], address: str, request: Any) -> list[An
         return list(call(request, timeout=30))
 
 
-def request_1_0(v10: Callable[[str], Any], prompt: str, tools: bool = False) -> Any:
+def upb_request(v10: Callable[[str], Any], prompt: str, tools: bool = False) -> Any:
     block = v10("content.v1.ContentBlock")(text=v10("content.v1.TextBlock")(text=prompt))
     declared = []
     if tools:
@@ -98,7 +98,7 @@ def cases(events: list[Any]) -> list[str]:
 def test_1_0_kernel_receives_vendor_data_as_unknown_fields_kept_byte_for_byte(
     v10: Callable[[str], Any], cli_server: Subprocess
 ) -> None:
-    events = stream_1_0(v10, cli_server.address, request_1_0(v10, "signed tool: weather", True))
+    events = stream_upb(v10, cli_server.address, upb_request(v10, "signed tool: weather", True))
     assert cases(events)[-1] == "stop"
     (start,) = [e.tool_call_start for e in events if e.WhichOneof("event") == "tool_call_start"]
     assert start.id.startswith("toolu_refsig_") and start.name == "get_weather"
@@ -115,7 +115,7 @@ def test_1_0_kernel_receives_vendor_data_as_unknown_fields_kept_byte_for_byte(
 def test_1_0_kernel_sees_pause_turn_as_an_unknown_stop_reason_number(
     v10: Callable[[str], Any], cli_server: Subprocess
 ) -> None:
-    events = stream_1_0(v10, cli_server.address, request_1_0(v10, "Please pause turn now"))
+    events = stream_upb(v10, cli_server.address, upb_request(v10, "Please pause turn now"))
     stop = events[-1].stop
     assert cases(events)[-1] == "stop"
     enum_1_0 = v10("model.v1.Stop").DESCRIPTOR.fields_by_name["reason"].enum_type
@@ -128,21 +128,21 @@ def test_1_0_kernel_sees_pause_turn_as_an_unknown_stop_reason_number(
 def test_1_0_shaped_requests_are_served_by_the_1_1_plugin(
     v10: Callable[[str], Any], cli_server: Subprocess
 ) -> None:
-    events = stream_1_0(v10, cli_server.address, request_1_0(v10, "Hello there"))
+    events = stream_upb(v10, cli_server.address, upb_request(v10, "Hello there"))
     assert cases(events)[0] == "stream_start" and events[-1].stop.reason == 1  # END_TURN
     text = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
     assert "You wrote: Hello there" in text
     # A 1.0 tool turn (no vendor data anywhere) round-trips: call, then its result.
-    first = stream_1_0(v10, cli_server.address, request_1_0(v10, "use tool please", True))
+    first = stream_upb(v10, cli_server.address, upb_request(v10, "use tool please", True))
     (start,) = [e.tool_call_start for e in first if e.WhichOneof("event") == "tool_call_start"]
     assert unknown(start) == {}  # an unsigned call carries no vendor data
-    request = request_1_0(v10, "use tool please", True)
+    request = upb_request(v10, "use tool please", True)
     use = v10("content.v1.ToolUseBlock")(id=start.id, name=start.name)
     request.messages.add(id="01J0000000000000000000000B", role=2).content.add(tool_use=use)
     result = v10("content.v1.ToolResultBlock")(tool_use_id=start.id)
     result.content.add(text=v10("content.v1.TextBlock")(text="sunny"))
     request.messages.add(id="01J0000000000000000000000C", role=1).content.add(tool_result=result)
-    second = stream_1_0(v10, cli_server.address, request)
+    second = stream_upb(v10, cli_server.address, request)
     text = "".join(e.text_delta.text for e in second if e.WhichOneof("event") == "text_delta")
     assert "The tool returned: sunny" in text and second[-1].stop.reason == 1
 
@@ -248,3 +248,22 @@ async def test_1_1_kernel_works_with_a_1_0_plugin(plugin_1_0: tuple[Plugin10, st
     # The 1.0 plugin decoded the 1.1 request; the vendor data arrived as an unknown field 4.
     assert [set(u) for u in plugin.unknown_seen] == [{4}]
     assert OPENAI_EXTRA_CONTENT.encode() in plugin.unknown_seen[0][4][0]
+
+
+# -- a 1.1 kernel built with google's classes (the names as the protos write them) -------------
+
+
+def test_1_1_grpcio_kernel_reads_vendor_data_and_pause_turn_by_their_proto_names(
+    cli_server: Subprocess,
+) -> None:
+    v11 = classes_from_image(REPO_ROOT / "gen" / "descriptor" / "protocol.binpb")
+    events = stream_upb(v11, cli_server.address, upb_request(v11, "signed tool: weather", True))
+    (start,) = [e.tool_call_start for e in events if e.WhichOneof("event") == "tool_call_start"]
+    (entry,) = start.vendor_data
+    assert entry.location == "reference.tool_call.signature"
+    assert entry.value.startswith(b"refcall:")
+    assert unknown(start) == {}
+    paused = stream_upb(v11, cli_server.address, upb_request(v11, "Please pause turn now"))
+    reason = v11("model.v1.Stop").DESCRIPTOR.fields_by_name["reason"].enum_type
+    assert reason.values_by_name["STOP_REASON_PAUSE_TURN"].number == STOP_REASON_PAUSE_TURN
+    assert paused[-1].stop.reason == STOP_REASON_PAUSE_TURN
