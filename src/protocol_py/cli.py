@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import logging
 import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -46,12 +43,11 @@ from protocol_py.server import (
     DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
-    LogFormatter,
-    ModelServer,
     parse_size,
 )
+from protocol_py.serving import ServeError, configure_logging, serve
 from protocol_py.validation import load_document
-from protocol_py.version import PACKAGE_VERSION, PROTOCOL_MAJOR, PROTOCOL_VERSION
+from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext, ProducerRef
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (
@@ -225,14 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """``serve``: run the server until SIGINT/SIGTERM; exit 0 after a graceful shutdown."""
+    """``serve``: :func:`protocol_py.serving.serve` until SIGINT/SIGTERM; exit 0 after a
+    graceful shutdown."""
 
-    level = str(args.log_level).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(LogFormatter())
-    logging.basicConfig(level=level, handlers=[handler])
+    try:
+        configure_logging(args.log_level)
+    except ValueError:
+        raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
     if not 0 <= args.port < 65536:
         raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
     try:
@@ -240,60 +235,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         provider = cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
     except (ValueError, TypeError, ImportError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    server = ModelServer(
-        provider,
-        max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
-        grace_period=args.grace_period,
-    )
-    return asyncio.run(_serve(server, args.host, args.port, args.handshake))
-
-
-async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    force = asyncio.Event()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            force.set()  # a second signal: stop waiting for in-flight streams
-        stop.set()
-
-    def handler(signum: int, frame: object) -> None:
-        # A plain signal handler runs before the event loop handles anything else, so no
-        # health Check can be answered SERVING after the signal arrived (case C04).
-        server.mark_draining()
-        loop.call_soon_threadsafe(on_signal)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        try:
-            await server.start(host, port)
-        except ValidationError as exc:
-            raise CliError(f"refusing to start: {exc}") from None
-        except OSError as exc:
-            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        logging.getLogger("protocol_py.server").info(
-            "serving %s on %s (protocol %s)", server.provider.name, server.address, PROTOCOL_VERSION
+        serve(
+            provider,
+            host=args.host,
+            port=args.port,
+            handshake=args.handshake,
+            grace_period=args.grace_period,
+            max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
+            log_level=None,
         )
-        if handshake:
-            sys.stdout.write(f"{PROTOCOL_MAJOR}|tcp|{server.address}|grpc\n")
-            sys.stdout.flush()
-        await stop.wait()
-        logging.getLogger("protocol_py.server").info("shutting down (draining)")
-        shutdown = asyncio.ensure_future(server.shutdown())
-        forced = asyncio.ensure_future(force.wait())
-        done, _ = await asyncio.wait({shutdown, forced}, return_when=asyncio.FIRST_COMPLETED)
-        forced.cancel()
-        if shutdown not in done:
-            shutdown.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await shutdown
-            await server.shutdown(grace_period=0)
-        logging.getLogger("protocol_py.server").info("stopped")
-        return EXIT_OK
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    except ServeError as exc:
+        raise CliError(str(exc)) from None
+    return EXIT_OK
 
 
 # -- client commands ---------------------------------------------------------------------------
