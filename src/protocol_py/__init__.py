@@ -20,6 +20,7 @@ from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 if TYPE_CHECKING:
     from protocol_py.accumulate import StreamAccumulator, accumulate
     from protocol_py.client import Completion, ModelClient
+    from protocol_py.conversation import Conversation
     from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
     from protocol_py.pricing import cost
     from protocol_py.provider import Provider, ProviderError
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "Completion": "protocol_py.client",
+    "Conversation": "protocol_py.conversation",
     "InvalidValueError": "protocol_py.errors",
     "ModelClient": "protocol_py.client",
     "ModelServer": "protocol_py.server",
@@ -64,6 +66,7 @@ __all__ = [
     "PACKAGE_VERSION",
     "PROTOCOL_VERSION",
     "Completion",
+    "Conversation",
     "InvalidValueError",
     "ModelClient",
     "ModelServer",

@@ -37,7 +37,13 @@ from protocol_py.accumulate import StreamAccumulator
 from protocol_py.client import ModelClient
 from protocol_py.errors import ProtocolError, ValidationError, errors_only
 from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
-from protocol_py.providers import provider_class
+from protocol_py.provider import Provider
+from protocol_py.providers import (
+    BUILTIN,
+    ProviderLoadError,
+    installed_providers,
+    load_provider_class,
+)
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST,
@@ -114,6 +120,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _provider_help() -> str:
+    installed = ", ".join(sorted(installed_providers())) or "none"
+    return (
+        f"built-in: {', '.join(BUILTIN)}; installed (entry points): {installed}; "
+        "or module:Class or path/to/file.py:Class (default: %(default)s)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``protocol-py`` (exposed for documentation and tests)."""
 
@@ -124,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    serve = sub.add_parser("serve", help="serve ModelService for a built-in provider")
-    serve.add_argument("--provider", default="reference", help="built-in provider name")
+    serve = sub.add_parser("serve", help="serve ModelService for a provider")
+    serve.add_argument("--provider", default="reference", help=_provider_help())
     serve.add_argument("--host", default=DEFAULT_HOST, help=f"bind address ({DEFAULT_HOST})")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one")
     serve.add_argument(
@@ -230,11 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
     if not 0 <= args.port < 65536:
         raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
-    try:
-        cls = provider_class(args.provider)
-        provider = cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
-    except (ValueError, TypeError, ImportError) as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+    provider = _load_provider(args)
     try:
         serve(
             provider,
@@ -248,6 +258,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ServeError as exc:
         raise CliError(str(exc)) from None
     return EXIT_OK
+
+
+def _load_provider(args: argparse.Namespace) -> Provider:
+    """``--provider``: load the class (built-in, entry point, module:Class, file.py:Class) and
+    build it; every failure is a usage error (exit 2) naming what was wrong."""
+    what = f"--provider {args.provider!r:.120}"
+    try:
+        cls = load_provider_class(args.provider)
+    except ProviderLoadError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:  # the provider's own module failed to import
+        raise CliError(
+            f"{what}: importing it failed: {type(exc).__name__}: {exc!s:.300}", EXIT_USAGE
+        ) from None
+    try:
+        return cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:
+        raise CliError(
+            f"{what}: constructing {cls.__qualname__} failed: {type(exc).__name__}: {exc!s:.300}",
+            EXIT_USAGE,
+        ) from None
 
 
 # -- client commands ---------------------------------------------------------------------------
