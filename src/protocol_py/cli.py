@@ -28,12 +28,20 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NoReturn, TextIO, TypeVar
 
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
-from ulid import ULID
 
 from protocol_py import protojson
-from protocol_py.accumulate import StreamAccumulator
+from protocol_py.chat import (
+    EXIT_CANCELLED,
+    ChatError,
+    ChatOptions,
+    build_params,
+    chat_interactive,
+    chat_once,
+    load_tools,
+    read_prompt,
+    stdin_binary,
+)
 from protocol_py.client import ModelClient
 from protocol_py.errors import ProtocolError, ValidationError, errors_only
 from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
@@ -54,14 +62,11 @@ from protocol_py.server import (
 from protocol_py.serving import ServeError, configure_logging, serve
 from protocol_py.validation import load_document
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
-from protocol_py_gen.common.v1 import CallContext, ProducerRef
-from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
+from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.model.v1 import (
     Capabilities,
     Pricing,
     PricingTier,
-    StreamCompletionRequest,
-    StreamEvent,
     Usage,
 )
 
@@ -128,6 +133,16 @@ def _provider_help() -> str:
     )
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``protocol-py`` (exposed for documentation and tests)."""
 
@@ -172,7 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", default=None, help="model id (default: the first served)")
     chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
     chat.add_argument("--timeout", type=_positive_float, default=120.0, help="deadline, seconds")
-    chat.add_argument("prompt", metavar="PROMPT")
+    chat.add_argument("--effort", default=None, help="thinking effort level (e.g. low, high)")
+    chat.add_argument("--budget", type=_positive_int, default=None, help="thinking budget, tokens")
+    chat.add_argument("--max-tokens", type=_positive_int, default=None, help="max output tokens")
+    chat.add_argument("--temperature", type=_positive_float, default=None, help="temperature")
+    chat.add_argument(
+        "--stop", action="append", default=None, metavar="TEXT", help="stop sequence (repeatable)"
+    )
+    chat.add_argument(
+        "--tools",
+        default=None,
+        metavar="FILE.json",
+        help="JSON array of tool declarations {name, description, inputSchema}",
+    )
+    chat.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default=None,
+        help="the prompt, '-' for stdin, @FILE for a file's text; omitted: an interactive "
+        "session (one turn per line of stdin, /exit or end of input to quit)",
+    )
 
     caps = sub.add_parser("capabilities", help="list the models a server serves")
     caps.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
@@ -320,126 +355,42 @@ def _style(stream: TextIO, code: str, text: str) -> str:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """``chat``: stream one answer; thinking dim (or ``[thinking]``-prefixed), then a
-    ``tokens: ... cost: ... USD`` line."""
-    status: int = _run_client(lambda client: _chat(client, args), args.server)
-    return status
-
-
-async def _chat(client: ModelClient, args: argparse.Namespace) -> int:
-    out = sys.stdout
-    timeout: float = args.timeout
-    caps = await client.get_capabilities(timeout=timeout)
-    if not caps.models:
-        raise CliError("the server serves no models")
-    model_id = args.model or caps.models[0].id
-    spec = next((m for m in caps.models if m.id == model_id), None)
-    if spec is None:
-        served = ", ".join(m.id for m in caps.models)
-        raise CliError(f"unknown model {model_id!r}; served: {served}", EXIT_USAGE)
-    context = []
-    if args.system:
-        context.append(
-            ContextSection(
-                provider="protocol-py-cli",
-                label="system",
-                content=[ContentBlock(text=TextBlock(text=args.system))],
-            )
-        )
-    request = StreamCompletionRequest(
-        model_id=model_id,
-        messages=[
-            Message(
-                role=Role.USER,
-                id=str(ULID()),
-                content=[ContentBlock(text=TextBlock(text=args.prompt))],
-            )
-        ],
-        assembled_context=context,
-        call_context=CallContext(
-            session_id=str(ULID()), turn_id=str(ULID()), working_directory=os.getcwd()
-        ),
-    )
-    accumulator = StreamAccumulator(produced_by_model_id=model_id)
-    received_at: datetime | None = None
-    mode = ""
-    events = 0
+    """``chat``: stream one answer (see :mod:`protocol_py.chat`), or without PROMPT an
+    interactive multi-turn session reading stdin line by line."""
     try:
-        async for event in client.stream(request, timeout=args.timeout):
-            events += 1
-            mode, received = _show_event(out, event, mode)
-            accumulator.feed(event)
-            received_at = received or received_at
-    except (TimeoutError, GRPCError) as exc:
-        if isinstance(exc, GRPCError) and exc.status is not Status.DEADLINE_EXCEEDED:
-            raise
-        if events == 0:
-            raise CliError(f"deadline of {timeout:g}s passed before the first event") from None
-        out.write("\n")
-        out.flush()
-        partial = accumulator.result()
-        text = sum(len(b.text.text) for b in partial.message.content if b.text is not None)
-        raise CliError(
-            f"deadline of {timeout:g}s passed mid-stream after {events} event(s) "
-            f"({text} characters of text, no stop event); the answer above is incomplete"
-        ) from None
-    out.write("\n")
-    result = accumulator.result()
-    if result.error is not None:
-        print(
-            f"error: {result.error.kind.name}: {result.error.message}",
-            file=sys.stderr,
+        prompt = read_prompt(args.prompt, stdin_binary())
+        options = ChatOptions(
+            model=args.model,
+            system=args.system,
+            timeout=args.timeout,
+            params=build_params(
+                effort=args.effort,
+                budget=args.budget,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                stop=args.stop,
+            ),
+            tools=load_tools(args.tools) if args.tools else [],
         )
-    summary = []
-    usage = result.usage
-    if usage is not None:
-        cached = ""
-        if usage.cache_read_tokens or usage.cache_write_tokens:
-            cached = (
-                f" (cache read {usage.cache_read_tokens or 0},"
-                f" cache write {usage.cache_write_tokens or 0})"
-            )
-        reasoning = f" (reasoning {usage.reasoning_tokens})" if usage.reasoning_tokens else ""
-        summary.append(
-            f"tokens: input {usage.input_tokens}{cached}, output {usage.output_tokens}{reasoning}"
-        )
-        if spec.pricing is not None:
-            breakdown = cost(spec.pricing, usage, received_at or datetime.now(UTC))
-            summary.append(f"cost: {breakdown.total_usd()} USD")
-    if result.stop is not None:
-        reason = result.stop.reason.name.lower()
-        if result.stop.matched_stop_sequence is not None:
-            reason += f" {result.stop.matched_stop_sequence!r}"
-        summary.append(f"stop: {reason}")
-    print("; ".join(summary) if summary else "no usage reported", file=out)
-    return EXIT_FAILURE if result.error is not None or not result.complete else EXIT_OK
+    except ChatError as exc:
+        raise CliError(str(exc), exc.status) from None
 
+    async def run(client: ModelClient) -> int:
+        try:
+            if prompt is None:
+                return await chat_interactive(
+                    client, options, stdin_binary(), sys.stdout, sys.stderr
+                )
+            return await chat_once(client, prompt, options, sys.stdout)
+        except ChatError as exc:
+            raise CliError(str(exc), exc.status) from None
 
-def _show_event(out: TextIO, event: StreamEvent, mode: str) -> tuple[str, datetime | None]:
-    """Print one event of ``chat``; returns the new display mode and, for a usage event, the
-    time it was received (UTC)."""
-    received_at: datetime | None = None
-    if event.thinking_delta is not None:
-        if mode != "thinking":
-            out.write(_style(out, "2", "[thinking] "))
-            mode = "thinking"
-        out.write(_style(out, "2", event.thinking_delta.text))
-    elif event.text_delta is not None:
-        if mode == "thinking":
-            out.write("\n")
-        mode = "text"
-        out.write(event.text_delta.text)
-    elif event.tool_call_start is not None:
-        out.write(_style(out, "36", f"\n[tool call {event.tool_call_start.name}("))
-        mode = "tool"
-    elif event.tool_call_delta is not None:
-        out.write(_style(out, "36", event.tool_call_delta.arguments_fragment))
-    elif event.tool_call_done is not None:
-        out.write(_style(out, "36", ")]"))
-    elif event.usage is not None:
-        received_at = datetime.now(UTC)
-    out.flush()
-    return mode, received_at
+    try:
+        status: int = _run_client(run, args.server)
+    except KeyboardInterrupt:
+        print(file=sys.stdout, flush=True)
+        raise CliError("cancelled (SIGINT)", EXIT_CANCELLED) from None
+    return status
 
 
 def _thinking_summary(spec: Any) -> str:
