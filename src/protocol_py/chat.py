@@ -36,7 +36,7 @@ from protocol_py import protojson
 from protocol_py.accumulate import AccumulatedResponse, StreamAccumulator
 from protocol_py.client import ModelClient
 from protocol_py.conversation import Conversation
-from protocol_py.errors import ProtocolError, ValidationError
+from protocol_py.errors import ProtocolError, ValidationError, describe_json_error
 from protocol_py.pricing import cost
 from protocol_py_gen.model.v1 import (
     GenerationParams,
@@ -164,9 +164,7 @@ def load_tools(path: str) -> list[ToolDeclaration]:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ChatError(
-            f"--tools {path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}", 2
-        ) from None
+        raise ChatError(f"--tools {path}: not valid JSON: {describe_json_error(exc)}", 2) from None
     except UnicodeDecodeError as exc:
         raise ChatError(f"--tools {path}: not UTF-8 (byte {exc.start})", 2) from None
     items = data.get("tools") if isinstance(data, dict) else data

@@ -23,10 +23,11 @@ import asyncio
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
@@ -43,7 +44,7 @@ from protocol_py.chat import (
     stdin_binary,
 )
 from protocol_py.client import ModelClient
-from protocol_py.errors import ProtocolError, ValidationError, errors_only
+from protocol_py.errors import ProtocolError, ValidationError, describe_json_error, errors_only
 from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
 from protocol_py.provider import Provider
 from protocol_py.providers import (
@@ -143,6 +144,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_SERVER: Final = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+_SERVER_HELP: Final = "the server's host:port ([v6]:port for IPv6; default %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``protocol-py`` (exposed for documentation and tests)."""
 
@@ -150,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="protocol-py",
         description=f"Model-provider plugin protocol {PROTOCOL_VERSION}: reference server, "
         "client and tools.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"protocol-py {PACKAGE_VERSION} (protocol {PROTOCOL_VERSION})",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -183,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     chat = sub.add_parser("chat", help="stream one answer from a running server")
-    chat.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    chat.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
     chat.add_argument("--model", default=None, help="model id (default: the first served)")
     chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
     chat.add_argument("--timeout", type=_positive_float, default=120.0, help="deadline, seconds")
@@ -210,11 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     caps = sub.add_parser("capabilities", help="list the models a server serves")
-    caps.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    caps.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
     caps.add_argument("--json", action="store_true", help="proto3 JSON of the Capabilities")
 
     describe = sub.add_parser("describe", help="show a server's plugin identity")
-    describe.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    describe.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
 
     sub.add_parser("version", help="package and protocol version")
 
@@ -348,12 +358,6 @@ def _run_client(action: Callable[[ModelClient], Awaitable[_T]], address: str) ->
         raise CliError(str(exc)) from None
 
 
-def _style(stream: TextIO, code: str, text: str) -> str:
-    if stream.isatty() and not os.environ.get("NO_COLOR"):
-        return f"\x1b[{code}m{text}\x1b[0m"
-    return text
-
-
 def cmd_chat(args: argparse.Namespace) -> int:
     """``chat``: stream one answer (see :mod:`protocol_py.chat`), or without PROMPT an
     interactive multi-turn session reading stdin line by line."""
@@ -450,34 +454,50 @@ def _pricing_summary(spec: Any) -> str:
         text += f" / ${_rate(tier.cache_read_per_mtok)} cache read"
     text += " per Mtok"
     if len(pricing.tiers) > 1:
-        text += f" (tier {index} of {len(pricing.tiers)} now)"
+        text += f" (tier {index + 1} of {len(pricing.tiers)} now)"
     return text
 
 
+TABLE_WIDTH: Final = 100
+"""Columns ``capabilities`` fits its table into (characters)."""
+
+
+def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[str]:
+    """The ``capabilities`` table: one row per model (MODEL, CONTEXT and MAX OUT in tokens,
+    CACHING, THINKING wrapped to the columns left), then an indented ``pricing:`` line (USD per
+    million tokens now, tiers numbered from 1), every line at most ``width`` characters."""
+    head = ("MODEL", "CONTEXT", "MAX OUT", "CACHING")
+    rows = [
+        (m.id, str(m.context_window), str(m.max_output_tokens), _caching_summary(m)) for m in models
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    indent = sum(widths) + 2 * len(widths)
+    room = max(20, width - indent)
+
+    def line(cells: Sequence[str], last: str) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + "  " + last
+
+    out = [line(head, "THINKING").rstrip()]
+    pad = " " * (widths[0] + 2)
+    for model, row in zip(models, rows, strict=True):
+        thinking = textwrap.wrap(_thinking_summary(model), room, break_on_hyphens=False) or [""]
+        out.append(line(row, thinking[0]).rstrip())
+        out.extend((" " * indent + more).rstrip() for more in thinking[1:])
+        pricing = f"pricing (USD): {_pricing_summary(model)}"
+        out.extend(textwrap.wrap(pricing, width, initial_indent=pad, subsequent_indent=pad + "  "))
+    return out
+
+
 def cmd_capabilities(args: argparse.Namespace) -> int:
-    """``capabilities``: a table of models (thinking, caching, pricing now), or ``--json``."""
+    """``capabilities``: :func:`capabilities_table` (fits 100 columns), or ``--json``."""
     caps: Capabilities = _run_client(
         lambda client: client.get_capabilities(timeout=30), args.server
     )
     if args.json:
         print(protojson.dumps(caps, indent=2))
         return EXIT_OK
-    rows = [("MODEL", "CONTEXT", "MAX OUT", "THINKING", "CACHING", "PRICING (USD)")]
-    rows.extend(
-        (
-            m.id,
-            str(m.context_window),
-            str(m.max_output_tokens),
-            _thinking_summary(m),
-            _caching_summary(m),
-            _pricing_summary(m),
-        )
-        for m in caps.models
-    )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
-        print("  ".join([*cells, row[-1]]))
+    for line in capabilities_table(caps.models):
+        print(line)
     print(f"protocol {caps.protocol_version}")
     return EXIT_OK
 
@@ -532,6 +552,8 @@ def _read_json(path: str, what: str) -> Any:
     try:
         plain = json.loads(raw, parse_constant=reject)
         exact = json.loads(raw, parse_float=Decimal, parse_int=Decimal, parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} {path}: not valid JSON: {describe_json_error(exc)}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise CliError(f"{what} {path}: not valid JSON: {exc}") from None
     if not isinstance(plain, dict):
