@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 
 import pytest
 
@@ -30,7 +29,10 @@ class NoModels(ReferenceProvider):
         return Capabilities()
 
 
-def recorder() -> tuple[list[ModelServer], asyncio.Event, Callable[[ModelServer], None]]:
+async def start_in_task(
+    stop: asyncio.Event | None = None,
+) -> tuple[ModelServer, asyncio.Task[None]]:
+    """serve_async in a task (no signal handlers, logging untouched); returns once listening."""
     started: list[ModelServer] = []
     ready = asyncio.Event()
 
@@ -38,12 +40,6 @@ def recorder() -> tuple[list[ModelServer], asyncio.Event, Callable[[ModelServer]
         started.append(server)
         ready.set()
 
-    return started, ready, on_started
-
-
-async def test_serve_async_serves_until_stop_then_drains() -> None:
-    started, ready, on_started = recorder()
-    stop = asyncio.Event()
     task = asyncio.create_task(
         serving.serve_async(
             ReferenceProvider(),
@@ -55,7 +51,12 @@ async def test_serve_async_serves_until_stop_then_drains() -> None:
         )
     )
     await asyncio.wait_for(ready.wait(), 30)
-    server = started[0]
+    return started[0], task
+
+
+async def test_serve_async_serves_until_stop_then_drains() -> None:
+    stop = asyncio.Event()
+    server, task = await start_in_task(stop)
     async with ModelClient.connect(server.address) as client:
         done = await client.complete(make_request("Hello there"), timeout=30)
         assert done.stop is not None and done.error is None
@@ -72,21 +73,11 @@ async def test_serve_async_refuses_invalid_capabilities_naming_the_rule() -> Non
 
 
 async def test_serve_async_cancelled_shuts_down_at_once() -> None:
-    started, ready, on_started = recorder()
-    task = asyncio.create_task(
-        serving.serve_async(
-            ReferenceProvider(),
-            port=0,
-            log_level=None,
-            handle_signals=False,
-            on_started=on_started,
-        )
-    )
-    await asyncio.wait_for(ready.wait(), 30)
+    server, task = await start_in_task()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 30)
-    assert started[0].draining
+    assert server.draining
 
 
 @pytest.mark.parametrize("port", [-1, 65536, True, "80"])
