@@ -286,6 +286,7 @@ async def _stream_turn(
         task.cancel()
 
     handled = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT)
     if handled:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
@@ -312,6 +313,7 @@ async def _stream_turn(
     finally:
         if handled:
             loop.remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, previous)  # asyncio.run's handler, between streams
     out.write("\n")
     return _Turn(accumulator.result(), state["received_at"])
 

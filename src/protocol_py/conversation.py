@@ -277,7 +277,7 @@ class Conversation:
         if tool_use_id not in pending:
             raise InvalidValueError(
                 f"tool_use_id {tool_use_id[:64]!r} is not a pending tool call of the last "
-                f"assistant message (pending: {', '.join(sorted(pending)) or 'none'})",
+                f"assistant message (pending: {', '.join(sorted(pending)[:10])[:400] or 'none'})",
                 path="tool_use_id",
                 rule="conversation.tool_result.unknown_call",
             )

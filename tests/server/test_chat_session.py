@@ -246,3 +246,51 @@ def test_sigint_mid_stream_ends_the_line_and_says_cancelled(cli_server: Subproce
         "protocol-py chat: cancelled (SIGINT); the answer above is incomplete\n"
     )
     assert still_serving(cli_server.address)
+
+
+def wait_for(pipe: Any, marker: bytes, seen: bytearray, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while marker not in seen and time.monotonic() < deadline:
+        if select.select([pipe], [], [], 0.2)[0]:
+            chunk = os.read(pipe.fileno(), 65536)
+            if not chunk:
+                break
+            seen.extend(chunk)
+    assert marker in seen, bytes(seen)
+
+
+def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
+    cli_server: Subprocess,
+) -> None:
+    configure(cli_server.address, {"pace_tokens_per_second": 30})
+    proc = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "chat", "--server", cli_server.address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    try:
+        proc.stdin.write(b"Hello there\n")
+        proc.stdin.flush()
+        wait_for(proc.stdout, b"[thinking] ", out)
+        proc.send_signal(signal.SIGINT)
+        wait_for(proc.stderr, b"protocol-py chat: cancelled (SIGINT); the turn was dropped\n", err)
+        configure(cli_server.address, {})  # full speed again
+        proc.stdin.write(b"Second try\n")
+        proc.stdin.flush()
+        wait_for(proc.stdout, b"stop: end_turn\n", out)
+        proc.send_signal(signal.SIGINT)  # at the prompt: the session ends
+        rest, tail = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    text = (bytes(out) + rest).decode()
+    assert proc.returncode == 130
+    assert (bytes(err) + tail).decode().endswith("protocol-py chat: cancelled (SIGINT)\n")
+    assert text.count("stop: end_turn") == 1 and "You wrote: Second try" in text
+    cancelled_line = text.split("[thinking] ", 1)[1].split("\n", 1)[0]
+    assert "You wrote" not in cancelled_line  # the first answer was cut and its line ended
+    assert still_serving(cli_server.address)

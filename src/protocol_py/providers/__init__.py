@@ -107,7 +107,7 @@ def _import_target(target: str, what: str) -> type[Provider]:
             raise ProviderLoadError(
                 f"{what}: {_quote(location)} has no attribute {_quote(attr)}"
             ) from None
-    return _checked(obj, f"{what}: {attr}")
+    return _checked(obj, f"{what}: {attr[:MAX_SPEC_CHARS]}")
 
 
 def load_provider_class(spec: str) -> type[Provider]:
