@@ -290,8 +290,8 @@ class HTTPProvider(Provider, abc.ABC):
         ``--discover``: read GET <base>/models and add unknown ids with safe defaults."""
         if not self.api_key and self.api_key_env:
             log.warning(
-                "no API key: %s is not set; streams will fail with an authentication error "
-                "until it is set or Configure sends api_key",
+                "no API key: %s is not set; an upstream that requires one refuses every "
+                "request (AUTHENTICATION) until it is set or Configure sends api_key",
                 self.api_key_env,
             )
         if not self.discover:
