@@ -182,7 +182,10 @@ def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
     ]
     done = run(lines[0], readme_server)
     assert done.returncode == 0, done.stderr
-    assert '"name": "reference"' in done.stdout and '"protocolVersion": "1.0"' in done.stdout
+    assert (
+        '"name": "reference"' in done.stdout
+        and f'"protocolVersion": "{protocol_py.PROTOCOL_VERSION}"' in done.stdout
+    )
 
 
 async def test_building_requests_snippet_runs_as_written() -> None:
