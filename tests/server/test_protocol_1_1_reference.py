@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from protocol_py.client import ModelClient
+from protocol_py.conversation import Conversation
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers._anthropic_request import build_anthropic_body
 from protocol_py.providers.reference import SIGNATURE_LOCATION
@@ -184,3 +185,28 @@ def test_anthropic_body_sends_the_paused_message_back_as_the_last_message() -> N
         ],
     }
     assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
+
+
+async def test_conversation_keeps_vendor_data_and_continues_a_paused_turn(
+    client: ModelClient,
+) -> None:
+    """protocol_py.conversation needs nothing new: the accumulated message (vendor data
+    included) is replayed as is, and a paused message appended last continues the turn."""
+    conversation = Conversation("reference-large", tools=[WEATHER])
+    conversation.user("signed tool: weather")
+    first = await client.complete(conversation.request())
+    conversation.assistant(first)
+    (call,) = conversation.pending_tool_calls()
+    assert [v.location for v in call.vendor_data] == [SIGNATURE_LOCATION]
+    conversation.tool_result(call.id, "sunny")
+    answered = await client.complete(conversation.request())
+    assert answered.error is None and "The tool returned: sunny" in text_of(answered.message)
+    conversation.assistant(answered)
+
+    conversation.user("Now pause turn please")
+    paused = await client.complete(conversation.request())
+    assert is_paused(paused.stop)
+    conversation.assistant(paused)
+    rest = await client.complete(conversation.request())
+    assert rest.stop is not None and rest.stop.reason == StopReason.END_TURN
+    assert (text_of(paused.message) + text_of(rest.message)).endswith(FULL_ANSWER_END)
