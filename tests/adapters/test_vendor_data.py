@@ -11,8 +11,10 @@ import pytest
 from protocol_py.accumulate import accumulate
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
+from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.structs import from_struct
 from protocol_py.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
+from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,
@@ -24,6 +26,7 @@ from protocol_py_gen.content.v1 import (
 )
 from protocol_py_gen.model.v1 import ErrorKind, ModelSpec, StopReason, StreamCompletionRequest
 
+from ._stub import Reply, StubUpstream
 from ._support import kinds, lines_to_bytes, load_case, translate_body
 
 B03 = load_case("B03")
@@ -154,3 +157,34 @@ def test_extra_content_that_is_not_a_json_object_is_rejected_naming_the_field() 
         build_openai_body(replay_request([bad]), SPEC, OpenAICompat())
     assert info.value.rule == "adapter.openai.tool_use.extra_content"
     assert info.value.path == "messages[1].content[0].tool_use.vendor_data[0].value"
+
+
+async def test_b03_round_trip_through_the_provider_and_a_stub_upstream() -> None:
+    """Stream B03 from a stub OpenAI-compatible upstream, fold it, answer the call, and check
+    the next request body carries the signature back in tool_calls[0].extra_content."""
+    sse = lines_to_bytes(B03["input"]["lines"])
+    async with StubUpstream() as stub:
+        stub.queue(
+            Reply(headers={"content-type": "text/event-stream"}, chunks=[sse]),
+            Reply(headers={"content-type": "text/event-stream"}, chunks=[sse]),
+        )
+        provider = OpenAIProvider(api_key="sk-test-key", base_url=stub.url)
+        try:
+            first = replay_request([])
+            first.model_id = "gpt-6-sol"
+            first.messages = first.messages[:1]
+            first.call_context = CallContext(session_id="s", turn_id="t")
+            folded = accumulate([e async for e in provider.stream(first, CallContext())])
+            (block,) = folded.message.content
+            assert block.tool_use is not None
+            second = replay_request(list(block.tool_use.vendor_data))
+            second.model_id = "gpt-6-sol"
+            second.call_context = CallContext(session_id="s", turn_id="t")
+            events = [e async for e in provider.stream(second, CallContext())]
+        finally:
+            await provider.aclose()
+    assert "error" not in kinds(events)
+    sent = stub.seen[1].json()["messages"]
+    (call,) = next(m for m in sent if m["role"] == "assistant")["tool_calls"]
+    assert call["id"] == "function-call-1"
+    assert call["extra_content"] == SIG
