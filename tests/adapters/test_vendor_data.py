@@ -24,7 +24,13 @@ from protocol_py_gen.content.v1 import (
     ToolUseBlock,
     VendorData,
 )
-from protocol_py_gen.model.v1 import ErrorKind, ModelSpec, StopReason, StreamCompletionRequest
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelSpec,
+    StopReason,
+    StreamCompletionRequest,
+    StreamEvent,
+)
 
 from ._stub import Reply, StubUpstream
 from ._support import kinds, lines_to_bytes, load_case, translate_body
@@ -41,7 +47,7 @@ def b03_lines(variant: str) -> list[str]:
     return lines
 
 
-def run(lines: list[str]) -> list:  # type: ignore[type-arg]
+def run(lines: list[str]) -> list[StreamEvent]:
     return translate_body(
         "openai", 200, {"content-type": "text/event-stream"}, lines_to_bytes(lines)
     )
