@@ -2,11 +2,15 @@
 
 Subcommands::
 
-    protocol-py serve [--provider NAME] [--host H] [--port P] [--handshake] [--log-level L]
+    protocol-py serve [--provider NAME] [--host H] [--port P | --socket PATH] [--handshake]
+                      [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L]
                       [--max-message-size SIZE] [--grace-period S] [--base-url URL] [--discover]
-    protocol-py chat [--server H:P] [--model ID] [--system TEXT] [--timeout S] PROMPT
-    protocol-py capabilities [--server H:P] [--json]
-    protocol-py describe [--server H:P]
+    protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
+                     PROMPT
+    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
+    protocol-py describe [--server H:P|unix:PATH] [TLS]
+
+    TLS: [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name NAME]
     protocol-py version
     protocol-py validate FILE
     protocol-py cost --pricing FILE --usage FILE [--at ISO8601] [--json]
@@ -50,8 +54,16 @@ from protocol_py.server import (
     ModelServer,
     parse_size,
 )
+from protocol_py.transport import (
+    ListenSpec,
+    add_client_options,
+    add_serve_options,
+    client_ssl_from_options,
+    handshake_line,
+    listen_spec,
+)
 from protocol_py.validation import load_document
-from protocol_py.version import PACKAGE_VERSION, PROTOCOL_MAJOR, PROTOCOL_VERSION
+from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext, ProducerRef
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (
@@ -118,6 +130,9 @@ def _positive_float(text: str) -> float:
     return value
 
 
+_SERVER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``protocol-py`` (exposed for documentation and tests)."""
 
@@ -130,13 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve ModelService for a built-in provider")
     serve.add_argument("--provider", default="reference", help="built-in provider name")
-    serve.add_argument("--host", default=DEFAULT_HOST, help=f"bind address ({DEFAULT_HOST})")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one")
+    serve.add_argument("--host", default=None, help=f"bind address ({DEFAULT_HOST})")
+    serve.add_argument(
+        "--port", type=int, default=None, help=f"port ({DEFAULT_PORT}); 0 picks a free one"
+    )
     serve.add_argument(
         "--handshake",
         action="store_true",
-        help="print '<protocol major>|tcp|<host>:<port>|grpc' on stdout once serving",
+        help="print '1|tcp|<host>:<port>|grpc' or '1|unix|<path>|grpc' on stdout once serving; "
+        "with no address, listen on a private unix socket",
     )
+    add_serve_options(serve)
     serve.add_argument(
         "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
     )
@@ -158,18 +177,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     chat = sub.add_parser("chat", help="stream one answer from a running server")
-    chat.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    chat.add_argument("--server", default=_SERVER, help="host:port or unix:PATH")
+    add_client_options(chat)
     chat.add_argument("--model", default=None, help="model id (default: the first served)")
     chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
     chat.add_argument("--timeout", type=_positive_float, default=120.0, help="deadline, seconds")
     chat.add_argument("prompt", metavar="PROMPT")
 
     caps = sub.add_parser("capabilities", help="list the models a server serves")
-    caps.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    caps.add_argument("--server", default=_SERVER, help="host:port or unix:PATH")
+    add_client_options(caps)
     caps.add_argument("--json", action="store_true", help="proto3 JSON of the Capabilities")
 
     describe = sub.add_parser("describe", help="show a server's plugin identity")
-    describe.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    describe.add_argument("--server", default=_SERVER, help="host:port or unix:PATH")
+    add_client_options(describe)
 
     sub.add_parser("version", help="package and protocol version")
 
@@ -233,22 +255,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LogFormatter())
     logging.basicConfig(level=level, handlers=[handler])
-    if not 0 <= args.port < 65536:
-        raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
+    try:
+        listen = listen_spec(
+            host=args.host,
+            port=args.port,
+            socket=args.socket,
+            handshake=args.handshake,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     try:
         cls = provider_class(args.provider)
         provider = cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
     except (ValueError, TypeError, ImportError) as exc:
+        listen.discard()
         raise CliError(str(exc), EXIT_USAGE) from None
     server = ModelServer(
         provider,
         max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
         grace_period=args.grace_period,
     )
-    return asyncio.run(_serve(server, args.host, args.port, args.handshake))
+    try:
+        return asyncio.run(_serve(server, listen, args.handshake))
+    finally:
+        listen.discard()
 
 
-async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
+async def _serve(server: Any, listen: ListenSpec, handshake: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     force = asyncio.Event()
@@ -267,16 +303,16 @@ async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            await server.start(host, port)
+            await listen.start(server)
         except ValidationError as exc:
             raise CliError(f"refusing to start: {exc}") from None
         except OSError as exc:
-            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise CliError(f"cannot listen on {listen.describe()}: {exc.strerror or exc}") from None
         logging.getLogger("protocol_py.server").info(
             "serving %s on %s (protocol %s)", server.provider.name, server.address, PROTOCOL_VERSION
         )
         if handshake:
-            sys.stdout.write(f"{PROTOCOL_MAJOR}|tcp|{server.address}|grpc\n")
+            sys.stdout.write(handshake_line(server, listen.server_certificate))
             sys.stdout.flush()
         await stop.wait()
         logging.getLogger("protocol_py.server").info("shutting down (draining)")
@@ -299,12 +335,16 @@ async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
 # -- client commands ---------------------------------------------------------------------------
 
 
-def _run_client(action: Callable[[ModelClient], Awaitable[_T]], address: str) -> _T:
-    """Connect to ``address`` inside a fresh event loop, run ``action``, always close."""
+def _run_client(
+    action: Callable[[ModelClient], Awaitable[_T]], address: str, args: argparse.Namespace
+) -> _T:
+    """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
+    ``action``, always close."""
 
     async def run() -> _T:
         try:
-            client = ModelClient.connect(address)
+            context, server_name = client_ssl_from_options(args)
+            client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         try:
@@ -335,7 +375,7 @@ def _style(stream: TextIO, code: str, text: str) -> str:
 def cmd_chat(args: argparse.Namespace) -> int:
     """``chat``: stream one answer; thinking dim (or ``[thinking]``-prefixed), then a
     ``tokens: ... cost: ... USD`` line."""
-    status: int = _run_client(lambda client: _chat(client, args), args.server)
+    status: int = _run_client(lambda client: _chat(client, args), args.server, args)
     return status
 
 
@@ -519,7 +559,7 @@ def _pricing_summary(spec: Any) -> str:
 def cmd_capabilities(args: argparse.Namespace) -> int:
     """``capabilities``: a table of models (thinking, caching, pricing now), or ``--json``."""
     caps: Capabilities = _run_client(
-        lambda client: client.get_capabilities(timeout=30), args.server
+        lambda client: client.get_capabilities(timeout=30), args.server, args
     )
     if args.json:
         print(protojson.dumps(caps, indent=2))
@@ -546,7 +586,9 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     """``describe``: the plugin's name, version, source, category and protocol version."""
-    producer: ProducerRef = _run_client(lambda client: client.describe(timeout=30), args.server)
+    producer: ProducerRef = _run_client(
+        lambda client: client.describe(timeout=30), args.server, args
+    )
     print(f"name:             {producer.name}")
     print(f"version:          {producer.version}")
     print(f"source:           {producer.source or '-'}")

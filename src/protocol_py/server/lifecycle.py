@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import weakref
 from collections.abc import Iterator
+from ssl import SSLContext
 from typing import Any, Final
 
 import grpclib.server
@@ -24,6 +26,7 @@ from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.transport import SOCKET_MODE, remove_socket
 
 log = logging.getLogger("protocol_py.server")
 
@@ -91,6 +94,11 @@ class ServerLifecycle:
         self._idle.set()
         self.port: int | None = None
         self.host: str | None = None
+        self.socket_path: str | None = None
+        """The unix-domain socket listened on, or None on TCP."""
+        self.tls = False
+        """True when serving TLS."""
+        self._owns_socket_dir = False
 
     # -- hooks for the subclass -----------------------------------------------------------------
 
@@ -112,11 +120,28 @@ class ServerLifecycle:
 
     # -- listening ------------------------------------------------------------------------------
 
-    async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
-        """Prepare, listen on ``host:port`` (0: a free port) and mark health SERVING.
+    async def start(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        path: str | None = None,
+        ssl: SSLContext | None = None,
+        owns_socket_dir: bool = False,
+    ) -> int:
+        """Prepare, listen and mark health SERVING.
+
+        Args:
+            host: TCP host (ignored with ``path``).
+            port: TCP port; 0 picks a free one (ignored with ``path``).
+            path: Listen on this unix-domain socket instead; the file gets mode
+                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`.
+            ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
+            owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
+                remove it too on :meth:`shutdown`.
 
         Returns:
-            The bound port.
+            The bound TCP port (0 on a unix socket).
 
         Raises:
             ValidationError: invalid Capabilities (the server does not start).
@@ -134,17 +159,31 @@ class ServerLifecycle:
 
         codec = LimitedCodec(self.max_message_size, self.max_message_size)
         self._server = _Server(self.services(), codec=codec)
-        await self._server.start(host, port)
-        listener = self._server._server
-        assert listener is not None
-        sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
-        self.host, self.port = str(sockname[0]), int(sockname[1])
+        if path is not None:
+            self._owns_socket_dir = owns_socket_dir
+            # The socket is created owner-only (umask), not made so after a window.
+            previous_umask = os.umask(0o777 & ~SOCKET_MODE)
+            try:
+                await self._server.start(path=path, ssl=ssl)
+            finally:
+                os.umask(previous_umask)
+            os.chmod(path, SOCKET_MODE)
+            self.socket_path, self.host, self.port = path, None, 0
+        else:
+            await self._server.start(host, port, ssl=ssl)
+            listener = self._server._server
+            assert listener is not None
+            sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
+            self.host, self.port = str(sockname[0]), int(sockname[1])
+        self.tls = ssl is not None
         self.health_status.set(True)
         return self.port
 
     @property
     def address(self) -> str:
-        """``host:port`` the server listens on (IPv6 hosts in brackets)."""
+        """``host:port`` the server listens on (IPv6 hosts in brackets), or ``unix:PATH``."""
+        if self.socket_path is not None:
+            return f"unix:{self.socket_path}"
         host = self.host or DEFAULT_HOST
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
@@ -212,6 +251,8 @@ class ServerLifecycle:
                 close_connection(protocol)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+        if self.socket_path is not None:
+            remove_socket(self.socket_path, owns_dir=self._owns_socket_dir)
         with contextlib.suppress(Exception):
             await self.close_provider()
 
