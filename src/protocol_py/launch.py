@@ -2,7 +2,7 @@
 
 :func:`launch` starts a plugin (any command that serves ModelService and prints a handshake
 line, e.g. ``protocol-py serve --handshake``), reads its handshake line within a bounded start
-timeout and returns a :class:`LaunchedPlugin` holding a :class:`~protocol_py.client.ModelClient`
+timeout and yields a :class:`LaunchedPlugin` holding a :class:`~protocol_py.client.ModelClient`
 connected to it; leaving the ``async with`` block closes the client, stops the plugin (SIGTERM,
 then SIGKILL after :data:`STOP_TIMEOUT`) and removes its private socket::
 
@@ -90,14 +90,9 @@ class LaunchedPlugin:
         if self.handshake.transport == "unix":
             remove_socket(self.handshake.address, owns_dir=True)
 
-    async def __aenter__(self) -> LaunchedPlugin:
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-async def start_plugin(
+@contextlib.asynccontextmanager
+async def launch(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
@@ -105,8 +100,9 @@ async def start_plugin(
     start_timeout: float = START_TIMEOUT,
     stop_timeout: float = STOP_TIMEOUT,
     stderr: int | IO[Any] | None = None,
-) -> LaunchedPlugin:
-    """Start a plugin and connect to it (see the module docstring).
+) -> AsyncIterator[LaunchedPlugin]:
+    """Start a plugin and connect to it (see the module docstring); an async context manager
+    whose exit calls :meth:`LaunchedPlugin.close`.
 
     Args:
         argv: The plugin's command line (it must print the handshake line on stdout).
@@ -155,28 +151,7 @@ async def start_plugin(
         raise
     assert process.stdout is not None
     drain = asyncio.ensure_future(_discard(process.stdout))
-    return LaunchedPlugin(process, handshake, client, pair is not None, stop_timeout, drain)
-
-
-@contextlib.asynccontextmanager
-async def launch(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    auto_mtls: bool = True,
-    start_timeout: float = START_TIMEOUT,
-    stop_timeout: float = STOP_TIMEOUT,
-    stderr: int | IO[Any] | None = None,
-) -> AsyncIterator[LaunchedPlugin]:
-    """:func:`start_plugin` as an async context manager: the plugin is stopped on exit."""
-    plugin = await start_plugin(
-        argv,
-        env=env,
-        auto_mtls=auto_mtls,
-        start_timeout=start_timeout,
-        stop_timeout=stop_timeout,
-        stderr=stderr,
-    )
+    plugin = LaunchedPlugin(process, handshake, client, pair is not None, stop_timeout, drain)
     try:
         yield plugin
     finally:
@@ -237,5 +212,4 @@ __all__ = [
     "LaunchError",
     "LaunchedPlugin",
     "launch",
-    "start_plugin",
 ]

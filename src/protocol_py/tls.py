@@ -29,6 +29,7 @@ import ipaddress
 import os
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -167,30 +168,35 @@ def _base_context(purpose: ssl.Purpose) -> ssl.SSLContext:
     return context
 
 
-def _load_chain(context: ssl.SSLContext, cert_file: str, key_file: str, option: str) -> None:
+def _load(option: str, what: str, rule: str, load: Callable[[], None]) -> None:
+    """Run ``load`` (an ``SSLContext`` loader); a failure becomes a TLSConfigError naming
+    ``option`` and ``what`` could not be loaded."""
     try:
-        context.load_cert_chain(cert_file, key_file)
+        load()
     except FileNotFoundError as exc:
         raise TLSConfigError(
             f"{option}: no such file {_short(exc.filename)}", rule="tls.file"
         ) from None
     except (ssl.SSLError, OSError) as exc:
-        raise TLSConfigError(
-            f"{option}: cannot load the certificate and key: {_reason(exc)}", rule="tls.key_pair"
-        ) from None
+        raise TLSConfigError(f"{option}: cannot load {what}: {_reason(exc)}", rule=rule) from None
+
+
+def _load_chain(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+    _load(
+        "--tls-cert/--tls-key",
+        "the certificate and key",
+        "tls.key_pair",
+        lambda: context.load_cert_chain(cert_file, key_file),
+    )
 
 
 def _load_ca(context: ssl.SSLContext, ca_file: str, option: str) -> None:
-    try:
-        context.load_verify_locations(cafile=ca_file)
-    except FileNotFoundError as exc:
-        raise TLSConfigError(
-            f"{option}: no such file {_short(exc.filename)}", rule="tls.file"
-        ) from None
-    except (ssl.SSLError, OSError) as exc:
-        raise TLSConfigError(
-            f"{option}: cannot load the CA certificates: {_reason(exc)}", rule="tls.ca"
-        ) from None
+    _load(
+        option,
+        "the CA certificates",
+        "tls.ca",
+        lambda: context.load_verify_locations(cafile=ca_file),
+    )
 
 
 def server_context(
@@ -208,7 +214,7 @@ def server_context(
         TLSConfigError: a file is missing or does not hold what it should (names the option).
     """
     context = _base_context(ssl.Purpose.CLIENT_AUTH)
-    _load_chain(context, cert_file, key_file, "--tls-cert/--tls-key")
+    _load_chain(context, cert_file, key_file)
     if client_ca_file is not None:
         _load_ca(context, client_ca_file, "--tls-client-ca")
         context.verify_mode = ssl.CERT_REQUIRED
@@ -235,7 +241,7 @@ def client_context(
     if ca_file is not None:
         _load_ca(context, ca_file, "--tls-ca")
     if cert_file is not None and key_file is not None:
-        _load_chain(context, cert_file, key_file, "--tls-cert/--tls-key")
+        _load_chain(context, cert_file, key_file)
     return context
 
 
