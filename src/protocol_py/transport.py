@@ -185,6 +185,8 @@ class ListenSpec:
         ssl: The server's SSL context, or None for plaintext.
         server_certificate: Under AutoMTLS, the server certificate's DER bytes (the fifth
             handshake field); otherwise None.
+        client_certificate: Under AutoMTLS, the kernel's certificate, DER: the only one
+            accepted.
     """
 
     host: str | None = None
@@ -193,6 +195,7 @@ class ListenSpec:
     owns_socket_dir: bool = False
     ssl: ssl.SSLContext | None = None
     server_certificate: bytes | None = None
+    client_certificate: bytes | None = None
 
     def describe(self) -> str:
         """``host:port`` or ``unix:PATH`` (for messages)."""
@@ -206,6 +209,7 @@ class ListenSpec:
             path=self.path,
             ssl=self.ssl,
             owns_socket_dir=self.owns_socket_dir,
+            client_certificate=self.client_certificate,
         )
 
     def discard(self) -> None:
@@ -262,14 +266,20 @@ def listen_spec(
         )
     context: ssl.SSLContext | None = None
     certificate: bytes | None = None
+    pinned: bytes | None = None
     if client_cert:
-        context, pair = auto_mtls_server_context(parse_client_certificate(client_cert))
+        kernel_pem = parse_client_certificate(client_cert)
+        context, pair = auto_mtls_server_context(kernel_pem)
         certificate = pair.cert_der
+        pinned = ssl.PEM_cert_to_DER_cert(kernel_pem.decode("ascii"))
     elif tls_cert is not None and tls_key is not None:
         context = server_context(tls_cert, tls_key, tls_client_ca)
     if socket is not None:
         return ListenSpec(
-            path=check_socket_path(socket, "--socket"), ssl=context, server_certificate=certificate
+            path=check_socket_path(socket, "--socket"),
+            ssl=context,
+            server_certificate=certificate,
+            client_certificate=pinned,
         )
     if host is None and port is None and handshake:
         return ListenSpec(
@@ -277,12 +287,14 @@ def listen_spec(
             owns_socket_dir=True,
             ssl=context,
             server_certificate=certificate,
+            client_certificate=pinned,
         )
     return ListenSpec(
         host=default_host if host is None else host,
         port=default_port if port is None else port,
         ssl=context,
         server_certificate=certificate,
+        client_certificate=pinned,
     )
 
 

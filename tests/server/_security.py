@@ -169,20 +169,18 @@ class Plugin:
 
     proc: subprocess.Popen[str]
     line: str
+    stderr: str = ""
 
     @property
     def fields(self) -> list[str]:
         return self.line.rstrip("\n").split("|")
 
     def stop(self) -> int:
-        """SIGTERM, wait, close the pipes; the exit status."""
+        """SIGTERM, wait, keep stderr in :attr:`stderr`; the exit status."""
         if self.proc.poll() is None:
             self.proc.terminate()
-        code = self.proc.wait(timeout=15)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return code
+        _, self.stderr = self.proc.communicate(timeout=15)
+        return self.proc.returncode
 
 
 def spawn_plugin(*args: str, env: dict[str, str] | None = None, timeout: float = 15.0) -> Plugin:

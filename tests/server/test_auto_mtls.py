@@ -31,7 +31,7 @@ from protocol_py.tls import (
     pinned_client_context,
 )
 
-from ._security import grpcio_describe, run_cli, spawn_plugin
+from ._security import CA, grpcio_describe, run_cli, spawn_plugin
 from .conftest import CONSOLE_SCRIPT
 
 SERVE = [str(CONSOLE_SCRIPT), "serve", "--handshake"]
@@ -163,6 +163,36 @@ def test_server_certificate_is_a_fresh_p256_self_signed_certificate() -> None:
     finally:
         assert first.stop() == 0
         assert second.stop() == 0
+
+
+def test_auto_mtls_accepts_only_the_kernel_certificate_itself(tmp_path: Path) -> None:
+    """Even when the kernel's certificate is a CA, a certificate it issued (which verifies
+    against it) is refused: the server compares the peer certificate with the pinned one
+    exactly. The kernel's own certificate still succeeds, before and after."""
+    kernel_ca = CA(tmp_path, "kernel CA")
+    issued = kernel_ca.issue("issued by the kernel", client=True)
+    kernel_key = kernel_ca.key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    plugin = spawn_plugin(env={CLIENT_CERT_ENV: kernel_ca.cert_pem.decode()})
+    try:
+        target = f"unix:{plugin.fields[2]}"
+        root = _pem(base64.b64decode(plugin.fields[4] + "=" * (-len(plugin.fields[4]) % 4)))
+
+        def describe(key: bytes, cert: bytes) -> object:
+            return grpcio_describe(target, root=root, client=(key, cert), server_name="localhost")
+
+        first = describe(kernel_key, kernel_ca.cert_pem)
+        assert not isinstance(first, str), first
+        refused = describe(issued.key_pem, issued.cert_pem)
+        assert isinstance(refused, str) and refused.startswith("UNAVAILABLE"), refused
+        again = describe(kernel_key, kernel_ca.cert_pem)
+        assert not isinstance(again, str), again
+    finally:
+        assert plugin.stop() == 0
+    assert "refused a TLS connection: its client certificate is not the kernel's" in (plugin.stderr)
 
 
 def test_serve_refuses_a_bad_client_certificate_without_echoing_it() -> None:

@@ -15,9 +15,10 @@ import logging
 import os
 import time
 import weakref
+from asyncio import BaseTransport
 from collections.abc import Iterator
 from ssl import SSLContext
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import grpclib.server
 from grpclib.const import Status
@@ -128,6 +129,7 @@ class ServerLifecycle:
         path: str | None = None,
         ssl: SSLContext | None = None,
         owns_socket_dir: bool = False,
+        client_certificate: bytes | None = None,
     ) -> int:
         """Prepare, listen and mark health SERVING.
 
@@ -139,6 +141,9 @@ class ServerLifecycle:
             ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
             owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
                 remove it too on :meth:`shutdown`.
+            client_certificate: DER of the only client certificate accepted (automatic
+                mutual TLS): a TLS connection whose verified peer certificate is any other is
+                closed before its first HTTP/2 frame is read (:class:`PinnedH2Protocol`).
 
         Returns:
             The bound TCP port (0 on a unix socket).
@@ -154,6 +159,10 @@ class ServerLifecycle:
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
                 protocol = super()._protocol_factory()
+                if client_certificate is not None:
+                    protocol = PinnedH2Protocol(
+                        client_certificate, protocol.handler, protocol.config, protocol.h2_config
+                    )
                 protocols.add(protocol)
                 return protocol
 
@@ -272,6 +281,29 @@ class ServerLifecycle:
             task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
+
+
+class PinnedH2Protocol(H2Protocol):
+    """grpclib's server connection that accepts only one client certificate (AutoMTLS).
+
+    The SSL context already required a client certificate that verifies against the pinned
+    one; this also refuses any other certificate that verifies (one issued by the pinned
+    certificate's key, should that be a CA), comparing the DER bytes exactly.
+    """
+
+    def __init__(self, certificate: bytes, *args: Any) -> None:
+        super().__init__(*args)
+        self.pinned_certificate = certificate
+
+    def connection_made(self, transport: BaseTransport) -> None:
+        """Set up HTTP/2, then abort at once unless the peer presented the pinned certificate
+        (the handler is closed through ``connection_lost``, so nothing is kept)."""
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        peer = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if peer != self.pinned_certificate:
+            log.warning("refused a TLS connection: its client certificate is not the kernel's")
+            cast(asyncio.Transport, transport).abort()
 
 
 def close_connection(protocol: H2Protocol) -> None:
