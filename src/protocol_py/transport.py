@@ -50,6 +50,12 @@ from protocol_py.tls import (
 )
 from protocol_py.version import PROTOCOL_MAJOR
 
+DEFAULT_HOST: Final = "127.0.0.1"
+"""Default listening host: loopback only."""
+
+DEFAULT_PORT: Final = 50051
+"""Default listening TCP port."""
+
 MAX_UNIX_PATH_BYTES: Final = 107
 """Longest unix-domain socket path, bytes of its file-system encoding (Linux ``sun_path`` holds
 108 bytes including the terminating NUL)."""
@@ -228,15 +234,13 @@ def listen_spec(
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
     env: Mapping[str, str] | None = None,
-    default_host: str = "127.0.0.1",
-    default_port: int = 50051,
 ) -> ListenSpec:
     """The listening address and TLS of ``serve`` from its options.
 
     * ``--socket PATH``: that unix socket (with neither ``--host`` nor ``--port``).
     * ``--host``/``--port``: TCP; a missing one takes its default.
     * no address: with ``handshake`` a private socket (:func:`make_private_socket_path`),
-      otherwise TCP ``default_host:default_port``.
+      otherwise TCP on :data:`DEFAULT_HOST`, port :data:`DEFAULT_PORT`.
     * ``--tls-cert``/``--tls-key`` (both or neither), ``--tls-client-ca`` (needs them): TLS
       from files (:func:`protocol_py.tls.server_context`).
     * ``handshake`` and :data:`~protocol_py.tls.CLIENT_CERT_ENV` in ``env``: automatic mutual
@@ -290,8 +294,8 @@ def listen_spec(
             client_certificate=pinned,
         )
     return ListenSpec(
-        host=default_host if host is None else host,
-        port=default_port if port is None else port,
+        host=DEFAULT_HOST if host is None else host,
+        port=DEFAULT_PORT if port is None else port,
         ssl=context,
         server_certificate=certificate,
         client_certificate=pinned,
@@ -464,6 +468,8 @@ def parse_handshake(line: str) -> Handshake:
 
 
 __all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
     "HANDSHAKE_PROTOCOL",
     "MAX_HANDSHAKE_LINE_BYTES",
     "MAX_UNIX_PATH_BYTES",

@@ -27,7 +27,7 @@ from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.transport import SOCKET_MODE, remove_socket
+from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT, SOCKET_MODE, remove_socket
 
 log = logging.getLogger("protocol_py.server")
 
@@ -39,12 +39,6 @@ FINAL_EVENT_TIMEOUT: Final = 1.0
 
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
-
-DEFAULT_HOST: Final = "127.0.0.1"
-"""Default listening host: loopback only."""
-
-DEFAULT_PORT: Final = 50051
-"""Default listening TCP port."""
 
 
 class DrainableStatus(ServiceStatus):
