@@ -30,6 +30,7 @@ import argparse
 import base64
 import binascii
 import contextlib
+import logging
 import os
 import ssl
 import stat
@@ -207,6 +208,19 @@ class ListenSpec:
         """``host:port`` or ``unix:PATH`` (for messages)."""
         return f"unix:{self.path}" if self.path is not None else f"{self.host}:{self.port}"
 
+    @property
+    def security(self) -> str:
+        """Who may call the server, in words (logged at start-up; README "Security")."""
+        if self.client_certificate is not None:
+            return "automatic mutual TLS: only the launching kernel's certificate is accepted"
+        if self.ssl is not None and self.ssl.verify_mode == ssl.CERT_REQUIRED:
+            return "mutual TLS: clients need a certificate issued by --tls-client-ca"
+        if self.ssl is not None:
+            return "TLS without client authentication: any client that can connect may call"
+        if self.path is not None:
+            return f"unix socket, mode {SOCKET_MODE:o}: only its owner's processes may call"
+        return "plaintext TCP: any process that can connect may call"
+
     async def start(self, server: Any) -> None:
         """Start ``server`` (a :class:`~protocol_py.server.ModelServer`) on this address."""
         await server.start(
@@ -217,6 +231,7 @@ class ListenSpec:
             owns_socket_dir=self.owns_socket_dir,
             client_certificate=self.client_certificate,
         )
+        logging.getLogger("protocol_py.server").info("transport security: %s", self.security)
 
     def discard(self) -> None:
         """Remove the private socket directory of a server that never started."""

@@ -101,6 +101,7 @@ async def test_only_the_launching_kernel_completes_an_rpc_over_the_private_socke
     log.close()
     text = _read(tmp_path / "plugin.log")
     assert "serving reference on unix:" in text
+    assert "transport security: automatic mutual TLS: only the launching kernel's" in text
     assert "PRIVATE KEY" not in text and "BEGIN CERTIFICATE" not in text
 
 
@@ -234,6 +235,15 @@ def test_serve_refuses_a_bad_client_certificate_without_echoing_it() -> None:
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != CLIENT_CERT_ENV}
+
+
+async def test_launch_close_removes_the_private_socket_of_a_killed_plugin() -> None:
+    async with launch(SERVE, stderr=subprocess.DEVNULL) as plugin:
+        path = plugin.handshake.address
+        plugin.process.kill()  # no chance to clean up itself
+        await plugin.process.wait()
+        assert _exists(path)
+    assert not _exists(path) and not _exists(os.path.dirname(path))
 
 
 async def test_launch_without_auto_mtls_connects_in_plaintext() -> None:

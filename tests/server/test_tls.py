@@ -172,3 +172,6 @@ def test_cli_serve_with_mutual_tls_and_cli_client_options(pki: Pki) -> None:
     finally:
         sub.proc.terminate()
         assert sub.proc.wait(timeout=10) == 0
+    assert "transport security: mutual TLS: clients need a certificate issued by" in (
+        sub.stderr_text()
+    )

@@ -92,6 +92,9 @@ async def test_handshake_without_address_serves_a_private_socket_removed_on_shut
         assert plugin.stop() == 0
     assert not exists(path)
     assert not exists(directory)
+    assert "transport security: unix socket, mode 600: only its owner's processes" in (
+        plugin.stderr
+    )
 
 
 async def test_serve_socket_path_listens_there_and_removes_only_the_socket(
