@@ -9,11 +9,11 @@ Subcommands::
                      PROMPT
     protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
     protocol-py describe [--server H:P|unix:PATH] [TLS]
-
-    TLS: [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name NAME]
     protocol-py version
     protocol-py validate FILE
     protocol-py cost --pricing FILE --usage FILE [--at ISO8601] [--json]
+
+    TLS (client options): [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name N]
 
 Exit status: 0 success; 1 a failure (invalid document, unreachable server, in-band error,
 refused start-up); 2 bad usage or unreadable input. Errors go to stderr as one clear line,
