@@ -252,7 +252,8 @@ def listen_spec(
 ) -> ListenSpec:
     """The listening address and TLS of ``serve`` from its options.
 
-    * ``--socket PATH``: that unix socket (with neither ``--host`` nor ``--port``).
+    * ``--socket PATH``: that unix socket, made absolute (with neither ``--host`` nor
+      ``--port``; with ``handshake``, without ``|`` or line breaks).
     * ``--host``/``--port``: TCP; a missing one takes its default.
     * no address: with ``handshake`` a private socket (:func:`make_private_socket_path`),
       otherwise TCP on :data:`DEFAULT_HOST`, port :data:`DEFAULT_PORT`.
@@ -294,8 +295,14 @@ def listen_spec(
     elif tls_cert is not None and tls_key is not None:
         context = server_context(tls_cert, tls_key, tls_client_ca)
     if socket is not None:
+        if handshake and any(ch in socket for ch in "|\r\n"):
+            raise InvalidValueError(
+                f"--socket: a path containing '|' or a line break cannot be announced in the "
+                f"handshake line: {_quote(socket)}",
+                rule="listen.socket.handshake",
+            )
         return ListenSpec(
-            path=check_socket_path(socket, "--socket"),
+            path=check_socket_path(os.path.abspath(socket) if socket else socket, "--socket"),
             ssl=context,
             server_certificate=certificate,
             client_certificate=pinned,

@@ -5,6 +5,7 @@ fields ignored, a different first field refused; and the listening options behin
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,8 @@ def test_listen_spec_chooses_the_transport_from_the_options(tmp_path: Path) -> N
     assert private.path is not None and not Path(private.path).parent.exists()
     explicit = listen_spec(host=None, port=None, socket=str(tmp_path / "s"), handshake=True, env={})
     assert explicit.path == str(tmp_path / "s") and not explicit.owns_socket_dir
+    relative = listen_spec(host=None, port=None, socket="rel.sock", handshake=True, env={})
+    assert relative.path == os.path.join(os.getcwd(), "rel.sock")
 
 
 def test_listen_spec_auto_mtls_needs_the_handshake_and_excludes_tls_files() -> None:

@@ -173,6 +173,9 @@ def test_serve_refuses_conflicting_or_bad_socket_options(tmp_path: Path) -> None
     long = run_cli("serve", "--socket", "/" + "x" * 200)
     assert long.returncode == 2
     assert f"more than the {MAX_UNIX_PATH_BYTES} a unix socket path may have" in long.stderr
+    bar = run_cli("serve", "--handshake", "--socket", str(tmp_path / "a|b.sock"))
+    assert bar.returncode == 2 and bar.stdout == ""
+    assert "--socket: a path containing '|' or a line break cannot be announced" in bar.stderr
     busy = run_cli("serve", "--socket", str(tmp_path / "no-such-dir" / "a.sock"))
     assert busy.returncode == 1
     assert busy.stderr.startswith("protocol-py serve: cannot listen on unix:")
