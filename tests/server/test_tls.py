@@ -151,22 +151,18 @@ def test_cli_serve_with_mutual_tls_and_cli_client_options(pki: Pki) -> None:
     )  # fmt: skip
     try:
         assert sub.handshake == f"1|tcp|127.0.0.1:{sub.port}|grpc\n"
-        ok = run_cli(
-            "describe", "--server", sub.address, "--tls-ca", str(pki.ca.cert),
-            "--tls-cert", str(pki.client.cert), "--tls-key", str(pki.client.key),
-        )  # fmt: skip
+        trust = ["--server", sub.address, "--tls-ca", str(pki.ca.cert)]
+        identity = ["--tls-cert", str(pki.client.cert), "--tls-key", str(pki.client.key)]
+        ok = run_cli("describe", *trust, *identity)
         assert ok.returncode == 0, ok.stderr
         assert "reference" in ok.stdout
-        refused = run_cli("describe", "--server", sub.address, "--tls-ca", str(pki.ca.cert))
+        refused = run_cli("describe", *trust)
         assert refused.returncode == 1
         assert refused.stderr.startswith("protocol-py describe: "), refused.stderr
         assert sub.address in refused.stderr and refused.stdout == ""
         plain = run_cli("capabilities", "--server", sub.address)
         assert plain.returncode == 1
-        again = run_cli(
-            "capabilities", "--server", sub.address, "--tls-ca", str(pki.ca.cert),
-            "--tls-cert", str(pki.client.cert), "--tls-key", str(pki.client.key),
-        )  # fmt: skip
+        again = run_cli("capabilities", *trust, *identity)
         assert again.returncode == 0, again.stderr
         assert "reference-large" in again.stdout
     finally:
