@@ -2,8 +2,9 @@
 
 Usage: ``python benchmarks/transport.py [REPEATS] [CALLS]`` (default REPEATS = 7, CALLS = 200).
 
-One in-process reference server per transport. For each prints, as medians of REPEATS runs and
-as a ratio against plaintext TCP measured in the same run: ``connect`` (a fresh client's first
+One in-process reference server per transport (AutoMTLS-style: pinned client certificate),
+measured interleaved. For each prints, as medians of REPEATS runs and as a ratio against
+plaintext TCP measured in the same run: ``connect`` (a fresh client's first
 Describe: connection set-up, TLS handshake included, plus one RPC) and ``rpc`` (one Describe on
 an open connection, the median over CALLS calls). Then the start-up of a launched plugin
 (``protocol_py.launch``, the real console script, up to the first Describe) with and without
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from protocol_py.client import ModelClient
 from protocol_py.launch import launch
@@ -30,24 +32,20 @@ from protocol_py.transport import make_private_socket_path
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "protocol-py")
 
 
-async def measure(
-    address: str, context: ssl.SSLContext | None, repeats: int, calls: int
-) -> tuple[float, float]:
-    connects = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        async with ModelClient.connect(address, ssl=context, server_hostname="localhost") as c:
-            await c.describe(timeout=30)
-        connects.append(time.perf_counter() - t0)
-    per_call = []
+async def connect_once(address: str, context: ssl.SSLContext | None) -> float:
+    """Seconds for a fresh client's first Describe (connection, TLS handshake, one RPC)."""
+    t0 = time.perf_counter()
     async with ModelClient.connect(address, ssl=context, server_hostname="localhost") as client:
         await client.describe(timeout=30)
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                await client.describe(timeout=30)
-            per_call.append((time.perf_counter() - t0) / calls)
-    return statistics.median(connects), statistics.median(per_call)
+    return time.perf_counter() - t0
+
+
+async def rpc_batch(client: ModelClient, calls: int) -> float:
+    """Seconds per Describe over ``calls`` calls on an open connection."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        await client.describe(timeout=30)
+    return (time.perf_counter() - t0) / calls
 
 
 async def main() -> None:
@@ -56,29 +54,46 @@ async def main() -> None:
     kernel = generate_certificate()
     server_ctx, server_pair = auto_mtls_server_context(kernel.cert_pem)
     client_ctx = pinned_client_context(server_pair.cert_der, kernel)
-    setups: list[tuple[str, dict[str, object], ssl.SSLContext | None]] = [
+    pinned = {"ssl": server_ctx, "client_certificate": kernel.cert_der}
+    setups: list[tuple[str, dict[str, Any], ssl.SSLContext | None]] = [
         ("tcp", {}, None),
         ("unix", {"path": make_private_socket_path(), "owns_socket_dir": True}, None),
-        ("tcp+mtls", {"ssl": server_ctx}, client_ctx),
+        ("tcp+mtls", pinned, client_ctx),
         (
             "unix+mtls",
-            {"path": make_private_socket_path(), "owns_socket_dir": True, "ssl": server_ctx},
+            {"path": make_private_socket_path(), "owns_socket_dir": True, **pinned},
             client_ctx,
         ),
     ]
-    print(f"transport benchmark: median of {repeats} runs, {calls} Describe calls per run")
-    base: tuple[float, float] | None = None
-    for name, options, context in setups:
+    servers, clients = [], []
+    for _, options, context in setups:
         server = ModelServer(ReferenceProvider())
-        await server.start("127.0.0.1", 0, **options)  # type: ignore[arg-type]
-        try:
-            connect, rpc = await measure(server.address, context, repeats, calls)
-        finally:
+        await server.start("127.0.0.1", 0, **options)
+        servers.append(server)
+        clients.append(
+            ModelClient.connect(server.address, ssl=context, server_hostname="localhost")
+        )
+    connects: list[list[float]] = [[] for _ in setups]
+    rpcs: list[list[float]] = [[] for _ in setups]
+    try:
+        for client in clients:
+            await client.describe(timeout=30)
+        for _ in range(repeats):  # interleaved, so machine load hits every transport alike
+            for k, (_, _, context) in enumerate(setups):
+                connects[k].append(await connect_once(servers[k].address, context))
+                rpcs[k].append(await rpc_batch(clients[k], calls))
+    finally:
+        for client in clients:
+            client.close()
+        for server in servers:
             await server.shutdown(grace_period=0)
-        base = base or (connect, rpc)
+    print(f"transport benchmark: median of {repeats} interleaved runs, {calls} Describe calls each")
+    base_connect, base_rpc = statistics.median(connects[0]), statistics.median(rpcs[0])
+    for k, (name, _, _) in enumerate(setups):
+        connect, rpc = statistics.median(connects[k]), statistics.median(rpcs[k])
         print(
-            f"  {name:10s} connect {connect * 1e3:7.2f} ms (x{connect / base[0]:.2f})"
-            f"   rpc {rpc * 1e6:7.1f} us (x{rpc / base[1]:.2f})"
+            f"  {name:10s} connect {connect * 1e3:7.2f} ms (x{connect / base_connect:.2f})"
+            f"   rpc {rpc * 1e6:7.1f} us (x{rpc / base_rpc:.2f})"
         )
     launches: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(max(3, repeats // 2)):
