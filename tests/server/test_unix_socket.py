@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from protocol_py import serving
 from protocol_py.client import ModelClient
 from protocol_py.errors import InvalidValueError
+from protocol_py.providers.reference import ReferenceProvider
 from protocol_py.transport import (
     MAX_UNIX_PATH_BYTES,
     PRIVATE_DIR_PREFIX,
@@ -179,3 +181,32 @@ def test_serve_refuses_conflicting_or_bad_socket_options(tmp_path: Path) -> None
     busy = run_cli("serve", "--socket", str(tmp_path / "no-such-dir" / "a.sock"))
     assert busy.returncode == 1
     assert busy.stderr.startswith("protocol-py serve: cannot listen on unix:")
+
+
+async def test_serve_async_with_handshake_and_no_address_uses_a_private_socket(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The library entry point (``protocol_py.serve_async``) listens exactly as the CLI does:
+    a private socket announced as ``1|unix|PATH|grpc``, removed with its directory after."""
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    task = asyncio.create_task(
+        serving.serve_async(
+            ReferenceProvider(),
+            handshake=True,
+            log_level=None,
+            handle_signals=False,
+            stop=stop,
+            on_started=lambda server: ready.set(),
+        )
+    )
+    await asyncio.wait_for(ready.wait(), 30)
+    await asyncio.sleep(0)  # the handshake line is written right after on_started
+    line = capsys.readouterr().out
+    version, transport, path, protocol = line.rstrip("\n").split("|")
+    assert (version, transport, protocol) == ("1", "unix", "grpc")
+    assert modes(path) == (True, 0o600, os.getuid())
+    assert await _describe(f"unix:{path}") == "reference"
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert not exists(path) and not exists(os.path.dirname(path))
