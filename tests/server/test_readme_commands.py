@@ -92,13 +92,21 @@ def start(command: str, ready: re.Pattern[str], stream: str) -> tuple[subprocess
     assert pipe is not None
     deadline = time.monotonic() + 30
     seen = ""
+    pending = b""
+    # os.read on the descriptor, not pipe.readline(): readline may pull two lines into the
+    # text wrapper's buffer, where select() no longer sees the second one (the ready line).
     while time.monotonic() < deadline and proc.poll() is None:
         if select.select([pipe], [], [], 0.2)[0]:
-            line = pipe.readline()
-            seen += line
-            match = ready.search(line)
-            if match:
-                return proc, int(match.group(1))
+            chunk = os.read(pipe.fileno(), 65536)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace") + "\n"
+                seen += line
+                match = ready.search(line)
+                if match:
+                    return proc, int(match.group(1))
     proc.kill()
     raise AssertionError(f"{command!r} did not become ready:\n{seen}")
 
