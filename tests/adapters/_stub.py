@@ -53,6 +53,11 @@ class StubUpstream:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = asyncio.Event()
+        self.accepted = 0
+        """Connections accepted so far."""
+        self.open_connections = 0
+        """Connections whose handler is still running (for hang/hold/forever replies: until the
+        client closes its end)."""
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -98,6 +103,22 @@ class StubUpstream:
         self.closed.set()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open_connections += 1
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self.open_connections -= 1
+
+    async def wait_all_closed(self, limit: float) -> bool:
+        """Wait until no connection is open, at most ``limit`` seconds; True when none is."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + limit
+        while self.open_connections and loop.time() < until:
+            await asyncio.sleep(0.005)
+        return self.open_connections == 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             seen = await self._read_request(reader)
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -49,6 +49,7 @@ import httpx
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers import _events as ev
+from protocol_py.providers._cancel import cancel_once, shielded
 from protocol_py.providers._http import (
     RetryPolicy,
     error_from_http,
@@ -293,8 +294,8 @@ class HTTPProvider(Provider, abc.ABC):
 
         client = self._http()
         try:
-            response = await client.get(
-                join_url(self.base_url, self.models_path), headers=self.auth_headers()
+            response = await cancel_once(
+                client.get(join_url(self.base_url, self.models_path), headers=self.auth_headers())
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RuntimeError(
@@ -480,7 +481,9 @@ class HTTPProvider(Provider, abc.ABC):
             )
             try:
                 async with asyncio.timeout_at(deadline):
-                    response = await client.send(http_request, stream=True)
+                    response = await cancel_once(
+                        client.send(http_request, stream=True), discard=_close_response
+                    )
             except TimeoutError:
                 yield ev.error(
                     transient_error(
@@ -497,21 +500,22 @@ class HTTPProvider(Provider, abc.ABC):
                     error = await self._read_error(response, deadline)
                     delay = self.retry.delay(attempt, error)
                     if delay is not None:
-                        await response.aclose()
+                        await shielded(response.aclose())
                         await asyncio.sleep(delay)
                         continue
                     yield ev.error(error)
                     return
-                async for event in self._translate(response, deadline):
-                    yield event
+                async with contextlib.aclosing(self._translate(response, deadline)) as events:
+                    async for event in events:
+                        yield event
                 return
             finally:
-                await response.aclose()
+                await shielded(response.aclose())
 
     async def _read_error(self, response: httpx.Response, deadline: float) -> ModelError:
         try:
             async with asyncio.timeout_at(deadline):
-                body = await response.aread()
+                body = await cancel_once(response.aread())
         except (TimeoutError, httpx.HTTPError):
             body = b""
         return error_from_http(
@@ -537,7 +541,7 @@ class HTTPProvider(Provider, abc.ABC):
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
-                    chunk = await chunks.__anext__()
+                    chunk = await cancel_once(chunks.__anext__())
             except StopAsyncIteration:
                 if raw is not None and raw.strip():
                     for event in self._whole_body(translator, bytes(raw), content_type):
@@ -599,6 +603,10 @@ class HTTPProvider(Provider, abc.ABC):
                 retryable=False,
             ),
         )
+
+
+async def _close_response(response: httpx.Response) -> None:
+    await response.aclose()
 
 
 _MAX_WHOLE_BODY = 16 * 1024 * 1024
