@@ -58,6 +58,8 @@ class StubUpstream:
         self.open_connections = 0
         """Connections whose handler is still running (for hang/hold/forever replies: until the
         client closes its end)."""
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -105,17 +107,18 @@ class StubUpstream:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         self.open_connections += 1
+        self._idle.clear()
         try:
             await self._serve(reader, writer)
         finally:
             self.open_connections -= 1
+            if not self.open_connections:
+                self._idle.set()
 
     async def wait_all_closed(self, limit: float) -> bool:
         """Wait until no connection is open, at most ``limit`` seconds; True when none is."""
-        loop = asyncio.get_running_loop()
-        until = loop.time() + limit
-        while self.open_connections and loop.time() < until:
-            await asyncio.sleep(0.005)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), limit)
         return self.open_connections == 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -39,7 +39,7 @@ import contextlib
 import json
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -528,7 +528,7 @@ class HTTPProvider(Provider, abc.ABC):
 
     async def _translate(
         self, response: httpx.Response, startup_deadline: float
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         translator = self.make_translator(response.headers)
         parser = SSEParser()
         loop = asyncio.get_running_loop()

@@ -22,8 +22,8 @@ from protocol_py.providers._anthropic_request import (
     build_anthropic_count_body,
 )
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
-from protocol_py.providers._cancel import cancel_once
 from protocol_py.providers._base import HTTPProvider, Translator, request_failure
+from protocol_py.providers._cancel import cancel_once
 from protocol_py.providers._http import error_from_http, transient_error
 from protocol_py.providers._url import join_url
 from protocol_py.version import PACKAGE_VERSION
