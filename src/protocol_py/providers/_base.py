@@ -114,6 +114,9 @@ class Translator(Protocol):
     def on_json(self, body: object) -> list[StreamEvent]:
         """A whole JSON (non-SSE) response body: an error object or a non-streamed answer."""
 
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error``: the usage reported so far, then the error."""
+
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
@@ -614,15 +617,11 @@ _MAX_WHOLE_BODY = 16 * 1024 * 1024
 
 
 def _fail(translator: Translator, error: ModelError) -> list[StreamEvent]:
-    """End a translator's stream with ``error`` (nothing when it already ended)."""
+    """End a translator's stream with ``error`` (nothing when it already ended): the
+    translator emits the usage already reported before the error."""
     if translator.finished:
         return []
-    with contextlib.suppress(AttributeError):
-        translator.finished = True
-    rid = getattr(translator, "request_id", "")
-    if rid and not error.provider_request_id:
-        error.provider_request_id = rid
-    return [ev.error(error)]
+    return translator.on_failure(error)
 
 
 def _invalid(message: str) -> ModelError:
