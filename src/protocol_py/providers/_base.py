@@ -55,6 +55,8 @@ from protocol_py.providers._http import (
     error_from_http,
     redact,
     redact_error,
+    redact_event,
+    remember_secrets,
     secret_values,
     transient_error,
 )
@@ -202,6 +204,7 @@ class HTTPProvider(Provider, abc.ABC):
         self._client: httpx.AsyncClient | None = None
         self._retired: list[httpx.AsyncClient] = []
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
+        remember_secrets(self.secrets())  # never shown in any log record either
 
     # -- subclass hooks -----------------------------------------------------------------------
 
@@ -272,6 +275,7 @@ class HTTPProvider(Provider, abc.ABC):
                 max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
             )
         self.apply_extra_config(config)
+        remember_secrets(self.secrets())
         # streams in flight keep the old client; it is closed with the provider (aclose)
         if self._client is not None:
             self._retired.append(self._client)
@@ -386,9 +390,7 @@ class HTTPProvider(Provider, abc.ABC):
         failure: ProviderError | None = None
         try:
             async for event in events:
-                if event.error is not None:
-                    redact_error(event.error, [*secrets, *self.secrets()])
-                yield event
+                yield redact_event(event, secrets)
         except Exception as exc:
             failure = self.provider_error(exc)
         finally:
