@@ -195,7 +195,8 @@ def _status(status: int, html: bool = False) -> Callable[[Bodies], Reply]:
 FAULTS = [
     Fault(
         "reset_mid_stream",
-        lambda b: Reply(headers=b.headers, chunks=[b.prefix, 0.05], reset=True),
+        # the pause lets the client read the prefix first: an RST discards unread bytes
+        lambda b: Reply(headers=b.headers, chunks=[b.prefix, 0.2], reset=True),
         ErrorKind.TRANSIENT,
         STREAMED,
         (12, 2),
