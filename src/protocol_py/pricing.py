@@ -30,6 +30,13 @@ from typing import Any
 
 from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
+from protocol_py.pricing_windows import (
+    TierWeek,
+    WeekSchedule,
+    cell_violations,
+    parse_windows,
+    schedule_for,
+)
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage, UsageComponent, VendorCost
 
 __all__ = [
@@ -218,12 +225,14 @@ def _check_count(value: object, what: str, rule_prefix: str = "usage") -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Bounds:
-    """A tier's parsed half-open rectangle; None is unbounded on that side."""
+    """A tier's parsed half-open rectangle; None is unbounded on that side. ``week``: the
+    tier's recurring windows (:mod:`protocol_py.pricing_windows`), None for all week."""
 
     t_from: datetime | None
     t_until: datetime | None
     s_from: int | None
     s_until: int | None
+    week: TierWeek | None = None
 
     def contains(self, at: datetime, size: int) -> bool:
         return (
@@ -296,7 +305,8 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
                 "(the window is half-open)",
             )
         )
-    return _Bounds(t_from, t_until, s_from, s_until) if ok else None
+    windows_ok, week = parse_windows(tier, where, out)
+    return _Bounds(t_from, t_until, s_from, s_until, week) if ok and windows_ok else None
 
 
 def _check_rates(
@@ -440,6 +450,10 @@ def _partition_violations(bounds: list[_Bounds], path: str) -> list[Violation]:
         ]
         for s_lo, _s_hi in _size_cells(bounds):
             matching = tuple(i for i in in_time if _size_in(bounds[i], s_lo))
+            if any(bounds[i].week is not None for i in matching):
+                weeks = [(i, bounds[i].week) for i in matching]
+                out.extend(cell_violations(weeks, t_cell, s_lo, path, seen_overlaps))
+                continue
             where = f"at {_format_time(at)}, prompt size {s_lo}"
             if not matching:
                 out.append(
@@ -619,23 +633,26 @@ class PricingTable:
         # _time_points[k] is the start of slab k+1; slab 0 is everything before the first point.
         self._time_points: list[datetime] = [lo for lo, _hi in cells if lo is not None]
         self._slab_sizes: list[list[int]] = []
-        self._slab_tiers: list[list[int]] = []
+        # A size cell's entry is its tier's index, or the WeekSchedule of its windowed tiers.
+        self._slab_tiers: list[list[int | WeekSchedule]] = []
         for t_cell in cells:
             at = _time_point(t_cell)
             starts: list[int] = []
-            tiers: list[int] = []
+            tiers: list[int | WeekSchedule] = []
             if at is not None:
-                active = sorted(
-                    (
-                        (b.s_from or 0, i)
-                        for i, b in enumerate(valid)
-                        if (b.t_from is None or b.t_from <= at)
-                        and (b.t_until is None or at < b.t_until)
-                    ),
-                )
-                for s_from, i in active:
-                    starts.append(s_from)
-                    tiers.append(i)
+                active = [
+                    i
+                    for i, b in enumerate(valid)
+                    if (b.t_from is None or b.t_from <= at)
+                    and (b.t_until is None or at < b.t_until)
+                ]
+                for s_lo, _s_hi in _size_cells([valid[i] for i in active]):
+                    matching = [i for i in active if _size_in(valid[i], s_lo)]
+                    starts.append(s_lo)
+                    if len(matching) == 1 and valid[matching[0]].week is None:
+                        tiers.append(matching[0])
+                    else:
+                        tiers.append(schedule_for([(i, valid[i].week) for i in matching]))
             self._slab_sizes.append(starts)
             self._slab_tiers.append(tiers)
 
@@ -668,7 +685,8 @@ class PricingTable:
     def _lookup(self, at: datetime, size: int) -> int:
         """The tier index for an already-checked aware time and size >= 0."""
         slab = bisect_right(self._time_points, at)
-        return self._slab_tiers[slab][bisect_right(self._slab_sizes[slab], size) - 1]
+        entry = self._slab_tiers[slab][bisect_right(self._slab_sizes[slab], size) - 1]
+        return entry if isinstance(entry, int) else entry.tier_at(at)
 
     def _rates_of(self, index: int) -> _Rates:
         return self._rates[index]
