@@ -50,6 +50,8 @@ def test_validation(vector: dict[str, Any]) -> None:
     violations = validate_pricing(pricing, caching_supported=vector["caching_supported"])
     actual = {(v.path, v.rule) for v in violations}
     assert actual == {(e["path"], e["rule"]) for e in vector["expected"]}, violations
+    for point in vector.get("points", []):  # the point Python names (README: "points")
+        assert any(point in v.message for v in violations), (point, violations)
     if vector["expected"]:
         with pytest.raises(ValidationError) as info:
             PricingTable(pricing, caching_supported=vector["caching_supported"])
