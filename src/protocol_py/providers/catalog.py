@@ -23,16 +23,21 @@ gpt-6-luna        0.10   0.50    0.125   -     0.01    same page, 2026-11-29
 
 DeepSeek (``https://api-docs.deepseek.com/quick_start/pricing``, page checked 2026-11-15).
 Context 1,000,000, max output 384,000; thinking on by default, switchable off; reasoning must be
-replayed on tool-calling turns (THINKING_REPLAY_TOOL_TURNS). DeepSeek bills peak hours at twice
-the off-peak rate; a tier cannot express a daily window, so the PEAK rates are declared and the
-computed cost is an upper bound. Cache writes carry no premium (billed as cache-miss input).
+replayed on tool-calling turns (THINKING_REPLAY_TOOL_TURNS). Cache writes carry no premium
+(billed as cache-miss input). Peak and off-peak (protocol 1.1 pricing windows): the rates below
+are the peak (list) rates, billed 01:00-04:00 and 06:00-10:00 UTC, Monday to Friday (09:00-12:00
+and 14:00-18:00 Beijing time: the UTC day and the Beijing day agree inside these windows); every
+other minute is off-peak at half of every rate. Source of the schedule and the half rate:
+the DeepSeek provider worker's curated catalog, snapshot of api-docs.deepseek.com taken
+2026-09-10 (``../shared/spec/reference-provider-deepseek.txt``, "Catalog"), matching case B20;
+the shared material holds no later off-peak figures, so re-check both before relying on a cost.
 
-================  =====  ======  ======  ====  ======
-model             input  output  cw      cw1h  read
-================  =====  ======  ======  ====  ======
-deepseek-flash    0.30   1.20    0.30    -     0.006
-deepseek-v4-pro   1.32   3.96    1.32    -     0.044
-================  =====  ======  ======  ====  ======
+================  =====  ======  ======  ====  ======  =================================
+model             input  output  cw      cw1h  read    off-peak (input/output/cw/read)
+================  =====  ======  ======  ====  ======  =================================
+deepseek-flash    0.30   1.20    0.30    -     0.006   0.15 / 0.60 / 0.15 / 0.003
+deepseek-v4-pro   1.32   3.96    1.32    -     0.044   0.66 / 1.98 / 0.66 / 0.022
+================  =====  ======  ======  ====  ======  =================================
 
 Anthropic (``https://platform.claude.com/docs/en/about-claude/pricing`` and the model pages,
 read 2026-11-29; effort guide ``/docs/en/build-with-claude/effort``). 5.x models: context
@@ -65,6 +70,8 @@ from protocol_py_gen.model.v1 import (
     ModelSpec,
     Pricing,
     PricingTier,
+    PricingWindow,
+    PricingWindowDayOfWeek,
     ThinkingDisable,
     ThinkingReplay,
     ThinkingSpec,
@@ -106,6 +113,7 @@ def _tier(
     until: str | None = None,
     tokens_from: int | None = None,
     tokens_until: int | None = None,
+    windows: Sequence[PricingWindow] = (),
 ) -> PricingTier:
     return PricingTier(
         effective_from=since,
@@ -119,6 +127,7 @@ def _tier(
         batch_output_per_mtok=rates.output / 2 if rates.batch else None,
         input_tokens_from=tokens_from,
         input_tokens_until=tokens_until,
+        windows=list(windows),
     )
 
 
@@ -222,8 +231,48 @@ _DEEPSEEK_THINKING = ThinkingSpec(
 )
 
 
+_WEEKDAYS = [
+    PricingWindowDayOfWeek.MONDAY,
+    PricingWindowDayOfWeek.TUESDAY,
+    PricingWindowDayOfWeek.WEDNESDAY,
+    PricingWindowDayOfWeek.THURSDAY,
+    PricingWindowDayOfWeek.FRIDAY,
+]
+_WEEKEND = [PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY]
+
+
+def _utc_windows(
+    spans: Sequence[tuple[int, int]], days: list[PricingWindowDayOfWeek]
+) -> list[PricingWindow]:
+    """UTC windows from ``(start, end)`` pairs in minutes after midnight."""
+    return [PricingWindow(start_minute=lo, end_minute=hi, days=list(days)) for lo, hi in spans]
+
+
+# DeepSeek's peak windows in UTC minutes after midnight, Monday to Friday: 01:00-04:00, 06:00-10:00.
+_DEEPSEEK_PEAK = ((60, 240), (360, 600))
+_DEEPSEEK_OFF_PEAK = ((0, 60), (240, 360), (600, 1440))
+
+
+def _deepseek_tiers(peak: _Rates) -> list[PricingTier]:
+    """Off-peak (half of every rate) and peak tiers over DeepSeek's weekly UTC schedule."""
+    off_peak = _Rates(
+        peak.input / 2, peak.output / 2, peak.cache_write / 2, peak.cache_read / 2, batch=False
+    )
+    return [
+        _tier(
+            off_peak,
+            windows=[
+                *_utc_windows(_DEEPSEEK_OFF_PEAK, _WEEKDAYS),
+                *_utc_windows([(0, 1440)], _WEEKEND),
+            ],
+        ),
+        _tier(peak, windows=_utc_windows(_DEEPSEEK_PEAK, _WEEKDAYS)),
+    ]
+
+
 def deepseek_models() -> list[ModelSpec]:
-    """DeepSeek models at PEAK rates (see the module docstring)."""
+    """DeepSeek models: peak and off-peak tiers over its UTC schedule (see the module
+    docstring)."""
     cache = CachingSpec(supported=True, implicit_automatic=True)
     return [
         _spec(
@@ -232,7 +281,7 @@ def deepseek_models() -> list[ModelSpec]:
             output=384_000,
             thinking=_DEEPSEEK_THINKING,
             caching=cache,
-            tiers=[_tier(_Rates(0.30, 1.20, 0.30, 0.006, batch=False))],
+            tiers=_deepseek_tiers(_Rates(0.30, 1.20, 0.30, 0.006, batch=False)),
             vision=True,
         ),
         _spec(
@@ -241,7 +290,7 @@ def deepseek_models() -> list[ModelSpec]:
             output=384_000,
             thinking=_DEEPSEEK_THINKING,
             caching=cache,
-            tiers=[_tier(_Rates(1.32, 3.96, 1.32, 0.044, batch=False))],
+            tiers=_deepseek_tiers(_Rates(1.32, 3.96, 1.32, 0.044, batch=False)),
             vision=False,
         ),
     ]
