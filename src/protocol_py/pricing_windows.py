@@ -212,11 +212,12 @@ def _check_days(days: object, where: str, out: list[Violation]) -> list[int] | N
     for k, day in enumerate(days):
         if not _is_int(day) or not 1 <= day <= 7:
             ok = False
+            known = _is_int(day) and day == 0
             shown = int(day) if _is_int(day) else type(day).__name__
             out.append(
                 Violation(
                     f"{where}.days[{k}]",
-                    "pricing.tiers.window.invalid_day",
+                    "pricing.tiers.window.invalid_day" if known else "enum.unknown_value",
                     f"days[{k}] is {shown}; a day is DAY_OF_WEEK_MONDAY (1) .. "
                     "DAY_OF_WEEK_SUNDAY (7)",
                 )
