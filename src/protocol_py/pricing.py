@@ -6,7 +6,8 @@ Three things live here:
 * :func:`validate_pricing` checks a :class:`~protocol_py_gen.model.v1.Pricing` against every
   Pricing rule and returns the list of :class:`~protocol_py.errors.Violation` (DESIGN D13).
 * :class:`PricingTable` is a validated Pricing indexed for lookup: :meth:`PricingTable.resolve`
-  returns the one tier matching a (receipt time, prompt size) pair in O(log n).
+  returns the one tier matching a (receipt time, prompt size) pair in O(log n), recurring
+  windows included (protocol 1.1; :mod:`protocol_py.pricing_windows`, docs/pricing-windows.md).
 * :func:`cost` prices one :class:`~protocol_py_gen.model.v1.Usage` exactly, as
   :class:`decimal.Decimal`, and :func:`format_usd` renders the figure as a plain decimal string.
 
@@ -491,9 +492,12 @@ def validate_pricing(
     (``pricing.tiers.input_tokens_negative``); each lower bound below its upper bound
     (``pricing.tiers.time_window_empty``, ``pricing.tiers.size_window_empty``); the tiers
     partition the whole (time x prompt size) plane (``pricing.tiers.overlap``,
-    ``pricing.tiers.gap``, each message naming a concrete point of the offending cell). The
-    partition is checked only when every tier's bounds are valid. A free Pricing with tiers is
-    checked the same way.
+    ``pricing.tiers.gap``, each message naming a concrete point of the offending cell); recurring
+    windows (protocol 1.1): each tier's windows valid and disjoint, and inside every cell one
+    zone and every local minute of the week covered exactly once (``pricing.tiers.window.*``,
+    and ``pricing.tiers.gap`` / ``pricing.tiers.overlap`` naming an instant and the local wall
+    time; :mod:`protocol_py.pricing_windows`). The partition is checked only when every tier's
+    bounds are valid. A free Pricing with tiers is checked the same way.
 
     Args:
         pricing: The Pricing message.
@@ -588,8 +592,10 @@ class PricingTable:
     """A validated Pricing indexed for O(log n) tier resolution (DESIGN D9).
 
     The index is the sorted list of the tiers' distinct time boundaries; for every time slab
-    between two boundaries, the sorted size boundaries and the tier of each size cell. A lookup
-    is two bisections. Each tier's rates are converted to exact Decimals once, here.
+    between two boundaries, the sorted size boundaries and the tier of each size cell, or, for a
+    cell of windowed tiers, its :class:`~protocol_py.pricing_windows.WeekSchedule`. A lookup is
+    two bisections, plus for a windowed cell one conversion to local time and a third bisection
+    over the week. Each tier's rates are converted to exact Decimals once, here.
 
     Attributes:
         pricing: The Pricing the table was built from.
@@ -668,8 +674,9 @@ class PricingTable:
 
         Raises:
             InvalidValueError: ``at`` is naive or not a datetime (``timestamp.naive``), the size is
-                negative or not an integer (``usage.negative``), or the Pricing is free with no
-                tiers (``pricing.no_tiers``).
+                negative or not an integer (``usage.negative``), the Pricing is free with no
+                tiers (``pricing.no_tiers``), or a windowed tier's zone cannot represent ``at``'s
+                local time within years 1..9999 (``timestamp.out_of_range``).
         """
         at = _check_aware(at, "at")
         size = _check_count(prompt_tokens, "prompt_tokens")
