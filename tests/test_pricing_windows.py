@@ -17,9 +17,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from google.protobuf import json_format
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from protocol_py import protojson
 from protocol_py.cli import main
 from protocol_py.errors import InvalidValueError
 from protocol_py.pricing import PricingTable, cost, parse_timestamp, validate_pricing
@@ -547,3 +549,25 @@ def test_cli_cost_at_resolves_the_window_of_the_instant(
         "2026-08-19T04:00:00Z": (0, "0.21"),
         "2026-08-19T09:30:00+08:00": (1, "0.42"),  # 01:30 UTC on the Wednesday
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire and JSON agreement with google's protobuf (upb)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_window_vectors_mean_the_same_to_googles_protobuf(upb: Any) -> None:
+    vectors = json.loads(
+        (CASES.parent / "conformance" / "pricing.json").read_text(encoding="utf-8")
+    )
+    upb_pricing = upb.message("model.v1.Pricing")
+    checked = 0
+    for vector in [*vectors["validation"], *vectors["resolution"]]:
+        if not vector["name"].startswith("window:"):
+            continue
+        ours = protojson.decode_or_raise(Pricing, vector["pricing"])
+        theirs = json_format.ParseDict(vector["pricing"], upb_pricing())
+        assert upb_pricing.FromString(bytes(ours)) == theirs, vector["name"]
+        assert Pricing.parse(theirs.SerializeToString()) == ours, vector["name"]
+        checked += 1
+    assert checked >= 25
