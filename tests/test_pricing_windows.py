@@ -27,6 +27,7 @@ from protocol_py.errors import InvalidValueError
 from protocol_py.pricing import PricingTable, cost, parse_timestamp, validate_pricing
 from protocol_py.pricing_windows import MAX_TIME_ZONE_LENGTH, MAX_WINDOWS_PER_TIER
 from protocol_py.providers.catalog import deepseek_models
+from protocol_py.providers.reference import reference_models
 from protocol_py_gen.model.v1 import (
     Pricing,
     PricingTier,
@@ -571,3 +572,25 @@ def test_window_vectors_mean_the_same_to_googles_protobuf(upb: Any) -> None:
         assert Pricing.parse(theirs.SerializeToString()) == ours, vector["name"]
         checked += 1
     assert checked >= 25
+
+
+@pytest.mark.parametrize(
+    ("at", "tier_index", "total"),
+    [
+        ("2026-06-27T12:00:00Z", 0, "4.8"),  # a Saturday before the price change: no windows
+        ("2026-08-19T12:00:00Z", 1, "3"),  # Wednesday
+        ("2026-08-21T23:59:59Z", 1, "3"),  # Friday, last second
+        ("2026-08-22T00:00:00Z", 2, "1.5"),  # Saturday 00:00 UTC: the weekend window
+        ("2026-08-23T23:59:59Z", 2, "1.5"),
+        ("2026-08-24T00:00:00Z", 1, "3"),  # Monday again
+    ],
+)
+def test_reference_medium_bills_weekends_at_half_price_from_july_2026(
+    at: str, tier_index: int, total: str
+) -> None:
+    spec = next(m for m in reference_models() if m.id == "reference-medium")
+    assert spec.pricing is not None and spec.caching is not None
+    assert validate_pricing(spec.pricing, caching_supported=spec.caching.supported) == []
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    breakdown = cost(spec.pricing, usage, parse_timestamp(at))
+    assert (breakdown.tier_index, breakdown.total_usd()) == (tier_index, total)

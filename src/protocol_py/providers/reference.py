@@ -11,7 +11,8 @@ server adapter against. It declares three models that pass capability validation
 ``reference-medium``
     A token-budget reasoning control (range 1,024-32,000, no default: it does not reason unless
     a budget is given; can always be disabled); implicit prompt caching; tool use; time pricing
-    tiers (a price change on 2026-07-01).
+    tiers (a price change on 2026-07-01, from when Saturday and Sunday UTC are billed at half
+    price through protocol 1.1 pricing windows).
 ``reference-small``
     A plain model: no thinking, no caching, no tools, one pricing tier.
 
@@ -66,7 +67,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -89,6 +90,8 @@ from protocol_py_gen.model.v1 import (
     ModelSpec,
     Pricing,
     PricingTier,
+    PricingWindow,
+    PricingWindowDayOfWeek,
     RenderFormat,
     RenderRequest,
     RenderResponse,
@@ -310,7 +313,9 @@ def _tier(
     effective_until: str | None = None,
     input_tokens_from: int | None = None,
     input_tokens_until: int | None = None,
+    days: Sequence[PricingWindowDayOfWeek] = (),
 ) -> PricingTier:
+    """A tier; ``days``: whole UTC days of the week it is limited to (a pricing window)."""
     return PricingTier(
         input_per_mtok=input_rate,
         output_per_mtok=output_rate,
@@ -323,7 +328,12 @@ def _tier(
         effective_until=effective_until,
         input_tokens_from=input_tokens_from,
         input_tokens_until=input_tokens_until,
+        windows=[PricingWindow(start_minute=0, end_minute=1440, days=list(days))] if days else [],
     )
+
+
+_WEEKDAYS: Final = tuple(PricingWindowDayOfWeek(d) for d in range(1, 6))
+_WEEKEND: Final = (PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY)
 
 
 def reference_models() -> list[ModelSpec]:
@@ -396,7 +406,22 @@ def reference_models() -> list[ModelSpec]:
             currency="USD",
             tiers=[
                 _tier(0.8, 4.0, cache_write=1.0, cache_read=0.08, effective_until="2026-07-01"),
-                _tier(0.5, 2.5, cache_write=0.625, cache_read=0.05, effective_from="2026-07-01"),
+                _tier(
+                    0.5,
+                    2.5,
+                    cache_write=0.625,
+                    cache_read=0.05,
+                    effective_from="2026-07-01",
+                    days=_WEEKDAYS,
+                ),
+                _tier(
+                    0.25,
+                    1.25,
+                    cache_write=0.3125,
+                    cache_read=0.025,
+                    effective_from="2026-07-01",
+                    days=_WEEKEND,
+                ),
             ],
         ),
         supported_tool_choice_modes=[ToolChoiceMode.AUTO, ToolChoiceMode.NONE],
