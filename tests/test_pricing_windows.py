@@ -52,6 +52,14 @@ def _minutes(text: str) -> int:
     return int(hours) * 60 + int(minutes)
 
 
+def _windowed(*tiers: tuple[float, list[PricingWindow]]) -> Pricing:
+    """A Pricing of ``(input rate, windows)`` tiers (output rate 0, no other bounds)."""
+    return Pricing(
+        currency="USD",
+        tiers=[PricingTier(input_per_mtok=rate, windows=windows) for rate, windows in tiers],
+    )
+
+
 def _rules(pricing: Pricing) -> set[tuple[str, str]]:
     return {(v.path, v.rule) for v in validate_pricing(pricing)}
 
@@ -351,7 +359,7 @@ def test_more_windows_than_the_limit_are_refused_with_one_violation() -> None:
         PricingWindow(start_minute=i * 20, end_minute=i * 20 + 20)
         for i in range(MAX_WINDOWS_PER_TIER + 1)
     ]
-    pricing = Pricing(currency="USD", tiers=[PricingTier(input_per_mtok=1, windows=windows)])
+    pricing = _windowed((1, windows))
     violations = validate_pricing(pricing)
     assert [(v.path, v.rule) for v in violations] == [
         ("pricing.tiers[0].windows", "pricing.tiers.window.too_many")
@@ -365,7 +373,7 @@ def test_more_windows_than_the_limit_are_refused_with_one_violation() -> None:
 def test_a_long_zone_name_is_refused_and_shown_truncated() -> None:
     name = "Europe/" + "X" * 10_000
     window = PricingWindow(start_minute=0, end_minute=1440, time_zone=name)
-    pricing = Pricing(currency="USD", tiers=[PricingTier(input_per_mtok=1, windows=[window])])
+    pricing = _windowed((1, [window]))
     (violation,) = validate_pricing(pricing)
     assert (violation.path, violation.rule) == (
         "pricing.tiers[0].windows[0].time_zone",
@@ -378,7 +386,7 @@ def test_a_long_zone_name_is_refused_and_shown_truncated() -> None:
 @pytest.mark.parametrize("name", ["../../etc/passwd", "/usr/share/zoneinfo/UTC", "utc", "EST5"])
 def test_paths_and_unknown_spellings_are_not_zones(name: str) -> None:
     window = PricingWindow(start_minute=0, end_minute=1440, time_zone=name)
-    pricing = Pricing(currency="USD", tiers=[PricingTier(input_per_mtok=1, windows=[window])])
+    pricing = _windowed((1, [window]))
     assert _rules(pricing) == {
         ("pricing.tiers[0].windows[0].time_zone", "pricing.tiers.window.unknown_zone")
     }
@@ -386,7 +394,7 @@ def test_paths_and_unknown_spellings_are_not_zones(name: str) -> None:
 
 def test_more_than_seven_days_is_one_duplicate_day_violation() -> None:
     window = PricingWindow(start_minute=0, end_minute=1440, days=WEEKDAYS * 1000)
-    pricing = Pricing(currency="USD", tiers=[PricingTier(input_per_mtok=1, windows=[window])])
+    pricing = _windowed((1, [window]))
     assert [(v.path, v.rule) for v in validate_pricing(pricing)] == [
         ("pricing.tiers[0].windows[0].days", "pricing.tiers.window.duplicate_day")
     ]
@@ -416,7 +424,7 @@ def test_values_of_the_wrong_python_type_are_violations_not_crashes() -> None:
 def test_none_in_window_fields_reads_as_the_proto3_default() -> None:
     # start_minute None is 0 (midnight); days None is empty (every day).
     window = PricingWindow(start_minute=None, end_minute=1440, days=None)  # type: ignore[arg-type]
-    pricing = Pricing(currency="USD", tiers=[PricingTier(input_per_mtok=1, windows=[window])])
+    pricing = _windowed((1, [window]))
     assert validate_pricing(pricing) == []
     assert PricingTable(pricing).resolve(datetime(2026, 1, 1, tzinfo=UTC), 5)[0] == 0
 
@@ -431,16 +439,9 @@ def test_none_in_window_fields_reads_as_the_proto3_default() -> None:
 def test_an_instant_without_a_representable_local_time_is_a_typed_error(
     zone: str, at: datetime
 ) -> None:
-    pricing = Pricing(
-        currency="USD",
-        tiers=[
-            PricingTier(
-                input_per_mtok=1,
-                windows=[PricingWindow(start_minute=0, end_minute=1440, time_zone=zone)],
-            )
-        ],
+    table = PricingTable(
+        _windowed((1, [PricingWindow(start_minute=0, end_minute=1440, time_zone=zone)]))
     )
-    table = PricingTable(pricing)
     with pytest.raises(InvalidValueError) as info:
         table.resolve(at, 0)
     assert info.value.rule == "timestamp.out_of_range"
@@ -453,20 +454,12 @@ def test_an_instant_without_a_representable_local_time_is_a_typed_error(
 
 def test_a_fall_back_hour_occurs_twice_and_both_occurrences_are_in_the_window() -> None:
     ny = "America/New_York"
-    pricing = Pricing(
-        currency="USD",
-        tiers=[
-            PricingTier(
-                input_per_mtok=2,
-                windows=[PricingWindow(start_minute=120, end_minute=60, time_zone=ny)],
-            ),
-            PricingTier(
-                input_per_mtok=1,
-                windows=[PricingWindow(start_minute=60, end_minute=120, time_zone=ny)],
-            ),
-        ],
+    table = PricingTable(
+        _windowed(
+            (2, [PricingWindow(start_minute=120, end_minute=60, time_zone=ny)]),
+            (1, [PricingWindow(start_minute=60, end_minute=120, time_zone=ny)]),
+        )
     )
-    table = PricingTable(pricing)
     start = datetime(2026, 11, 1, 4, tzinfo=UTC)  # 00:00 EDT on the fall-back Sunday
     in_window = [
         start + timedelta(minutes=m)

@@ -236,30 +236,29 @@ def _check_days(days: object, where: str, out: list[Violation]) -> list[int] | N
     return [int(d) for d in days] if ok else None
 
 
+_MINUTE_RANGES: Final = (
+    ("start_minute", 0, MINUTES_PER_DAY - 1, ""),
+    ("end_minute", 1, MINUTES_PER_DAY, " (1440 is the next midnight)"),
+)
+"""Each minute field's inclusive range, and what the message adds."""
+
+
 def _check_minutes(window: PricingWindow, where: str, out: list[Violation]) -> bool:
     start, end = window.start_minute, window.end_minute
     ok = True
-    if not _is_int(start) or not 0 <= start < MINUTES_PER_DAY:
-        ok = False
-        shown = start if _is_int(start) else type(start).__name__
-        out.append(
-            Violation(
-                f"{where}.start_minute",
-                "pricing.tiers.window.invalid_time",
-                f"start_minute is {shown}; it must be 0..1439 minutes after local midnight",
+    for name, low, high, note in _MINUTE_RANGES:
+        value = getattr(window, name)
+        if not _is_int(value) or not low <= value <= high:
+            ok = False
+            shown = value if _is_int(value) else type(value).__name__
+            out.append(
+                Violation(
+                    f"{where}.{name}",
+                    "pricing.tiers.window.invalid_time",
+                    f"{name} is {shown}; it must be {low}..{high} minutes after local "
+                    f"midnight{note}",
+                )
             )
-        )
-    if not _is_int(end) or not 0 < end <= MINUTES_PER_DAY:
-        ok = False
-        shown = end if _is_int(end) else type(end).__name__
-        out.append(
-            Violation(
-                f"{where}.end_minute",
-                "pricing.tiers.window.invalid_time",
-                f"end_minute is {shown}; it must be 1..1440 minutes after local midnight "
-                "(1440 is the next midnight)",
-            )
-        )
     if ok and start == end:
         ok = False
         out.append(
