@@ -1394,7 +1394,9 @@ class PricingTier(betterproto2.Message):
     MUST NOT overlap each other and MUST all use the same time_zone; at most 64 per tier.
     The tiers sharing a (time window x size window) cell MUST together cover every local
     (day of week, minute) of the week exactly once, and every window among them MUST use the
-    same time_zone (DESIGN D9, docs/pricing-windows.md).
+    same time_zone (DESIGN D9, docs/pricing-windows.md). A reader of protocol 1.0 ignores this
+    field and so sees the windowed tiers of one cell overlap (protocol-py 1.0 rejects such a
+    Pricing): a provider SHOULD declare windows only where its kernels speak 1.1 or later.
     """
 
 
