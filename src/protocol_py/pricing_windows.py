@@ -1,28 +1,30 @@
-"""Recurring pricing windows: a tier bounded by local wall-clock time (protocol 1.1; spec
-"Pricing"; DESIGN D9; docs/pricing-windows.md).
+"""Recurring pricing windows: rates that replace a tier's own at recurring local wall-clock
+times (protocol 1.1; spec "Pricing"; DESIGN D9; docs/pricing-windows.md).
 
 A :class:`~protocol_py_gen.model.v1.PricingWindow` is a half-open range of minutes of the local
 day (``start_minute`` inclusive, ``end_minute`` exclusive, crossing midnight when the end is
 below the start), on some days of the week, on the wall clock of an IANA time zone (absent:
-``"UTC"``). A tier with windows applies at an instant only when the instant's local
-(day of week, minute) lies in one of them. The instant is converted with :mod:`zoneinfo`, so a
-daylight-saving change needs no rule of its own: an instant has exactly one local time.
+``"UTC"``), carrying rates. Windows live inside one tier and never change which tier matches
+(the tiers partition time x prompt size exactly as in protocol 1.0); at an instant one of the
+tier's windows holds, that window's rates replace the tier's (a rate the window leaves absent is
+the tier's), and elsewhere the tier's own rates apply, so windows cannot leave a gap. The
+instant is converted with :mod:`zoneinfo`, so a daylight-saving change needs no rule of its own:
+an instant has exactly one local time.
 
 Everything here works on the *minute of the week*: Monday 00:00 local is 0, Sunday 23:59 is
 10079 (:data:`MINUTES_PER_WEEK`). A window becomes at most two half-open spans of that axis per
-day it starts on (two when it runs past Sunday midnight). The partition rule across windows:
-within one (time window x prompt-size window) cell, the windowed tiers of the cell (a tier
-without windows counts as the whole week) cover every minute of the week exactly once, and all
-their windows follow one zone. Because the check is over local (day, minute), it holds for
-every instant in every year whatever the zone's daylight-saving rules (the instant-to-local map
-is a function), and it needs no time-zone database; mixed zones in one cell are rejected
-instead of compared across transitions (see docs/pricing-windows.md for why).
+day it starts on (two when it runs past Sunday midnight). Exactly one rate set per instant: the
+windows of one tier must not overlap and must follow one zone. Because the check is over local
+(day, minute), it holds for every instant in every year whatever the zone's daylight-saving
+rules (the instant-to-local map is a function).
 
 Rule ids: ``pricing.tiers.window.too_many``, ``pricing.tiers.window.invalid_time``,
 ``pricing.tiers.window.empty``, ``pricing.tiers.window.invalid_day``,
 ``pricing.tiers.window.duplicate_day``, ``pricing.tiers.window.unknown_zone``,
-``pricing.tiers.window.mixed_zones``, ``pricing.tiers.window.overlap`` (two windows of one
-tier), and ``pricing.tiers.gap`` / ``pricing.tiers.overlap`` across the tiers of a cell.
+``pricing.tiers.window.mixed_zones`` (two zones in one tier) and
+``pricing.tiers.window.overlap`` (two windows of one tier hold one instant; the message names
+the instant, its local wall time and zone, and a prompt size). The window's rates are checked by
+:mod:`protocol_py.pricing` with the tier's rate rules.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import functools
 import re
 import zoneinfo
 from bisect import bisect_right
-from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Final
@@ -46,11 +47,8 @@ __all__ = [
     "MINUTES_PER_DAY",
     "MINUTES_PER_WEEK",
     "TierWeek",
-    "WeekSchedule",
-    "cell_violations",
     "local_minute_of_week",
     "parse_windows",
-    "schedule_for",
     "time_zone",
 ]
 
@@ -72,11 +70,11 @@ DEFAULT_TIME_ZONE: Final = "UTC"
 """The zone of a window whose ``time_zone`` is absent."""
 
 _POINT_SEARCH_DAYS: Final = 15
-"""How many local days after a cell's start are searched for an instant showing a gap or an
-overlap in an error message (two of every weekday, whatever one daylight-saving day hides)."""
+"""How many local days after a tier's start are searched for an instant showing an overlap in
+an error message (two of every weekday, whatever one daylight-saving day hides). Unit: days."""
 
 _FALLBACK_ANCHOR: Final = datetime(2000, 1, 1, tzinfo=UTC)
-"""The anchor of a cell unbounded in time on both sides (as :mod:`protocol_py.pricing` uses)."""
+"""The anchor of a tier unbounded in time on both sides (as :mod:`protocol_py.pricing` uses)."""
 
 _DAY_NAMES: Final = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 # Entries of the tz search path that are not IANA zone names (machine-specific links).
@@ -156,16 +154,48 @@ def _clock(minute_of_week: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TierWeek:
-    """A tier's valid windows on the minute-of-week axis.
+    """A tier's valid windows laid on the minute-of-week axis, for bisection.
 
     Attributes:
-        zone: The IANA name every window of the tier follows.
-        spans: Half-open ``(start, end, window index)`` spans, 0 <= start < end <= 10080,
-            sorted, pairwise disjoint. Unit: minutes of the week.
+        zone: The wall clock every window of the tier follows (:func:`time_zone`).
+        starts: Sorted run starts, ``starts[0] == 0``. Unit: minutes of the week.
+        windows: ``windows[k]`` is the index into the tier's ``windows`` of the window holding
+            the minutes from ``starts[k]`` to the next start, or -1 where none does (the tier's
+            own rates apply).
     """
 
-    zone: str
-    spans: tuple[tuple[int, int, int], ...]
+    zone: tzinfo
+    starts: tuple[int, ...]
+    windows: tuple[int, ...]
+
+    def window_at(self, at: datetime) -> int | None:
+        """The index of the window holding an aware instant, or None for the tier's own rates
+        (:func:`local_minute_of_week`, then one bisection).
+
+        Raises:
+            InvalidValueError: see :func:`local_minute_of_week`.
+        """
+        minute = local_minute_of_week(at, self.zone)
+        found = self.windows[bisect_right(self.starts, minute) - 1]
+        return None if found < 0 else found
+
+
+def _runs(zone: str, spans: list[tuple[int, int, int]]) -> TierWeek:
+    """The :class:`TierWeek` of sorted, disjoint spans, the rest of the week filled with -1."""
+    starts: list[int] = []
+    windows: list[int] = []
+    pos = 0
+    for lo, hi, j in spans:
+        if lo > pos:
+            starts.append(pos)
+            windows.append(-1)
+        starts.append(lo)
+        windows.append(j)
+        pos = hi
+    if pos < MINUTES_PER_WEEK or not starts:
+        starts.append(pos)
+        windows.append(-1)
+    return TierWeek(time_zone(zone), tuple(starts), tuple(windows))
 
 
 def _is_int(value: object) -> bool:
@@ -294,18 +324,27 @@ def _check_zone(window: PricingWindow, where: str, out: list[Violation]) -> str 
 
 
 def parse_windows(
-    tier: PricingTier, where: str, out: list[Violation]
+    tier: PricingTier,
+    where: str,
+    out: list[Violation],
+    *,
+    span: tuple[datetime | None, datetime | None] = (None, None),
+    size: int = 0,
 ) -> tuple[bool, TierWeek | None]:
-    """Check one tier's ``windows`` and lay them on the week, appending violations to ``out``.
+    """Check one tier's ``windows`` (schedule fields; the rates are checked by
+    :mod:`protocol_py.pricing`) and lay them on the week, appending violations to ``out``.
 
     Args:
         tier: The tier (its ``None`` fields already read as defaults).
         where: The tier's path, for example ``pricing.tiers[1]``.
         out: Receives every violation.
+        span: The tier's half-open time window (None: unbounded), where an overlap's instant is
+            looked for.
+        size: A prompt size inside the tier, for an overlap's message. Unit: tokens.
 
     Returns:
-        ``(ok, week)``: ``week`` is None for a tier without windows (it applies all week) or when
-        ``ok`` is false.
+        ``(ok, week)``: ``week`` is None for a tier without windows (its own rates apply all
+        week) or when ``ok`` is false.
     """
     windows = tier.windows
     if not isinstance(windows, list):
@@ -377,57 +416,24 @@ def parse_windows(
         ):
             reported.add(pair)
             ok = False
+            both = f"{_clock(lo)} to {_clock(min(hi, reach_end))}"
             out.append(
                 Violation(
                     f"{where}.windows[{pair[1]}]",
                     "pricing.tiers.window.overlap",
-                    f"windows[{pair[0]}] and windows[{pair[1]}] both contain local "
-                    f"{_clock(lo)} {first_zone}; the windows of one tier must not overlap",
+                    f"{_point(lo, first_zone, span, size)}: windows[{pair[0]}] and "
+                    f"windows[{pair[1]}] both hold local {both}; the windows of one tier must "
+                    "not overlap (exactly one rate set per instant)",
                 )
             )
         if hi > reach_end:
             reach_end, reach_window = hi, j
-    return (True, TierWeek(first_zone, tuple(spans))) if ok else (False, None)
+    return (True, _runs(first_zone, spans)) if ok else (False, None)
 
 
 # ---------------------------------------------------------------------------------------------
-# The tiers of one cell
+# The instant that shows an overlap
 # ---------------------------------------------------------------------------------------------
-
-
-def _sweep(
-    weeks: list[tuple[int, TierWeek | None]],
-) -> list[tuple[int, int, tuple[int, ...]]]:
-    """Cut the week into maximal runs covered by the same set of tiers.
-
-    Args:
-        weeks: ``(tier index, week)``; a None week covers the whole week.
-
-    Returns:
-        ``(start, end, sorted tier indices)`` runs, consecutive, covering [0, 10080).
-    """
-    events: list[tuple[int, int, int]] = []
-    for tier, week in weeks:
-        spans = ((0, MINUTES_PER_WEEK, 0),) if week is None else week.spans
-        for lo, hi, _j in spans:
-            events.append((lo, 1, tier))
-            events.append((hi, -1, tier))
-    events.sort()
-    active: Counter[int] = Counter()
-    runs: list[tuple[int, int, tuple[int, ...]]] = []
-    pos, k = 0, 0
-    while pos < MINUTES_PER_WEEK:
-        while k < len(events) and events[k][0] == pos:
-            active[events[k][2]] += events[k][1]
-            k += 1
-        nxt = events[k][0] if k < len(events) else MINUTES_PER_WEEK
-        cover = tuple(sorted(t for t, n in active.items() if n > 0))
-        if runs and runs[-1][2] == cover:
-            runs[-1] = (runs[-1][0], nxt, cover)
-        else:
-            runs.append((pos, nxt, cover))
-        pos = nxt
-    return runs
 
 
 def _anchor(lo: datetime | None, hi: datetime | None) -> datetime:
@@ -444,9 +450,10 @@ def _anchor(lo: datetime | None, hi: datetime | None) -> datetime:
 def _instant(
     minute_of_week: int, zone: str, lo: datetime | None, hi: datetime | None
 ) -> datetime | None:
-    """The first instant in the cell [lo, hi), searching :data:`_POINT_SEARCH_DAYS` local days
-    from its anchor, whose local wall time in ``zone`` is that minute of the week (a wall time
-    that does not exist that day is skipped; a repeated one gives its first occurrence)."""
+    """The first instant in the tier's time window [lo, hi), searching
+    :data:`_POINT_SEARCH_DAYS` local days from its anchor, whose local wall time in ``zone`` is
+    that minute of the week (a wall time that does not exist that day is skipped; a repeated one
+    gives its first occurrence)."""
     tz = time_zone(zone)
     start = _anchor(lo, hi)
     day, minute = divmod(minute_of_week, MINUTES_PER_DAY)
@@ -468,14 +475,14 @@ def _instant(
 
 
 def _point(
-    minute_of_week: int, zone: str, cell: tuple[datetime | None, datetime | None], size: int
+    minute_of_week: int, zone: str, span: tuple[datetime | None, datetime | None], size: int
 ) -> str:
     clock = f"{_clock(minute_of_week)} {zone}"
-    at = _instant(minute_of_week, zone, *cell)
+    at = _instant(minute_of_week, zone, *span)
     if at is None:
         return (
-            f"at local {clock} (no instant of this cell's time range shows it within "
-            f"{_POINT_SEARCH_DAYS} days; windows must cover the whole week), prompt size {size}"
+            f"at local {clock} (no instant of the tier's time window shows it within "
+            f"{_POINT_SEARCH_DAYS} days), prompt size {size}"
         )
     return f"at {_format(at)} ({clock}), prompt size {size}"
 
@@ -483,114 +490,3 @@ def _point(
 def _format(at: datetime) -> str:
     text = at.astimezone(UTC).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-def cell_violations(
-    weeks: list[tuple[int, TierWeek | None]],
-    cell: tuple[datetime | None, datetime | None],
-    size: int,
-    path: str,
-    seen: set[tuple[int, ...]],
-) -> list[Violation]:
-    """The partition violations of one (time window x size window) cell holding windowed tiers.
-
-    Args:
-        weeks: ``(tier index, week)`` of every tier matching the cell, at least one windowed.
-        cell: The cell's half-open time range; None is unbounded.
-        size: A prompt size inside the cell (for the message). Unit: tokens.
-        path: The Pricing's path.
-        seen: Tier sets already reported as overlapping or mixing zones (updated).
-
-    Returns:
-        ``pricing.tiers.window.mixed_zones`` when the windowed tiers follow different zones;
-        otherwise one ``pricing.tiers.gap`` naming the first uncovered local minute of the week
-        (and how many more uncovered runs there are), and one ``pricing.tiers.overlap`` per new
-        set of tiers matching the same minute, each with an instant of the cell that shows it.
-    """
-    zoned = [(t, w) for t, w in weeks if w is not None]
-    zone = zoned[0][1].zone
-    other = [(t, w.zone) for t, w in zoned if w.zone != zone]
-    if other:
-        key = (-1, *(t for t, _ in weeks))
-        if key in seen:
-            return []
-        seen.add(key)
-        j, other_zone = other[-1]
-        return [
-            Violation(
-                f"{path}.tiers[{j}].windows[0].time_zone",
-                "pricing.tiers.window.mixed_zones",
-                f"at {_format(_anchor(*cell))}, prompt size {size}: tier {zoned[0][0]} "
-                f"follows {zone!r} but tier {j} follows {other_zone!r}; the windowed tiers "
-                "sharing a cell must use one time zone",
-            )
-        ]
-    out: list[Violation] = []
-    runs = _sweep(weeks)
-    gaps = [(lo, hi) for lo, hi, cover in runs if not cover]
-    if gaps:
-        lo, hi = gaps[0]
-        more = f" (and {len(gaps) - 1} more uncovered runs)" if len(gaps) > 1 else ""
-        out.append(
-            Violation(
-                f"{path}.tiers",
-                "pricing.tiers.gap",
-                f"{_point(lo, zone, cell, size)}: no tier matches local {_clock(lo)} to "
-                f"{_clock(hi)}{more}",
-            )
-        )
-    for lo, hi, cover in runs:
-        if len(cover) < 2 or cover in seen:
-            continue
-        seen.add(cover)
-        names = ", ".join(str(i) for i in cover[:-1]) + f" and {cover[-1]}"
-        verb = "all match" if len(cover) > 2 else "both match"
-        out.append(
-            Violation(
-                f"{path}.tiers[{cover[-1]}]",
-                "pricing.tiers.overlap",
-                f"{_point(lo, zone, cell, size)}: tiers {names} {verb} local {_clock(lo)} to "
-                f"{_clock(hi)}",
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class WeekSchedule:
-    """The tier of every local minute of the week in one validated cell: a bisection.
-
-    Attributes:
-        zone: The wall clock (:func:`time_zone`).
-        starts: Sorted run starts, ``starts[0] == 0``. Unit: minutes of the week.
-        tiers: ``tiers[k]`` applies from ``starts[k]`` to the next start.
-    """
-
-    zone: tzinfo
-    starts: tuple[int, ...]
-    tiers: tuple[int, ...]
-
-    def tier_at(self, at: datetime) -> int:
-        """The tier index at an aware instant (:func:`local_minute_of_week`, then bisection).
-
-        Raises:
-            InvalidValueError: see :func:`local_minute_of_week`.
-        """
-        minute = local_minute_of_week(at, self.zone)
-        return self.tiers[bisect_right(self.starts, minute) - 1]
-
-
-def schedule_for(weeks: list[tuple[int, TierWeek | None]]) -> WeekSchedule:
-    """The :class:`WeekSchedule` of a cell that :func:`cell_violations` accepted.
-
-    Raises:
-        InvalidValueError: the cell does not cover the week exactly once (rule
-            ``pricing.invalid``; never happens after validation).
-    """
-    zone = next(w.zone for _t, w in weeks if w is not None)
-    runs = _sweep(weeks)
-    if any(len(cover) != 1 for _lo, _hi, cover in runs):  # pragma: no cover - validated before
-        raise InvalidValueError("pricing windows do not partition the week", rule="pricing.invalid")
-    return WeekSchedule(
-        time_zone(zone), tuple(lo for lo, _hi, _c in runs), tuple(c[0] for _lo, _hi, c in runs)
-    )

@@ -27,7 +27,10 @@ replayed on tool-calling turns (THINKING_REPLAY_TOOL_TURNS). Cache writes carry 
 (billed as cache-miss input). Peak and off-peak (protocol 1.1 pricing windows): the rates below
 are the peak (list) rates, billed 01:00-04:00 and 06:00-10:00 UTC, Monday to Friday (09:00-12:00
 and 14:00-18:00 Beijing time: the UTC day and the Beijing day agree inside these windows); every
-other minute is off-peak at half of every rate. Source of the schedule and the half rate:
+other minute is off-peak at half of every rate. The tier carries the peak rates (what a 1.0
+kernel, which ignores windows, bills: an upper bound) and its windows are the off-peak
+complement with the half rates: 00:00-01:00, 04:00-06:00 and 10:00-24:00 UTC Monday to Friday,
+and all of Saturday and Sunday UTC. Source of the schedule and the half rate:
 the DeepSeek provider worker's curated catalog, snapshot of api-docs.deepseek.com taken
 2026-09-10 (``../shared/spec/reference-provider-deepseek.txt``, "Catalog"), matching case B20;
 the shared material holds no later off-peak figures, so re-check both before relying on a cost.
@@ -241,38 +244,40 @@ _WEEKDAYS = [
 _WEEKEND = [PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY]
 
 
-def _utc_windows(
-    spans: Sequence[tuple[int, int]], days: list[PricingWindowDayOfWeek]
-) -> list[PricingWindow]:
-    """UTC windows from ``(start, end)`` pairs in minutes after midnight."""
-    return [PricingWindow(start_minute=lo, end_minute=hi, days=list(days)) for lo, hi in spans]
-
-
-# DeepSeek's peak windows in UTC minutes after midnight, Monday to Friday: 01:00-04:00, 06:00-10:00.
-_DEEPSEEK_PEAK = ((60, 240), (360, 600))
-_DEEPSEEK_OFF_PEAK = ((0, 60), (240, 360), (600, 1440))
+# DeepSeek's off-peak windows in UTC minutes after midnight: the complement of the peak hours
+# 01:00-04:00 and 06:00-10:00 Monday to Friday, that is 00:00-01:00, 04:00-06:00 and
+# 10:00-24:00 on weekdays, and the whole of Saturday and Sunday.
+_DEEPSEEK_OFF_PEAK: tuple[tuple[int, int, list[PricingWindowDayOfWeek]], ...] = (
+    (0, 60, _WEEKDAYS),
+    (240, 360, _WEEKDAYS),
+    (600, 1440, _WEEKDAYS),
+    (0, 1440, _WEEKEND),
+)
 
 
 def _deepseek_tiers(peak: _Rates) -> list[PricingTier]:
-    """Off-peak (half of every rate) and peak tiers over DeepSeek's weekly UTC schedule."""
-    off_peak = _Rates(
-        peak.input / 2, peak.output / 2, peak.cache_write / 2, peak.cache_read / 2, batch=False
-    )
+    """One tier at the peak rates, with DeepSeek's off-peak UTC windows at half of every rate."""
     return [
         _tier(
-            off_peak,
+            peak,
             windows=[
-                *_utc_windows(_DEEPSEEK_OFF_PEAK, _WEEKDAYS),
-                *_utc_windows([(0, 1440)], _WEEKEND),
+                PricingWindow(
+                    start_minute=lo,
+                    end_minute=hi,
+                    days=list(days),
+                    input_per_mtok=peak.input / 2,
+                    output_per_mtok=peak.output / 2,
+                    cache_write_per_mtok=peak.cache_write / 2,
+                    cache_read_per_mtok=peak.cache_read / 2,
+                )
+                for lo, hi, days in _DEEPSEEK_OFF_PEAK
             ],
-        ),
-        _tier(peak, windows=_utc_windows(_DEEPSEEK_PEAK, _WEEKDAYS)),
+        )
     ]
 
 
 def deepseek_models() -> list[ModelSpec]:
-    """DeepSeek models: peak and off-peak tiers over its UTC schedule (see the module
-    docstring)."""
+    """DeepSeek models: peak rates with off-peak UTC windows (see the module docstring)."""
     cache = CachingSpec(supported=True, implicit_automatic=True)
     return [
         _spec(

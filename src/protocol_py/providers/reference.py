@@ -12,7 +12,8 @@ server adapter against. It declares three models that pass capability validation
     A token-budget reasoning control (range 1,024-32,000, no default: it does not reason unless
     a budget is given; can always be disabled); implicit prompt caching; tool use; time pricing
     tiers (a price change on 2026-07-01, from when Saturday and Sunday UTC are billed at half
-    price through protocol 1.1 pricing windows).
+    price through a protocol 1.1 pricing window: the tier's own rates are the weekday ones, so a
+    1.0 kernel's figure is an upper bound).
 ``reference-small``
     A plain model: no thinking, no caching, no tools, one pricing tier.
 
@@ -313,9 +314,9 @@ def _tier(
     effective_until: str | None = None,
     input_tokens_from: int | None = None,
     input_tokens_until: int | None = None,
-    days: Sequence[PricingWindowDayOfWeek] = (),
+    windows: Sequence[PricingWindow] = (),
 ) -> PricingTier:
-    """A tier; ``days``: whole UTC days of the week it is limited to (a pricing window)."""
+    """A tier; ``windows``: its recurring pricing windows (protocol 1.1)."""
     return PricingTier(
         input_per_mtok=input_rate,
         output_per_mtok=output_rate,
@@ -328,12 +329,21 @@ def _tier(
         effective_until=effective_until,
         input_tokens_from=input_tokens_from,
         input_tokens_until=input_tokens_until,
-        windows=[PricingWindow(start_minute=0, end_minute=1440, days=list(days))] if days else [],
+        windows=list(windows),
     )
 
 
-_WEEKDAYS: Final = tuple(PricingWindowDayOfWeek(d) for d in range(1, 6))
-_WEEKEND: Final = (PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY)
+def _weekend_half_price() -> PricingWindow:
+    """reference-medium from 2026-07-01: Saturday and Sunday UTC at half of the weekday rates."""
+    return PricingWindow(
+        start_minute=0,
+        end_minute=1440,
+        days=[PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY],
+        input_per_mtok=0.25,
+        output_per_mtok=1.25,
+        cache_write_per_mtok=0.3125,
+        cache_read_per_mtok=0.025,
+    )
 
 
 def reference_models() -> list[ModelSpec]:
@@ -412,15 +422,7 @@ def reference_models() -> list[ModelSpec]:
                     cache_write=0.625,
                     cache_read=0.05,
                     effective_from="2026-07-01",
-                    days=_WEEKDAYS,
-                ),
-                _tier(
-                    0.25,
-                    1.25,
-                    cache_write=0.3125,
-                    cache_read=0.025,
-                    effective_from="2026-07-01",
-                    days=_WEEKEND,
+                    windows=[_weekend_half_price()],
                 ),
             ],
         ),

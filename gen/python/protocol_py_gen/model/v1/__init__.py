@@ -1387,16 +1387,16 @@ class PricingTier(betterproto2.Message):
         12, betterproto2.TYPE_MESSAGE, repeated=True
     )
     """
-    Recurring windows of local wall-clock time that further bound the tier (protocol 1.1; see
-    PricingWindow). Empty: the tier applies at every time of day and every day of the week
-    (the 1.0 behaviour). Non-empty: the tier applies at an instant inside its time and size
-    windows only when the instant falls inside one of these windows. The windows of one tier
-    MUST NOT overlap each other and MUST all use the same time_zone; at most 64 per tier.
-    The tiers sharing a (time window x size window) cell MUST together cover every local
-    (day of week, minute) of the week exactly once, and every window among them MUST use the
-    same time_zone (DESIGN D9, docs/pricing-windows.md). A reader of protocol 1.0 ignores this
-    field and so sees the windowed tiers of one cell overlap (protocol-py 1.0 rejects such a
-    Pricing): a provider SHOULD declare windows only where its kernels speak 1.1 or later.
+    Recurring windows of local wall-clock time inside this tier, each with rates that replace
+    the tier's own while it applies (protocol 1.1; see PricingWindow). The tier's own rates
+    apply at every instant of the tier that no window holds, so windows never leave a gap and
+    never change which tier matches: the tiers partition (time x prompt size) exactly as in
+    1.0. Exactly one rate set applies at every instant and prompt size: the windows of one tier
+    MUST NOT overlap each other and MUST all use the same time_zone; at most 64 per tier
+    (DESIGN D9, docs/pricing-windows.md). A reader of protocol 1.0 ignores this field and bills
+    every instant at the tier's own rates; a provider SHOULD therefore put the highest
+    applicable rates in the tier's own fields (the peak) and the lower ones in windows
+    (off-peak), so that a 1.0 kernel's figure is an upper bound, never an under-estimate.
     """
 
 
@@ -1406,15 +1406,18 @@ default_message_pool.register_message("model.v1", "PricingTier", PricingTier)
 @dataclass(eq=False, repr=False)
 class PricingWindow(betterproto2.Message):
     """
-    PricingWindow is a recurring window of local wall-clock time, for example DeepSeek's
-    off-peak hours (protocol 1.1). It is evaluated on the instant the tier is resolved for: the
-    instant is converted to local time in time_zone (an instant has exactly one local time, so
-    daylight-saving changes need no special rule), and the window contains the instant when that
+    PricingWindow is a recurring window of local wall-clock time inside a PricingTier, with the
+    rates that replace the tier's while it applies, for example DeepSeek's off-peak hours
+    (protocol 1.1). It is evaluated on the instant the tier is resolved for: the instant is
+    converted to local time in time_zone (an instant has exactly one local time, so
+    daylight-saving changes need no special rule), and the window holds the instant when that
     local (day of week, minute) lies in [start_minute, end_minute) of one of its days. As a
     consequence, on the day a clock jumps forward a window loses the wall times that do not
     exist (02:00-03:00 America/New_York on a spring-forward Sunday), and on the day it falls
     back a window holds a repeated wall time twice (01:00-02:00 lasts two hours). Seconds and
-    fractions are ignored: 03:59:59 is in minute 03:59.
+    fractions are ignored: 03:59:59 is in minute 03:59. Each rate field has the meaning, unit
+    and rules of the PricingTier field of the same name (finite, >= 0; cache rates only with
+    caching); a rate the window leaves absent is the tier's own.
     """
 
     start_minute: "int" = betterproto2.field(1, betterproto2.TYPE_UINT32)
@@ -1448,6 +1451,63 @@ class PricingWindow(betterproto2.Message):
     The IANA time zone whose wall clock the window follows, for example "America/New_York" or
     "Asia/Shanghai"; a name of the IANA tz database (2024a or later), compared exactly. Absent:
     "UTC". SHOULD be the zone of the vendor's own published schedule.
+    """
+
+    input_per_mtok: "float | None" = betterproto2.field(
+        5, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Realtime input rate while the window applies. Absent: the tier's input_per_mtok. Unit: USD
+    per million tokens.
+    """
+
+    output_per_mtok: "float | None" = betterproto2.field(
+        6, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Realtime output rate (also for reasoning tokens not counted in output) while the window
+    applies. Absent: the tier's output_per_mtok. Unit: USD per million tokens.
+    """
+
+    cache_write_per_mtok: "float | None" = betterproto2.field(
+        7, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Cache-write (5-minute TTL) rate while the window applies. Absent: the tier's. MUST be absent
+    when the model's caching.supported is false. Unit: USD per million tokens.
+    """
+
+    cache_read_per_mtok: "float | None" = betterproto2.field(
+        8, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Cache-read rate while the window applies. Absent: the tier's. MUST be absent when the
+    model's caching.supported is false. Unit: USD per million tokens.
+    """
+
+    cache_write_1h_per_mtok: "float | None" = betterproto2.field(
+        9, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    One-hour-TTL cache-write rate while the window applies. Absent: the tier's (and, when that
+    is absent too, the window's effective cache_write_per_mtok). Unit: USD per million tokens.
+    """
+
+    batch_input_per_mtok: "float | None" = betterproto2.field(
+        10, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Batch input rate while the window applies. Absent: the tier's. The effective batch rates
+    (the window's, else the tier's) MUST be both present or both absent. Unit: USD per million
+    tokens.
+    """
+
+    batch_output_per_mtok: "float | None" = betterproto2.field(
+        11, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Batch output rate while the window applies, paired with batch_input_per_mtok. Absent: the
+    tier's. Unit: USD per million tokens.
     """
 
 
