@@ -1,17 +1,18 @@
-"""Benchmark: tier resolution and exact cost with recurring windows, against the same pricing
-without windows, measured in the same run (docs/pricing-windows.md, "Resolution cost").
+"""Benchmark: tier and window resolution and exact cost with recurring pricing windows, against
+the same pricing without windows, measured in the same run (docs/pricing-windows.md,
+"Resolution cost").
 
 Usage: ``python benchmarks/pricing_windows.py [N] [REPEATS]`` (default N = 200,000,
 REPEATS = 5).
 
 Variants, each over the same N (receipt time, usage) events spread over one year:
 
-* ``plain``: DeepSeek's rates as two size tiers, no windows (the 1.0 shape);
-* ``UTC windows``: the catalog's DeepSeek pricing (peak and off-peak windows in UTC), per size
-  band;
+* ``plain``: DeepSeek's peak rates as two size tiers, no windows (the 1.0 shape);
+* ``UTC windows``: the catalog's DeepSeek pricing (peak tier, off-peak windows in UTC), per
+  size band;
 * ``zone windows``: the same schedule on the America/New_York clock (a zoneinfo conversion per
   lookup);
-* ``many windows``: 64 windows per tier, 2 x 64 alternating runs per day in a named zone (the
+* ``many windows``: 64 windows per tier, every other 1/128 of the day in a named zone (the
   largest schedule a tier may declare), to show the lookup stays logarithmic.
 
 Prints the median wall time of each variant over REPEATS runs, ns per event, and its ratio to
@@ -34,70 +35,52 @@ from protocol_py_gen.model.v1 import Pricing, PricingTier, PricingWindow, Usage
 SIZE_SPLIT = 128_000
 
 
-def _banded(tiers: list[PricingTier]) -> Pricing:
-    """Each tier twice: below and from SIZE_SPLIT prompt tokens (the long band at 2x input)."""
+def _banded(tier: PricingTier) -> Pricing:
+    """The tier twice: below and from SIZE_SPLIT prompt tokens (the long band at 2x input)."""
     out = []
-    for tier in tiers:
-        for lo, hi, mult in ((None, SIZE_SPLIT, 1.0), (SIZE_SPLIT, None, 2.0)):
-            out.append(
-                PricingTier(
-                    input_per_mtok=tier.input_per_mtok * mult,
-                    output_per_mtok=tier.output_per_mtok,
-                    cache_read_per_mtok=tier.cache_read_per_mtok,
-                    cache_write_per_mtok=tier.cache_write_per_mtok,
-                    input_tokens_from=lo,
-                    input_tokens_until=hi,
-                    windows=[
-                        PricingWindow(
-                            start_minute=w.start_minute,
-                            end_minute=w.end_minute,
-                            days=list(w.days),
-                            time_zone=w.time_zone,
-                        )
-                        for w in tier.windows
-                    ],
-                )
-            )
+    for lo, hi, mult in ((None, SIZE_SPLIT, 1.0), (SIZE_SPLIT, None, 2.0)):
+        banded = PricingTier().from_dict(tier.to_dict())
+        banded.input_per_mtok = tier.input_per_mtok * mult
+        banded.input_tokens_from, banded.input_tokens_until = lo, hi
+        out.append(banded)
     return Pricing(currency="USD", tiers=out)
 
 
 def variants() -> dict[str, Pricing]:
     spec = next(s for s in deepseek_models() if s.id == "deepseek-flash")
     assert spec.pricing is not None
-    off_peak, peak = spec.pricing.tiers
-    plain = _banded(
-        [
-            PricingTier(
-                input_per_mtok=peak.input_per_mtok,
-                output_per_mtok=peak.output_per_mtok,
-                cache_read_per_mtok=peak.cache_read_per_mtok,
-                cache_write_per_mtok=peak.cache_write_per_mtok,
-            )
-        ]
-    )
-    utc = _banded([off_peak, peak])
-    zoned = _banded([off_peak, peak])
+    (peak,) = spec.pricing.tiers
+    plain_tier = PricingTier().from_dict(peak.to_dict())
+    plain_tier.windows = []
+    plain = _banded(plain_tier)
+    utc = _banded(peak)
+    zoned = _banded(peak)
     for tier in zoned.tiers:
         for w in tier.windows:
             w.time_zone = "America/New_York"
-    # 128 runs per day alternating between two tiers: 64 windows each, the most a tier may have.
+    # Every other 1/128 of the day: 64 windows, the most a tier may have.
     edges = [k * 1440 // 128 for k in range(129)]
     many = Pricing(
         currency="USD",
         tiers=[
             PricingTier(
-                input_per_mtok=rate,
-                output_per_mtok=rate,
-                cache_read_per_mtok=rate / 10,
-                cache_write_per_mtok=rate,
+                input_per_mtok=2.0,
+                output_per_mtok=2.0,
+                cache_read_per_mtok=0.2,
+                cache_write_per_mtok=2.0,
                 windows=[
                     PricingWindow(
-                        start_minute=edges[k], end_minute=edges[k + 1], time_zone="Europe/London"
+                        start_minute=edges[k],
+                        end_minute=edges[k + 1],
+                        time_zone="Europe/London",
+                        input_per_mtok=1.0,
+                        output_per_mtok=1.0,
+                        cache_read_per_mtok=0.1,
+                        cache_write_per_mtok=1.0,
                     )
-                    for k in range(parity, 128, 2)
+                    for k in range(0, 128, 2)
                 ],
             )
-            for parity, rate in ((0, 1.0), (1, 2.0))
         ],
     )
     return {"plain": plain, "UTC windows": utc, "zone windows": zoned, "many windows": many}
@@ -144,7 +127,7 @@ def main() -> None:
         def resolve_only(table: PricingTable = table) -> int:
             acc = 0
             for size, at in sized:
-                acc += table.resolve(at, size)[0]
+                acc += table.resolve_window(at, size)[1] or 0
             return acc
 
         def resolve_and_cost(table: PricingTable = table) -> object:
