@@ -33,7 +33,10 @@ def _capabilities_1_0() -> type[Any]:
     pool = descriptor_pool.DescriptorPool()
     for file in files.file:
         pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("model.v1.Capabilities"))
+    cls: type[Any] = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("model.v1.Capabilities")
+    )
+    return cls
 
 
 def _providers() -> dict[str, Capabilities]:
