@@ -310,6 +310,18 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
                 "(the window is half-open)",
             )
         )
+    elif typed and s_from is None and s_until is not None and s_until <= 0:
+        # sizes start at 0: [0, 0) matches no prompt (found by tests/reliability fuzzing; such
+        # a tier was accepted and then won resolution at size 0 over the tier that matched)
+        ok = False
+        out.append(
+            Violation(
+                f"{where}.input_tokens_until",
+                "pricing.tiers.size_window_empty",
+                f"input_tokens_until {s_until} leaves no prompt size (sizes start at 0 and the "
+                "window is half-open)",
+            )
+        )
     size = s_from if typed and s_from is not None and s_from >= 0 else 0
     windows_ok, week = parse_windows(tier, where, out, span=(t_from, t_until), size=size)
     return _Bounds(t_from, t_until, s_from, s_until, week) if ok and windows_ok else None
@@ -532,7 +544,8 @@ def validate_pricing(
     time bounds parse (``pricing.tiers.effective_from.unparseable``,
     ``pricing.tiers.effective_from.naive``, same for ``effective_until``); size bounds >= 0
     (``pricing.tiers.input_tokens_negative``); each lower bound below its upper bound
-    (``pricing.tiers.time_window_empty``, ``pricing.tiers.size_window_empty``); the tiers
+    (``pricing.tiers.time_window_empty``, ``pricing.tiers.size_window_empty``; an absent
+    ``input_tokens_from`` counts as 0, so ``input_tokens_until: 0`` alone is empty); the tiers
     partition the whole (time x prompt size) plane (``pricing.tiers.overlap``,
     ``pricing.tiers.gap``, each message naming a concrete point of the offending cell); recurring
     windows (protocol 1.1): each tier's windows valid, in one zone and pairwise disjoint, so
