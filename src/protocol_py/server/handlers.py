@@ -20,9 +20,16 @@ from grpclib.metadata import Deadline
 from grpclib.reflection.service import ServerReflection
 
 from protocol_py.accumulate import StreamOrderChecker
+from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
-from protocol_py.server.config_schema import fill_missing_values, loose_objects, validate_config
+from protocol_py.server.config_schema import (
+    fill_missing_values,
+    inexact_numbers,
+    loose_objects,
+    validate_config,
+)
+from protocol_py.server.context_window import check_context_window
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -33,6 +40,8 @@ from protocol_py.server.limits import (
 from protocol_py.server.records import RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.status import (
+    bounded_model_error,
+    bounded_status,
     classify_exception,
     invalid_request_event,
     unary_error,
@@ -207,10 +216,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise error from None
                 await stream.send_message(response)
             except GRPCError as exc:
+                error = bounded_status(exc)
                 record.outcome = "error"
-                record.error_kind = exc.status.name
-                record.detail = exc.message
-                raise
+                record.error_kind = error.status.name
+                record.detail = error.message
+                if error is exc:
+                    raise
+                raise error from None
             except (asyncio.CancelledError, GeneratorExit):
                 record.outcome = "cancelled"
                 raise
@@ -307,8 +319,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Validate the config against the config schema, then apply it atomically.
 
         Raises:
-            GRPCError: INVALID_ARGUMENT listing every schema error (JSON Pointer paths), or the
-                provider's own rejection; FAILED_PRECONDITION when the provider's config schema
+            GRPCError: INVALID_ARGUMENT listing the schema errors (JSON Pointer paths; as
+                many as fit in ``MAX_ERROR_MESSAGE_BYTES``, with the total count) or the
+                numbers beyond 2^53 (D5, ``inexact_numbers``), or the provider's own rejection; FAILED_PRECONDITION when the provider's config schema
                 fails while checking the config (never INTERNAL; start-up already refuses a
                 schema that is not valid JSON Schema with its formats checked). The previous
                 configuration stays in force.
@@ -317,6 +330,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             config = from_struct(fill_missing_values(message.config), path="config")
         except ValueError as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+        inexact = inexact_numbers(config)
+        if inexact:
+            raise GRPCError(Status.INVALID_ARGUMENT, listed("invalid config", "error", inexact))
         schema = self._schema
         if schema is None:
             if config:
@@ -333,8 +349,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 ) from None
             if problems:
                 raise GRPCError(
-                    Status.INVALID_ARGUMENT,
-                    f"invalid config: {len(problems)} error(s): " + "; ".join(problems),
+                    Status.INVALID_ARGUMENT, listed("invalid config", "error", problems)
                 )
         async with self._configure_lock:
             try:
@@ -470,6 +485,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = 1
                 yield event
                 return
+            overflow = check_context_window(self.provider, request, spec)
+            if overflow is not None:
+                record.error_kind = ErrorKind.CONTEXT_OVERFLOW.name
+                record.outcome = "error"
+                record.events = 1
+                yield overflow
+                return
             checker = StreamOrderChecker()
             upstream: AsyncIterator[StreamEvent] | None = None
             failure: ModelError | None = None
@@ -495,6 +517,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     if event.error is not None:
                         record.error_kind = event.error.kind.name
                         record.outcome = "error"
+                        bounded_model_error(event.error)
                         yield event
                         return
                     yield event
@@ -528,7 +551,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.error_kind = failure.kind.name
                 record.outcome = "error"
                 record.events = (record.events or 0) + 1
-                yield StreamEvent(error=failure)
+                yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
             expired = deadline is not None and deadline.time_remaining() <= 0
             if self.grace_expired:
