@@ -224,7 +224,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise
                 raise error from None
             except (asyncio.CancelledError, GeneratorExit):
-                record.outcome = "cancelled"
+                record.outcome = _cancel_outcome(stream)
                 raise
             finally:
                 record.emit()
@@ -321,8 +321,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         Raises:
             GRPCError: INVALID_ARGUMENT listing the schema errors (JSON Pointer paths; as
                 many as fit in ``MAX_ERROR_MESSAGE_BYTES``, with the total count) or the
-                numbers beyond 2^53 (D5, ``inexact_numbers``), or the provider's own rejection; FAILED_PRECONDITION when the provider's config schema
-                fails while checking the config (never INTERNAL; start-up already refuses a
+                numbers beyond 2^53 (D5, ``inexact_numbers``), or the provider's own
+                rejection; FAILED_PRECONDITION when the provider's config schema fails while
+                checking the config (never INTERNAL; start-up already refuses a
                 schema that is not valid JSON Schema with its formats checked). The previous
                 configuration stays in force.
         """
@@ -408,9 +409,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     # -- StreamCompletion -----------------------------------------------------------------------
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
-        self.check_accepting()
         with self.in_flight() as task:
-            request = await self._recv(stream, StreamCompletionRequest)
+            request = await self._admit(stream)
             handler = functools.partial(self._completion, deadline=stream.deadline)
             try:
                 await self._call_rpc_handler_server_stream(handler, stream, request)
@@ -423,6 +423,26 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             # Trailers are sent here, not after return, so a draining shutdown that waits for
             # in-flight streams never closes the connection before the stream's status.
             await stream.send_trailing_metadata()
+
+    async def _admit(self, stream: grpclib.server.Stream[Any, Any]) -> StreamCompletionRequest:
+        """Admit and read a StreamCompletion request; a call refused here (draining,
+        oversized, malformed) or cancelled while its request is read gets its one log record
+        here, since :meth:`_completion` never runs for it."""
+        record = RpcRecord(rpc="StreamCompletion")
+        try:
+            self.check_accepting()
+            return await self._recv(stream, StreamCompletionRequest)
+        except GRPCError as exc:
+            error = bounded_status(exc)
+            record.outcome = "error"
+            record.error_kind = error.status.name
+            record.detail = error.message
+            record.emit()
+            raise error from None
+        except (asyncio.CancelledError, GeneratorExit):
+            record.outcome = _cancel_outcome(stream)
+            record.emit()
+            raise
 
     async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
@@ -564,6 +584,16 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             raise
         finally:
             record.emit()
+
+
+def _cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> str:
+    """``deadline_exceeded`` when the call's deadline has passed, else ``cancelled``."""
+    deadline = stream.deadline
+    return (
+        "deadline_exceeded"
+        if deadline is not None and deadline.time_remaining() <= 0
+        else ("cancelled")
+    )
 
 
 def _reraise_swallowed_cancellation() -> None:

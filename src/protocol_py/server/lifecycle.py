@@ -23,6 +23,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py.server.admission import admission_protocol
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 
 log = logging.getLogger("protocol_py.server")
@@ -128,7 +129,7 @@ class ServerLifecycle:
 
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
-                protocol = super()._protocol_factory()
+                protocol = admission_protocol(self)
                 protocols.add(protocol)
                 return protocol
 
