@@ -14,6 +14,7 @@ Every other call goes to grpclib unchanged. (gRPC over HTTP/2: ``grpc-timeout`` 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
@@ -70,7 +71,19 @@ def refusal(headers: Collection[tuple[str, str]]) -> tuple[Status, str] | None:
 
 
 class AdmissionHandler(grpclib.server.Handler):
-    """grpclib's connection handler, answering :func:`refusal`'s calls itself."""
+    """grpclib's connection handler, answering :func:`refusal`'s calls itself.
+
+    It also logs the one record of a ModelService call reset by the client before its
+    handler task ever ran (the handler, which otherwise logs it, never starts then).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._paths: dict[Any, str] = {}
+
+    def __gc_collect__(self) -> None:
+        super().__gc_collect__()
+        self._paths = {s: p for s, p in self._paths.items() if s in self._tasks}
 
     def accept(
         self,
@@ -83,9 +96,25 @@ class AdmissionHandler(grpclib.server.Handler):
         refused = refusal(headers) if path in self.mapping else None
         if refused is None:
             super().accept(stream, headers, release_stream)
+            if path.startswith(MODEL_SERVICE_PREFIX) and path in self.mapping:
+                self._paths[stream] = path
             return
         self.__gc_step__()
         self._tasks[stream] = self.loop.create_task(_refuse(stream, path, refused, release_stream))
+
+    def cancel(self, stream: Any) -> None:
+        """Cancel the call's task (grpclib); log its record if its handler never started."""
+        task = self._tasks.get(stream)
+        path = self._paths.pop(stream, None)
+        super().cancel(stream)
+        if (
+            task is not None
+            and path is not None
+            and inspect.getcoroutinestate(task.get_coro()) == inspect.CORO_CREATED  # type: ignore[arg-type]
+        ):
+            record = RpcRecord(rpc=path.removeprefix(MODEL_SERVICE_PREFIX))
+            record.outcome = "cancelled"
+            record.emit()
 
 
 async def _refuse(

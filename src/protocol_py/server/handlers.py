@@ -43,6 +43,7 @@ from protocol_py.server.status import (
     bounded_model_error,
     bounded_status,
     classify_exception,
+    internal_error,
     invalid_request_event,
     unary_error,
     unknown_model,
@@ -226,6 +227,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             except (asyncio.CancelledError, GeneratorExit):
                 record.outcome = _cancel_outcome(stream)
                 raise
+            except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
+                log.error("%s failed", rpc, exc_info=exc)
+                error = internal_error(exc)
+                record.outcome = "error"
+                record.error_kind = error.status.name
+                record.detail = error.message
+                raise error from None
             finally:
                 record.emit()
 
@@ -582,6 +590,18 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             else:
                 record.outcome = "deadline_exceeded" if expired else "cancelled"
             raise
+        except GRPCError as exc:
+            record.outcome = "error"
+            record.error_kind = exc.status.name
+            record.detail = exc.message
+            raise
+        except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
+            log.error("StreamCompletion failed", exc_info=exc)
+            error = internal_error(exc)
+            record.outcome = "error"
+            record.error_kind = error.status.name
+            record.detail = error.message
+            raise error from None
         finally:
             record.emit()
 

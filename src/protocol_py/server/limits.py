@@ -160,17 +160,28 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
             ``max_size`` bytes.
     """
     raw = stream._stream
-    meta = await raw.recv_data(5)
-    if len(meta) < 5:
-        raise GRPCError(Status.INVALID_ARGUMENT, "request message missing or truncated")
+    meta = await _recv_exactly(raw, 5, "request message missing or truncated")
     compressed, length = struct.unpack(">?I", meta)
     if compressed:
         raise GRPCError(Status.UNIMPLEMENTED, "compressed messages are not supported")
     if length > max_size:
         raise _too_large("request message", length, max_size)
-    data = await raw.recv_data(length) if length else b""
-    if len(data) != length:
-        raise GRPCError(Status.INVALID_ARGUMENT, "request message truncated")
+    if not length:
+        return b""
+    return await _recv_exactly(
+        raw, length, f"request message truncated: the length prefix announces {length} bytes"
+    )
+
+
+async def _recv_exactly(raw: Any, size: int, problem: str) -> bytes:
+    """``size`` bytes of the request body; INVALID_ARGUMENT ``problem`` when the stream ends
+    first (grpclib's buffer raises AssertionError "Received less data than expected")."""
+    try:
+        data: bytes = await raw.recv_data(size)
+    except AssertionError:
+        data = b""
+    if len(data) != size:
+        raise GRPCError(Status.INVALID_ARGUMENT, problem)
     return data
 
 

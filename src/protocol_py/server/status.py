@@ -111,6 +111,12 @@ def unary_error(exc: Exception) -> GRPCError:
     return bounded_status(error)
 
 
+def internal_error(exc: BaseException) -> GRPCError:
+    """INTERNAL naming only the exception type, for a failure of the server itself (its
+    text may hold request data; the traceback is logged)."""
+    return GRPCError(Status.INTERNAL, f"internal server error ({type(exc).__name__})")
+
+
 def bounded_model_error(error: ModelError) -> ModelError:
     """``error`` with its message capped like a status message (:func:`bounded_message`)."""
     message = bounded_message(error.message)
