@@ -319,9 +319,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         return DescribeResponse(producer=producer)
 
     async def _configure(self, request: ConfigureRequest, record: RpcRecord) -> ConfigureResponse:
-        response = await self.configure(request)
         record.config_keys = sorted(request.config.fields) if request.config is not None else []
-        return response
+        return await self.configure(request)
 
     async def configure(self, message: ConfigureRequest) -> ConfigureResponse:
         """Validate the config against the config schema, then apply it atomically.
