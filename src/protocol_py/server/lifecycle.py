@@ -203,8 +203,11 @@ class ServerLifecycle:
             if self._in_flight:
                 await self._end_in_flight_streams()
             # Let clients read the last messages and trailers before their connection goes
-            # (a grpclib client fails every stream it has not finished reading on GOAWAY).
+            # (a grpclib client fails every stream it has not finished reading on GOAWAY);
+            # after grace expiry the final in-band errors were just sent: linger in full.
             linger = min(SHUTDOWN_LINGER, max(0.0, grace - (time.monotonic() - started)))
+            if self._grace_expired:
+                linger = SHUTDOWN_LINGER
             await asyncio.sleep(linger)
         if server is not None:
             server.close()  # cancels remaining handlers, including health Watch streams
