@@ -1,0 +1,170 @@
+"""Issue 8, reliability suite: random and mutated bytes into every RPC of the real server.
+
+The server runs on its own event loop in a thread; google's grpcio client sends each input
+as the raw request body of one of the six ModelService RPCs. Every answer is a defined status
+(OK, INVALID_ARGUMENT, UNIMPLEMENTED, RESOURCE_EXHAUSTED or FAILED_PRECONDITION: never
+UNKNOWN or INTERNAL), a StreamCompletion that answers OK ends with a ``stop`` or ``error``
+event, nothing is logged at ERROR (no traceback), and the server still serves afterwards.
+Bounded with ``max_examples``; the inputs tried are printed (run with ``-s``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.server import ModelServer
+from protocol_py.structs import to_struct
+from protocol_py_gen.model.v1 import (
+    ConfigureRequest,
+    CountTokensRequest,
+    RenderRequest,
+    StreamEvent,
+)
+
+from .conftest import SERVICE, Captured, request, user
+
+EXAMPLES_PER_RPC = 300
+"""Hypothesis examples per RPC."""
+
+CALL_TIMEOUT = 20.0
+"""grpcio deadline of one fuzzed call, seconds (a generous bound; calls take milliseconds)."""
+
+DEFINED = {
+    "OK",
+    "INVALID_ARGUMENT",
+    "UNIMPLEMENTED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+}
+SEEDS: dict[str, list[bytes]] = {
+    "GetCapabilities": [b""],
+    "Describe": [b""],
+    "Configure": [
+        bytes(ConfigureRequest(config=to_struct({"max_tokens": 10}))),
+        bytes(ConfigureRequest(config=to_struct({"simulate_error": {"kind": "transient"}}))),
+        bytes(ConfigureRequest(config=to_struct({"base_url": "https://example.com/v1"}))),
+    ],
+    "StreamCompletion": [
+        bytes(request("Hello there")),
+        bytes(request("hi", model="reference-small")),
+    ],
+    "CountTokens": [bytes(CountTokensRequest(model_id="reference-small", messages=[user("hi")]))],
+    "Render": [
+        bytes(RenderRequest(payload_type="reference.echo", payload=b"abc")),
+        bytes(RenderRequest(payload_type="reference.repeat", payload=b'{"text":"a","times":3}')),
+    ],
+}
+TRIED: dict[str, int] = {}
+STATUSES: dict[str, set[str]] = {}
+
+
+class ThreadServer:
+    """A ModelServer on the reference provider, on its own event loop in a thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server: ModelServer = self.run(self._make())
+        self.port: int = self.run(self.server.start("127.0.0.1", 0))
+
+    async def _make(self) -> ModelServer:
+        return ModelServer(ReferenceProvider())
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def close(self) -> None:
+        self.run(self.server.shutdown(grace_period=0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def threaded() -> Iterator[ThreadServer]:
+    server = ThreadServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def channel(threaded: ThreadServer) -> Iterator[grpc.Channel]:
+    options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    with grpc.insecure_channel(f"127.0.0.1:{threaded.port}", options=options) as chan:
+        yield chan
+
+
+def call(chan: grpc.Channel, rpc: str, body: bytes) -> tuple[str, list[bytes]]:
+    try:
+        if rpc == "StreamCompletion":
+            return "OK", list(chan.unary_stream(SERVICE + rpc)(body, timeout=CALL_TIMEOUT))
+        return "OK", [chan.unary_unary(SERVICE + rpc)(body, timeout=CALL_TIMEOUT)]
+    except grpc.RpcError as exc:
+        return exc.code().name, []
+
+
+@st.composite
+def mutated(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    data = bytearray(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "duplicate"]))
+        at = draw(st.integers(0, max(0, len(data) - 1)))
+        if op == "flip" and data:
+            data[at] ^= draw(st.integers(1, 255))
+        elif op == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif op == "delete" and data:
+            del data[at : at + draw(st.integers(1, 8))]
+        elif op == "truncate":
+            del data[at:]
+        elif op == "duplicate" and data:
+            data[at:at] = data[at : at + draw(st.integers(1, 16))]
+    return bytes(data)
+
+
+@pytest.mark.parametrize("rpc", list(SEEDS))
+def test_fuzzed_rpc_answers_a_defined_status_and_never_logs_an_error(
+    channel: grpc.Channel, logs: Captured, rpc: str
+) -> None:
+    @settings(
+        max_examples=EXAMPLES_PER_RPC,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.one_of(st.binary(max_size=200), mutated(SEEDS[rpc])))
+    def check(body: bytes) -> None:
+        TRIED[rpc] = TRIED.get(rpc, 0) + 1
+        code, replies = call(channel, rpc, body)
+        STATUSES.setdefault(rpc, set()).add(code)
+        assert code in DEFINED, (code, body)
+        if rpc == "StreamCompletion" and code == "OK":
+            last = StreamEvent.parse(replies[-1])
+            assert last.stop is not None or last.error is not None, (body, last)
+        if rpc == "Configure" and code == "OK":
+            call(channel, "Configure", b"")  # back to the default configuration
+        errors = [r for r in logs.errors() if r.name.startswith(("protocol_py", "grpclib"))]
+        assert errors == [], (body, [logging.Formatter().format(r) for r in errors])
+
+    check()
+    code, replies = call(channel, "StreamCompletion", bytes(request()))
+    assert code == "OK" and StreamEvent.parse(replies[-1]).stop is not None
+    assert call(channel, "Describe", b"")[0] == "OK"
+
+
+def test_rpc_inputs_tried_are_reported() -> None:
+    for rpc, count in TRIED.items():
+        print(f"RPC fuzzing {rpc}: {count} inputs, statuses {sorted(STATUSES.get(rpc, ()))}")
+    assert set(TRIED) <= set(SEEDS)
