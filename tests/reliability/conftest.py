@@ -18,6 +18,7 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
+from hypothesis import strategies as st
 
 from protocol_py.provider import Provider
 from protocol_py.providers.reference import ReferenceProvider
@@ -151,6 +152,27 @@ async def still_serving(served: Served) -> None:
     assert describe.code == "OK", describe
 
 
+@st.composite
+def mutated(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    """One of ``seeds`` with 1 to 4 mutations: a flipped byte, inserted random bytes, deleted
+    bytes, a truncation or a duplicated run (for the hypothesis fuzzing tests)."""
+    data = bytearray(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "duplicate"]))
+        at = draw(st.integers(0, max(0, len(data) - 1)))
+        if op == "flip" and data:
+            data[at] ^= draw(st.integers(1, 255))
+        elif op == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif op == "delete" and data:
+            del data[at : at + draw(st.integers(1, 8))]
+        elif op == "truncate":
+            del data[at:]
+        elif op == "duplicate" and data:
+            data[at:at] = data[at : at + draw(st.integers(1, 16))]
+    return bytes(data)
+
+
 @dataclass
 class RawReply:
     """A raw HTTP/2 exchange's outcome: response headers, trailers and DATA bytes."""
@@ -174,6 +196,18 @@ def frame(body: bytes) -> bytes:
     return b"\x00" + len(body).to_bytes(4, "big") + body
 
 
+def request_headers(port: int, rpc: str) -> list[tuple[str, str]]:
+    """The HTTP/2 request headers of a gRPC call of ``rpc`` (no deadline)."""
+    return [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", SERVICE + rpc),
+        (":authority", f"127.0.0.1:{port}"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+
+
 def raw_h2_call(
     port: int,
     rpc: str,
@@ -187,16 +221,7 @@ def raw_h2_call(
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", SERVICE + rpc),
-        (":authority", f"127.0.0.1:{port}"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-        *(extra_headers or []),
-    ]
-    conn.send_headers(1, headers)
+    conn.send_headers(1, [*request_headers(port, rpc), *(extra_headers or [])])
     conn.send_data(1, data, end_stream=True)
     sock.sendall(conn.data_to_send())
     reply = RawReply({}, {}, b"")

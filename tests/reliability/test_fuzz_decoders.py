@@ -38,7 +38,7 @@ from protocol_py_gen.model.v1 import (
     Usage,
 )
 
-from .conftest import request, user
+from .conftest import mutated, request, user
 
 EXAMPLES_PER_MESSAGE = 50
 """Hypothesis examples per message type (about 45 types)."""
@@ -83,26 +83,7 @@ SEEDS: list[bytes] = [
 TRIED: dict[str, int] = {}
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> bytes:
-    data = bytearray(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "duplicate"]))
-        at = draw(st.integers(0, max(0, len(data) - 1)))
-        if op == "flip" and data:
-            data[at] ^= draw(st.integers(1, 255))
-        elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif op == "delete" and data:
-            del data[at : at + draw(st.integers(1, 8))]
-        elif op == "truncate":
-            del data[at:]
-        elif op == "duplicate" and data:
-            data[at:at] = data[at : at + draw(st.integers(1, 16))]
-    return bytes(data)
-
-
-INPUTS = st.one_of(st.binary(max_size=200), mutated())
+INPUTS = st.one_of(st.binary(max_size=200), mutated(SEEDS))
 
 
 @pytest.mark.parametrize(("kind", "strict"), TYPES, ids=[t[0].__name__ for t in TYPES])

@@ -30,7 +30,7 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
 )
 
-from .conftest import SERVICE, Captured, request, user
+from .conftest import SERVICE, Captured, mutated, request, user
 
 EXAMPLES_PER_RPC = 300
 """Hypothesis examples per RPC."""
@@ -113,25 +113,6 @@ def call(chan: grpc.Channel, rpc: str, body: bytes) -> tuple[str, list[bytes]]:
         return "OK", [chan.unary_unary(SERVICE + rpc)(body, timeout=CALL_TIMEOUT)]
     except grpc.RpcError as exc:
         return exc.code().name, []
-
-
-@st.composite
-def mutated(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
-    data = bytearray(draw(st.sampled_from(seeds)))
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "duplicate"]))
-        at = draw(st.integers(0, max(0, len(data) - 1)))
-        if op == "flip" and data:
-            data[at] ^= draw(st.integers(1, 255))
-        elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif op == "delete" and data:
-            del data[at : at + draw(st.integers(1, 8))]
-        elif op == "truncate":
-            del data[at:]
-        elif op == "duplicate" and data:
-            data[at:at] = data[at : at + draw(st.integers(1, 16))]
-    return bytes(data)
 
 
 @pytest.mark.parametrize("rpc", list(SEEDS))

@@ -22,13 +22,13 @@ from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest
 
 from .conftest import (
-    SERVICE,
     Captured,
     Served,
     acall,
     frame,
     raw_call,
     request,
+    request_headers,
     serve,
     still_serving,
 )
@@ -202,17 +202,7 @@ def _send_part_then_reset(port: int, rpc: str) -> None:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
-    conn.send_headers(
-        1,
-        [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", SERVICE + rpc),
-            (":authority", f"127.0.0.1:{port}"),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-        ],
-    )
+    conn.send_headers(1, request_headers(port, rpc))
     conn.send_data(1, b"\x00\x00\x00\x03\xe8" + b"\x12\x08" + b"a" * 8)
     sock.sendall(conn.data_to_send())
     sock.settimeout(0.3)
