@@ -13,6 +13,7 @@ with ``-s``)."""
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import betterproto2
@@ -26,8 +27,9 @@ from hypothesis import strategies as st
 
 from protocol_py.server import build_descriptor_pool, decode_request
 from protocol_py.server.limits import wrong_wire_type
-from protocol_py.structs import to_struct
+from protocol_py.structs import from_struct, to_struct
 from protocol_py_gen.content.v1 import ContentBlock, ToolResultBlock, ToolUseBlock
+from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     CountTokensRequest,
@@ -40,8 +42,12 @@ from protocol_py_gen.model.v1 import (
 
 from .conftest import mutated, request, user
 
-EXAMPLES_PER_MESSAGE = 50
-"""Hypothesis examples per message type (about 45 types)."""
+EXAMPLES_PER_MESSAGE = int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", "50"))
+"""Hypothesis examples per message type (about 45 types). (default 50; ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
+
+DERANDOMIZE = not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM")
+"""CI runs the same inputs every time (a failure is reproducible, never a flake); set
+``PROTOCOL_PY_FUZZ_RANDOM=1`` to explore new ones."""
 
 POOL = build_descriptor_pool(None)
 FILES = {
@@ -92,6 +98,7 @@ def test_strict_decode_answers_a_message_or_invalid_argument(kind: Any, strict: 
         max_examples=EXAMPLES_PER_MESSAGE,
         deadline=None,
         database=None,
+        derandomize=DERANDOMIZE,
         suppress_health_check=list(HealthCheck),
     )
     @given(INPUTS)
@@ -119,3 +126,11 @@ def test_inputs_tried_are_reported() -> None:
     total = sum(TRIED.values())
     print(f"decoder fuzzing: {total} inputs over {len(TRIED)} message types")
     assert len(TRIED) == len(TYPES) or not TRIED  # run alone, the counts are empty
+
+
+def test_struct_entry_without_value_decodes_to_null_and_re_encodes() -> None:
+    kind, strict = next(t for t in TYPES if t[0].__name__ == "Struct")
+    message = decode_request(b"\x0a\x03\x0a\x01a", kind, strict)
+    assert message == Struct(fields={"a": Value()})
+    assert from_struct(message) == {"a": None}
+    assert bytes(message) == b"\x0a\x05\x0a\x01a\x12\x00"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -32,8 +33,12 @@ from protocol_py_gen.model.v1 import (
 
 from .conftest import SERVICE, Captured, mutated, request, user
 
-EXAMPLES_PER_RPC = 300
-"""Hypothesis examples per RPC."""
+EXAMPLES_PER_RPC = int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", "300"))
+"""Hypothesis examples per RPC. (default 300; ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
+
+DERANDOMIZE = not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM")
+"""CI runs the same inputs every time (a failure is reproducible, never a flake); set
+``PROTOCOL_PY_FUZZ_RANDOM=1`` to explore new ones."""
 
 CALL_TIMEOUT = 20.0
 """grpcio deadline of one fuzzed call, seconds (a generous bound; calls take milliseconds)."""
@@ -123,6 +128,7 @@ def test_fuzzed_rpc_answers_a_defined_status_and_never_logs_an_error(
         max_examples=EXAMPLES_PER_RPC,
         deadline=None,
         database=None,
+        derandomize=DERANDOMIZE,
         suppress_health_check=list(HealthCheck),
     )
     @given(st.one_of(st.binary(max_size=200), mutated(SEEDS[rpc])))
@@ -149,3 +155,19 @@ def test_rpc_inputs_tried_are_reported() -> None:
     for rpc, count in TRIED.items():
         print(f"RPC fuzzing {rpc}: {count} inputs, statuses {sorted(STATUSES.get(rpc, ()))}")
     assert set(TRIED) <= set(SEEDS)
+
+
+def test_valueless_struct_entry_found_by_fuzzing_reads_as_null(
+    channel: grpc.Channel, logs: Captured
+) -> None:
+    # Found by the decoder fuzzing: a Struct map entry without a value (legal protobuf) in
+    # provider_options decoded as None, and the reference provider's re-encoding of the
+    # request raised TypeError (a PERMANENT "internal provider error" and an ERROR traceback).
+    entry = b"\x0a\x01a"  # key "a", no value
+    struct = b"\x0a" + bytes([len(entry)]) + entry
+    body = bytes(request()) + b"\x42" + bytes([len(struct)]) + struct
+    code, replies = call(channel, "StreamCompletion", body)
+    assert code == "OK"
+    last = StreamEvent.parse(replies[-1])
+    assert last.stop is not None, last
+    assert logs.errors() == []

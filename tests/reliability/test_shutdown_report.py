@@ -173,7 +173,7 @@ def test_chat_prints_the_server_shutdown_error_not_a_lost_connection() -> None:
         assert first
         proc.send_signal(signal.SIGTERM)
         _out, err = chat.communicate(timeout=30)
-        assert "error: TRANSIENT: server shutting down" in err, err
+        assert "TRANSIENT: server shutting down" in err, err
         assert "connection" not in err and "GOAWAY" not in err, err
     finally:
         stop(proc)

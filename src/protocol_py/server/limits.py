@@ -26,6 +26,8 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
+from protocol_py.server.config_schema import fill_missing_values
+from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     CountTokensRequest,
@@ -248,6 +250,72 @@ def wrong_wire_type(message: Any) -> str | None:
     return None
 
 
+_STRUCT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(cls: type) -> dict[str, type]:
+    """Field name -> message class of the message fields of ``cls`` (map value types too)."""
+    meta = getattr(cls, "_betterproto", None)
+    if meta is None:
+        return {}
+    return {
+        name: field_cls
+        for name, field_cls in meta.cls_by_field.items()
+        if isinstance(field_cls, type) and issubclass(field_cls, betterproto2.Message)
+    }
+
+
+def _struct_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` whose values can hold a ``google.protobuf.Struct`` (directly or
+    at any depth; cycles such as ContentBlock -> ToolResultBlock -> ContentBlock included)."""
+    cached = _STRUCT_FIELDS.get(cls)
+    if cached is not None:
+        return cached
+    reachable: set[type] = set()
+    pending = [cls]
+    while pending:
+        current = pending.pop()
+        if current not in reachable:
+            reachable.add(current)
+            pending.extend(_children(current).values())
+    holds: set[type] = {Struct}
+    changed = True
+    while changed:
+        changed = False
+        for current in reachable - holds:
+            if any(child in holds for child in _children(current).values()):
+                holds.add(current)
+                changed = True
+    fields = tuple(
+        name for name, child in _children(cls).items() if "." not in name and child in holds
+    )
+    _STRUCT_FIELDS[cls] = fields
+    return fields
+
+
+def fill_struct_gaps(message: betterproto2.Message) -> None:
+    """Give every Struct map entry decoded without a value an empty Value, at any depth of
+    ``message``, in place (:func:`~protocol_py.server.config_schema.fill_missing_values`).
+
+    betterproto2 decodes such an entry (legal protobuf: protobuf's JSON mapping reads it as
+    null) as None, which it then cannot re-encode (TypeError). Only fields that can hold a
+    Struct are walked (for a StreamCompletionRequest: each content block's tool use and tool
+    result, the tools' input schemas, ``provider_options``).
+    """
+    stack: list[Any] = [message]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, Struct):
+            fill_missing_values(current)
+            continue
+        for name in _struct_fields(type(current)):
+            value = getattr(current, name, None)
+            if isinstance(value, list):
+                stack.extend(v for v in value if v is not None)
+            elif value is not None:
+                stack.append(value)
+
+
 def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     """Decode one request body, refusing any that is not well-formed protobuf.
 
@@ -258,7 +326,8 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     which is about 33 JSON levels inside a Struct since each object or array level costs
     three) is INVALID_ARGUMENT and nothing is applied; so is a known field sent with the
     wrong wire type (:func:`wrong_wire_type`). Unknown fields stay legal (forward
-    compatibility).
+    compatibility). A Struct map entry without a value becomes JSON null
+    (:func:`fill_struct_gaps`).
 
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
@@ -275,9 +344,11 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
             Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
         )
     try:
-        return kind.parse(data)
+        message = kind.parse(data)
     except Exception as exc:  # anything from the lenient parser
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
+    fill_struct_gaps(message)
+    return message
 
 
 def _why(exc: Exception) -> str:
