@@ -43,7 +43,8 @@ from protocol_py_gen.model.v1 import (
 from .conftest import mutated, request, user
 
 EXAMPLES_PER_MESSAGE = int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", "50"))
-"""Hypothesis examples per message type (about 45 types). (default 50; ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
+"""Hypothesis examples per message type (58 types; default 50,
+``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
 
 DERANDOMIZE = not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM")
 """CI runs the same inputs every time (a failure is reproducible, never a flake); set

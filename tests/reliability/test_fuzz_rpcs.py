@@ -34,7 +34,7 @@ from protocol_py_gen.model.v1 import (
 from .conftest import SERVICE, Captured, mutated, request, user
 
 EXAMPLES_PER_RPC = int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", "300"))
-"""Hypothesis examples per RPC. (default 300; ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
+"""Hypothesis examples per RPC (default 300; ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
 
 DERANDOMIZE = not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM")
 """CI runs the same inputs every time (a failure is reproducible, never a flake); set
