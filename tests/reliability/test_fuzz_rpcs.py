@@ -24,11 +24,22 @@ from hypothesis import strategies as st
 from protocol_py.providers.reference import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.structs import to_struct
+from protocol_py_gen.content.v1 import (
+    ContentBlock,
+    Message,
+    Role,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     CountTokensRequest,
+    GenerationParams,
     RenderRequest,
+    StreamCompletionRequest,
     StreamEvent,
+    ToolDeclaration,
 )
 
 from .conftest import SERVICE, Captured, mutated, request, user
@@ -50,6 +61,38 @@ DEFINED = {
     "RESOURCE_EXHAUSTED",
     "FAILED_PRECONDITION",
 }
+
+
+def rich_request() -> StreamCompletionRequest:
+    """A request using tools, params, a tool call and its result, and provider options."""
+    base = request("What is the weather? use tool")
+    base.params = GenerationParams(max_output_tokens=50, temperature=0.5, stop_sequences=["x"])
+    base.tools = [
+        ToolDeclaration(
+            name="weather",
+            description="Weather in a city",
+            input_schema=to_struct({"type": "object", "properties": {"city": {"type": "string"}}}),
+        )
+    ]
+    call_block = ToolUseBlock(id="t1", name="weather", input=to_struct({"city": "Paris"}))
+    base.messages += [
+        Message(role=Role.ASSISTANT, id="m2", content=[ContentBlock(tool_use=call_block)]),
+        Message(
+            role=Role.USER,
+            id="m3",
+            content=[
+                ContentBlock(
+                    tool_result=ToolResultBlock(
+                        tool_use_id="t1", content=[ContentBlock(text=TextBlock(text="21 C"))]
+                    )
+                )
+            ],
+        ),
+    ]
+    base.provider_options = to_struct({"seed": 1, "tags": ["a", None, True]})
+    return base
+
+
 SEEDS: dict[str, list[bytes]] = {
     "GetCapabilities": [b""],
     "Describe": [b""],
@@ -61,6 +104,7 @@ SEEDS: dict[str, list[bytes]] = {
     "StreamCompletion": [
         bytes(request("Hello there")),
         bytes(request("hi", model="reference-small")),
+        bytes(rich_request()),
     ],
     "CountTokens": [bytes(CountTokensRequest(model_id="reference-small", messages=[user("hi")]))],
     "Render": [
