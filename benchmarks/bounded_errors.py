@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 
 from protocol_py.providers.reference import ReferenceProvider
 from protocol_py.server import ModelServer
