@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,7 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from protocol_py.provider import Provider
@@ -150,6 +152,24 @@ async def still_serving(served: Served) -> None:
     assert events[-1].stop is not None, events
     describe = await acall(served.address, "Describe", b"")
     assert describe.code == "OK", describe
+
+
+def fuzz_examples(default: int) -> int:
+    """Hypothesis examples per fuzzed target: ``default``, or ``PROTOCOL_PY_FUZZ_EXAMPLES``."""
+    return int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", str(default)))
+
+
+def fuzz_settings(max_examples: int) -> settings:
+    """The suite's hypothesis settings: no per-example deadline, no example database, and the
+    same inputs on every run (a CI failure is reproducible, never a flake) unless
+    ``PROTOCOL_PY_FUZZ_RANDOM`` is set to explore new ones."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM"),
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 @st.composite

@@ -13,7 +13,6 @@ with ``-s``)."""
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 import betterproto2
@@ -22,7 +21,7 @@ from google.protobuf import message_factory  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol_py.server import build_descriptor_pool, decode_request
@@ -40,15 +39,12 @@ from protocol_py_gen.model.v1 import (
     Usage,
 )
 
-from .conftest import mutated, request, user
+from .conftest import fuzz_examples, fuzz_settings, mutated, request, user
 
-EXAMPLES_PER_MESSAGE = int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", "50"))
+EXAMPLES_PER_MESSAGE = fuzz_examples(50)
 """Hypothesis examples per message type (58 types; default 50,
 ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
 
-DERANDOMIZE = not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM")
-"""CI runs the same inputs every time (a failure is reproducible, never a flake); set
-``PROTOCOL_PY_FUZZ_RANDOM=1`` to explore new ones."""
 
 POOL = build_descriptor_pool(None)
 FILES = {
@@ -95,13 +91,7 @@ INPUTS = st.one_of(st.binary(max_size=200), mutated(SEEDS))
 
 @pytest.mark.parametrize(("kind", "strict"), TYPES, ids=[t[0].__name__ for t in TYPES])
 def test_strict_decode_answers_a_message_or_invalid_argument(kind: Any, strict: Any) -> None:
-    @settings(
-        max_examples=EXAMPLES_PER_MESSAGE,
-        deadline=None,
-        database=None,
-        derandomize=DERANDOMIZE,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_settings(EXAMPLES_PER_MESSAGE)
     @given(INPUTS)
     def check(data: bytes) -> None:
         TRIED[kind.__name__] = TRIED.get(kind.__name__, 0) + 1

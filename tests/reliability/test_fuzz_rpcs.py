@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol_py.providers.reference import ReferenceProvider
@@ -42,14 +41,11 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
 )
 
-from .conftest import SERVICE, Captured, mutated, request, user
+from .conftest import SERVICE, Captured, fuzz_examples, fuzz_settings, mutated, request, user
 
-EXAMPLES_PER_RPC = int(os.environ.get("PROTOCOL_PY_FUZZ_EXAMPLES", "300"))
+EXAMPLES_PER_RPC = fuzz_examples(300)
 """Hypothesis examples per RPC (default 300; ``PROTOCOL_PY_FUZZ_EXAMPLES`` overrides it)."""
 
-DERANDOMIZE = not os.environ.get("PROTOCOL_PY_FUZZ_RANDOM")
-"""CI runs the same inputs every time (a failure is reproducible, never a flake); set
-``PROTOCOL_PY_FUZZ_RANDOM=1`` to explore new ones."""
 
 CALL_TIMEOUT = 20.0
 """grpcio deadline of one fuzzed call, seconds (a generous bound; calls take milliseconds)."""
@@ -168,13 +164,7 @@ def call(chan: grpc.Channel, rpc: str, body: bytes) -> tuple[str, list[bytes]]:
 def test_fuzzed_rpc_answers_a_defined_status_and_never_logs_an_error(
     channel: grpc.Channel, logs: Captured, rpc: str
 ) -> None:
-    @settings(
-        max_examples=EXAMPLES_PER_RPC,
-        deadline=None,
-        database=None,
-        derandomize=DERANDOMIZE,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_settings(EXAMPLES_PER_RPC)
     @given(st.one_of(st.binary(max_size=200), mutated(SEEDS[rpc])))
     def check(body: bytes) -> None:
         TRIED[rpc] = TRIED.get(rpc, 0) + 1
