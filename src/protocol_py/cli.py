@@ -2,14 +2,18 @@
 
 Subcommands::
 
-    protocol-py serve [--provider NAME] [--host H] [--port P] [--handshake] [--log-level L]
+    protocol-py serve [--provider NAME] [--host H] [--port P | --socket PATH] [--handshake]
+                      [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L]
                       [--max-message-size SIZE] [--grace-period S] [--base-url URL] [--discover]
-    protocol-py chat [--server H:P] [--model ID] [--system TEXT] [--timeout S] PROMPT
-    protocol-py capabilities [--server H:P] [--json]
-    protocol-py describe [--server H:P]
+    protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
+                     PROMPT
+    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
+    protocol-py describe [--server H:P|unix:PATH] [TLS]
     protocol-py version
     protocol-py validate FILE
     protocol-py cost --pricing FILE --usage FILE [--at ISO8601] [--json]
+
+    TLS (client options): [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name N]
 
 Exit status: 0 success; 1 a failure (invalid document, unreachable server, in-band error,
 refused start-up); 2 bad usage or unreadable input. Errors go to stderr as one clear line,
@@ -44,7 +48,13 @@ from protocol_py.chat import (
     stdin_binary,
 )
 from protocol_py.client import ModelClient
-from protocol_py.errors import ProtocolError, ValidationError, describe_json_error, errors_only
+from protocol_py.errors import (
+    InvalidValueError,
+    ProtocolError,
+    ValidationError,
+    describe_json_error,
+    errors_only,
+)
 from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
 from protocol_py.provider import Provider
 from protocol_py.providers import (
@@ -61,6 +71,7 @@ from protocol_py.server import (
     parse_size,
 )
 from protocol_py.serving import ServeError, configure_logging, serve
+from protocol_py.transport import add_client_options, add_serve_options, client_ssl_from_options
 from protocol_py.validation import load_document
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import ProducerRef
@@ -145,7 +156,9 @@ def _positive_int(text: str) -> int:
 
 
 _SERVER: Final = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
-_SERVER_HELP: Final = "the server's host:port ([v6]:port for IPv6; default %(default)s)"
+_SERVER_HELP: Final = (
+    "the server's host:port ([v6]:port for IPv6) or unix:PATH (default %(default)s)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,13 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve ModelService for a provider")
     serve.add_argument("--provider", default="reference", help=_provider_help())
-    serve.add_argument("--host", default=DEFAULT_HOST, help=f"bind address ({DEFAULT_HOST})")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one")
+    serve.add_argument("--host", default=None, help=f"bind address ({DEFAULT_HOST})")
+    serve.add_argument(
+        "--port", type=int, default=None, help=f"port ({DEFAULT_PORT}); 0 picks a free one"
+    )
     serve.add_argument(
         "--handshake",
         action="store_true",
-        help="print '<protocol major>|tcp|<host>:<port>|grpc' on stdout once serving",
+        help="print '1|tcp|<host>:<port>|grpc' or '1|unix|<path>|grpc' on stdout once serving; "
+        "with no address, listen on a private unix socket",
     )
+    add_serve_options(serve)
     serve.add_argument(
         "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
     )
@@ -194,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="stream one answer from a running server")
     chat.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
+    add_client_options(chat)
     chat.add_argument("--model", default=None, help="model id (default: the first served)")
     chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
     chat.add_argument("--timeout", type=_positive_float, default=120.0, help="deadline, seconds")
@@ -221,10 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     caps = sub.add_parser("capabilities", help="list the models a server serves")
     caps.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
+    add_client_options(caps)
     caps.add_argument("--json", action="store_true", help="proto3 JSON of the Capabilities")
 
     describe = sub.add_parser("describe", help="show a server's plugin identity")
     describe.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
+    add_client_options(describe)
 
     sub.add_parser("version", help="package and protocol version")
 
@@ -287,7 +307,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         configure_logging(args.log_level)
     except ValueError:
         raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
-    if not 0 <= args.port < 65536:
+    if args.port is not None and not 0 <= args.port < 65536:
         raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
     provider = _load_provider(args)
     try:
@@ -295,6 +315,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             provider,
             host=args.host,
             port=args.port,
+            socket=args.socket,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
             handshake=args.handshake,
             grace_period=args.grace_period,
             max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
@@ -302,6 +326,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except ServeError as exc:
         raise CliError(str(exc)) from None
+    except InvalidValueError as exc:  # conflicting listening options, unusable TLS files
+        raise CliError(str(exc), EXIT_USAGE) from None
     return EXIT_OK
 
 
@@ -331,12 +357,16 @@ def _load_provider(args: argparse.Namespace) -> Provider:
 # -- client commands ---------------------------------------------------------------------------
 
 
-def _run_client(action: Callable[[ModelClient], Awaitable[_T]], address: str) -> _T:
-    """Connect to ``address`` inside a fresh event loop, run ``action``, always close."""
+def _run_client(
+    action: Callable[[ModelClient], Awaitable[_T]], address: str, args: argparse.Namespace
+) -> _T:
+    """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
+    ``action``, always close."""
 
     async def run() -> _T:
         try:
-            client = ModelClient.connect(address)
+            context, server_name = client_ssl_from_options(args)
+            client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         try:
@@ -390,7 +420,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             raise CliError(str(exc), exc.status) from None
 
     try:
-        status: int = _run_client(run, args.server)
+        status: int = _run_client(run, args.server, args)
     except KeyboardInterrupt:
         print(file=sys.stdout, flush=True)
         raise CliError("cancelled (SIGINT)", EXIT_CANCELLED) from None
@@ -491,7 +521,7 @@ def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[
 def cmd_capabilities(args: argparse.Namespace) -> int:
     """``capabilities``: :func:`capabilities_table` (fits 100 columns), or ``--json``."""
     caps: Capabilities = _run_client(
-        lambda client: client.get_capabilities(timeout=30), args.server
+        lambda client: client.get_capabilities(timeout=30), args.server, args
     )
     if args.json:
         print(protojson.dumps(caps, indent=2))
@@ -504,7 +534,9 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     """``describe``: the plugin's name, version, source, category and protocol version."""
-    producer: ProducerRef = _run_client(lambda client: client.describe(timeout=30), args.server)
+    producer: ProducerRef = _run_client(
+        lambda client: client.describe(timeout=30), args.server, args
+    )
     print(f"name:             {producer.name}")
     print(f"version:          {producer.version}")
     print(f"source:           {producer.source or '-'}")

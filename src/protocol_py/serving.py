@@ -32,13 +32,12 @@ from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
 from protocol_py.provider import Provider
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
-    DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_SIZE,
-    DEFAULT_PORT,
     LogFormatter,
     ModelServer,
 )
-from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
+from protocol_py.transport import handshake_line, listen_spec
+from protocol_py.version import PROTOCOL_VERSION
 
 __all__ = [
     "DEFAULT_LOG_LEVEL",
@@ -85,12 +84,6 @@ def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = No
     logging.basicConfig(level=name, handlers=[handler])
 
 
-def handshake_line(server: ModelServer) -> str:
-    """The ``--handshake`` line of a started server, without the newline:
-    ``<protocol major>|tcp|<host>:<port>|grpc``."""
-    return f"{PROTOCOL_MAJOR}|tcp|{server.address}|grpc"
-
-
 def _check_port(port: int) -> None:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
         raise InvalidValueError(
@@ -103,9 +96,13 @@ def _check_port(port: int) -> None:
 async def serve_async(
     provider: Provider,
     *,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    host: str | None = None,
+    port: int | None = None,
+    socket: str | None = None,
     handshake: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     log_level: str | None = DEFAULT_LOG_LEVEL,
@@ -119,8 +116,17 @@ async def serve_async(
     Args:
         provider: The provider to serve.
         host: Bind address (default 127.0.0.1, loopback only).
-        port: TCP port; 0 picks a free one (read it from the handshake line or ``on_started``).
-        handshake: Print ``<protocol major>|tcp|<host>:<port>|grpc`` on stdout once serving.
+        port: TCP port (default 50051); 0 picks a free one (read it from the handshake line or
+            ``on_started``).
+        socket: Listen on this unix-domain socket (mode 0600) instead of TCP.
+        handshake: Print the handshake line (``1|tcp|<host>:<port>|grpc``,
+            ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
+            ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
+            directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
+            TLS (:func:`protocol_py.transport.listen_spec`).
+        tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
+        tls_key: Its private key, PEM file.
+        tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
         grace_period: Seconds in-flight StreamCompletions get to finish on shutdown.
         max_message_size: Largest message in either direction, bytes.
         log_level: Configure stderr logging at this level (:func:`configure_logging`); None
@@ -133,15 +139,26 @@ async def serve_async(
 
     Raises:
         ServeError: invalid Capabilities or the address cannot be bound (nothing is served).
-        InvalidValueError: an invalid ``port`` or ``log_level``.
+        InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
+            or an unusable TLS file (``TLSConfigError``).
 
     Cancelling the task shuts the server down at once (grace period 0) and re-raises.
     """
-    _check_port(port)
+    if port is not None:
+        _check_port(port)
     if log_level is not None:
         configure_logging(log_level)
     server = ModelServer(
         provider, max_message_size=max_message_size, grace_period=grace_period, **server_options
+    )
+    listen = listen_spec(
+        host=host,
+        port=port,
+        socket=socket,
+        handshake=handshake,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
     )
     loop = asyncio.get_running_loop()
     stop_event = stop or asyncio.Event()
@@ -163,16 +180,18 @@ async def serve_async(
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            await server.start(host, port)
+            await listen.start(server)
         except ValidationError as exc:
             raise ServeError(f"refusing to start: {exc}") from None
         except OSError as exc:
-            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise ServeError(
+                f"cannot listen on {listen.describe()}: {exc.strerror or exc}"
+            ) from None
         log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
         if on_started is not None:
             on_started(server)
         if handshake:
-            sys.stdout.write(handshake_line(server) + "\n")
+            sys.stdout.write(handshake_line(server, listen.server_certificate))
             sys.stdout.flush()
         try:
             await stop_event.wait()
@@ -184,6 +203,7 @@ async def serve_async(
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        listen.discard()
 
 
 async def _drain(server: ModelServer, force: asyncio.Event) -> None:
@@ -204,9 +224,13 @@ async def _drain(server: ModelServer, force: asyncio.Event) -> None:
 def serve(
     provider: Provider,
     *,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    host: str | None = None,
+    port: int | None = None,
+    socket: str | None = None,
     handshake: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     log_level: str | None = DEFAULT_LOG_LEVEL,
@@ -220,7 +244,11 @@ def serve(
             provider,
             host=host,
             port=port,
+            socket=socket,
             handshake=handshake,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
             grace_period=grace_period,
             max_message_size=max_message_size,
             log_level=log_level,
