@@ -27,6 +27,7 @@ from typing import Any
 from grpclib.client import Channel
 from grpclib.config import Configuration
 from grpclib.const import Cardinality
+from grpclib.exceptions import StreamTerminatedError
 
 from protocol_py.accumulate import AccumulatedResponse, StreamAccumulator
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
@@ -107,6 +108,31 @@ def parse_address(address: str, *, default_port: int = 50051) -> tuple[str, int]
     if _PORT_RE.fullmatch(port_text) is None or not 0 < int(port_text) < 65536:
         raise bad("port", "port must be ASCII digits, an integer in 1..65535")
     return host, int(port_text)
+
+
+def buffered_events(call: Any) -> list[StreamEvent]:
+    """The complete StreamEvent messages a grpclib client stream received but had not yet
+    delivered when its connection was terminated (read from grpclib 0.4's stream buffer;
+    empty when there are none or the buffer cannot be read). A partial message is dropped."""
+    try:
+        buffer = call._stream.buffer
+        data = b"".join(bytes(chunk.data) for chunk in buffer._acked)
+        while not buffer._unacked.empty():
+            data += buffer._unacked.get_nowait().data
+    except Exception:  # grpclib internals changed: nothing to salvage
+        return []
+    events: list[StreamEvent] = []
+    offset = 0
+    while len(data) - offset >= 5:
+        length = int.from_bytes(data[offset + 1 : offset + 5], "big")
+        if data[offset] != 0 or len(data) - offset - 5 < length:
+            break
+        try:
+            events.append(StreamEvent.parse(data[offset + 5 : offset + 5 + length]))
+        except Exception:  # a corrupt message: stop, keep what decoded
+            break
+        offset += 5 + length
+    return events
 
 
 def _require(request: object, kind: type[Any], what: str) -> None:
@@ -274,22 +300,44 @@ class ModelClient:
     ) -> AsyncIterator[StreamEvent]:
         """StreamCompletion's raw events. Leaving the loop early cancels the RPC.
 
+        A stream that ended in-band (its last event a ``stop`` or an ``error``, DESIGN D12) is
+        reported as it was sent even when the connection goes right after it: the server's
+        GOAWAY at shutdown makes grpclib fail every open stream at once, dropping events it
+        had already received; those are read from the stream's buffer and yielded, so a
+        shutdown shows as the server's in-band TRANSIENT "server shutting down" error, not as
+        a lost connection (issue 8, item 11).
+
         Raises:
             GRPCError: a transport-level failure (DEADLINE_EXCEEDED when ``timeout`` passes).
+            StreamTerminatedError: the connection was lost before the stream ended in-band.
             asyncio.TimeoutError: the deadline passed while waiting for an event.
             InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """
         _require(request, StreamCompletionRequest, "stream")
-        async with self.stub.channel.request(
-            "/model.v1.ModelService/StreamCompletion",
-            Cardinality.UNARY_STREAM,
-            StreamCompletionRequest,
-            StreamEvent,
-            timeout=timeout,
-        ) as call:
-            await call.send_message(request, end=True)
-            async for event in call:
+        last: StreamEvent | None = None
+        salvaged: list[StreamEvent] = []
+        try:
+            async with self.stub.channel.request(
+                "/model.v1.ModelService/StreamCompletion",
+                Cardinality.UNARY_STREAM,
+                StreamCompletionRequest,
+                StreamEvent,
+                timeout=timeout,
+            ) as call:
+                await call.send_message(request, end=True)
+                try:
+                    async for event in call:
+                        last = event
+                        yield event
+                except StreamTerminatedError:
+                    salvaged = buffered_events(call)
+                    raise
+        except StreamTerminatedError:
+            for event in salvaged:
+                last = event
                 yield event
+            if last is None or (last.stop is None and last.error is None):
+                raise
 
     async def complete(
         self,

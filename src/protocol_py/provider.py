@@ -106,6 +106,17 @@ class Provider(abc.ABC):
         (``GeneratorExit``/``CancelledError``): close upstream I/O in ``finally`` and re-raise.
         """
 
+    def count_input_tokens(self, request: StreamCompletionRequest) -> int | None:
+        """The input tokens of a validated StreamCompletion request, or None (cannot count).
+
+        Called by the server before :meth:`stream` (issue 8, item 5): a count above the model's
+        ``context_window`` ends the stream with one CONTEXT_OVERFLOW error and the provider is
+        never called. Synchronous and CPU-bound by design, so the server may run it off the
+        event loop. Use the same method as :meth:`count_tokens` (exact tokenizer or the
+        documented estimate). Default: None (no check).
+        """
+        return None
+
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Count a request's input tokens and say how (DESIGN D15). Default: UNIMPLEMENTED."""
         raise NotImplementedRPC("CountTokens")

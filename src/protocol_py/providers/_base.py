@@ -38,6 +38,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import re
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -170,6 +172,42 @@ def common_config_schema(extra: Mapping[str, Any] | None = None) -> dict[str, An
     }
 
 
+_API_KEY_RE = re.compile(r"[!-~]+")
+"""A usable API key: visible ASCII only (0x21-0x7E), the characters an HTTP header value can
+carry without folding, trimming or encoding."""
+
+
+def check_api_key(value: str, what: str) -> str:
+    """Return ``value`` when it can be sent in an HTTP header, else raise.
+
+    Args:
+        value: The API key.
+        what: How the caller supplied it (``api_key``, ``OPENAI_API_KEY``), named in the error.
+
+    Raises:
+        ValueError: ``"<what>: ..."`` when the key holds a newline, a space, another control
+            character or a non-ASCII character: a PERMANENT configuration error (never the
+            TRANSIENT failure of the first request). The key itself is never shown.
+    """
+    if _API_KEY_RE.fullmatch(value) is None:
+        bad = next((c for c in value if not "!" <= c <= "~"), "")
+        kind = {"\n": "a newline", "\r": "a carriage return", " ": "a space"}.get(
+            bad, f"the character U+{ord(bad):04X}" if bad else "nothing"
+        )
+        raise ValueError(
+            f"{what}: the API key holds {kind}; an HTTP header can carry only visible ASCII "
+            "characters (0x21-0x7E)"
+        )
+    return value
+
+
+def _has_image(blocks: Any) -> bool:
+    return any(
+        b.image is not None or (b.tool_result is not None and _has_image(b.tool_result.content))
+        for b in blocks
+    )
+
+
 class HTTPProvider(Provider, abc.ABC):
     """Base of the built-in vendor providers: configuration, HTTP, retries, timeouts.
 
@@ -250,12 +288,15 @@ class HTTPProvider(Provider, abc.ABC):
         Streams already running finish on the previous settings and HTTP client.
 
         Raises:
-            ValueError: ``base_url`` is not an absolute http(s) URL with a host (nothing is
-                applied; the server answers INVALID_ARGUMENT).
+            ValueError: ``base_url`` is not an absolute http(s) URL with a host, or
+                ``api_key`` holds a character an HTTP header cannot carry
+                (:func:`check_api_key`); nothing is applied, the server answers
+                INVALID_ARGUMENT.
         """
         base_url = parse_base_url(config["base_url"]) if "base_url" in config else self.base_url
-        if "api_key" in config:
-            self.api_key = str(config["api_key"])
+        api_key = check_api_key(str(config["api_key"]), "api_key") if "api_key" in config else None
+        if api_key is not None:
+            self.api_key = api_key
         self.base_url = base_url
         t = config.get("timeouts")
         if isinstance(t, dict):
@@ -287,11 +328,16 @@ class HTTPProvider(Provider, abc.ABC):
 
         Raises:
             ValueError: ``--base-url`` is not an absolute http(s) URL with a host (the CLI
-                exits 2); the message shows the URL with its credentials redacted.
+                exits 2); the message shows the URL with its credentials redacted. Also when
+                the API key variable holds a character an HTTP header cannot carry
+                (:func:`check_api_key`, naming the variable, never the key).
         """
         if base_url is not None:
             base_url = parse_base_url(base_url, what="--base-url")
-        return cls(api_key=env.get(cls.api_key_env) or None, base_url=base_url, discover=discover)
+        api_key = env.get(cls.api_key_env) or None
+        if api_key is not None:
+            check_api_key(api_key, cls.api_key_env)
+        return cls(api_key=api_key, base_url=base_url, discover=discover)
 
     async def start(self) -> None:
         """Warn (one WARNING line naming :attr:`api_key_env`) when no API key is set; with
@@ -427,6 +473,27 @@ class HTTPProvider(Provider, abc.ABC):
     def spec_for(self, model_id: str) -> ModelSpec | None:
         """The ModelSpec served under ``model_id``, or None."""
         return self._models.get(model_id)
+
+    def count_input_tokens(self, request: StreamCompletionRequest) -> int | None:
+        """ESTIMATE for the server's context-window check: ceil(UTF-8 bytes of the vendor body
+        / 4), the estimate of the OpenAI-compatible CountTokens (docs/adapters.md).
+
+        None (no check) for an unknown model, a body the vendor API cannot take (the stream
+        reports that), or a request holding an image (its base64 data would be counted, a
+        large overestimate).
+        """
+        spec = self.spec_for(request.model_id)
+        if spec is None:
+            return None
+        if any(_has_image(m.content) for m in request.messages) or any(
+            _has_image(s.content) for s in request.assembled_context
+        ):
+            return None
+        try:
+            body = dump_body(self.build_body(request, spec))
+        except (InvalidValueError, ValueError, TypeError):
+            return None
+        return math.ceil(len(body) / 4)
 
     def count_tokens_body(
         self,

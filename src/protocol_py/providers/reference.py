@@ -85,6 +85,7 @@ from typing import Any, Final
 
 import betterproto2
 
+from protocol_py.bounded_text import quote_value
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers._url import redact_url
 from protocol_py.structs import dumps, from_struct, to_struct
@@ -601,6 +602,13 @@ class ReferenceProvider(Provider):
 
     # -- counting -----------------------------------------------------------------------------
 
+    def count_input_tokens(self, request: StreamCompletionRequest) -> int:
+        """Exact reference-tokenizer count of the rendered prompt, as :meth:`count_tokens`."""
+        segments = prompt_segments(
+            list(request.messages), list(request.tools), list(request.assembled_context)
+        )
+        return sum(s.tokens for s in segments)
+
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Exact reference-tokenizer count of the rendered prompt (method TOKENIZER)."""
         segments = prompt_segments(
@@ -631,7 +639,9 @@ class ReferenceProvider(Provider):
         elif request.payload_type == "reference.repeat":
             text = _repeat(request.payload)
         else:
-            raise ValueError(f"payload_type: unknown payload type {request.payload_type!r}")
+            raise ValueError(
+                f"payload_type: unknown payload type {quote_value(request.payload_type)}"
+            )
         if request.format == RenderFormat.MARKDOWN:
             return RenderResponse(text=markdown_escape(text), format=RenderFormat.MARKDOWN)
         return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)

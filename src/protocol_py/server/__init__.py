@@ -22,9 +22,18 @@ wire protocol"; DESIGN D10-D16):
   error (grpclib logs the cancellation at INFO);
 * Configure: the config is validated against the provider's config schema (JSON Schema draft
   2020-12 with format checking; ``uri`` is RFC 3986 syntax, any scheme) and rejected with
-  ``INVALID_ARGUMENT`` listing every error with its JSON path; a rejected config leaves the
-  previous one in force. Values are never echoed in error messages or logs, so secret-like keys
-  (names containing ``key``, ``token``, ``secret`` or ``password``) cannot leak;
+  ``INVALID_ARGUMENT`` listing the errors with their JSON paths (as many as fit, with the
+  total count) and any number beyond 2^53 (D5); a rejected config leaves the previous one in
+  force. Values are never echoed in error messages or logs, so secret-like keys (names
+  containing ``key``, ``token``, ``secret`` or ``password``) cannot leak;
+* bounded error text (:mod:`protocol_py.bounded_text`): every status message, in-band error
+  message and log detail is at most 1 KiB once percent-encoded, an echoed caller value is cut
+  with a marker and its length; a malformed ``grpc-timeout`` is INVALID_ARGUMENT and an
+  already-expired deadline DEADLINE_EXCEEDED, before dispatch
+  (:mod:`~protocol_py.server.admission`); a server bug is INTERNAL, never a bare UNKNOWN;
+* StreamCompletion counts the input (:meth:`Provider.count_input_tokens`) and ends a request
+  above the model's ``context_window`` with one CONTEXT_OVERFLOW error
+  (:mod:`~protocol_py.server.context_window`) before the provider is called;
 * Describe and GetCapabilities carry the protocol version;
 * gRPC health checking (``grpc.health.v1.Health``: ``""`` and ``model.v1.ModelService``; NOT
   SERVING before the server is ready and while draining) and server reflection (v1 and
@@ -51,7 +60,9 @@ The package is split by concept, each rule in one place: :mod:`~protocol_py.serv
 (Configure's JSON Schema and redaction), :mod:`~protocol_py.server.status` (exceptions to
 ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC log record),
 :mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
-(listening, health, drain) and :mod:`~protocol_py.server.handlers` (the RPCs).
+(listening, health, drain), :mod:`~protocol_py.server.admission` (calls refused before
+dispatch), :mod:`~protocol_py.server.context_window` (the context-window check) and
+:mod:`~protocol_py.server.handlers` (the RPCs).
 """
 
 from __future__ import annotations

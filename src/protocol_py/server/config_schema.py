@@ -15,6 +15,7 @@ from typing import Any, Final
 import jsonschema
 from rfc3986_validator import validate_rfc3986  # type: ignore[import-untyped]
 
+from protocol_py.structs import MAX_EXACT_INT
 from protocol_py_gen.google.protobuf import Struct, Value
 
 SECRET_KEY_RE: Final = re.compile(r"key|token|secret|password", re.IGNORECASE)
@@ -44,19 +45,29 @@ def json_pointer(path: Any) -> str:
     return "/" + "/".join(parts) if parts else "/"
 
 
-def _describe_schema_error(error: jsonschema.ValidationError) -> str:
-    """A message for one schema error that never includes the offending value."""
-    where = json_pointer(error.absolute_path)
+def _describe_schema_error(error: jsonschema.ValidationError) -> list[str]:
+    """Messages for one schema error that never include the offending value: one per unknown
+    property for ``additionalProperties`` (so the error count counts properties), else one."""
     validator = str(error.validator)
-    expected = error.validator_value
     instance = error.instance
     if validator == "additionalProperties" and isinstance(instance, Mapping):
         allowed = (
             set(error.schema.get("properties", {})) if isinstance(error.schema, dict) else set()
         )
         extra = sorted(str(k) for k in instance if k not in allowed)
-        names = ", ".join(json_pointer([*error.absolute_path, k]) for k in extra)
-        return f"{names}: unknown property (additionalProperties is false)"
+        return [
+            f"{json_pointer([*error.absolute_path, k])}: unknown property "
+            "(additionalProperties is false)"
+            for k in extra
+        ]
+    return [_describe_one(error)]
+
+
+def _describe_one(error: jsonschema.ValidationError) -> str:
+    where = json_pointer(error.absolute_path)
+    validator = str(error.validator)
+    expected = error.validator_value
+    instance = error.instance
     if validator == "required" and isinstance(instance, Mapping):
         missing = [k for k in expected if k not in instance] if isinstance(expected, list) else []
         return f"{where}: missing required property {', '.join(map(str, missing))}"
@@ -92,7 +103,33 @@ def validate_config(schema: Mapping[str, Any], config: Mapping[str, Any]) -> lis
         )
     except Exception as exc:  # an unresolvable $ref, a regex the engine rejects, ...
         raise ValueError(f"unusable config schema: {type(exc).__name__}: {exc}") from None
-    return [_describe_schema_error(e) for e in errors]
+    return [message for e in errors for message in _describe_schema_error(e)]
+
+
+def inexact_numbers(config: Any, path: tuple[str | int, ...] = ()) -> list[str]:
+    """Every number in ``config`` whose magnitude is beyond 2^53 (DESIGN D5), as
+    ``"<JSON Pointer>: number beyond 2^53 (json.integer_beyond_2_53) ..."`` messages.
+
+    A Struct number is a double: above 2^53 (:data:`~protocol_py.structs.MAX_EXACT_INT`) every
+    double is an integer, and not every integer is a double, so the value the caller meant may
+    already have been rounded. ``from_struct`` rejects such a Python ``int``; this also catches
+    one that arrived on the wire as a double (``1e20``), which would otherwise pass a schema
+    ``"type": "integer"`` and be applied rounded or dropped. Values are never echoed.
+    """
+    if isinstance(config, Mapping):
+        return [m for k, v in config.items() for m in inexact_numbers(v, (*path, str(k)))]
+    if isinstance(config, list):
+        return [m for i, v in enumerate(config) for m in inexact_numbers(v, (*path, i))]
+    if (
+        isinstance(config, int | float)
+        and not isinstance(config, bool)
+        and abs(config) > MAX_EXACT_INT
+    ):
+        return [
+            f"{json_pointer(path)}: number beyond 2^53 (json.integer_beyond_2_53): a "
+            "google.protobuf.Value double cannot carry it exactly"
+        ]
+    return []
 
 
 def loose_objects(schema: Any, path: str = "#") -> list[str]:

@@ -20,9 +20,16 @@ from grpclib.metadata import Deadline
 from grpclib.reflection.service import ServerReflection
 
 from protocol_py.accumulate import StreamOrderChecker
+from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
-from protocol_py.server.config_schema import fill_missing_values, loose_objects, validate_config
+from protocol_py.server.config_schema import (
+    fill_missing_values,
+    inexact_numbers,
+    loose_objects,
+    validate_config,
+)
+from protocol_py.server.context_window import check_context_window
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -33,7 +40,10 @@ from protocol_py.server.limits import (
 from protocol_py.server.records import RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.status import (
+    bounded_model_error,
+    bounded_status,
     classify_exception,
+    internal_error,
     invalid_request_event,
     unary_error,
     unknown_model,
@@ -207,13 +217,23 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise error from None
                 await stream.send_message(response)
             except GRPCError as exc:
+                error = bounded_status(exc)
                 record.outcome = "error"
-                record.error_kind = exc.status.name
-                record.detail = exc.message
-                raise
+                record.error_kind = error.status.name
+                record.detail = error.message
+                if error is exc:
+                    raise
+                raise error from None
             except (asyncio.CancelledError, GeneratorExit):
-                record.outcome = "cancelled"
+                record.outcome = _cancel_outcome(stream)
                 raise
+            except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
+                log.error("%s failed", rpc, exc_info=exc)
+                error = internal_error(exc)
+                record.outcome = "error"
+                record.error_kind = error.status.name
+                record.detail = error.message
+                raise error from None
             finally:
                 record.emit()
 
@@ -299,17 +319,18 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         return DescribeResponse(producer=producer)
 
     async def _configure(self, request: ConfigureRequest, record: RpcRecord) -> ConfigureResponse:
-        response = await self.configure(request)
         record.config_keys = sorted(request.config.fields) if request.config is not None else []
-        return response
+        return await self.configure(request)
 
     async def configure(self, message: ConfigureRequest) -> ConfigureResponse:
         """Validate the config against the config schema, then apply it atomically.
 
         Raises:
-            GRPCError: INVALID_ARGUMENT listing every schema error (JSON Pointer paths), or the
-                provider's own rejection; FAILED_PRECONDITION when the provider's config schema
-                fails while checking the config (never INTERNAL; start-up already refuses a
+            GRPCError: INVALID_ARGUMENT listing the schema errors (JSON Pointer paths; as
+                many as fit in ``MAX_ERROR_MESSAGE_BYTES``, with the total count) or the
+                numbers beyond 2^53 (D5, ``inexact_numbers``), or the provider's own
+                rejection; FAILED_PRECONDITION when the provider's config schema fails while
+                checking the config (never INTERNAL; start-up already refuses a
                 schema that is not valid JSON Schema with its formats checked). The previous
                 configuration stays in force.
         """
@@ -317,6 +338,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             config = from_struct(fill_missing_values(message.config), path="config")
         except ValueError as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+        inexact = inexact_numbers(config)
+        if inexact:
+            raise GRPCError(Status.INVALID_ARGUMENT, listed("invalid config", "error", inexact))
         schema = self._schema
         if schema is None:
             if config:
@@ -333,8 +357,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 ) from None
             if problems:
                 raise GRPCError(
-                    Status.INVALID_ARGUMENT,
-                    f"invalid config: {len(problems)} error(s): " + "; ".join(problems),
+                    Status.INVALID_ARGUMENT, listed("invalid config", "error", problems)
                 )
         async with self._configure_lock:
             try:
@@ -393,9 +416,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     # -- StreamCompletion -----------------------------------------------------------------------
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
-        self.check_accepting()
         with self.in_flight() as task:
-            request = await self._recv(stream, StreamCompletionRequest)
+            request = await self._admit(stream)
             handler = functools.partial(self._completion, deadline=stream.deadline)
             try:
                 await self._call_rpc_handler_server_stream(handler, stream, request)
@@ -408,6 +430,26 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             # Trailers are sent here, not after return, so a draining shutdown that waits for
             # in-flight streams never closes the connection before the stream's status.
             await stream.send_trailing_metadata()
+
+    async def _admit(self, stream: grpclib.server.Stream[Any, Any]) -> StreamCompletionRequest:
+        """Admit and read a StreamCompletion request; a call refused here (draining,
+        oversized, malformed) or cancelled while its request is read gets its one log record
+        here, since :meth:`_completion` never runs for it."""
+        record = RpcRecord(rpc="StreamCompletion")
+        try:
+            self.check_accepting()
+            return await self._recv(stream, StreamCompletionRequest)
+        except GRPCError as exc:
+            error = bounded_status(exc)
+            record.outcome = "error"
+            record.error_kind = error.status.name
+            record.detail = error.message
+            record.emit()
+            raise error from None
+        except (asyncio.CancelledError, GeneratorExit):
+            record.outcome = _cancel_outcome(stream)
+            record.emit()
+            raise
 
     async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
@@ -470,6 +512,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = 1
                 yield event
                 return
+            overflow = check_context_window(self.provider, request, spec)
+            if overflow is not None:
+                record.error_kind = ErrorKind.CONTEXT_OVERFLOW.name
+                record.outcome = "error"
+                record.events = 1
+                yield overflow
+                return
             checker = StreamOrderChecker()
             upstream: AsyncIterator[StreamEvent] | None = None
             failure: ModelError | None = None
@@ -495,6 +544,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     if event.error is not None:
                         record.error_kind = event.error.kind.name
                         record.outcome = "error"
+                        bounded_model_error(event.error)
                         yield event
                         return
                     yield event
@@ -528,7 +578,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.error_kind = failure.kind.name
                 record.outcome = "error"
                 record.events = (record.events or 0) + 1
-                yield StreamEvent(error=failure)
+                yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
             expired = deadline is not None and deadline.time_remaining() <= 0
             if self.grace_expired:
@@ -539,8 +589,30 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             else:
                 record.outcome = "deadline_exceeded" if expired else "cancelled"
             raise
+        except GRPCError as exc:
+            record.outcome = "error"
+            record.error_kind = exc.status.name
+            record.detail = exc.message
+            raise
+        except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
+            log.error("StreamCompletion failed", exc_info=exc)
+            error = internal_error(exc)
+            record.outcome = "error"
+            record.error_kind = error.status.name
+            record.detail = error.message
+            raise error from None
         finally:
             record.emit()
+
+
+def _cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> str:
+    """``deadline_exceeded`` when the call's deadline has passed, else ``cancelled``."""
+    deadline = stream.deadline
+    return (
+        "deadline_exceeded"
+        if deadline is not None and deadline.time_remaining() <= 0
+        else ("cancelled")
+    )
 
 
 def _reraise_swallowed_cancellation() -> None:

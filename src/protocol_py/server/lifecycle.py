@@ -26,6 +26,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py.server.admission import admission_protocol
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT, SOCKET_MODE, remove_socket
 
@@ -152,7 +153,7 @@ class ServerLifecycle:
 
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
-                protocol = super()._protocol_factory()
+                protocol = admission_protocol(self)
                 if client_certificate is not None:
                     protocol = PinnedH2Protocol(
                         client_certificate, protocol.handler, protocol.config, protocol.h2_config
@@ -244,8 +245,11 @@ class ServerLifecycle:
             if self._in_flight:
                 await self._end_in_flight_streams()
             # Let clients read the last messages and trailers before their connection goes
-            # (a grpclib client fails every stream it has not finished reading on GOAWAY).
+            # (a grpclib client fails every stream it has not finished reading on GOAWAY);
+            # after grace expiry the final in-band errors were just sent: linger in full.
             linger = min(SHUTDOWN_LINGER, max(0.0, grace - (time.monotonic() - started)))
+            if self._grace_expired:
+                linger = SHUTDOWN_LINGER
             await asyncio.sleep(linger)
         if server is not None:
             server.close()  # cancels remaining handlers, including health Watch streams

@@ -18,11 +18,16 @@ import grpclib.const
 import grpclib.server
 from google.protobuf import (  # type: ignore[import-untyped]
     message_factory,
+    unknown_fields,
 )
+from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-untyped]
 from grpclib.const import Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
+from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
+from protocol_py.server.config_schema import fill_missing_values
+from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     CountTokensRequest,
@@ -157,18 +162,158 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
             ``max_size`` bytes.
     """
     raw = stream._stream
-    meta = await raw.recv_data(5)
-    if len(meta) < 5:
-        raise GRPCError(Status.INVALID_ARGUMENT, "request message missing or truncated")
+    meta = await _recv_exactly(raw, 5, "request message missing or truncated")
     compressed, length = struct.unpack(">?I", meta)
     if compressed:
         raise GRPCError(Status.UNIMPLEMENTED, "compressed messages are not supported")
     if length > max_size:
         raise _too_large("request message", length, max_size)
-    data = await raw.recv_data(length) if length else b""
-    if len(data) != length:
-        raise GRPCError(Status.INVALID_ARGUMENT, "request message truncated")
+    if not length:
+        return b""
+    return await _recv_exactly(
+        raw, length, f"request message truncated: the length prefix announces {length} bytes"
+    )
+
+
+async def _recv_exactly(raw: Any, size: int, problem: str) -> bytes:
+    """``size`` bytes of the request body; INVALID_ARGUMENT ``problem`` when the stream ends
+    first (grpclib's buffer raises AssertionError "Received less data than expected")."""
+    try:
+        data: bytes = await raw.recv_data(size)
+    except AssertionError:
+        data = b""
+    if len(data) != size:
+        raise GRPCError(Status.INVALID_ARGUMENT, problem)
     return data
+
+
+_WIRE_TYPES: Final = {0: "varint", 1: "64-bit", 2: "length-delimited", 3: "group", 5: "32-bit"}
+
+
+def _expected_wire_type(field: Any) -> str:
+    if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING) or (
+        field.type == FieldDescriptor.TYPE_BYTES
+    ):
+        return "length-delimited"
+    if field.type in (
+        FieldDescriptor.TYPE_DOUBLE,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    ):
+        return "64-bit"
+    if field.type in (
+        FieldDescriptor.TYPE_FLOAT,
+        FieldDescriptor.TYPE_FIXED32,
+        FieldDescriptor.TYPE_SFIXED32,
+    ):
+        return "32-bit"
+    return "varint"
+
+
+def wrong_wire_type(message: Any) -> str | None:
+    """The first field of a parsed upb ``message`` (at any depth) that arrived with a wire
+    type its declaration does not allow, as ``"<path> has wire type <x>, expected <y>"``;
+    None when there is none.
+
+    upb keeps such a field as an unknown field (with a known field number), where
+    betterproto2 would read it as a value of the wrong Python type (``model_id`` as an int).
+    Truly unknown field numbers stay legal (forward compatibility). Costs one copy of the
+    message in C when nothing is unknown; walks the message tree only otherwise.
+    """
+    copy = type(message)()
+    copy.CopyFrom(message)
+    copy.DiscardUnknownFields()
+    if copy.ByteSize() == message.ByteSize():
+        return None
+    stack: list[tuple[str, Any]] = [(message.DESCRIPTOR.name, message)]
+    while stack:
+        path, current = stack.pop()
+        known = current.DESCRIPTOR.fields_by_number
+        for unknown in unknown_fields.UnknownFieldSet(current):
+            field = known.get(unknown.field_number)
+            if field is not None:
+                got = _WIRE_TYPES.get(unknown.wire_type, str(unknown.wire_type))
+                return f"{path}.{field.name} has wire type {got}, expected " + (
+                    f"{_expected_wire_type(field)}"
+                )
+        for field, value in current.ListFields():
+            if field.type != FieldDescriptor.TYPE_MESSAGE:
+                continue
+            where = f"{path}.{field.name}"
+            if field.message_type.GetOptions().map_entry:
+                if field.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
+                    stack.extend((f"{where}[{k!r}]", v) for k, v in value.items())
+            elif field.is_repeated:
+                stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+            else:
+                stack.append((where, value))
+    return None
+
+
+_STRUCT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(cls: type) -> dict[str, type]:
+    """Field name -> message class of the message fields of ``cls`` (map value types too)."""
+    meta = getattr(cls, "_betterproto", None)
+    if meta is None:
+        return {}
+    return {
+        name: field_cls
+        for name, field_cls in meta.cls_by_field.items()
+        if isinstance(field_cls, type) and issubclass(field_cls, betterproto2.Message)
+    }
+
+
+def _struct_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` whose values can hold a ``google.protobuf.Struct`` (directly or
+    at any depth; cycles such as ContentBlock -> ToolResultBlock -> ContentBlock included)."""
+    cached = _STRUCT_FIELDS.get(cls)
+    if cached is not None:
+        return cached
+    reachable: set[type] = set()
+    pending = [cls]
+    while pending:
+        current = pending.pop()
+        if current not in reachable:
+            reachable.add(current)
+            pending.extend(_children(current).values())
+    holds: set[type] = {Struct}
+    changed = True
+    while changed:
+        changed = False
+        for current in reachable - holds:
+            if any(child in holds for child in _children(current).values()):
+                holds.add(current)
+                changed = True
+    fields = tuple(
+        name for name, child in _children(cls).items() if "." not in name and child in holds
+    )
+    _STRUCT_FIELDS[cls] = fields
+    return fields
+
+
+def fill_struct_gaps(message: betterproto2.Message) -> None:
+    """Give every Struct map entry decoded without a value an empty Value, at any depth of
+    ``message``, in place (:func:`~protocol_py.server.config_schema.fill_missing_values`).
+
+    betterproto2 decodes such an entry (legal protobuf: protobuf's JSON mapping reads it as
+    null) as None, which it then cannot re-encode (TypeError). Only fields that can hold a
+    Struct are walked (for a StreamCompletionRequest: each content block's tool use and tool
+    result, the tools' input schemas, ``provider_options``).
+    """
+    stack: list[Any] = [message]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, Struct):
+            fill_missing_values(current)
+            continue
+        for name in _struct_fields(type(current)):
+            value = getattr(current, name, None)
+            if isinstance(value, list):
+                stack.extend(v for v in value if v is not None)
+            elif value is not None:
+                stack.append(value)
 
 
 def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
@@ -179,22 +324,34 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     :func:`strict_request_classes`); a ``DecodeError`` there (corrupt wire format, truncated
     field, invalid UTF-8 in a string, nesting beyond :data:`PROTOBUF_MAX_DEPTH` message levels,
     which is about 33 JSON levels inside a Struct since each object or array level costs
-    three) is INVALID_ARGUMENT and nothing is applied. Unknown fields stay legal (forward
-    compatibility).
+    three) is INVALID_ARGUMENT and nothing is applied; so is a known field sent with the
+    wrong wire type (:func:`wrong_wire_type`). Unknown fields stay legal (forward
+    compatibility). A Struct map entry without a value becomes JSON null
+    (:func:`fill_struct_gaps`).
 
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
-            (<n> bytes)"``.
+            (<n> bytes)"``, followed by the reason where known.
     """
+    what = f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)"
     try:
-        if strict is not None:
-            strict.FromString(data)
-        return kind.parse(data)
-    except Exception as exc:  # DecodeError from upb, anything from the lenient parser
-        why = ""
-        if "MaxDepth" in str(exc):
-            why = f": nested deeper than protobuf's limit of {PROTOBUF_MAX_DEPTH} message levels"
+        parsed = strict.FromString(data) if strict is not None else None
+    except Exception as exc:  # DecodeError from upb
+        raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
+    mismatch = wrong_wire_type(parsed) if parsed is not None else None
+    if mismatch is not None:
         raise GRPCError(
-            Status.INVALID_ARGUMENT,
-            f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes){why}",
-        ) from None
+            Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
+        )
+    try:
+        message = kind.parse(data)
+    except Exception as exc:  # anything from the lenient parser
+        raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
+    fill_struct_gaps(message)
+    return message
+
+
+def _why(exc: Exception) -> str:
+    if "MaxDepth" in str(exc):
+        return f": nested deeper than protobuf's limit of {PROTOBUF_MAX_DEPTH} message levels"
+    return ""

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
+from protocol_py.bounded_text import MAX_ECHOED_VALUE_CHARS, bounded_message, quote_value
+
 log = logging.getLogger("protocol_py.server")
 
 
@@ -16,7 +18,10 @@ class RpcRecord:
     """What one RPC did, logged once as a JSON object by :meth:`emit` (fields left None are
     omitted): rpc, session_id, turn_id, model, duration_s (seconds), events, stop, error_kind,
     outcome (``ok``, ``error``, ``invalid_request``, ``cancelled``, ``deadline_exceeded``),
-    detail and config_keys (Configure's top-level keys, never their values)."""
+    detail and config_keys (Configure's top-level keys, never their values). Caller text is
+    capped (:mod:`protocol_py.bounded_text`): ids and keys to ``MAX_ECHOED_VALUE_CHARS``
+    characters, ``detail`` to ``MAX_ERROR_MESSAGE_BYTES``, at most
+    :data:`MAX_LOGGED_CONFIG_KEYS` keys (then ``config_keys_total`` counts them all)."""
 
     rpc: str
     started: float = field(default_factory=time.monotonic)
@@ -32,23 +37,42 @@ class RpcRecord:
 
     def emit(self) -> None:
         """Log the record at INFO on ``protocol_py.server`` as one JSON object."""
+        keys = self.config_keys
         line = {
             "rpc": self.rpc,
-            "session_id": self.session_id,
-            "turn_id": self.turn_id,
-            "model": self.model,
+            "session_id": _logged(self.session_id),
+            "turn_id": _logged(self.turn_id),
+            "model": _logged(self.model),
             "duration_s": round(time.monotonic() - self.started, 6),
             "events": self.events,
             "stop": self.stop,
             "error_kind": self.error_kind,
             "outcome": self.outcome,
-            "detail": self.detail,
-            "config_keys": self.config_keys,
+            "detail": bounded_message(self.detail) if self.detail is not None else None,
+            "config_keys": (
+                [_logged(k) for k in keys[:MAX_LOGGED_CONFIG_KEYS]] if keys is not None else None
+            ),
+            "config_keys_total": (
+                len(keys) if keys is not None and len(keys) > MAX_LOGGED_CONFIG_KEYS else None
+            ),
         }
         log.info(
             json.dumps({k: v for k, v in line.items() if v is not None}, sort_keys=False),
             extra={RPC_RECORD_ATTR: True},
         )
+
+
+MAX_LOGGED_CONFIG_KEYS: Final = 32
+"""Most Configure keys named in one log record (``config_keys``); when there are more,
+``config_keys_total`` gives the full count."""
+
+
+def _logged(text: str | None) -> str | None:
+    """Caller text in a log record: unchanged up to ``MAX_ECHOED_VALUE_CHARS`` characters,
+    else cut with a marker and its length (:func:`~protocol_py.bounded_text.quote_value`)."""
+    if text is None or len(text) <= MAX_ECHOED_VALUE_CHARS:
+        return text
+    return quote_value(text)
 
 
 RPC_RECORD_ATTR: Final = "protocol_py_rpc"

@@ -11,6 +11,7 @@ from typing import Final
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from protocol_py.bounded_text import bounded_message, listed, quote_value
 from protocol_py.errors import Violation
 from protocol_py.provider import NotImplementedRPC, ProviderError
 from protocol_py_gen.model.v1 import (
@@ -82,25 +83,56 @@ _GRPC_STATUS_FOR_KIND: Final = {
 }
 
 
-def unary_error(exc: Exception) -> GRPCError:
-    """Status for a unary RPC's exception (unary RPCs have no in-band error event)."""
-    if isinstance(exc, GRPCError):
+def bounded_status(exc: GRPCError) -> GRPCError:
+    """``exc`` with its message capped by :func:`~protocol_py.bounded_text.bounded_message`
+    (at most :data:`~protocol_py.bounded_text.MAX_ERROR_MESSAGE_BYTES` bytes once
+    percent-encoded as ``grpc-message``); ``exc`` itself when it already fits."""
+    if exc.message is None:
         return exc
+    message = bounded_message(exc.message.encode("utf-8", "replace").decode("utf-8"))
+    if message == exc.message:
+        return exc
+    return GRPCError(exc.status, message, exc.details)
+
+
+def unary_error(exc: Exception) -> GRPCError:
+    """Status for a unary RPC's exception (unary RPCs have no in-band error event); its
+    message is capped (:func:`bounded_status`)."""
+    if isinstance(exc, GRPCError):
+        return bounded_status(exc)
     if isinstance(exc, NotImplementedRPC):
-        return GRPCError(Status.UNIMPLEMENTED, f"not implemented by this provider: {exc}")
-    if isinstance(exc, ValueError) and not isinstance(exc, ProviderError):
-        return GRPCError(Status.INVALID_ARGUMENT, str(exc))
-    error = classify_exception(exc)
-    status = _GRPC_STATUS_FOR_KIND.get(error.kind, Status.INTERNAL)
-    return GRPCError(status, f"{error.kind.name}: {error.message}")
+        error = GRPCError(Status.UNIMPLEMENTED, f"not implemented by this provider: {exc}")
+    elif isinstance(exc, ValueError) and not isinstance(exc, ProviderError):
+        error = GRPCError(Status.INVALID_ARGUMENT, str(exc))
+    else:
+        model_error = classify_exception(exc)
+        status = _GRPC_STATUS_FOR_KIND.get(model_error.kind, Status.INTERNAL)
+        error = GRPCError(status, f"{model_error.kind.name}: {model_error.message}")
+    return bounded_status(error)
+
+
+def internal_error(exc: BaseException) -> GRPCError:
+    """INTERNAL naming only the exception type, for a failure of the server itself (its
+    text may hold request data; the traceback is logged)."""
+    return GRPCError(Status.INTERNAL, f"internal server error ({type(exc).__name__})")
+
+
+def bounded_model_error(error: ModelError) -> ModelError:
+    """``error`` with its message capped like a status message (:func:`bounded_message`)."""
+    message = bounded_message(error.message)
+    if message != error.message:
+        error.message = message
+    return error
 
 
 def invalid_request_event(violations: list[Violation]) -> StreamEvent:
-    text = "; ".join(str(v) for v in violations)
+    """The in-band INVALID_REQUEST error listing ``violations`` (as many as fit in
+    :data:`~protocol_py.bounded_text.MAX_ERROR_MESSAGE_BYTES`; the count says how many are
+    listed of how many)."""
     return StreamEvent(
         error=ModelError(
             kind=ErrorKind.INVALID_REQUEST,
-            message=f"invalid request: {len(violations)} violation(s): {text}",
+            message=listed("invalid request", "violation", [str(v) for v in violations]),
             retryable=False,
         )
     )
@@ -114,5 +146,5 @@ def unknown_model(model_id: str, models: Mapping[str, ModelSpec]) -> Violation:
     return Violation(
         "model_id",
         "request.model_id.unknown",
-        f"model {model_id!r} is not served by this provider (served: {served})",
+        f"model {quote_value(model_id)} is not served by this provider (served: {served})",
     )

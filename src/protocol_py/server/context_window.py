@@ -1,0 +1,59 @@
+"""The context-window check of StreamCompletion (issue 8, item 5).
+
+Before the provider is called, the request's input is counted with the provider's own method
+(:meth:`~protocol_py.provider.Provider.count_input_tokens`: the reference tokenizer counts
+exactly, the vendor adapters use their documented estimate); a count above the model's
+``context_window`` (ModelSpec, tokens) ends the stream with exactly one in-band
+``ERROR_KIND_CONTEXT_OVERFLOW`` error naming the count and the window, and the provider never
+sees the request.
+
+:func:`check_context_window` is synchronous and CPU-bound (counting walks every message), so
+the server may run it off the event loop.
+"""
+
+from __future__ import annotations
+
+from protocol_py.bounded_text import quote_value
+from protocol_py.provider import Provider
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    ModelSpec,
+    StreamCompletionRequest,
+    StreamEvent,
+)
+
+
+def check_context_window(
+    provider: Provider, request: StreamCompletionRequest, spec: ModelSpec
+) -> StreamEvent | None:
+    """The CONTEXT_OVERFLOW error event when ``request``'s counted input exceeds
+    ``spec.context_window``, else None.
+
+    None also when the model declares no window (0) or the provider cannot count (its
+    ``count_input_tokens`` answers None).
+
+    Returns:
+        ``StreamEvent(error=ModelError(kind=CONTEXT_OVERFLOW, retryable=False, message=
+        "context window exceeded: the input is <n> tokens, over the <w>-token context window
+        of model '<id>'"))`` or None.
+    """
+    window = spec.context_window
+    if window <= 0:
+        return None
+    counted = provider.count_input_tokens(request)
+    if counted is None or counted <= window:
+        return None
+    return StreamEvent(
+        error=ModelError(
+            kind=ErrorKind.CONTEXT_OVERFLOW,
+            message=(
+                f"context window exceeded: the input is {counted} tokens, over the "
+                f"{window}-token context window of model {quote_value(spec.id)}"
+            ),
+            retryable=False,
+        )
+    )
+
+
+__all__ = ["check_context_window"]
