@@ -31,6 +31,7 @@ from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.pricing import CostBreakdown, cost
 from protocol_py.structs import to_struct
 from protocol_py.validation import validate_capabilities
+from protocol_py.wire import WireCodec
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
@@ -164,7 +165,7 @@ class ModelClient:
             InvalidValueError: a malformed address.
         """
         host, port = parse_address(address)
-        return cls(Channel(host, port))
+        return cls(Channel(host, port, codec=WireCodec()))
 
     async def __aenter__(self) -> ModelClient:
         return self

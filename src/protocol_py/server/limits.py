@@ -20,8 +20,9 @@ from google.protobuf import (  # type: ignore[import-untyped]
     message_factory,
 )
 from grpclib.const import Status
-from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
+
+from protocol_py import wire
 
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
@@ -85,8 +86,8 @@ def _too_large(what: str, size: int, limit: int) -> GRPCError:
     )
 
 
-class LimitedCodec(ProtoCodec):
-    """grpclib's protobuf codec with a maximum message size in both directions.
+class LimitedCodec(wire.WireCodec):
+    """The fast protobuf codec (:class:`protocol_py.wire.WireCodec`) with a maximum message size in both directions.
 
     Args:
         max_receive: Largest accepted incoming message, in bytes.
@@ -189,7 +190,7 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     try:
         if strict is not None:
             strict.FromString(data)
-        return kind.parse(data)
+        message, clean = wire.decode_checked(kind, data)
     except Exception as exc:  # DecodeError from upb, anything from the lenient parser
         why = ""
         if "MaxDepth" in str(exc):
@@ -198,3 +199,6 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
             Status.INVALID_ARGUMENT,
             f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes){why}",
         ) from None
+    if clean and strict is not None:
+        wire.mark_wire_clean(message)  # well-typed by construction: validation skips its walk
+    return message
