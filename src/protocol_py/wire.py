@@ -22,7 +22,7 @@ server checks each request body with upb first (:func:`protocol_py.server.limits
 
 :func:`decode_checked` also says whether the decoded message is *clean*: every enum number a
 known member and every map entry complete, so :mod:`protocol_py.validation` may skip its
-field-by-field Python type check (see :func:`mark_wire_clean`).
+field-by-field Python type check (see :func:`mark_decoded`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ __all__ = [
     "decode",
     "decode_checked",
     "encode",
-    "mark_wire_clean",
+    "mark_decoded",
     "take_wire_clean",
+    "wire_size",
 ]
 
 M = TypeVar("M", bound=betterproto2.Message)
@@ -414,39 +415,54 @@ def decode(cls: type[M], data: bytes) -> M:
 
 # -- "clean" marks for validation ----------------------------------------------------------------
 
-_clean: dict[int, weakref.ref[betterproto2.Message]] = {}
-_clean_lock = threading.Lock()
+_marks: dict[int, tuple[weakref.ref[betterproto2.Message], int, bool]] = {}
+_marks_lock = threading.Lock()
 
 
 def _forget(key: int) -> Callable[[Any], None]:
     def drop(ref: Any) -> None:
-        with _clean_lock:
-            if _clean.get(key) is ref:
-                del _clean[key]
+        with _marks_lock:
+            mark = _marks.get(key)
+            if mark is not None and mark[0] is ref:
+                del _marks[key]
 
     return drop
 
 
-def mark_wire_clean(message: betterproto2.Message) -> None:
-    """Record that ``message`` was just decoded clean from the wire (see :func:`decode_checked`).
+def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
+    """Record that ``message`` was just decoded from ``size`` bytes of wire data, and whether
+    it was clean (see :func:`decode_checked`); the mark goes with the message (weakly held).
 
-    :mod:`protocol_py.validation` then skips its Python-type walk of it once
-    (:func:`take_wire_clean`); only the server marks requests, right after decoding them and
-    before anything else can change them. The mark goes with the message (weakly held).
+    Only the server marks requests, right after decoding them and before anything else can
+    change them. :func:`wire_size` reads the size (for :func:`protocol_py.offload.run_cpu`);
+    :mod:`protocol_py.validation` skips its Python-type walk of a clean message once
+    (:func:`take_wire_clean`).
     """
     key = id(message)
-    with _clean_lock:
-        _clean[key] = weakref.ref(message, _forget(key))
+    with _marks_lock:
+        _marks[key] = (weakref.ref(message, _forget(key)), size, clean)
+
+
+def _mark(message: betterproto2.Message) -> tuple[Any, int, bool] | None:
+    mark = _marks.get(id(message))
+    return mark if mark is not None and mark[0]() is message else None
+
+
+def wire_size(message: betterproto2.Message) -> int:
+    """Bytes ``message`` was decoded from (:func:`mark_decoded`), or 0 when not marked."""
+    with _marks_lock:
+        mark = _mark(message)
+    return mark[1] if mark is not None else 0
 
 
 def take_wire_clean(message: betterproto2.Message) -> bool:
-    """True (once) if ``message`` was marked by :func:`mark_wire_clean`; the mark is removed."""
-    with _clean_lock:
-        ref = _clean.get(id(message))
-        if ref is not None and ref() is message:
-            del _clean[id(message)]
-            return True
-    return False
+    """True (once) if ``message`` was marked clean by :func:`mark_decoded`."""
+    with _marks_lock:
+        mark = _mark(message)
+        if mark is None or not mark[2]:
+            return False
+        _marks[id(message)] = (mark[0], mark[1], False)
+    return True
 
 
 # -- encoding -----------------------------------------------------------------------------------

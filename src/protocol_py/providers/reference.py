@@ -65,6 +65,7 @@ import asyncio
 import hashlib
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ from typing import Any, Final
 
 import betterproto2
 
+from protocol_py import wire
+from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.structs import dumps, from_struct, to_struct
 from protocol_py.version import PACKAGE_VERSION
@@ -489,6 +492,7 @@ class ReferenceProvider(Provider):
     def __init__(self) -> None:
         self._config = _Config()
         self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._requests = 0
 
     # -- declaration --------------------------------------------------------------------------
@@ -524,8 +528,12 @@ class ReferenceProvider(Provider):
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Exact reference-tokenizer count of the rendered prompt (method TOKENIZER)."""
-        segments = prompt_segments(
-            list(request.messages), list(request.tools), list(request.assembled_context)
+        segments = await run_cpu(
+            wire.wire_size(request),
+            prompt_segments,
+            list(request.messages),
+            list(request.tools),
+            list(request.assembled_context),
         )
         return CountTokensResponse(
             input_tokens=sum(s.tokens for s in segments), method=TokenCountMethod.TOKENIZER
@@ -556,6 +564,20 @@ class ReferenceProvider(Provider):
         if request.format == RenderFormat.MARKDOWN:
             return RenderResponse(text=markdown_escape(text), format=RenderFormat.MARKDOWN)
         return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)
+
+    def _prepare(
+        self, request: StreamCompletionRequest, spec: ModelSpec, limit: int
+    ) -> tuple[int, int, int, _Plan, str]:
+        """(prompt tokens, cache read, cache write, plan, request digest) of one completion."""
+        segments = prompt_segments(
+            list(request.messages), list(request.tools), list(request.assembled_context)
+        )
+        prompt_tokens = sum(s.tokens for s in segments)
+        with self._cache_lock:
+            cache_read, cache_write = self._cache_usage(request, spec, segments)
+        plan = self._plan(request, spec, limit)
+        digest = hashlib.sha256(wire.encode(request)).hexdigest()[:12]
+        return prompt_tokens, cache_read, cache_write, plan, digest
 
     # -- caching ------------------------------------------------------------------------------
 
@@ -741,16 +763,14 @@ class ReferenceProvider(Provider):
             limit = params.max_output_tokens
         elif config.max_tokens is not None:
             limit = min(limit, config.max_tokens)
-        segments = prompt_segments(
-            list(request.messages), list(request.tools), list(request.assembled_context)
-        )
-        prompt_tokens = sum(s.tokens for s in segments)
-        cache_read, cache_write = self._cache_usage(request, spec, segments)
-        plan = self._plan(request, spec, limit)
         self._requests += 1
-        request_id = (
-            f"req_ref_{self._requests:06d}_" + hashlib.sha256(bytes(request)).hexdigest()[:12]
+        number = self._requests
+        # tokenizing, prefix hashing and the request digest are CPU work: off the event loop
+        # for a large request (issue 8 item 4)
+        prompt_tokens, cache_read, cache_write, plan, digest = await run_cpu(
+            wire.wire_size(request), self._prepare, request, spec, limit
         )
+        request_id = f"req_ref_{number:06d}_{digest}"
 
         emitted = 0
 

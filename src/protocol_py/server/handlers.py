@@ -19,8 +19,10 @@ from grpclib.health.service import OVERALL, Health
 from grpclib.metadata import Deadline
 from grpclib.reflection.service import ServerReflection
 
+from protocol_py import wire
 from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
+from protocol_py.offload import run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.server.config_schema import fill_missing_values, loose_objects, validate_config
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
@@ -186,7 +188,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     async def _recv(self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req]) -> _Req:
         """Read and decode the single request message within the size limit."""
         data = await receive_message(stream, self.max_message_size)
-        return decode_request(data, kind, self._strict_classes.get(kind))
+        strict = self._strict_classes.get(kind)
+        return await run_cpu(len(data), decode_request, data, kind, strict)
 
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
@@ -458,11 +461,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             spec = self._models.get(request.model_id)
             if spec is None:
                 # Unknown model: still report every rule that needs no ModelSpec.
-                violations = errors_only(validate_request_shape(request))
+                size = wire.wire_size(request)
+                violations = errors_only(await run_cpu(size, validate_request_shape, request))
                 if not any(v.path == "model_id" for v in violations):
                     violations.insert(0, unknown_model(request.model_id, self._models))
             else:
-                violations = errors_only(validate_request(request, spec))
+                size = wire.wire_size(request)
+                violations = errors_only(await run_cpu(size, validate_request, request, spec))
             if violations or spec is None:
                 event = invalid_request_event(violations)
                 record.error_kind = ErrorKind.INVALID_REQUEST.name

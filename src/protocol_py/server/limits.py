@@ -199,6 +199,6 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
             Status.INVALID_ARGUMENT,
             f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes){why}",
         ) from None
-    if clean and strict is not None:
-        wire.mark_wire_clean(message)  # well-typed by construction: validation skips its walk
+    # clean and well-formed: well-typed by construction, so validation skips its type walk
+    wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
