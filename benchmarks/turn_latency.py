@@ -121,7 +121,9 @@ def conversation(messages: int) -> StreamCompletionRequest:
         model_id=MODEL,
         messages=history,
         tools=[
-            ToolDeclaration(name="shell", description="Run a command.", input_schema=to_struct(schema))
+            ToolDeclaration(
+                name="shell", description="Run a command.", input_schema=to_struct(schema)
+            )
         ],
         params=GenerationParams(max_output_tokens=1024),
         call_context=CallContext(session_id="bench", turn_id="t1"),

@@ -40,21 +40,20 @@ SWITCH_INTERVAL_S: Final = 0.005
 """The interpreter's thread switch interval the loop-stall bound relies on, seconds (CPython's
 default). :func:`run_cpu` lowers a larger ``sys.setswitchinterval`` to this value."""
 
-_executor: ThreadPoolExecutor | None = None
+_executor: list[ThreadPoolExecutor] = []  # the process-wide pool, made on first use
 _executor_lock = threading.Lock()
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
 
 def _pool() -> ThreadPoolExecutor:
-    global _executor
     with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(
-                max_workers=MAX_CPU_JOBS, thread_name_prefix="protocol-py-cpu"
+        if not _executor:
+            _executor.append(
+                ThreadPoolExecutor(max_workers=MAX_CPU_JOBS, thread_name_prefix="protocol-py-cpu")
             )
             if sys.getswitchinterval() > SWITCH_INTERVAL_S:
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
-        return _executor
+        return _executor[0]
 
 
 def _slot(loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:

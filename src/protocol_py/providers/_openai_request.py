@@ -40,10 +40,10 @@ from typing import Any, Literal
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers._request import (
     block_case,
-    dump_body,
     collapse_effort,
     context_texts,
     document_text,
+    dump_body,
     is_pdf,
     is_text_document,
     merge_provider_options,
@@ -324,7 +324,9 @@ def build_openai_content(
     for i, message in enumerate(request.messages):
 
         def translate(message: Message, path: str = f"messages[{i}]") -> bytes:
-            return b",".join(dump_body(m) for m in _translate_message(message, path, replay, compat))
+            return b",".join(
+                dump_body(m) for m in _translate_message(message, path, replay, compat)
+            )
 
         fragment = cache.fragment(settings, message, translate)
         if fragment:

@@ -49,7 +49,8 @@ def _key(value: Any) -> Hashable:
     """An exact, hashable image of a field value (messages, lists, maps included)."""
     kind = type(value)
     if kind is str or kind is bytes or kind is int or kind is bool or value is None:
-        return value
+        plain: Hashable = value
+        return plain
     if kind is float:
         return ("f", value.hex())  # -0.0 and 0.0 differ; NaN equals itself
     if kind is list:

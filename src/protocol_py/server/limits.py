@@ -23,7 +23,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from protocol_py import wire
-
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     CountTokensRequest,
@@ -87,7 +86,8 @@ def _too_large(what: str, size: int, limit: int) -> GRPCError:
 
 
 class LimitedCodec(wire.WireCodec):
-    """The fast protobuf codec (:class:`protocol_py.wire.WireCodec`) with a maximum message size in both directions.
+    """The fast protobuf codec (:class:`protocol_py.wire.WireCodec`) with a maximum message
+    size in both directions.
 
     Args:
         max_receive: Largest accepted incoming message, in bytes.
