@@ -166,7 +166,9 @@ TEXT_DELTA = ld(1, b"hi")  # TextDelta.text
         # unknown fields of every wire type, kept verbatim in order, nested too
         pytest.param(TextDelta, TEXT_DELTA + b"\xa0\x06\x05" + ld(99, b"xyz"), id="unknown"),
         pytest.param(
-            TextDelta, TEXT_DELTA + b"\xa9\x06" + b"\x00" * 8 + b"\xad\x06" + b"\x00" * 4, id="fixed"
+            TextDelta,
+            TEXT_DELTA + b"\xa9\x06" + b"\x00" * 8 + b"\xad\x06" + b"\x00" * 4,
+            id="fixed",
         ),
         pytest.param(StreamEvent, ld(1, TEXT_DELTA + b"\xa0\x06\x01"), id="nested-unknown"),
         # a singular field twice: the last wins (betterproto2 replaces, even sub-messages)

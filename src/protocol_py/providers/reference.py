@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import re
 import threading
@@ -219,9 +220,39 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN_RE.findall(text)
 
 
+TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
+"""Characters counted per regex call (256 Ki): a long text is counted chunk by chunk, cut where
+whitespace meets non-whitespace (always a token boundary), so no single call holds the
+interpreter for long (issue 8 item 4)."""
+
+_BOUNDARY_RE: Final = re.compile(r"\S(?=\s)|\s(?=\S)")
+
+
+def _chunks_at_boundaries(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` spans covering ``text``, about :data:`TOKEN_COUNT_CHUNK_CHARS` long,
+    each ending where whitespace meets non-whitespace (no token or word crosses a span)."""
+    size = len(text)
+    pos = 0
+    while pos < size:
+        cut = pos + TOKEN_COUNT_CHUNK_CHARS
+        boundary = _BOUNDARY_RE.search(text, cut, cut + TOKEN_COUNT_CHUNK_CHARS)
+        end = boundary.end() if boundary is not None and cut < size else size
+        yield pos, end
+        pos = end
+
+
 def count_text_tokens(text: str) -> int:
     """Number of reference tokens in ``text``."""
-    return len(_TOKEN_RE.findall(text))
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return len(_TOKEN_RE.findall(text))
+    return sum(len(_TOKEN_RE.findall(text, a, b)) for a, b in _chunks_at_boundaries(text))
+
+
+def _count_words(text: str) -> int:
+    """``len(text.split())``, a chunk at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`)."""
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return len(text.split())
+    return sum(len(text[a:b].split()) for a, b in _chunks_at_boundaries(text))
 
 
 def _block_text(block: ContentBlock) -> str:
@@ -642,7 +673,7 @@ class ReferenceProvider(Provider):
         think_text = ""
         if thinking is not None and thinking.supported:
             disabled = params is not None and params.disable_thinking is True
-            count = len(prompt.split())
+            count = _count_words(prompt)
             words = f"{count} word" if count == 1 else f"{count} words"
             if thinking.effort is not None and not disabled:
                 effort = (params.thinking_effort if params else None) or thinking.effort.default
@@ -701,7 +732,8 @@ class ReferenceProvider(Provider):
             if seq and pos != -1 and pos < cut:
                 cut, matched = pos, seq
         answer = answer[:cut]
-        text_tokens = tokenize(answer)
+        # the answer echoes the prompt: only the tokens the output limit can take are needed
+        text_tokens = [m.group() for m in itertools.islice(_TOKEN_RE.finditer(answer), limit + 1)]
 
         # Output limit: thinking first, then text, then the tool call.
         budget_left = limit

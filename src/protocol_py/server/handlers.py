@@ -411,6 +411,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             # Trailers are sent here, not after return, so a draining shutdown that waits for
             # in-flight streams never closes the connection before the stream's status.
             await stream.send_trailing_metadata()
+            # freeing a large request's objects is CPU work too: done in a worker thread
+            size, held = wire.wire_size(request), [request]
+            del request
+            await run_cpu(size, held.clear)
 
     async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
