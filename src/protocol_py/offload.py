@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
-__all__ = ["MAX_CPU_JOBS", "OFFLOAD_MIN_BYTES", "SWITCH_INTERVAL_S", "run_cpu"]
+__all__ = [
+    "GC_QUIET_MIN_BYTES",
+    "MAX_CPU_JOBS",
+    "OFFLOAD_MIN_BYTES",
+    "SWITCH_INTERVAL_S",
+    "release_large",
+    "run_cpu",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,6 +47,15 @@ smaller ones inline, where the step takes well under a millisecond."""
 SWITCH_INTERVAL_S: Final = 0.005
 """The interpreter's thread switch interval the loop-stall bound relies on, seconds (CPython's
 default). :func:`run_cpu` lowers a larger ``sys.setswitchinterval`` to this value."""
+
+GC_QUIET_MIN_BYTES: Final = 1024 * 1024
+"""Inputs of at least this many bytes (1 MiB) run with the cyclic garbage collector paused,
+and the objects alive at the end are frozen (``gc.freeze``) until :func:`release_large` frees
+them: a collection over the hundreds of thousands of objects of a large request is one C call
+that would hold the interpreter (and so the event loop) for hundreds of milliseconds."""
+
+_gc_lock = threading.Lock()
+_gc_quiet = [0, True]  # [large jobs running, collector enabled before the first]
 
 _executor: list[ThreadPoolExecutor] = []  # the process-wide pool, made on first use
 _executor_lock = threading.Lock()
@@ -65,6 +82,35 @@ def _slot(loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
     return slot
 
 
+def _quiet(func: Callable[[], T]) -> T:
+    """``func()`` with the cyclic collector paused; what it built is frozen afterwards."""
+    with _gc_lock:
+        if _gc_quiet[0] == 0:
+            _gc_quiet[1] = gc.isenabled()
+            gc.disable()
+        _gc_quiet[0] += 1
+    try:
+        return func()
+    finally:
+        with _gc_lock:
+            _gc_quiet[0] -= 1
+            if _gc_quiet[0] == 0:
+                gc.freeze()
+                if _gc_quiet[1]:
+                    gc.enable()
+
+
+async def release_large(size: int, held: list[Any]) -> None:
+    """Free the objects in ``held`` (a large request) in a worker thread when ``size`` is at
+    least :data:`OFFLOAD_MIN_BYTES`; after a :data:`GC_QUIET_MIN_BYTES` one, objects frozen by
+    earlier large jobs go back to the collector when none is running."""
+    await run_cpu(size, held.clear)
+    if size >= GC_QUIET_MIN_BYTES:
+        with _gc_lock:
+            if _gc_quiet[0] == 0:
+                gc.unfreeze()
+
+
 async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``func(*args, **kwargs)``, in a worker thread when ``size`` (bytes of input) is at
     least :data:`OFFLOAD_MIN_BYTES`, inline otherwise.
@@ -81,7 +127,10 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
     slot = _slot(loop)
     await slot.acquire()
     try:
-        job = _pool().submit(lambda: func(*args, **kwargs))
+        if size >= GC_QUIET_MIN_BYTES:
+            job = _pool().submit(_quiet, lambda: func(*args, **kwargs))
+        else:
+            job = _pool().submit(lambda: func(*args, **kwargs))
     except BaseException:
         slot.release()
         raise

@@ -22,7 +22,7 @@ from grpclib.reflection.service import ServerReflection
 from protocol_py import wire
 from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
-from protocol_py.offload import run_cpu
+from protocol_py.offload import release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.server.config_schema import fill_missing_values, loose_objects, validate_config
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
@@ -414,7 +414,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             # freeing a large request's objects is CPU work too: done in a worker thread
             size, held = wire.wire_size(request), [request]
             del request
-            await run_cpu(size, held.clear)
+            await release_large(size, held)
 
     async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
