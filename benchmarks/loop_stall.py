@@ -201,8 +201,7 @@ async def one_run(ctx: Any, kind: str) -> tuple[float, float, float, float, floa
         result = ctx.Value("d", 0.0)
         sender = ctx.Process(target=_send, args=(port, kind, result), daemon=True)
         sender.start()
-        while sender.is_alive():
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(sender.join, 600)
         stream_gap, probe_gap = observer.worst, worst_probe.value
         growth = (rss_kib(server.pid or 0, "VmHWM") - idle_rss) / 1024
         return stream_gap, probe_gap, control_stream, control_probe, result.value, growth
