@@ -10,6 +10,7 @@ loaded 2-core machine and prints the real figure (before the fix: seconds).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from protocol_py import wire
@@ -59,8 +60,6 @@ async def test_a_large_request_never_holds_the_loop(running: Running) -> None:
 
 
 async def test_run_cpu_bounds_concurrent_jobs_and_runs_small_inputs_inline() -> None:
-    import threading
-
     inline = await run_cpu(10, threading.get_ident)
     assert inline == threading.get_ident()
     active = 0
