@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 import betterproto2
@@ -126,6 +127,16 @@ _FIXED: Final = {
     betterproto2.TYPE_SFIXED64: ("<q", 1, 8),
 }
 _LEN = (betterproto2.TYPE_STRING, betterproto2.TYPE_BYTES, betterproto2.TYPE_MESSAGE)
+_LENGTH: Final = (
+    "n = data[pos]",
+    "if n < 128:",
+    "    pos += 1",
+    "else:",
+    "    n, pos = varint(data, pos)",
+    "nxt = pos + n",
+    "if nxt > end:",
+    "    raise FallbackError",
+)
 
 
 def _meta(cls: type[Any]) -> Any:
@@ -179,22 +190,33 @@ class _Generator:
         return name + "_d"
 
     def _build_decoder(self, cls: type[Any]) -> Any:
+        return self._build(cls, self.decoders, self._decoder_source, self._decoder_name, "decoder")
+
+    def _build(
+        self,
+        cls: type[Any],
+        table: dict[type[Any], Any],
+        source_of: Callable[[type[Any]], tuple[str, list[type[Any]]]],
+        name_of: Callable[[type[Any]], str],
+        what: str,
+    ) -> Any:
+        """Generate, compile and record the functions of ``cls`` and every class it needs."""
         pending: list[type[Any]] = [cls]
         built: list[tuple[type[Any], str]] = []
-        seen: set[type[Any]] = set(self.decoders)
+        seen: set[type[Any]] = set(table)
         while pending:
             current = pending.pop()
             if current in seen:
                 continue
             seen.add(current)
-            source, needs = self._decoder_source(current)
+            source, needs = source_of(current)
             built.append((current, source))
             pending.extend(needs)
         for current, source in built:
-            exec(compile(source, f"<protocol_py.wire decoder {current.__name__}>", "exec"), self.ns)
+            exec(compile(source, f"<protocol_py.wire {what} {current.__name__}>", "exec"), self.ns)
         for current, _ in built:
-            self.decoders[current] = self.ns[self._decoder_name(current)]
-        return self.decoders[cls]
+            table[current] = self.ns[name_of(current)]
+        return table[cls]
 
     def _decoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
         meta_all = _meta(cls)
@@ -217,94 +239,27 @@ class _Generator:
                 if isinstance(default, (list, dict)):
                     raise TypeError(f"{cls.__name__}.{name}: mutable default")
                 defaults[name] = default
-            store = f"d[{name!r}].append(v)" if meta.repeated else f"d[{name!r}] = v"
-            ptype = meta.proto_type
-            length = [
-                "n = data[pos]",
-                "if n < 128:",
-                "    pos += 1",
-                "else:",
-                "    n, pos = varint(data, pos)",
-                "nxt = pos + n",
-                "if nxt > end:",
-                "    raise FallbackError",
-            ]
             if meta.map_meta is not None:
                 key_meta, value_meta = meta.map_meta
-                entry_cls = field_cls
                 value_cls = meta_all.cls_by_field[f"{name}.value"]
-                entry = self._map_entry(entry_cls, key_meta, value_meta, value_cls, needs)
+                entry = self._map_entry(field_cls, key_meta, value_meta, value_cls, needs)
                 body = [
-                    *length,
+                    *_LENGTH,
                     f"k, v = {entry}(data, pos, nxt, st, depth + 1)",
                     f"d[{name!r}][k] = v",
                     "pos = nxt",
                 ]
                 branches.append(((meta.number << 3) | 2, body))
                 continue
-            if ptype in _LEN:
-                if ptype == betterproto2.TYPE_STRING:
-                    value = "v = decode_str(data, pos, nxt)"
-                elif ptype == betterproto2.TYPE_BYTES:
-                    value = "v = data[pos:nxt]"
-                elif meta.unwrap is not None:
-                    unwrap = self.const(meta.unwrap, "unwrap")
-                    value = f"v = {unwrap}().parse(data[pos:nxt]).to_wrapped()"
-                else:
-                    needs.append(field_cls)
-                    value = f"v = {self._decoder_name(field_cls)}(data, pos, nxt, st, depth + 1)"
-                branches.append(((meta.number << 3) | 2, [*length, value, store, "pos = nxt"]))
-                continue
-            if ptype in _FIXED:
-                fmt, wire, width = _FIXED[ptype]
-                one = [
-                    f"nxt = pos + {width}",
-                    "if nxt > end:",
-                    "    raise FallbackError",
-                    f"v = unpack_from({fmt!r}, data, pos)[0]",
-                    "pos = nxt",
-                ]
-                branches.append(((meta.number << 3) | wire, [*one, store]))
-                if meta.repeated:
-                    packed = [
-                        *length,
-                        f"items = d[{name!r}]",
-                        "while pos < nxt:",
-                        f"    items.append(unpack_from({fmt!r}, data, pos)[0])",
-                        f"    pos += {width}",
-                        "if pos != nxt:",
-                        "    raise FallbackError",
-                    ]
-                    branches.append(((meta.number << 3) | 2, packed))
-                continue
-            convert = _VARINT_DECODE[ptype]
-            if ptype == betterproto2.TYPE_ENUM:
-                members = self.const({int(m): m for m in field_cls}, "members")
-                convert = convert.format(
-                    i="{i}", members=members, enum=self.const(field_cls, "enum")
-                )
-            one = [
-                "v = data[pos]",
-                "if v < 128:",
-                "    pos += 1",
-                "else:",
-                "    v, pos = varint(data, pos)",
-                *convert.format(i="").split("\n"),
-                store,
-            ]
-            branches.append(((meta.number << 3), one))
-            if meta.repeated:
-                packed = [
-                    *length,
-                    f"items = d[{name!r}]",
-                    "while pos < nxt:",
-                    "    v, pos = varint(data, pos)",
-                    *("    " + line for line in convert.format(i="").split("\n")),
-                    "    items.append(v)",
-                    "if pos != nxt:",
-                    "    raise FallbackError",
-                ]
-                branches.append(((meta.number << 3) | 2, packed))
+            branches += self._field_branches(
+                meta.number,
+                meta.proto_type,
+                meta.unwrap,
+                field_cls,
+                name,
+                repeated=meta.repeated,
+                needs=needs,
+            )
         defaults_name = self.const(defaults, "defaults")
         numbers_name = self.const(frozenset(numbers), "numbers")
         cls_name = self.const(cls, "cls")
@@ -335,6 +290,62 @@ class _Generator:
         lines.append(f"{i3}pos = skip_unknown(data, start, pos, tag, end, d)")
         lines += ["    if pos != end:", "        raise FallbackError", "    return obj", ""]
         return "\n".join(lines), needs
+
+    def _field_branches(
+        self,
+        number: int,
+        ptype: str,
+        unwrap: Any,
+        field_cls: Any,
+        name: str,
+        *,
+        repeated: bool,
+        needs: list[Any],
+    ) -> list[tuple[int, list[str]]]:
+        """``(tag, lines)`` decoding one non-map field into ``d[name]`` (appending when
+        ``repeated``; packed encoding accepted for repeated scalars)."""
+        store = f"d[{name!r}].append(v)" if repeated else f"d[{name!r}] = v"
+        if ptype in _LEN:
+            if ptype == betterproto2.TYPE_STRING:
+                value = "v = decode_str(data, pos, nxt)"
+            elif ptype == betterproto2.TYPE_BYTES:
+                value = "v = data[pos:nxt]"
+            elif unwrap is not None:
+                value = f"v = {self.const(unwrap, 'unwrap')}().parse(data[pos:nxt]).to_wrapped()"
+            else:
+                needs.append(field_cls)
+                value = f"v = {self._decoder_name(field_cls)}(data, pos, nxt, st, depth + 1)"
+            return [((number << 3) | 2, [*_LENGTH, value, store, "pos = nxt"])]
+        if ptype in _FIXED:
+            fmt, wire, width = _FIXED[ptype]
+            read = f"unpack_from({fmt!r}, data, pos)[0]"
+            one = [f"nxt = pos + {width}", "if nxt > end:", "    raise FallbackError"]
+            one += [f"v = {read}", "pos = nxt", store]
+            packed = ["while pos < nxt:", f"    items.append({read})", f"    pos += {width}"]
+        else:
+            convert = _VARINT_DECODE[ptype]
+            if ptype == betterproto2.TYPE_ENUM:
+                members = self.const({int(m): m for m in field_cls}, "members")
+                convert = convert.format(
+                    i="{i}", members=members, enum=self.const(field_cls, "enum")
+                )
+            steps = convert.format(i="").split("\n")
+            wire = 0
+            one = ["v = data[pos]", "if v < 128:", "    pos += 1", "else:"]
+            one += ["    v, pos = varint(data, pos)", *steps, store]
+            packed = ["while pos < nxt:", "    v, pos = varint(data, pos)"]
+            packed += [*("    " + line for line in steps), "    items.append(v)"]
+        branches = [((number << 3) | wire, one)]
+        if repeated:
+            body = [
+                *_LENGTH,
+                f"items = d[{name!r}]",
+                *packed,
+                "if pos != nxt:",
+                "    raise FallbackError",
+            ]
+            branches.append(((number << 3) | 2, body))
+        return branches
 
     def _map_entry(
         self, entry_cls: Any, key_meta: Any, value_meta: Any, value_cls: Any, needs: list[Any]
@@ -388,61 +399,12 @@ class _Generator:
         )
         for number, meta, field_cls in fields:
             name = "key" if number == 1 else "value"
-            ptype = meta.proto_type
-            length = [
-                "n = data[pos]",
-                "if n < 128:",
-                "    pos += 1",
-                "else:",
-                "    n, pos = varint(data, pos)",
-                "nxt = pos + n",
-                "if nxt > end:",
-                "    raise FallbackError",
-            ]
-            if ptype in _LEN:
-                if ptype == betterproto2.TYPE_STRING:
-                    value = "v = decode_str(data, pos, nxt)"
-                elif ptype == betterproto2.TYPE_BYTES:
-                    value = "v = data[pos:nxt]"
-                elif meta.unwrap is not None:
-                    value = f"v = {self.const(meta.unwrap, 'unwrap')}().parse(data[pos:nxt])"
-                    value += ".to_wrapped()"
-                else:
-                    needs.append(field_cls)
-                    value = f"v = {self._decoder_name(field_cls)}(data, pos, nxt, st, depth + 1)"
-                body = [*length, value, f"d[{name!r}] = v", "pos = nxt"]
-                tag = (number << 3) | 2
-            elif ptype in _FIXED:
-                fmt, wire, width = _FIXED[ptype]
-                body = [
-                    f"nxt = pos + {width}",
-                    "if nxt > end:",
-                    "    raise FallbackError",
-                    f"d[{name!r}] = unpack_from({fmt!r}, data, pos)[0]",
-                    "pos = nxt",
-                ]
-                tag = (number << 3) | wire
-            else:
-                convert = _VARINT_DECODE[ptype]
-                if ptype == betterproto2.TYPE_ENUM:
-                    convert = convert.format(
-                        i="{i}",
-                        members=self.const({int(m): m for m in field_cls}, "members"),
-                        enum=self.const(field_cls, "enum"),
-                    )
-                body = [
-                    "v = data[pos]",
-                    "if v < 128:",
-                    "    pos += 1",
-                    "else:",
-                    "    v, pos = varint(data, pos)",
-                    *convert.format(i="").split("\n"),
-                    f"d[{name!r}] = v",
-                ]
-                tag = number << 3
-            lines.append(f"        {keyword} tag == {tag}:")
-            lines.extend(" " * 12 + line for line in body)
-            keyword = "elif"
+            for tag, body in self._field_branches(
+                number, meta.proto_type, meta.unwrap, field_cls, name, repeated=False, needs=needs
+            ):
+                lines.append(f"        {keyword} tag == {tag}:")
+                lines.extend(" " * 12 + line for line in body)
+                keyword = "elif"
         lines += [
             "        elif (tag >> 3) in (1, 2):",
             "            raise FallbackError",
@@ -466,22 +428,7 @@ class _Generator:
         return self.const(cls, "enc_of_") + "_e"
 
     def _build_encoder(self, cls: type[Any]) -> Any:
-        pending: list[type[Any]] = [cls]
-        built: list[tuple[type[Any], str]] = []
-        seen: set[type[Any]] = set(self.encoders)
-        while pending:
-            current = pending.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            source, needs = self._encoder_source(current)
-            built.append((current, source))
-            pending.extend(needs)
-        for current, source in built:
-            exec(compile(source, f"<protocol_py.wire encoder {current.__name__}>", "exec"), self.ns)
-        for current, _ in built:
-            self.encoders[current] = self.ns[self._encoder_name(current)]
-        return self.encoders[cls]
+        return self._build(cls, self.encoders, self._encoder_source, self._encoder_name, "encoder")
 
     def _value_code(
         self, ptype: str, unwrap: Any, field_cls: Any, var: str, needs: list[Any]
