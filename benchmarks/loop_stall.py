@@ -31,7 +31,7 @@ from typing import Any
 
 import grpclib.const
 from grpclib.client import Channel
-from grpclib.encoding.base import CodecBase
+from server import RawCodec
 
 from protocol_py import wire
 from protocol_py.client import ModelClient
@@ -75,18 +75,6 @@ def huge_request(kind: str) -> bytes:
         call_context=CallContext(session_id="stall", turn_id="huge"),
     )
     return wire.encode(request)
-
-
-class RawCodec(CodecBase):
-    """Sends bytes as they are; replies stay bytes."""
-
-    __content_subtype__ = "proto"
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        return bytes(message)
-
-    def decode(self, data: bytes, message_type: Any) -> Any:
-        return data
 
 
 def rss_kib(pid: int, field: str) -> int:

@@ -28,13 +28,13 @@ import argparse
 import asyncio
 import json
 import logging
-import multiprocessing
 import statistics
 import sys
 import time
 from typing import Any
 
 import httpx
+from server import start
 
 from protocol_py.client import ModelClient
 from protocol_py.providers._request import dump_body
@@ -182,15 +182,6 @@ def _serve_plugin(port_queue: Any, stub_url: str) -> None:
         await asyncio.Event().wait()
 
     asyncio.run(main())
-
-
-def start(target: Any, *args: Any) -> tuple[Any, int]:
-    """Start ``target`` in a spawned process; returns (process, the port it reports)."""
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=target, args=(queue, *args), daemon=True)
-    proc.start()
-    return proc, int(queue.get(timeout=60))
 
 
 async def direct_first_event(client: httpx.AsyncClient, url: str, body: bytes) -> float:

@@ -177,12 +177,16 @@ class _Generator:
     # -- decoding ------------------------------------------------------------------------------
 
     def decoder(self, cls: type[Any]) -> Any:
-        func = self.decoders.get(cls)
+        """The generated decoder of ``cls`` (built on first use)."""
+        return self._get(cls, self.decoders, self._build_decoder)
+
+    def _get(self, cls: type[Any], table: dict[type[Any], Any], build: Any) -> Any:
+        func = table.get(cls)
         if func is None:
             with self.lock:
-                func = self.decoders.get(cls)
+                func = table.get(cls)
                 if func is None:
-                    func = self._build_decoder(cls)
+                    func = build(cls)
         return func
 
     def _decoder_name(self, cls: type[Any]) -> str:
@@ -416,13 +420,8 @@ class _Generator:
     # -- encoding ------------------------------------------------------------------------------
 
     def encoder(self, cls: type[Any]) -> Any:
-        func = self.encoders.get(cls)
-        if func is None:
-            with self.lock:
-                func = self.encoders.get(cls)
-                if func is None:
-                    func = self._build_encoder(cls)
-        return func
+        """The generated encoder of ``cls`` (built on first use)."""
+        return self._get(cls, self.encoders, self._build_encoder)
 
     def _encoder_name(self, cls: type[Any]) -> str:
         return self.const(cls, "enc_of_") + "_e"
