@@ -6,7 +6,10 @@ grpclib client. Baseline, in the same run and against the same stub: a bare ``ht
 read through :class:`protocol_py.sse.SSEParser` plus ``json.loads`` of each chunk (what any
 client minimally does). Prints events/s for both and the ratio.
 
-Run: ``/work/venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 5]``
+With ``--processes`` the stub and the server each run in their own process and only the
+client runs here (the issue 12 measurement); without it everything shares one process.
+
+Run: ``python benchmarks/adapter.py [--chunks 20000] [--repeat 5] [--processes]``
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import multiprocessing
 import statistics
 import time
+from typing import Any
 
 import httpx
 
@@ -120,6 +126,59 @@ async def full(client: ModelClient) -> tuple[int, float]:
     return count, time.perf_counter() - start
 
 
+def _serve_stub(port_queue: Any, chunks: int) -> None:
+    async def run() -> None:
+        _stub, url = await start_stub(build_body(chunks))
+        port_queue.put(url)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def _serve_plugin(port_queue: Any, url: str) -> None:
+    logging.disable(logging.INFO)
+
+    async def run() -> None:
+        server = ModelServer(OpenAIProvider(api_key="bench", base_url=url))
+        port_queue.put(await server.start("127.0.0.1", 0))
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def _start(target: Any, *args: Any) -> tuple[Any, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(queue, *args), daemon=True)
+    proc.start()
+    return proc, queue.get(timeout=60)
+
+
+async def main_processes(chunks: int, repeat: int) -> None:
+    """Stub, server and client each in their own process: full path vs bare read."""
+    stub_proc, url = _start(_serve_stub, chunks)
+    server_proc, port = _start(_serve_plugin, url)
+    client = ModelClient.connect(f"127.0.0.1:{port}")
+    try:
+        bares: list[float] = []
+        fulls: list[float] = []
+        for _ in range(repeat):
+            n_bare, t_bare = await bare(url)
+            n_full, t_full = await full(client)
+            bares.append(n_bare / t_bare)
+            fulls.append(n_full / t_full)
+        median_bare, median_full = statistics.median(bares), statistics.median(fulls)
+        print(f"chunks upstream: {chunks}, separate processes, median of {repeat} runs")
+        print(f"bare httpx + SSE + json.loads : {median_bare:12,.0f} events/s ({n_bare} events)")
+        print(f"stub->adapter->grpclib->client: {median_full:12,.0f} events/s ({n_full} events)")
+        print(f"ratio full/bare: {median_full / median_bare:.3f}")
+    finally:
+        client.close()
+        for proc in (server_proc, stub_proc):
+            proc.terminate()
+            proc.join(5)
+
+
 async def main(chunks: int, repeat: int) -> None:
     """Run every path ``repeat`` times and print the median events/s of each and the ratios."""
     body = build_body(chunks)
@@ -162,5 +221,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--processes",
+        action="store_true",
+        help="run the stub and the server in their own processes (the client runs here)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.chunks, args.repeat))
+    asyncio.run((main_processes if args.processes else main)(args.chunks, args.repeat))

@@ -10,9 +10,11 @@ Two payloads, each encoded and decoded by both implementations:
 The upb classes are compiled from ``proto/`` into a temporary directory with
 ``grpc_tools.protoc`` (as the tests do). Before timing, both sides are checked to produce the
 same bytes. Each measurement is the median over ``--repeat`` runs of a timeit loop sized to take
-about 0.2 s; the ratio column is betterproto2 time / upb time (higher = betterproto2 slower).
+about 0.2 s; the ratio columns are betterproto2 time / upb time and :mod:`protocol_py.wire`
+(the codec the server and client use) time / upb time. A third payload is the conversation of
+``benchmarks/turn_latency.py`` (``--turn-messages`` after the first, default 600: 1.1 MB).
 
-Usage: ``python benchmarks/codec.py [--messages 50] [--repeat 7]``
+Usage: ``python benchmarks/codec.py [--messages 50] [--turn-messages 600] [--repeat 7]``
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from typing import Any
 
 import grpc_tools
 from grpc_tools import protoc
+from turn_latency import conversation
 
+from protocol_py import wire
 from protocol_py.structs import to_struct
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -167,11 +171,11 @@ def per_op_seconds(func: Callable[[], object], repeat: int) -> float:
     return statistics.median(runs) / number
 
 
-Row = tuple[str, float, float]
+Row = tuple[str, float, float, float]
 
 
 def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
-    """Time encode, decode and encode+decode of one payload with both implementations.
+    """Time encode and decode of one payload with betterproto2, protocol_py.wire and upb.
 
     Raises:
         AssertionError: the two implementations disagree on the payload (checked first; Struct
@@ -185,21 +189,20 @@ def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
     if type(ours).parse(data) != ours:
         raise AssertionError(f"{name}: betterproto2 round trip differs")
     cls = type(ours)
+    if wire.decode(cls, data) != ours or wire.encode(ours) != data:
+        raise AssertionError(f"{name}: protocol_py.wire differs from betterproto2")
     rows = [
         (
             f"{name} encode",
             per_op_seconds(lambda: bytes(ours), repeat),
+            per_op_seconds(lambda: wire.encode(ours), repeat),
             per_op_seconds(theirs.SerializeToString, repeat),
         ),
         (
             f"{name} decode",
             per_op_seconds(lambda: cls.parse(data), repeat),
+            per_op_seconds(lambda: wire.decode(cls, data), repeat),
             per_op_seconds(lambda: upb_cls.FromString(data), repeat),
-        ),
-        (
-            f"{name} encode+decode",
-            per_op_seconds(lambda: cls.parse(bytes(ours)), repeat),
-            per_op_seconds(lambda: upb_cls.FromString(theirs.SerializeToString()), repeat),
         ),
     ]
     return rows
@@ -209,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="betterproto2 vs upb codec benchmark")
     parser.add_argument("--messages", type=int, default=50, help="messages in the request")
     parser.add_argument("--repeat", type=int, default=7, help="timeit runs per measurement")
+    parser.add_argument(
+        "--turn-messages",
+        type=int,
+        default=600,
+        help="messages after the first of benchmarks/turn_latency.py's conversation",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="protocol-py-upb-") as out:
@@ -219,12 +228,22 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_payload(
             f"request ({args.messages} msgs)", request, upb.StreamCompletionRequest, args.repeat
         )
+        turn = conversation(args.turn_messages)
+        rows += bench_payload(
+            f"turn ({args.turn_messages + 1} msgs)", turn, upb.StreamCompletionRequest, args.repeat
+        )
 
     print(f"python {sys.version.split()[0]}; median of {args.repeat} runs per measurement")
     print(f"text_delta event: {len(bytes(event))} bytes; request: {len(bytes(request))} bytes")
-    print(f"{'operation':<36}{'betterproto2':>14}{'upb':>12}{'ratio':>9}")
-    for label, ours_s, upb_s in rows:
-        print(f"{label:<36}{ours_s * 1e6:>12.2f}us{upb_s * 1e6:>10.2f}us{ours_s / upb_s:>8.1f}x")
+    print(
+        f"{'operation':<34}{'betterproto2':>14}{'wire':>12}{'upb':>12}"
+        f"{'bp2/upb':>9}{'wire/upb':>10}"
+    )
+    for label, ours_s, wire_s, upb_s in rows:
+        print(
+            f"{label:<34}{ours_s * 1e6:>12.1f}us{wire_s * 1e6:>10.1f}us{upb_s * 1e6:>10.1f}us"
+            f"{ours_s / upb_s:>8.1f}x{wire_s / upb_s:>9.1f}x"
+        )
     return 0
 
 

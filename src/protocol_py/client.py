@@ -36,6 +36,7 @@ from protocol_py.structs import to_struct
 from protocol_py.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
 from protocol_py.transport import unix_socket_path
 from protocol_py.validation import validate_capabilities
+from protocol_py.wire import WireCodec
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
@@ -214,9 +215,9 @@ class ModelClient:
             name = server_hostname or (CERT_SAN_DNS if path is not None else None)
             config = Configuration(ssl_target_name_override=name)
         if path is not None:
-            return cls(Channel(path=path, ssl=ssl, config=config))
+            return cls(Channel(path=path, ssl=ssl, config=config, codec=WireCodec()))
         host, port = parse_address(address)
-        return cls(Channel(host, port, ssl=ssl, config=config))
+        return cls(Channel(host, port, ssl=ssl, config=config, codec=WireCodec()))
 
     async def __aenter__(self) -> ModelClient:
         return self

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import betterproto2
 from jsonschema import Draft202012Validator
 
-from protocol_py import protojson
+from protocol_py import protojson, wire
 from protocol_py.errors import InvalidValueError, Violation, describe_json_error
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
@@ -1141,7 +1141,8 @@ def _validate_request(
     _require(request, StreamCompletionRequest, "request")
     out: list[Violation] = []
     try:
-        request = _walk(request, "", out)
+        if not wire.take_wire_clean(request):  # a request fresh and clean from the wire is
+            request = _walk(request, "", out)  # well-typed by construction
     except InvalidValueError as exc:
         if exc.rule != "value.too_deep":
             raise

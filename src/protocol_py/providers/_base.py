@@ -48,7 +48,9 @@ from typing import Any, Protocol
 import betterproto2
 import httpx
 
+from protocol_py import wire
 from protocol_py.errors import InvalidValueError
+from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers import _events as ev
 from protocol_py.providers._cancel import cancel_once, shielded
@@ -253,6 +255,11 @@ class HTTPProvider(Provider, abc.ABC):
     @abc.abstractmethod
     def build_body(self, request: StreamCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
         """The vendor request body (raise InvalidValueError for what the vendor cannot take)."""
+
+    def build_content(self, request: StreamCompletionRequest, spec: ModelSpec) -> bytes:
+        """The serialized vendor request body: ``dump_body(self.build_body(request, spec))``
+        (a subclass may reuse per-message translations, never changing the bytes)."""
+        return dump_body(self.build_body(request, spec))
 
     @abc.abstractmethod
     def make_translator(self, headers: Mapping[str, str]) -> Translator:
@@ -544,7 +551,8 @@ class HTTPProvider(Provider, abc.ABC):
             yield ev.error(_invalid(f"model_id: unknown model {request.model_id!r}"))
             return
         try:
-            content = dump_body(self.build_body(request, spec))
+            size = wire.wire_size(request)
+            content = await run_cpu(size, self.build_content, request, spec)
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))
             return

@@ -48,11 +48,13 @@ from protocol_py.providers._request import (
     collapse_effort,
     context_texts,
     document_text,
+    dump_body,
     is_pdf,
     is_text_document,
     merge_provider_options,
     tool_input,
 )
+from protocol_py.providers._translation_cache import TranslationCache
 from protocol_py.structs import from_struct
 from protocol_py.vendor_data import OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import Message, Role
@@ -63,7 +65,7 @@ from protocol_py_gen.model.v1 import (
     ToolChoiceMode,
 )
 
-__all__ = ["OpenAICompat", "build_openai_body"]
+__all__ = ["OpenAICompat", "build_openai_body", "build_openai_content"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,24 +228,10 @@ def _assistant_message(
     return out
 
 
-def build_openai_body(
+def _body_head(
     request: StreamCompletionRequest, spec: ModelSpec, compat: OpenAICompat
-) -> dict[str, Any]:
-    """Build the Chat Completions body for ``request`` against the model ``spec``.
-
-    Args:
-        request: The validated request.
-        spec: The ModelSpec the request was validated against (replay rule, effort ladder).
-        compat: The endpoint's compatibility settings.
-
-    Returns:
-        The body as an insertion-ordered dict with ``messages`` last (serialize it with
-        :func:`protocol_py.providers._request.dump_body`).
-
-    Raises:
-        InvalidValueError: a content block the API cannot carry, or a reserved
-            provider_options key; the message names the field path and rule.
-    """
+) -> tuple[dict[str, Any], ThinkingReplay]:
+    """Everything of the body before ``messages``, and the replay rule in force."""
     params = request.params
     body: dict[str, Any] = {"model": request.model_id, "stream": True}
     if compat.stream_usage:
@@ -294,21 +282,83 @@ def build_openai_body(
     replay = thinking.replay if thinking is not None else ThinkingReplay.UNSPECIFIED
     if replay == ThinkingReplay.UNSPECIFIED:
         replay = compat.default_replay
-    messages: list[dict[str, Any]] = []
+    return body, replay
+
+
+def _translate_message(
+    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat
+) -> list[dict[str, Any]]:
+    """The Chat Completions messages one protocol message becomes (none, one or several)."""
+    if message.role == Role.ASSISTANT:
+        assistant = _assistant_message(message, path, replay, compat)
+        if assistant["content"] or "tool_calls" in assistant:
+            return [assistant]
+        # else: no text and no tool calls (e.g. an interrupted turn holding only thinking,
+        # B09): not a turn the API can take, so it is not sent (as on Anthropic)
+        return []
+    if message.role == Role.USER:
+        return _user_messages(message, path)
+    raise InvalidValueError(f"{path}.role: unspecified (rule adapter.message.role)")
+
+
+def _system_messages(request: StreamCompletionRequest) -> list[dict[str, Any]]:
     system = context_texts(request.assembled_context)
-    if system:
-        messages.append({"role": "system", "content": "\n\n".join(system)})
+    return [{"role": "system", "content": "\n\n".join(system)}] if system else []
+
+
+def build_openai_body(
+    request: StreamCompletionRequest, spec: ModelSpec, compat: OpenAICompat
+) -> dict[str, Any]:
+    """Build the Chat Completions body for ``request`` against the model ``spec``.
+
+    Args:
+        request: The validated request.
+        spec: The ModelSpec the request was validated against (replay rule, effort ladder).
+        compat: The endpoint's compatibility settings.
+
+    Returns:
+        The body as an insertion-ordered dict with ``messages`` last (serialize it with
+        :func:`protocol_py.providers._request.dump_body`).
+
+    Raises:
+        InvalidValueError: a content block the API cannot carry, or a reserved
+            provider_options key; the message names the field path and rule.
+    """
+    body, replay = _body_head(request, spec, compat)
+    messages = _system_messages(request)
     for i, message in enumerate(request.messages):
-        path = f"messages[{i}]"
-        if message.role == Role.ASSISTANT:
-            assistant = _assistant_message(message, path, replay, compat)
-            if assistant["content"] or "tool_calls" in assistant:
-                messages.append(assistant)
-            # else: no text and no tool calls (e.g. an interrupted turn holding only thinking,
-            # B09): not a turn the API can take, so it is not sent (as on Anthropic)
-        elif message.role == Role.USER:
-            messages.extend(_user_messages(message, path))
-        else:
-            raise InvalidValueError(f"{path}.role: unspecified (rule adapter.message.role)")
+        messages.extend(_translate_message(message, f"messages[{i}]", replay, compat))
     body["messages"] = messages
     return body
+
+
+def build_openai_content(
+    request: StreamCompletionRequest,
+    spec: ModelSpec,
+    compat: OpenAICompat,
+    cache: TranslationCache,
+) -> bytes:
+    """The serialized Chat Completions body: exactly
+    ``dump_body(build_openai_body(request, spec, compat))``, with each message's JSON fragment
+    reused from ``cache`` when the same message (same id, same content, same settings) was
+    translated before.
+
+    Raises:
+        InvalidValueError: as :func:`build_openai_body`.
+    """
+    body, replay = _body_head(request, spec, compat)
+    body["messages"] = []
+    head = dump_body(body)  # ends with "messages":[]} since messages is the last key
+    fragments = [dump_body(m) for m in _system_messages(request)]
+    settings = (replay, compat.reasoning_replay_field)
+    for i, message in enumerate(request.messages):
+
+        def translate(message: Message, path: str = f"messages[{i}]") -> bytes:
+            return b",".join(
+                dump_body(m) for m in _translate_message(message, path, replay, compat)
+            )
+
+        fragment = cache.fragment(settings, message, translate)
+        if fragment:
+            fragments.append(fragment)
+    return b"".join((head[:-2], b",".join(fragments), b"]}"))

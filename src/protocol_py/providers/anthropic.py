@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from protocol_py import wire
+from protocol_py.offload import run_cpu
 from protocol_py.provider import ProviderError
 from protocol_py.providers import catalog
 from protocol_py.providers._anthropic_request import (
@@ -89,7 +91,9 @@ class AnthropicProvider(HTTPProvider):
         raise failure  # outside the handler: no chained exception keeps the secret
 
     async def _count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        body = self.count_tokens_body(
+        body = await run_cpu(
+            wire.wire_size(request),
+            self.count_tokens_body,
             request,
             lambda completion, spec: build_anthropic_count_body(request.model_id, completion, spec),
         )

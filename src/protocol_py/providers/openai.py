@@ -39,11 +39,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from protocol_py import wire
+from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, ProviderError
 from protocol_py.providers import catalog
 from protocol_py.providers._base import HTTPProvider, Translator
-from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
+from protocol_py.providers._openai_request import (
+    OpenAICompat,
+    build_openai_body,
+    build_openai_content,
+)
 from protocol_py.providers._openai_stream import OpenAIStreamTranslator
+from protocol_py.providers._translation_cache import TranslationCache
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
@@ -95,6 +102,7 @@ class OpenAIProvider(HTTPProvider):
 
     def __init__(self, *, compat: OpenAICompat | None = None, **kwargs: Any) -> None:
         self.compat = compat or self.default_compat
+        self._translations = TranslationCache()
         super().__init__(**kwargs)
         self.request_id_header = self.compat.request_id_header
 
@@ -109,6 +117,16 @@ class OpenAIProvider(HTTPProvider):
     def build_body(self, request: StreamCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
         """Chat Completions body (see :mod:`protocol_py.providers._openai_request`)."""
         return build_openai_body(request, spec, self.compat)
+
+    def build_content(self, request: StreamCompletionRequest, spec: ModelSpec) -> bytes:
+        """The serialized body, each message's JSON reused across turns from a bounded cache
+        (:mod:`protocol_py.providers._translation_cache`); the bytes equal
+        ``dump_body(self.build_body(request, spec))``. A subclass or instance that replaces
+        :meth:`build_body` gets exactly its body (no cache)."""
+        own = type(self).build_body is OpenAIProvider.build_body and "build_body" not in vars(self)
+        if not own:
+            return super().build_content(request, spec)
+        return build_openai_content(request, spec, self.compat, self._translations)
 
     def make_translator(self, headers: Mapping[str, str]) -> Translator:
         """An OpenAI-compatible stream translator with this endpoint's settings."""
@@ -160,7 +178,7 @@ class OpenAIProvider(HTTPProvider):
         """
         failure: ProviderError | None = None
         try:
-            body = self.count_tokens_body(request)
+            body = await run_cpu(wire.wire_size(request), self.count_tokens_body, request)
         except Exception as exc:
             failure = self.provider_error(exc)
         if failure is not None:

@@ -76,8 +76,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,7 +87,9 @@ from typing import Any, Final
 
 import betterproto2
 
+from protocol_py import wire
 from protocol_py.bounded_text import quote_value
+from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers._url import redact_url
 from protocol_py.structs import dumps, from_struct, to_struct
@@ -234,9 +238,39 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN_RE.findall(text)
 
 
+TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
+"""Characters counted per regex call (256 Ki): a long text is counted chunk by chunk, cut where
+whitespace meets non-whitespace (always a token boundary), so no single call holds the
+interpreter for long (issue 8 item 4)."""
+
+_BOUNDARY_RE: Final = re.compile(r"\S(?=\s)|\s(?=\S)")
+
+
+def _chunks_at_boundaries(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` spans covering ``text``, about :data:`TOKEN_COUNT_CHUNK_CHARS` long,
+    each ending where whitespace meets non-whitespace (no token or word crosses a span)."""
+    size = len(text)
+    pos = 0
+    while pos < size:
+        cut = pos + TOKEN_COUNT_CHUNK_CHARS
+        boundary = _BOUNDARY_RE.search(text, cut, cut + TOKEN_COUNT_CHUNK_CHARS)
+        end = boundary.end() if boundary is not None and cut < size else size
+        yield pos, end
+        pos = end
+
+
 def count_text_tokens(text: str) -> int:
     """Number of reference tokens in ``text``."""
-    return len(_TOKEN_RE.findall(text))
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return len(_TOKEN_RE.findall(text))
+    return sum(len(_TOKEN_RE.findall(text, a, b)) for a, b in _chunks_at_boundaries(text))
+
+
+def _count_words(text: str) -> int:
+    """``len(text.split())``, a chunk at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`)."""
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return len(text.split())
+    return sum(len(text[a:b].split()) for a, b in _chunks_at_boundaries(text))
 
 
 def _block_text(block: ContentBlock) -> str:
@@ -569,6 +603,7 @@ class ReferenceProvider(Provider):
     def __init__(self) -> None:
         self._config = _Config()
         self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._requests = 0
 
     # -- declaration --------------------------------------------------------------------------
@@ -611,8 +646,12 @@ class ReferenceProvider(Provider):
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Exact reference-tokenizer count of the rendered prompt (method TOKENIZER)."""
-        segments = prompt_segments(
-            list(request.messages), list(request.tools), list(request.assembled_context)
+        segments = await run_cpu(
+            wire.wire_size(request),
+            prompt_segments,
+            list(request.messages),
+            list(request.tools),
+            list(request.assembled_context),
         )
         return CountTokensResponse(
             input_tokens=sum(s.tokens for s in segments), method=TokenCountMethod.TOKENIZER
@@ -645,6 +684,21 @@ class ReferenceProvider(Provider):
         if request.format == RenderFormat.MARKDOWN:
             return RenderResponse(text=markdown_escape(text), format=RenderFormat.MARKDOWN)
         return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)
+
+    def _prepare(
+        self, request: StreamCompletionRequest, spec: ModelSpec, limit: int
+    ) -> tuple[int, int, int, _Plan, str]:
+        """(prompt tokens, cache read, cache write, plan, request digest) of one completion."""
+        segments = prompt_segments(
+            list(request.messages), list(request.tools), list(request.assembled_context)
+        )
+        prompt_tokens = sum(s.tokens for s in segments)
+        with self._cache_lock:
+            cache_read, cache_write = self._cache_usage(request, spec, segments)
+        _check_signed_calls(list(request.messages))
+        plan = self._plan(request, spec, limit)
+        digest = hashlib.sha256(wire.encode(request)).hexdigest()[:12]
+        return prompt_tokens, cache_read, cache_write, plan, digest
 
     # -- caching ------------------------------------------------------------------------------
 
@@ -709,7 +763,7 @@ class ReferenceProvider(Provider):
         think_text = ""
         if thinking is not None and thinking.supported:
             disabled = params is not None and params.disable_thinking is True
-            count = len(prompt.split())
+            count = _count_words(prompt)
             words = f"{count} word" if count == 1 else f"{count} words"
             if thinking.effort is not None and not disabled:
                 effort = (params.thinking_effort if params else None) or thinking.effort.default
@@ -780,9 +834,13 @@ class ReferenceProvider(Provider):
                 think_tokens = []
             else:
                 pausing = True
-        text_tokens = tokenize(answer)
         if pausing:
+            text_tokens = tokenize(answer)
             text_tokens = text_tokens[: len(text_tokens) // 2]
+        else:
+            # the answer echoes the prompt: only the tokens the output limit can take are needed
+            matches = itertools.islice(_TOKEN_RE.finditer(answer), limit + 1)
+            text_tokens = [m.group() for m in matches]
 
         # Output limit: thinking first, then text, then the tool call.
         budget_left = limit
@@ -847,17 +905,13 @@ class ReferenceProvider(Provider):
             limit = params.max_output_tokens
         elif config.max_tokens is not None:
             limit = min(limit, config.max_tokens)
-        segments = prompt_segments(
-            list(request.messages), list(request.tools), list(request.assembled_context)
+        # tokenizing, prefix hashing and the request digest are CPU work: off the event loop
+        # for a large request (issue 8 item 4)
+        prompt_tokens, cache_read, cache_write, plan, digest = await run_cpu(
+            wire.wire_size(request), self._prepare, request, spec, limit
         )
-        prompt_tokens = sum(s.tokens for s in segments)
-        cache_read, cache_write = self._cache_usage(request, spec, segments)
-        _check_signed_calls(list(request.messages))
-        plan = self._plan(request, spec, limit)
         self._requests += 1
-        request_id = (
-            f"req_ref_{self._requests:06d}_" + hashlib.sha256(bytes(request)).hexdigest()[:12]
-        )
+        request_id = f"req_ref_{self._requests:06d}_{digest}"
 
         emitted = 0
 

@@ -19,9 +19,11 @@ from grpclib.health.service import OVERALL, Health
 from grpclib.metadata import Deadline
 from grpclib.reflection.service import ServerReflection
 
+from protocol_py import wire
 from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
+from protocol_py.offload import release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.server.config_schema import (
     fill_missing_values,
@@ -196,7 +198,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     async def _recv(self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req]) -> _Req:
         """Read and decode the single request message within the size limit."""
         data = await receive_message(stream, self.max_message_size)
-        return decode_request(data, kind, self._strict_classes.get(kind))
+        strict = self._strict_classes.get(kind)
+        return await run_cpu(len(data), decode_request, data, kind, strict)
 
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
@@ -430,6 +433,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             # Trailers are sent here, not after return, so a draining shutdown that waits for
             # in-flight streams never closes the connection before the stream's status.
             await stream.send_trailing_metadata()
+            # freeing a large request's objects is CPU work too: done in a worker thread
+            size, held = wire.wire_size(request), [request]
+            del request
+            await release_large(size, held)
 
     async def _admit(self, stream: grpclib.server.Stream[Any, Any]) -> StreamCompletionRequest:
         """Admit and read a StreamCompletion request; a call refused here (draining,
@@ -500,11 +507,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             spec = self._models.get(request.model_id)
             if spec is None:
                 # Unknown model: still report every rule that needs no ModelSpec.
-                violations = errors_only(validate_request_shape(request))
+                size = wire.wire_size(request)
+                violations = errors_only(await run_cpu(size, validate_request_shape, request))
                 if not any(v.path == "model_id" for v in violations):
                     violations.insert(0, unknown_model(request.model_id, self._models))
             else:
-                violations = errors_only(validate_request(request, spec))
+                size = wire.wire_size(request)
+                violations = errors_only(await run_cpu(size, validate_request, request, spec))
             if violations or spec is None:
                 event = invalid_request_event(violations)
                 record.error_kind = ErrorKind.INVALID_REQUEST.name
@@ -512,7 +521,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = 1
                 yield event
                 return
-            overflow = check_context_window(self.provider, request, spec)
+            # token counting is CPU work on the whole prompt: off the event loop (issue 8.4)
+            overflow = await run_cpu(size, check_context_window, self.provider, request, spec)
             if overflow is not None:
                 record.error_kind = ErrorKind.CONTEXT_OVERFLOW.name
                 record.outcome = "error"

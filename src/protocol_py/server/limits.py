@@ -22,9 +22,9 @@ from google.protobuf import (  # type: ignore[import-untyped]
 )
 from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-untyped]
 from grpclib.const import Status
-from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
+from protocol_py import wire
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py_gen.google.protobuf import Struct
@@ -90,8 +90,9 @@ def _too_large(what: str, size: int, limit: int) -> GRPCError:
     )
 
 
-class LimitedCodec(ProtoCodec):
-    """grpclib's protobuf codec with a maximum message size in both directions.
+class LimitedCodec(wire.WireCodec):
+    """The fast protobuf codec (:class:`protocol_py.wire.WireCodec`) with a maximum message
+    size in both directions.
 
     Args:
         max_receive: Largest accepted incoming message, in bytes.
@@ -344,10 +345,12 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
             Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
         )
     try:
-        message = kind.parse(data)
+        message, clean = wire.decode_checked(kind, data)
     except Exception as exc:  # anything from the lenient parser
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
     fill_struct_gaps(message)
+    # clean and well-formed: well-typed by construction, so validation skips its type walk
+    wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
 
 

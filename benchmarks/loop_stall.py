@@ -1,0 +1,236 @@
+"""Loop stall (issue 8 item 4): huge requests served beside a running stream.
+
+Three processes: the reference server (``ModelServer`` + ``ReferenceProvider``, paced output)
+with a loop-lag probe (a task sleeping 1 ms and recording the longest gap between its wake-ups);
+a sender that POSTs one huge StreamCompletion (pre-encoded, raw bytes) and reads its reply; and
+this process, which reads another, paced stream from the same server and records the longest
+gap between its events while the huge request is served.
+
+Requests: ``4mb``: 100,000 short user messages (about 4.4 MB); ``60mib``: one user message
+holding a 60 MiB text block. Each kind runs ``--repeat`` times on a fresh server process; the
+figures are medians: the worst gap seen by the other stream (its normal gap, 1/pace, is
+printed beside it), the worst loop-lag probe gap, the huge request's total time and the
+server's peak RSS growth over its idle RSS (VmHWM - VmRSS before the request). A control
+period of the same measurements without any huge request, just before it, shows the noise
+of the machine itself (other processes preempting the server on a shared 2-core machine).
+
+Usage: ``python benchmarks/loop_stall.py [--kinds 4mb,60mib] [--repeat 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import statistics
+import sys
+import time
+from typing import Any
+
+import grpclib.const
+from grpclib.client import Channel
+from server import RawCodec
+
+from protocol_py import wire
+from protocol_py.client import ModelClient
+from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.server import ModelServer
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
+from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest
+
+PATH = "/model.v1.ModelService/StreamCompletion"
+PACE = 1000.0
+"""Output pace of the observed stream, reference tokens per second."""
+CONTROL_S = 2.0
+"""Length of the idle control period measured before each huge request, seconds."""
+
+
+def huge_request(kind: str) -> bytes:
+    """The encoded request of ``kind`` (``4mb`` or ``60mib``)."""
+    if kind == "4mb":
+        messages = [
+            Message(
+                role=Role.USER,
+                id=f"01J{i:023d}",
+                content=[ContentBlock(text=TextBlock(text=f"m{i}"))],
+            )
+            for i in range(100_000)
+        ]
+    else:
+        text = ("x" * 1023 + " ") * (60 * 1024)
+        messages = [
+            Message(
+                role=Role.USER,
+                id="01J" + "0" * 23,
+                content=[ContentBlock(text=TextBlock(text=text))],
+            )
+        ]
+    request = StreamCompletionRequest(
+        model_id="reference-large",
+        messages=messages,
+        params=GenerationParams(max_output_tokens=16),
+        call_context=CallContext(session_id="stall", turn_id="huge"),
+    )
+    return wire.encode(request)
+
+
+def rss_kib(pid: int, field: str) -> int:
+    """``VmRSS`` or ``VmHWM`` of ``pid`` in KiB."""
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _serve(port_queue: Any, worst: Any) -> None:
+    logging.disable(logging.WARNING)
+
+    async def probe() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.001)
+            now = loop.time()
+            worst.value = max(worst.value, now - last)
+            last = now
+
+    async def main() -> None:
+        server = ModelServer(ReferenceProvider(), max_message_size=64 * 1024 * 1024)
+        port_queue.put(await server.start("127.0.0.1", 0))
+        await probe()
+
+    asyncio.run(main())
+
+
+def _send(port: int, kind: str, result: Any) -> None:
+    body = huge_request(kind)
+
+    async def main() -> None:
+        channel = Channel("127.0.0.1", port, codec=RawCodec())
+        started = time.perf_counter()
+        try:
+            async with channel.request(
+                PATH, grpclib.const.Cardinality.UNARY_STREAM, bytes, bytes, timeout=600
+            ) as stream:
+                await stream.send_message(body, end=True)
+                async for _ in stream:
+                    pass
+        finally:
+            channel.close()
+        result.value = time.perf_counter() - started
+
+    asyncio.run(main())
+
+
+class Observer:
+    """Reads paced streams back to back and records the worst gap between two events of one
+    stream since :meth:`reset`."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.worst = 0.0
+        self.stop = False
+
+    def reset(self) -> None:
+        """Forget the worst gap seen so far."""
+        self.worst = 0.0
+
+    async def run(self) -> None:
+        """Stream until :attr:`stop` is set."""
+        client = ModelClient.connect(f"127.0.0.1:{self.port}")
+        await client.configure({"pace_tokens_per_second": PACE})
+        request = StreamCompletionRequest(
+            model_id="reference-large",
+            messages=[
+                Message(
+                    role=Role.USER,
+                    id="01J" + "1" * 23,
+                    content=[ContentBlock(text=TextBlock(text="Tell me a long story. " * 200))],
+                )
+            ],
+            params=GenerationParams(max_output_tokens=60_000),
+            call_context=CallContext(session_id="stall", turn_id="observer"),
+        )
+        try:
+            while not self.stop:
+                last = 0.0
+                async for _ in client.stream(request, timeout=600):
+                    now = time.perf_counter()
+                    if last:
+                        self.worst = max(self.worst, now - last)
+                    last = now
+        finally:
+            client.close()
+
+
+async def one_run(ctx: Any, kind: str) -> tuple[float, float, float, float, float, float]:
+    """(worst stream gap s, worst probe gap s, the same two over an idle control period of
+    :data:`CONTROL_S`, huge request s, peak RSS growth MiB)."""
+    worst_probe = ctx.Value("d", 0.0)
+    port_queue = ctx.Queue()
+    server = ctx.Process(target=_serve, args=(port_queue, worst_probe), daemon=True)
+    server.start()
+    port = int(port_queue.get(timeout=60))
+    observer = Observer(port)
+    task = asyncio.create_task(observer.run())
+    try:
+        await asyncio.sleep(0.5)  # the stream is flowing
+        observer.reset()
+        worst_probe.value = 0.0
+        await asyncio.sleep(CONTROL_S)
+        control_stream, control_probe = observer.worst, worst_probe.value
+        idle_rss = rss_kib(server.pid or 0, "VmRSS")
+        observer.reset()
+        worst_probe.value = 0.0
+        result = ctx.Value("d", 0.0)
+        sender = ctx.Process(target=_send, args=(port, kind, result), daemon=True)
+        sender.start()
+        await asyncio.to_thread(sender.join, 600)
+        stream_gap, probe_gap = observer.worst, worst_probe.value
+        growth = (rss_kib(server.pid or 0, "VmHWM") - idle_rss) / 1024
+        return stream_gap, probe_gap, control_stream, control_probe, result.value, growth
+    finally:
+        observer.stop = True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        server.terminate()
+        server.join(5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default="4mb,60mib", help="huge requests: 4mb, 60mib")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per kind (median)")
+    args = parser.parse_args(argv)
+    ctx = multiprocessing.get_context("spawn")
+    print(
+        f"python {sys.version.split()[0]}; switch interval {sys.getswitchinterval() * 1000:g} ms; "
+        f"median of {args.repeat}; observed stream paced at {PACE:g} tokens/s"
+    )
+    print(
+        f"{'request':>8}{'bytes':>12}{'stream gap ms':>15}{'probe gap ms':>14}"
+        f"{'control ms':>16}{'request s':>11}{'peak RSS +MiB':>15}"
+    )
+    for kind in args.kinds.split(","):
+        size = len(huge_request(kind))
+        runs = [asyncio.run(one_run(ctx, kind)) for _ in range(args.repeat)]
+        gap, probe, c_gap, c_probe = (
+            statistics.median(r[i] for r in runs) * 1000 for i in range(4)
+        )
+        took = statistics.median(r[4] for r in runs)
+        growth = statistics.median(r[5] for r in runs)
+        print(
+            f"{kind:>8}{size:>12,}{gap:>15.1f}{probe:>14.1f}{c_gap:>8.1f}/{c_probe:<7.1f}"
+            f"{took:>11.2f}{growth:>15.0f}"
+        )
+    print("control: worst stream gap / probe gap over an idle period before the request")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Per-turn latency on long conversations (issue 12): what the plugin adds to time-to-first-event.
+
+An agent kernel resends the whole conversation every turn. For conversations of 60, 300 and 600
+messages after the first user message (each pair: an assistant message with text and a tool
+call, then a user message with a 3.5 KB tool result; about 1.2 MB at 601 messages), two paths
+reach the same loopback stub upstream, which answers every POST with a short Chat Completions
+SSE stream once it has read the whole body:
+
+* ``plugin``: ``ModelClient.stream`` -> grpclib -> ``ModelServer`` (decode, validation) ->
+  ``OpenAIProvider`` (translation to the vendor body) -> httpx -> stub; time until the client
+  holds the first StreamEvent.
+* ``direct``: the equivalent OpenAI body (built once, outside the timing, as a kernel talking to
+  the vendor would have it) POSTed with httpx to the same stub; time until the first SSE event
+  is parsed.
+
+The stub and the server each run in their own process (spawned); the client runs here.
+Overhead = plugin - direct, per size, as the median of ``--repeat`` runs of ``--samples``
+turns each (the median of each run's samples; warm-up turns are discarded). Also printed: how
+the overhead grows per message (it must be no worse than linear: the 600-message overhead at
+most 10x the 60-message one plus the fixed part).
+
+Usage: ``python benchmarks/turn_latency.py [--sizes 60,300,600] [--samples 15] [--repeat 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import sys
+import time
+from typing import Any
+
+import httpx
+from server import start
+
+from protocol_py.client import ModelClient
+from protocol_py.providers._request import dump_body
+from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.server import ModelServer
+from protocol_py.sse import SSEParser
+from protocol_py.structs import to_struct
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import (
+    ContentBlock,
+    Message,
+    Role,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest, ToolDeclaration
+
+MODEL = "gpt-6-sol"
+TOOL_RESULT_BYTES = 3500
+"""Size of each tool result's text, bytes (ASCII)."""
+
+
+def _ulid(i: int) -> str:
+    return f"01JDQ{i:021d}"
+
+
+def conversation(messages: int) -> StreamCompletionRequest:
+    """A first user message plus ``messages`` more: (assistant text + tool call, tool result)
+    pairs, each tool result :data:`TOOL_RESULT_BYTES` of text."""
+    line = "drwxr-xr-x  4 agent agent  4096 Nov 29 10:14 src/protocol_py/providers/module.py\n"
+    result = (line * (TOOL_RESULT_BYTES // len(line) + 1))[:TOOL_RESULT_BYTES]
+    history = [
+        Message(
+            role=Role.USER,
+            id=_ulid(0),
+            content=[ContentBlock(text=TextBlock(text="List the repository and fix the bug."))],
+        )
+    ]
+    for i in range(1, messages + 1):
+        if i % 2:
+            history.append(
+                Message(
+                    role=Role.ASSISTANT,
+                    id=_ulid(i),
+                    produced_by_model_id=MODEL,
+                    produced_by_provider="openai",
+                    content=[
+                        ContentBlock(text=TextBlock(text=f"Step {i}: I will list the next path.")),
+                        ContentBlock(
+                            tool_use=ToolUseBlock(
+                                id=f"call_{i:05d}",
+                                name="shell",
+                                input=to_struct({"command": f"ls -la src/{i}", "timeout": 30}),
+                            )
+                        ),
+                    ],
+                )
+            )
+        else:
+            history.append(
+                Message(
+                    role=Role.USER,
+                    id=_ulid(i),
+                    content=[
+                        ContentBlock(
+                            tool_result=ToolResultBlock(
+                                tool_use_id=f"call_{i - 1:05d}",
+                                content=[ContentBlock(text=TextBlock(text=f"{i}:{result}"))],
+                            )
+                        )
+                    ],
+                )
+            )
+    schema = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "Shell command."},
+            "timeout": {"type": "integer"},
+        },
+        "required": ["command"],
+    }
+    return StreamCompletionRequest(
+        model_id=MODEL,
+        messages=history,
+        tools=[
+            ToolDeclaration(
+                name="shell", description="Run a command.", input_schema=to_struct(schema)
+            )
+        ],
+        params=GenerationParams(max_output_tokens=1024),
+        call_context=CallContext(session_id="bench", turn_id="t1"),
+    )
+
+
+def sse_reply() -> bytes:
+    """A short Chat Completions stream: role chunk, one content chunk, finish, usage, [DONE]."""
+    head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": MODEL}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {**head, "choices": [{"index": 0, "delta": {"content": "Done."}}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}},
+    ]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    return body + b"data: [DONE]\n\n"
+
+
+def _serve_stub(port_queue: Any) -> None:
+    """Stub upstream: reads the whole request body, then answers with :func:`sse_reply`."""
+    reply = sse_reply()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                await reader.readexactly(length)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    + f"content-length: {len(reply)}\r\n\r\n".encode()
+                    + reply
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port_queue.put(server.sockets[0].getsockname()[1])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _serve_plugin(port_queue: Any, stub_url: str) -> None:
+    logging.disable(logging.INFO)  # the per-RPC log line
+
+    async def main() -> None:
+        server = ModelServer(OpenAIProvider(api_key="bench", base_url=stub_url))
+        port_queue.put(await server.start("127.0.0.1", 0))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def direct_first_event(client: httpx.AsyncClient, url: str, body: bytes) -> float:
+    """Seconds from POST to the first parsed SSE event; the rest of the stream is drained."""
+    started = time.perf_counter()
+    first = 0.0
+    parser = SSEParser()
+    async with client.stream(
+        "POST", url, content=body, headers={"content-type": "application/json"}
+    ) as response:
+        async for data in response.aiter_bytes():
+            if first == 0.0 and parser.feed(data):
+                first = time.perf_counter() - started
+    return first
+
+
+async def plugin_first_event(client: ModelClient, request: StreamCompletionRequest) -> float:
+    """Seconds from the call to the first StreamEvent; the rest of the stream is drained."""
+    started = time.perf_counter()
+    first = 0.0
+    async for event in client.stream(request, timeout=60):
+        if first == 0.0:
+            first = time.perf_counter() - started
+        if event.error is not None:
+            raise RuntimeError(f"plugin path failed: {event.error.message}")
+    return first
+
+
+async def measure(
+    plugin_port: int, stub_url: str, size: int, samples: int
+) -> tuple[float, float, int, int]:
+    """One run at ``size`` messages: (plugin median s, direct median s, request bytes, body
+    bytes); the two paths alternate turn by turn."""
+    request = conversation(size)
+    provider = OpenAIProvider(api_key="bench", base_url=stub_url)
+    spec = provider.spec_for(MODEL)
+    assert spec is not None
+    body = dump_body(provider.build_body(request, spec))
+    client = ModelClient.connect(f"127.0.0.1:{plugin_port}")
+    plugin: list[float] = []
+    direct: list[float] = []
+    try:
+        async with httpx.AsyncClient(timeout=60) as http:
+            url = f"{stub_url}/chat/completions"
+            for i in range(samples + 3):
+                p = await plugin_first_event(client, request)
+                d = await direct_first_event(http, url, body)
+                if i >= 3:
+                    plugin.append(p)
+                    direct.append(d)
+    finally:
+        client.close()
+    return statistics.median(plugin), statistics.median(direct), len(bytes(request)), len(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="60,300,600", help="message counts, comma-separated")
+    parser.add_argument("--samples", type=int, default=15, help="turns per run and path")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per size (median)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    stub, stub_port = start(_serve_stub)
+    stub_url = f"http://127.0.0.1:{stub_port}"
+    plugin_proc, plugin_port = start(_serve_plugin, stub_url)
+    try:
+        print(f"python {sys.version.split()[0]}; median of {args.repeat} runs x {args.samples}")
+        print(
+            f"{'messages':>9}{'request':>11}{'vendor body':>13}{'direct ms':>11}"
+            f"{'plugin ms':>11}{'overhead ms':>13}"
+        )
+        overheads: dict[int, float] = {}
+        for size in sizes:
+            runs = [
+                asyncio.run(measure(plugin_port, stub_url, size, args.samples))
+                for _ in range(args.repeat)
+            ]
+            plugin = statistics.median(r[0] for r in runs) * 1e3
+            direct = statistics.median(r[1] for r in runs) * 1e3
+            overheads[size] = statistics.median((r[0] - r[1]) * 1e3 for r in runs)
+            print(
+                f"{size + 1:>9}{runs[0][2]:>11,}{runs[0][3]:>13,}{direct:>11.2f}"
+                f"{plugin:>11.2f}{overheads[size]:>13.2f}"
+            )
+        if len(sizes) >= 2:
+            lo, hi = min(sizes), max(sizes)
+            per_message = (overheads[hi] - overheads[lo]) / (hi - lo)
+            print(
+                f"overhead growth {lo + 1}->{hi + 1} messages: {per_message * 1e3:.1f} us/message; "
+                f"ratio {overheads[hi] / overheads[lo]:.2f} for {hi / lo:.0f}x the messages"
+            )
+    finally:
+        for proc in (plugin_proc, stub):
+            proc.terminate()
+            proc.join(5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Fast protobuf wire codec for the generated betterproto2 classes (issue 12).
+
+betterproto2's own codec is generic pure Python that copies every nested field several times;
+it decodes a long conversation about 300x slower than google's upb. This module encodes and
+decodes the *same* generated classes (plugin authors and kernels keep them) with per-class field
+tables built once from betterproto2's own metadata, reading the buffer in place:
+
+* :func:`decode` returns exactly what ``cls.parse(data)`` returns, field for field, including
+  ``_unknown_fields`` (the raw bytes of fields the class does not know, in wire order), a
+  duplicated singular field (the last one wins, as in betterproto2), both members of a oneof
+  sent together (betterproto2 keeps both; DESIGN's sharp edges), unknown enum numbers and map
+  entries without a value. Map entries keep their wire order, so a ``google.protobuf.Struct``
+  renders its JSON keys in the order the kernel sent them (upb's maps do not keep that order,
+  which is why upb does not carry the request here).
+* :func:`encode` returns exactly ``bytes(message)``.
+
+Anything the tables do not cover (a field number seen with another wire type, groups, a
+truncated field, a value of an unexpected Python type when encoding, nesting deeper than
+:data:`MAX_FAST_DEPTH`) falls back to betterproto2 for the whole message, so the result never
+differs from betterproto2's, errors included. Well-formedness is not this module's job: the
+server checks each request body with upb first (:func:`protocol_py.server.limits.decode_request`).
+
+:func:`decode_checked` also says whether the decoded message is *clean*: every enum number a
+known member and every map entry complete, so :mod:`protocol_py.validation` may skip its
+field-by-field Python type check (see :func:`mark_decoded`).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import betterproto2
+from grpclib.encoding.proto import ProtoCodec
+
+from protocol_py._wire_gen import GENERATOR, MAX_FAST_DEPTH, FallbackError, State, encode_any
+
+__all__ = [
+    "MAX_FAST_DEPTH",
+    "WireCodec",
+    "decode",
+    "decode_checked",
+    "encode",
+    "mark_decoded",
+    "take_wire_clean",
+    "wire_size",
+]
+
+M = TypeVar("M", bound=betterproto2.Message)
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
+    """Decode ``data`` as ``cls``; equal to ``cls.parse(data)`` in every field.
+
+    Args:
+        cls: A generated message class.
+        data: The serialized message (``bytes``; a ``bytearray`` or ``memoryview`` is copied).
+
+    Returns:
+        ``(message, clean)``: ``clean`` is True when every enum field holds a known member,
+        every map entry carried its message value and nesting stayed within
+        :data:`MAX_FAST_DEPTH` levels, i.e. when a Python-type walk of the message would find
+        nothing to report or fix.
+
+    Raises:
+        Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
+    """
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    st = State()
+    try:
+        message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
+    except (FallbackError, IndexError, UnicodeDecodeError, struct.error, RecursionError):
+        return cls.parse(data), False
+    return message, st.clean
+
+
+def decode(cls: type[M], data: bytes) -> M:
+    """Decode ``data`` as ``cls``; equal to ``cls.parse(data)`` (see :func:`decode_checked`)."""
+    return decode_checked(cls, data)[0]
+
+
+# -- "clean" marks for validation ----------------------------------------------------------------
+
+_marks: dict[int, tuple[weakref.ref[betterproto2.Message], int, bool]] = {}
+_marks_lock = threading.RLock()  # re-entered by a weakref callback run by GC
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    def drop(ref: Any) -> None:
+        with _marks_lock:
+            mark = _marks.get(key)
+            if mark is not None and mark[0] is ref:
+                del _marks[key]
+
+    return drop
+
+
+def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
+    """Record that ``message`` was just decoded from ``size`` bytes of wire data, and whether
+    it was clean (see :func:`decode_checked`); the mark goes with the message (weakly held).
+
+    Only the server marks requests, right after decoding them and before anything else can
+    change them. :func:`wire_size` reads the size (for :func:`protocol_py.offload.run_cpu`);
+    :mod:`protocol_py.validation` skips its Python-type walk of a clean message once
+    (:func:`take_wire_clean`).
+    """
+    key = id(message)
+    with _marks_lock:
+        _marks[key] = (weakref.ref(message, _forget(key)), size, clean)
+
+
+def _mark(message: betterproto2.Message) -> tuple[Any, int, bool] | None:
+    mark = _marks.get(id(message))
+    return mark if mark is not None and mark[0]() is message else None
+
+
+def wire_size(message: betterproto2.Message) -> int:
+    """Bytes ``message`` was decoded from (:func:`mark_decoded`), or 0 when not marked."""
+    with _marks_lock:
+        mark = _mark(message)
+    return mark[1] if mark is not None else 0
+
+
+def take_wire_clean(message: betterproto2.Message) -> bool:
+    """True (once) if ``message`` was marked clean by :func:`mark_decoded`."""
+    with _marks_lock:
+        mark = _mark(message)
+        if mark is None or not mark[2]:
+            return False
+        _marks[id(message)] = (mark[0], mark[1], False)
+    return True
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+
+def encode(message: betterproto2.Message) -> bytes:
+    """Serialize ``message``; exactly ``bytes(message)`` (betterproto2's encoding), faster.
+
+    Raises:
+        Whatever ``bytes(message)`` raises for a message holding values of the wrong type.
+    """
+    try:
+        return encode_any(message)
+    except (FallbackError, KeyError, AttributeError, TypeError, ValueError, RecursionError):
+        return bytes(message)
+
+
+class WireCodec(ProtoCodec):
+    """grpclib's protobuf codec using :func:`encode` / :func:`decode` for generated classes
+    (other message types, e.g. grpclib's own health and reflection messages, go through
+    grpclib's codec unchanged)."""
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        """Serialize ``message`` (a ``message_type``); TypeError for another type."""
+        if isinstance(message, betterproto2.Message):
+            if not isinstance(message, message_type):
+                raise TypeError(f"Message must be of type {message_type!r}, not {type(message)!r}")
+            return encode(message)
+        data: bytes = super().encode(message, message_type)
+        return data
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        """Parse ``data`` as ``message_type``."""
+        if isinstance(message_type, type) and issubclass(message_type, betterproto2.Message):
+            return decode(message_type, data)
+        return super().decode(data, message_type)
