@@ -374,20 +374,44 @@ async def chat_once(client: ModelClient, prompt: str, options: ChatOptions, out:
 class _Lines:
     """Lines of stdin, read on demand by a daemon thread (so waiting for input never blocks
     the event loop, and Ctrl-C at the prompt ends the session at once: nothing waits for the
-    thread). Each line is at most :data:`MAX_LINE_BYTES` + 1 bytes."""
+    thread). Each line is at most :data:`MAX_LINE_BYTES` + 1 bytes.
+
+    A stream with a file descriptor is read with ``os.read`` on it, never through Python's
+    buffered reader: a daemon thread parked inside ``BufferedReader.readline`` holds that
+    reader's lock, and interpreter shutdown then aborts the process ("could not acquire lock
+    for <_io.BufferedReader name='<stdin>'> at interpreter shutdown")."""
 
     def __init__(self, stdin: BinaryIO) -> None:
         self._stdin = stdin
+        try:
+            self._fd: int | None = stdin.fileno()
+        except (AttributeError, OSError, ValueError):  # BytesIO and other in-memory streams
+            self._fd = None
+        self._pending = b""
         self._requests: queue.SimpleQueue[
             tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes | None]]
         ] = queue.SimpleQueue()
         threading.Thread(target=self._run, name="chat-stdin", daemon=True).start()
 
+    def _readline(self) -> bytes:
+        if self._fd is None:
+            return self._stdin.readline(MAX_LINE_BYTES + 1)
+        limit = MAX_LINE_BYTES + 1
+        while b"\n" not in self._pending and len(self._pending) < limit:
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                break
+            self._pending += chunk
+        end = self._pending.find(b"\n", 0, limit)
+        cut = end + 1 if end >= 0 else min(limit, len(self._pending))
+        line, self._pending = self._pending[:cut], self._pending[cut:]
+        return line
+
     def _run(self) -> None:
         while True:
             loop, future = self._requests.get()
             try:
-                line = self._stdin.readline(MAX_LINE_BYTES + 1)
+                line = self._readline()
             except (OSError, ValueError):
                 line = b""
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile

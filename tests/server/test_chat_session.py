@@ -294,3 +294,30 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
     cancelled_line = text.split("[thinking] ", 1)[1].split("\n", 1)[0]
     assert "You wrote" not in cancelled_line  # the first answer was cut and its line ended
     assert still_serving(cli_server.address)
+
+
+def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subprocess) -> None:
+    """The stdin reader thread never holds Python's buffered-reader lock while it waits, so
+    interpreter shutdown after Ctrl-C at the prompt never aborts ("could not acquire lock for
+    <_io.BufferedReader name='<stdin>'> at interpreter shutdown", exit -6)."""
+    for _ in range(5):
+        proc = subprocess.Popen(
+            [str(CONSOLE_SCRIPT), "chat", "--server", cli_server.address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        out = bytearray()
+        try:
+            proc.stdin.write(b"Hello there\n")
+            proc.stdin.flush()
+            wait_for(proc.stdout, b"stop: end_turn\n", out)
+            proc.send_signal(signal.SIGINT)  # at the prompt, the reader thread waiting on stdin
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 130, err.decode(errors="replace")
+        assert b"Fatal Python error" not in err
