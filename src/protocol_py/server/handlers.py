@@ -38,6 +38,12 @@ from protocol_py.server.status import (
     unary_error,
     unknown_model,
 )
+from protocol_py.server.transport import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    cancel_outcome,
+    send_events,
+)
 from protocol_py.structs import from_struct
 from protocol_py.validation import (
     validate_capabilities,
@@ -92,6 +98,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         provider: The provider to serve.
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+        receive_timeout: Time a unary-request call gets to complete its request, seconds.
+        idle_timeout: Time a connection may stay without an open stream, seconds.
         descriptor_image: Path of the buf image for reflection; default: found next to the
             generated package (``gen/descriptor/protocol.binpb``) or via the
             ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
@@ -103,9 +111,16 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         grace_period: float = DEFAULT_GRACE_PERIOD,
+        receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         descriptor_image: Path | None = None,
     ) -> None:
-        super().__init__(max_message_size=max_message_size, grace_period=grace_period)
+        super().__init__(
+            max_message_size=max_message_size,
+            grace_period=grace_period,
+            receive_timeout=receive_timeout,
+            idle_timeout=idle_timeout,
+        )
         self.provider = provider
         self.descriptor_image = descriptor_image
         self._capabilities: Capabilities | None = None
@@ -212,7 +227,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.detail = exc.message
                 raise
             except (asyncio.CancelledError, GeneratorExit):
-                record.outcome = "cancelled"
+                record.outcome, record.detail = cancel_outcome(stream)
                 raise
             finally:
                 record.emit()
@@ -428,16 +443,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         stream: grpclib.server.Stream[Any, Any],
         request: Any,
     ) -> None:
-        """Iterate the handler inside ``contextlib.aclosing`` so that, when the client cancels or
-        the deadline passes, the handler (and the provider's generator) is closed at once."""
-        events = handler(request)
-        if not hasattr(events, "aclose"):
-            async for event in events:
-                await stream.send_message(event)
-            return
-        async with contextlib.aclosing(events):
-            async for event in events:
-                await stream.send_message(event)
+        """Send the handler's events with cancellation checkpoints
+        (:func:`~protocol_py.server.transport.send_events`): when the client cancels or the
+        deadline passes, the handler (and the provider's generator) is closed at once."""
+        await send_events(stream, handler(request))
 
     def stream_completion(self, message: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
         """Validate, run the provider, check event order, classify failures (see the module)."""

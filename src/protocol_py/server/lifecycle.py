@@ -24,6 +24,12 @@ from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.server.transport import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    MemoryTrimmer,
+    protocol_factory,
+)
 
 log = logging.getLogger("protocol_py.server")
 
@@ -70,6 +76,13 @@ class ServerLifecycle:
     Args:
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+        receive_timeout: Time a unary-request call gets to complete its request, seconds
+            (:data:`~protocol_py.server.transport.DEFAULT_RECEIVE_TIMEOUT`).
+        idle_timeout: Time a connection may stay without an open stream before it is closed
+            with GOAWAY, seconds (:data:`~protocol_py.server.transport.DEFAULT_IDLE_TIMEOUT`).
+
+    Raises:
+        ValueError: a timeout that is not a positive number of seconds.
     """
 
     def __init__(
@@ -77,9 +90,17 @@ class ServerLifecycle:
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         grace_period: float = DEFAULT_GRACE_PERIOD,
+        receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
+        for name, value in (("receive_timeout", receive_timeout), ("idle_timeout", idle_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name}: must be a positive number of seconds, got {value!r}")
         self.max_message_size = max_message_size
         self.grace_period = grace_period
+        self.receive_timeout = receive_timeout
+        self.idle_timeout = idle_timeout
+        self._trimmer = MemoryTrimmer()
         self.health_status = DrainableStatus()
         self.draining = False
         self._server: grpclib.server.Server | None = None
@@ -125,10 +146,17 @@ class ServerLifecycle:
         if not self.prepared:
             await self.prepare()
         protocols = self._protocols
+        receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
+        trimmer = self._trimmer
 
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
-                protocol = super()._protocol_factory()
+                protocol = protocol_factory(
+                    self,
+                    receive_timeout=receive_timeout,
+                    idle_timeout=idle_timeout,
+                    trimmer=trimmer,
+                )
                 protocols.add(protocol)
                 return protocol
 
@@ -212,6 +240,7 @@ class ServerLifecycle:
                 close_connection(protocol)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+        self._trimmer.cancel()
         with contextlib.suppress(Exception):
             await self.close_provider()
 
