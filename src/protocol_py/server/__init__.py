@@ -51,7 +51,9 @@ The package is split by concept, each rule in one place: :mod:`~protocol_py.serv
 (Configure's JSON Schema and redaction), :mod:`~protocol_py.server.status` (exceptions to
 ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC log record),
 :mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
-(listening, health, drain) and :mod:`~protocol_py.server.handlers` (the RPCs).
+(listening, health, drain), :mod:`~protocol_py.server.transport` (cancellation checkpoints, flow
+control, memory release, receive and idle timeouts, grpclib issue 217) and
+:mod:`~protocol_py.server.handlers` (the RPCs).
 """
 
 from __future__ import annotations
@@ -104,25 +106,44 @@ from protocol_py.server.status import (
     unary_error,
     unknown_model,
 )
+from protocol_py.server.transport import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    LARGE_CALL_BYTES,
+    MEMORY_TRIM_INTERVAL,
+    SEND_CHECKPOINT_INTERVAL,
+    MemoryTrimmer,
+    TransportHandler,
+    TransportProtocol,
+    send_events,
+)
 
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "DEFAULT_HOST",
+    "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_PORT",
+    "DEFAULT_RECEIVE_TIMEOUT",
     "FINAL_EVENT_TIMEOUT",
+    "LARGE_CALL_BYTES",
+    "MEMORY_TRIM_INTERVAL",
     "PROTOBUF_MAX_DEPTH",
     "REQUEST_TYPES",
     "RPC_RECORD_ATTR",
     "SECRET_KEY_RE",
+    "SEND_CHECKPOINT_INTERVAL",
     "SERVICE_NAME",
     "SHUTDOWN_LINGER",
     "DrainableStatus",
     "LimitedCodec",
     "LogFormatter",
+    "MemoryTrimmer",
     "ModelServer",
     "RpcRecord",
     "ServerLifecycle",
+    "TransportHandler",
+    "TransportProtocol",
     "build_descriptor_pool",
     "classify_exception",
     "close_connection",
@@ -136,6 +157,7 @@ __all__ = [
     "parse_size",
     "receive_message",
     "redact",
+    "send_events",
     "strict_request_classes",
     "unary_error",
     "unknown_model",
