@@ -16,6 +16,7 @@ import grpc
 import pytest
 from server.conftest import Running, make_request, start_server
 
+from protocol_py.server import SEND_CHECKPOINT_INTERVAL
 from protocol_py_gen.model.v1 import GenerationParams
 
 from .conftest import RawH2, UnpacedProvider, grpc_frame, upb_class
@@ -245,6 +246,4 @@ async def test_builtin_provider_21000_event_stream_is_cancelled_not_ok(
 
 
 def test_checkpoint_interval_is_well_inside_the_contract() -> None:
-    from protocol_py.server import SEND_CHECKPOINT_INTERVAL
-
     assert 0 < SEND_CHECKPOINT_INTERVAL <= CONTRACT / 5
