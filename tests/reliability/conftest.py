@@ -122,10 +122,19 @@ class RawH2:
         self.streams[stream_id] = {"headers": {}, "data": b"", "reset": None, "ended": False}
         self.conn.send_headers(stream_id, self.headers(method, timeout))
         if body is not None:
-            self.conn.send_data(stream_id, body, end_stream=end)
+            self.send(stream_id, body, end=end, flush=False)
         if flush:
             self.flush()
         return stream_id
+
+    def send(self, stream_id: int, data: bytes, *, end: bool = False, flush: bool = True) -> None:
+        """Send ``data`` as DATA frames of the largest size the server allows."""
+        size = self.conn.max_outbound_frame_size
+        for start in range(0, max(len(data), 1), size):
+            last = start + size >= len(data)
+            self.conn.send_data(stream_id, data[start : start + size], end_stream=end and last)
+        if flush:
+            self.flush()
 
     def pump(self, wait: float) -> bool:
         """Read and process what arrives within ``wait`` seconds; False once the socket is
