@@ -88,6 +88,11 @@ class RawH2:
         self.terminated: h2.events.ConnectionTerminated | None = None
         self.closed = False
         self.streams: dict[int, dict[str, Any]] = {}
+        # wait for the server's preface (SETTINGS and the 4 MiB connection window)
+        deadline = time.monotonic() + 5
+        while self.conn.outbound_flow_control_window <= 65_535 and time.monotonic() < deadline:
+            if not self.pump(0.05):
+                break
 
     def flush(self) -> None:
         data = self.conn.data_to_send()
