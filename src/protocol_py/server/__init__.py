@@ -79,7 +79,6 @@ from protocol_py.server.lifecycle import (
     SHUTDOWN_LINGER,
     DrainableStatus,
     ServerLifecycle,
-    close_connection,
 )
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -115,6 +114,7 @@ from protocol_py.server.transport import (
     MemoryTrimmer,
     TransportHandler,
     TransportProtocol,
+    close_connection,
     send_events,
 )
 

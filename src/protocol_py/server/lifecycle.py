@@ -28,6 +28,7 @@ from protocol_py.server.transport import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     MemoryTrimmer,
+    close_connection,
     protocol_factory,
 )
 
@@ -260,15 +261,3 @@ class ServerLifecycle:
             task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
-
-
-def close_connection(protocol: H2Protocol) -> None:
-    """Send GOAWAY (best effort) and close the transport of one connection."""
-    connection = getattr(protocol, "connection", None)
-    if connection is None or connection.is_closing():
-        return
-    with contextlib.suppress(Exception):
-        connection._connection.close_connection()
-        connection.flush()
-    with contextlib.suppress(Exception):
-        protocol.processor.close("server shutting down")

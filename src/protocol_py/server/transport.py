@@ -327,11 +327,12 @@ class TransportHandler(grpclib.server.Handler):
         self._idle_timer = None
         protocol = self.protocol_ref() if self.protocol_ref is not None else None
         if self.open_streams == 0 and protocol is not None:
-            close_idle_connection(protocol)
+            close_connection(protocol, "idle connection closed")
 
 
-def close_idle_connection(protocol: H2Protocol) -> None:
-    """Send GOAWAY (NO_ERROR) and close the transport of an idle connection."""
+def close_connection(protocol: H2Protocol, reason: str = "server shutting down") -> None:
+    """Send GOAWAY (NO_ERROR, best effort) and close the transport of one connection; its
+    calls are cancelled with ``reason``."""
     connection = getattr(protocol, "connection", None)
     if connection is None or connection.is_closing():
         return
@@ -339,7 +340,7 @@ def close_idle_connection(protocol: H2Protocol) -> None:
         connection._connection.close_connection()
         connection.flush()
     with contextlib.suppress(Exception):
-        protocol.processor.close("idle connection closed")
+        protocol.processor.close(reason)
 
 
 def protocol_factory(
