@@ -51,7 +51,7 @@ The package is split by concept, each rule in one place: :mod:`~protocol_py.serv
 (Configure's JSON Schema and redaction), :mod:`~protocol_py.server.status` (exceptions to
 ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC log record),
 :mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
-(listening, health, drain), :mod:`~protocol_py.server.transport` (cancellation checkpoints, flow
+(listening, health, drain), :mod:`~protocol_py.server.connections` (cancellation checkpoints, flow
 control, memory release, receive and idle timeouts, grpclib issue 217) and
 :mod:`~protocol_py.server.handlers` (the RPCs).
 """
@@ -66,6 +66,18 @@ from protocol_py.server.config_schema import (
     loose_objects,
     redact,
     validate_config,
+)
+from protocol_py.server.connections import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    LARGE_CALL_BYTES,
+    MEMORY_TRIM_INTERVAL,
+    SEND_CHECKPOINT_INTERVAL,
+    MemoryTrimmer,
+    TransportHandler,
+    TransportProtocol,
+    close_connection,
+    send_events,
 )
 from protocol_py.server.handlers import (
     SERVICE_NAME,
@@ -104,18 +116,6 @@ from protocol_py.server.status import (
     invalid_request_event,
     unary_error,
     unknown_model,
-)
-from protocol_py.server.transport import (
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_RECEIVE_TIMEOUT,
-    LARGE_CALL_BYTES,
-    MEMORY_TRIM_INTERVAL,
-    SEND_CHECKPOINT_INTERVAL,
-    MemoryTrimmer,
-    TransportHandler,
-    TransportProtocol,
-    close_connection,
-    send_events,
 )
 
 __all__ = [

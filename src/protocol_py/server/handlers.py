@@ -23,6 +23,12 @@ from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.server.config_schema import fill_missing_values, loose_objects, validate_config
+from protocol_py.server.connections import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    cancel_outcome,
+    send_events,
+)
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -37,12 +43,6 @@ from protocol_py.server.status import (
     invalid_request_event,
     unary_error,
     unknown_model,
-)
-from protocol_py.server.transport import (
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_RECEIVE_TIMEOUT,
-    cancel_outcome,
-    send_events,
 )
 from protocol_py.structs import from_struct
 from protocol_py.validation import (
@@ -444,7 +444,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         request: Any,
     ) -> None:
         """Send the handler's events with cancellation checkpoints
-        (:func:`~protocol_py.server.transport.send_events`): when the client cancels or the
+        (:func:`~protocol_py.server.connections.send_events`): when the client cancels or the
         deadline passes, the handler (and the provider's generator) is closed at once."""
         await send_events(stream, handler(request))
 

@@ -23,14 +23,14 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
-from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.server.transport import (
+from protocol_py.server.connections import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     MemoryTrimmer,
     close_connection,
     protocol_factory,
 )
+from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 
 log = logging.getLogger("protocol_py.server")
 
@@ -78,9 +78,9 @@ class ServerLifecycle:
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
         receive_timeout: Time a unary-request call gets to complete its request, seconds
-            (:data:`~protocol_py.server.transport.DEFAULT_RECEIVE_TIMEOUT`).
+            (:data:`~protocol_py.server.connections.DEFAULT_RECEIVE_TIMEOUT`).
         idle_timeout: Time a connection may stay without an open stream before it is closed
-            with GOAWAY, seconds (:data:`~protocol_py.server.transport.DEFAULT_IDLE_TIMEOUT`).
+            with GOAWAY, seconds (:data:`~protocol_py.server.connections.DEFAULT_IDLE_TIMEOUT`).
 
     Raises:
         ValueError: a timeout that is not a positive number of seconds.

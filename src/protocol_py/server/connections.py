@@ -1,4 +1,4 @@
-"""Transport hardening of the reference server: cancellation, flow control, stalled peers.
+"""Per-connection hardening of the reference server: cancellation, flow control, stalled peers.
 
 What grpclib 0.4.9 leaves to the application, done here once for every RPC (issue 8, items
 2, 3, 7 and 8; spec: "The wire protocol"):
