@@ -2,9 +2,83 @@
 
 The generated message classes live in ``protocol_py_gen`` (``protocol_py_gen.model.v1``,
 ``protocol_py_gen.content.v1``, ``protocol_py_gen.common.v1``); this package holds the
-handwritten layer around them.
+handwritten layer around them. The names most programs need are importable from here::
+
+    from protocol_py import Provider, ProviderError, serve          # plugin side
+    from protocol_py import ModelClient, Conversation, route        # kernel side
+
+They are loaded on first use, so ``import protocol_py`` stays cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
-__all__ = ["PACKAGE_VERSION", "PROTOCOL_VERSION"]
+if TYPE_CHECKING:
+    from protocol_py.accumulate import StreamAccumulator, accumulate
+    from protocol_py.client import Completion, ModelClient
+    from protocol_py.conversation import Conversation
+    from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
+    from protocol_py.pricing import cost
+    from protocol_py.provider import Provider, ProviderError
+    from protocol_py.routing import route
+    from protocol_py.server import ModelServer
+    from protocol_py.serving import ServeError, serve, serve_async
+
+_LAZY: dict[str, str] = {
+    "Completion": "protocol_py.client",
+    "Conversation": "protocol_py.conversation",
+    "InvalidValueError": "protocol_py.errors",
+    "ModelClient": "protocol_py.client",
+    "ModelServer": "protocol_py.server",
+    "ProtocolError": "protocol_py.errors",
+    "Provider": "protocol_py.provider",
+    "ProviderError": "protocol_py.provider",
+    "ServeError": "protocol_py.serving",
+    "StreamAccumulator": "protocol_py.accumulate",
+    "ValidationError": "protocol_py.errors",
+    "accumulate": "protocol_py.accumulate",
+    "cost": "protocol_py.pricing",
+    "route": "protocol_py.routing",
+    "serve": "protocol_py.serving",
+    "serve_async": "protocol_py.serving",
+}
+"""Public name -> the module defining it (imported on first attribute access, PEP 562)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'protocol_py' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = [
+    "PACKAGE_VERSION",
+    "PROTOCOL_VERSION",
+    "Completion",
+    "Conversation",
+    "InvalidValueError",
+    "ModelClient",
+    "ModelServer",
+    "ProtocolError",
+    "Provider",
+    "ProviderError",
+    "ServeError",
+    "StreamAccumulator",
+    "ValidationError",
+    "accumulate",
+    "cost",
+    "route",
+    "serve",
+    "serve_async",
+]

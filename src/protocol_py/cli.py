@@ -2,15 +2,19 @@
 
 Subcommands::
 
-    protocol-py serve [--provider NAME] [--host H] [--port P] [--handshake] [--log-level L]
+    protocol-py serve [--provider NAME] [--host H] [--port P | --socket PATH] [--handshake]
+                      [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L]
                       [--max-message-size SIZE] [--grace-period S] [--receive-timeout S]
                       [--idle-timeout S] [--base-url URL] [--discover]
-    protocol-py chat [--server H:P] [--model ID] [--system TEXT] [--timeout S] PROMPT
-    protocol-py capabilities [--server H:P] [--json]
-    protocol-py describe [--server H:P]
+    protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
+                     PROMPT
+    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
+    protocol-py describe [--server H:P|unix:PATH] [TLS]
     protocol-py version
     protocol-py validate FILE
     protocol-py cost --pricing FILE --usage FILE [--at ISO8601] [--json]
+
+    TLS (client options): [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name N]
 
 Exit status: 0 success; 1 a failure (invalid document, unreachable server, in-band error,
 refused start-up); 2 bad usage or unreadable input. Errors go to stderr as one clear line,
@@ -21,27 +25,45 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import logging
 import os
-import signal
 import sys
+import textwrap
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
-from ulid import ULID
 
 from protocol_py import protojson
-from protocol_py.accumulate import StreamAccumulator
+from protocol_py.chat import (
+    EXIT_CANCELLED,
+    ChatError,
+    ChatOptions,
+    build_params,
+    chat_interactive,
+    chat_once,
+    load_tools,
+    read_prompt,
+    stdin_binary,
+)
 from protocol_py.client import ModelClient
-from protocol_py.errors import ProtocolError, ValidationError, errors_only
+from protocol_py.errors import (
+    InvalidValueError,
+    ProtocolError,
+    ValidationError,
+    describe_json_error,
+    errors_only,
+)
 from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
-from protocol_py.providers import provider_class
+from protocol_py.provider import Provider
+from protocol_py.providers import (
+    BUILTIN,
+    ProviderLoadError,
+    installed_providers,
+    load_provider_class,
+)
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST,
@@ -49,20 +71,17 @@ from protocol_py.server import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
     DEFAULT_RECEIVE_TIMEOUT,
-    LogFormatter,
-    ModelServer,
     parse_size,
 )
+from protocol_py.serving import ServeError, configure_logging, serve
+from protocol_py.transport import add_client_options, add_serve_options, client_ssl_from_options
 from protocol_py.validation import load_document
-from protocol_py.version import PACKAGE_VERSION, PROTOCOL_MAJOR, PROTOCOL_VERSION
-from protocol_py_gen.common.v1 import CallContext, ProducerRef
-from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
+from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
+from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.model.v1 import (
     Capabilities,
     Pricing,
     PricingTier,
-    StreamCompletionRequest,
-    StreamEvent,
     Usage,
 )
 
@@ -128,6 +147,30 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _provider_help() -> str:
+    installed = ", ".join(sorted(installed_providers())) or "none"
+    return (
+        f"built-in: {', '.join(BUILTIN)}; installed (entry points): {installed}; "
+        "or module:Class or path/to/file.py:Class (default: %(default)s)"
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+_SERVER: Final = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+_SERVER_HELP: Final = (
+    "the server's host:port ([v6]:port for IPv6) or unix:PATH (default %(default)s)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``protocol-py`` (exposed for documentation and tests)."""
 
@@ -136,17 +179,26 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"Model-provider plugin protocol {PROTOCOL_VERSION}: reference server, "
         "client and tools.",
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"protocol-py {PACKAGE_VERSION} (protocol {PROTOCOL_VERSION})",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    serve = sub.add_parser("serve", help="serve ModelService for a built-in provider")
-    serve.add_argument("--provider", default="reference", help="built-in provider name")
-    serve.add_argument("--host", default=DEFAULT_HOST, help=f"bind address ({DEFAULT_HOST})")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one")
+    serve = sub.add_parser("serve", help="serve ModelService for a provider")
+    serve.add_argument("--provider", default="reference", help=_provider_help())
+    serve.add_argument("--host", default=None, help=f"bind address ({DEFAULT_HOST})")
+    serve.add_argument(
+        "--port", type=int, default=None, help=f"port ({DEFAULT_PORT}); 0 picks a free one"
+    )
     serve.add_argument(
         "--handshake",
         action="store_true",
-        help="print '<protocol major>|tcp|<host>:<port>|grpc' on stdout once serving",
+        help="print '1|tcp|<host>:<port>|grpc' or '1|unix|<path>|grpc' on stdout once serving; "
+        "with no address, listen on a private unix socket",
     )
+    add_serve_options(serve)
     serve.add_argument(
         "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
     )
@@ -183,18 +235,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     chat = sub.add_parser("chat", help="stream one answer from a running server")
-    chat.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    chat.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
+    add_client_options(chat)
     chat.add_argument("--model", default=None, help="model id (default: the first served)")
     chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
     chat.add_argument("--timeout", type=_positive_float, default=120.0, help="deadline, seconds")
-    chat.add_argument("prompt", metavar="PROMPT")
+    chat.add_argument("--effort", default=None, help="thinking effort level (e.g. low, high)")
+    chat.add_argument("--budget", type=_positive_int, default=None, help="thinking budget, tokens")
+    chat.add_argument("--max-tokens", type=_positive_int, default=None, help="max output tokens")
+    chat.add_argument("--temperature", type=_positive_float, default=None, help="temperature")
+    chat.add_argument(
+        "--stop", action="append", default=None, metavar="TEXT", help="stop sequence (repeatable)"
+    )
+    chat.add_argument(
+        "--tools",
+        default=None,
+        metavar="FILE.json",
+        help="JSON array of tool declarations {name, description, inputSchema}",
+    )
+    chat.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default=None,
+        help="the prompt, '-' for stdin, @FILE for a file's text; omitted: an interactive "
+        "session (one turn per line of stdin, /exit or end of input to quit)",
+    )
 
     caps = sub.add_parser("capabilities", help="list the models a server serves")
-    caps.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    caps.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
+    add_client_options(caps)
     caps.add_argument("--json", action="store_true", help="proto3 JSON of the Capabilities")
 
     describe = sub.add_parser("describe", help="show a server's plugin identity")
-    describe.add_argument("--server", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="host:port")
+    describe.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
+    add_client_options(describe)
 
     sub.add_parser("version", help="package and protocol version")
 
@@ -250,88 +325,75 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """``serve``: run the server until SIGINT/SIGTERM; exit 0 after a graceful shutdown."""
+    """``serve``: :func:`protocol_py.serving.serve` until SIGINT/SIGTERM; exit 0 after a
+    graceful shutdown."""
 
-    level = str(args.log_level).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(LogFormatter())
-    logging.basicConfig(level=level, handlers=[handler])
-    if not 0 <= args.port < 65536:
+    try:
+        configure_logging(args.log_level)
+    except ValueError:
+        raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
+    if args.port is not None and not 0 <= args.port < 65536:
         raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
+    provider = _load_provider(args)
     try:
-        cls = provider_class(args.provider)
-        provider = cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
-    except (ValueError, TypeError, ImportError) as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    server = ModelServer(
-        provider,
-        max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
-        grace_period=args.grace_period,
-        receive_timeout=args.receive_timeout,
-        idle_timeout=args.idle_timeout,
-    )
-    return asyncio.run(_serve(server, args.host, args.port, args.handshake))
-
-
-async def _serve(server: Any, host: str, port: int, handshake: bool) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    force = asyncio.Event()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            force.set()  # a second signal: stop waiting for in-flight streams
-        stop.set()
-
-    def handler(signum: int, frame: object) -> None:
-        # A plain signal handler runs before the event loop handles anything else, so no
-        # health Check can be answered SERVING after the signal arrived (case C04).
-        server.mark_draining()
-        loop.call_soon_threadsafe(on_signal)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        try:
-            await server.start(host, port)
-        except ValidationError as exc:
-            raise CliError(f"refusing to start: {exc}") from None
-        except OSError as exc:
-            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        logging.getLogger("protocol_py.server").info(
-            "serving %s on %s (protocol %s)", server.provider.name, server.address, PROTOCOL_VERSION
+        serve(
+            provider,
+            host=args.host,
+            port=args.port,
+            socket=args.socket,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            handshake=args.handshake,
+            grace_period=args.grace_period,
+            max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
+            log_level=None,
+            receive_timeout=args.receive_timeout,
+            idle_timeout=args.idle_timeout,
         )
-        if handshake:
-            sys.stdout.write(f"{PROTOCOL_MAJOR}|tcp|{server.address}|grpc\n")
-            sys.stdout.flush()
-        await stop.wait()
-        logging.getLogger("protocol_py.server").info("shutting down (draining)")
-        shutdown = asyncio.ensure_future(server.shutdown())
-        forced = asyncio.ensure_future(force.wait())
-        done, _ = await asyncio.wait({shutdown, forced}, return_when=asyncio.FIRST_COMPLETED)
-        forced.cancel()
-        if shutdown not in done:
-            shutdown.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await shutdown
-            await server.shutdown(grace_period=0)
-        logging.getLogger("protocol_py.server").info("stopped")
-        return EXIT_OK
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    except ServeError as exc:
+        raise CliError(str(exc)) from None
+    except InvalidValueError as exc:  # conflicting listening options, unusable TLS files
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return EXIT_OK
+
+
+def _load_provider(args: argparse.Namespace) -> Provider:
+    """``--provider``: load the class (built-in, entry point, module:Class, file.py:Class) and
+    build it; every failure is a usage error (exit 2) naming what was wrong."""
+    what = f"--provider {args.provider!r:.120}"
+    try:
+        cls = load_provider_class(args.provider)
+    except ProviderLoadError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:  # the provider's own module failed to import
+        raise CliError(
+            f"{what}: importing it failed: {type(exc).__name__}: {exc!s:.300}", EXIT_USAGE
+        ) from None
+    try:
+        return cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:
+        raise CliError(
+            f"{what}: constructing {cls.__qualname__} failed: {type(exc).__name__}: {exc!s:.300}",
+            EXIT_USAGE,
+        ) from None
 
 
 # -- client commands ---------------------------------------------------------------------------
 
 
-def _run_client(action: Callable[[ModelClient], Awaitable[_T]], address: str) -> _T:
-    """Connect to ``address`` inside a fresh event loop, run ``action``, always close."""
+def _run_client(
+    action: Callable[[ModelClient], Awaitable[_T]], address: str, args: argparse.Namespace
+) -> _T:
+    """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
+    ``action``, always close."""
 
     async def run() -> _T:
         try:
-            client = ModelClient.connect(address)
+            context, server_name = client_ssl_from_options(args)
+            client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         try:
@@ -353,133 +415,43 @@ def _run_client(action: Callable[[ModelClient], Awaitable[_T]], address: str) ->
         raise CliError(str(exc)) from None
 
 
-def _style(stream: TextIO, code: str, text: str) -> str:
-    if stream.isatty() and not os.environ.get("NO_COLOR"):
-        return f"\x1b[{code}m{text}\x1b[0m"
-    return text
-
-
 def cmd_chat(args: argparse.Namespace) -> int:
-    """``chat``: stream one answer; thinking dim (or ``[thinking]``-prefixed), then a
-    ``tokens: ... cost: ... USD`` line."""
-    status: int = _run_client(lambda client: _chat(client, args), args.server)
-    return status
-
-
-async def _chat(client: ModelClient, args: argparse.Namespace) -> int:
-    out = sys.stdout
-    timeout: float = args.timeout
-    caps = await client.get_capabilities(timeout=timeout)
-    if not caps.models:
-        raise CliError("the server serves no models")
-    model_id = args.model or caps.models[0].id
-    spec = next((m for m in caps.models if m.id == model_id), None)
-    if spec is None:
-        served = ", ".join(m.id for m in caps.models)
-        raise CliError(f"unknown model {model_id!r}; served: {served}", EXIT_USAGE)
-    context = []
-    if args.system:
-        context.append(
-            ContextSection(
-                provider="protocol-py-cli",
-                label="system",
-                content=[ContentBlock(text=TextBlock(text=args.system))],
-            )
-        )
-    request = StreamCompletionRequest(
-        model_id=model_id,
-        messages=[
-            Message(
-                role=Role.USER,
-                id=str(ULID()),
-                content=[ContentBlock(text=TextBlock(text=args.prompt))],
-            )
-        ],
-        assembled_context=context,
-        call_context=CallContext(
-            session_id=str(ULID()), turn_id=str(ULID()), working_directory=os.getcwd()
-        ),
-    )
-    accumulator = StreamAccumulator(produced_by_model_id=model_id)
-    received_at: datetime | None = None
-    mode = ""
-    events = 0
+    """``chat``: stream one answer (see :mod:`protocol_py.chat`), or without PROMPT an
+    interactive multi-turn session reading stdin line by line."""
     try:
-        async for event in client.stream(request, timeout=args.timeout):
-            events += 1
-            mode, received = _show_event(out, event, mode)
-            accumulator.feed(event)
-            received_at = received or received_at
-    except (TimeoutError, GRPCError) as exc:
-        if isinstance(exc, GRPCError) and exc.status is not Status.DEADLINE_EXCEEDED:
-            raise
-        if events == 0:
-            raise CliError(f"deadline of {timeout:g}s passed before the first event") from None
-        out.write("\n")
-        out.flush()
-        partial = accumulator.result()
-        text = sum(len(b.text.text) for b in partial.message.content if b.text is not None)
-        raise CliError(
-            f"deadline of {timeout:g}s passed mid-stream after {events} event(s) "
-            f"({text} characters of text, no stop event); the answer above is incomplete"
-        ) from None
-    out.write("\n")
-    result = accumulator.result()
-    if result.error is not None:
-        print(
-            f"error: {result.error.kind.name}: {result.error.message}",
-            file=sys.stderr,
+        prompt = read_prompt(args.prompt, stdin_binary())
+        options = ChatOptions(
+            model=args.model,
+            system=args.system,
+            timeout=args.timeout,
+            params=build_params(
+                effort=args.effort,
+                budget=args.budget,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                stop=args.stop,
+            ),
+            tools=load_tools(args.tools) if args.tools else [],
         )
-    summary = []
-    usage = result.usage
-    if usage is not None:
-        cached = ""
-        if usage.cache_read_tokens or usage.cache_write_tokens:
-            cached = (
-                f" (cache read {usage.cache_read_tokens or 0},"
-                f" cache write {usage.cache_write_tokens or 0})"
-            )
-        reasoning = f" (reasoning {usage.reasoning_tokens})" if usage.reasoning_tokens else ""
-        summary.append(
-            f"tokens: input {usage.input_tokens}{cached}, output {usage.output_tokens}{reasoning}"
-        )
-        if spec.pricing is not None:
-            breakdown = cost(spec.pricing, usage, received_at or datetime.now(UTC))
-            summary.append(f"cost: {breakdown.total_usd()} USD")
-    if result.stop is not None:
-        reason = result.stop.reason.name.lower()
-        if result.stop.matched_stop_sequence is not None:
-            reason += f" {result.stop.matched_stop_sequence!r}"
-        summary.append(f"stop: {reason}")
-    print("; ".join(summary) if summary else "no usage reported", file=out)
-    return EXIT_FAILURE if result.error is not None or not result.complete else EXIT_OK
+    except ChatError as exc:
+        raise CliError(str(exc), exc.status) from None
 
+    async def run(client: ModelClient) -> int:
+        try:
+            if prompt is None:
+                return await chat_interactive(
+                    client, options, stdin_binary(), sys.stdout, sys.stderr
+                )
+            return await chat_once(client, prompt, options, sys.stdout)
+        except ChatError as exc:
+            raise CliError(str(exc), exc.status) from None
 
-def _show_event(out: TextIO, event: StreamEvent, mode: str) -> tuple[str, datetime | None]:
-    """Print one event of ``chat``; returns the new display mode and, for a usage event, the
-    time it was received (UTC)."""
-    received_at: datetime | None = None
-    if event.thinking_delta is not None:
-        if mode != "thinking":
-            out.write(_style(out, "2", "[thinking] "))
-            mode = "thinking"
-        out.write(_style(out, "2", event.thinking_delta.text))
-    elif event.text_delta is not None:
-        if mode == "thinking":
-            out.write("\n")
-        mode = "text"
-        out.write(event.text_delta.text)
-    elif event.tool_call_start is not None:
-        out.write(_style(out, "36", f"\n[tool call {event.tool_call_start.name}("))
-        mode = "tool"
-    elif event.tool_call_delta is not None:
-        out.write(_style(out, "36", event.tool_call_delta.arguments_fragment))
-    elif event.tool_call_done is not None:
-        out.write(_style(out, "36", ")]"))
-    elif event.usage is not None:
-        received_at = datetime.now(UTC)
-    out.flush()
-    return mode, received_at
+    try:
+        status: int = _run_client(run, args.server, args)
+    except KeyboardInterrupt:
+        print(file=sys.stdout, flush=True)
+        raise CliError("cancelled (SIGINT)", EXIT_CANCELLED) from None
+    return status
 
 
 def _thinking_summary(spec: Any) -> str:
@@ -539,41 +511,59 @@ def _pricing_summary(spec: Any) -> str:
         text += f" / ${_rate(tier.cache_read_per_mtok)} cache read"
     text += " per Mtok"
     if len(pricing.tiers) > 1:
-        text += f" (tier {index} of {len(pricing.tiers)} now)"
+        text += f" (tier {index + 1} of {len(pricing.tiers)} now)"
     return text
 
 
+TABLE_WIDTH: Final = 100
+"""Columns ``capabilities`` fits its table into (characters)."""
+
+
+def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[str]:
+    """The ``capabilities`` table: one row per model (MODEL, CONTEXT and MAX OUT in tokens,
+    CACHING, THINKING wrapped to the columns left), then an indented ``pricing:`` line (USD per
+    million tokens now, tiers numbered from 1), every line at most ``width`` characters."""
+    head = ("MODEL", "CONTEXT", "MAX OUT", "CACHING")
+    rows = [
+        (m.id, str(m.context_window), str(m.max_output_tokens), _caching_summary(m)) for m in models
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    indent = sum(widths) + 2 * len(widths)
+    room = max(20, width - indent)
+
+    def line(cells: Sequence[str], last: str) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + "  " + last
+
+    out = [line(head, "THINKING").rstrip()]
+    pad = " " * (widths[0] + 2)
+    for model, row in zip(models, rows, strict=True):
+        thinking = textwrap.wrap(_thinking_summary(model), room, break_on_hyphens=False) or [""]
+        out.append(line(row, thinking[0]).rstrip())
+        out.extend((" " * indent + more).rstrip() for more in thinking[1:])
+        pricing = f"pricing (USD): {_pricing_summary(model)}"
+        out.extend(textwrap.wrap(pricing, width, initial_indent=pad, subsequent_indent=pad + "  "))
+    return out
+
+
 def cmd_capabilities(args: argparse.Namespace) -> int:
-    """``capabilities``: a table of models (thinking, caching, pricing now), or ``--json``."""
+    """``capabilities``: :func:`capabilities_table` (fits 100 columns), or ``--json``."""
     caps: Capabilities = _run_client(
-        lambda client: client.get_capabilities(timeout=30), args.server
+        lambda client: client.get_capabilities(timeout=30), args.server, args
     )
     if args.json:
         print(protojson.dumps(caps, indent=2))
         return EXIT_OK
-    rows = [("MODEL", "CONTEXT", "MAX OUT", "THINKING", "CACHING", "PRICING (USD)")]
-    rows.extend(
-        (
-            m.id,
-            str(m.context_window),
-            str(m.max_output_tokens),
-            _thinking_summary(m),
-            _caching_summary(m),
-            _pricing_summary(m),
-        )
-        for m in caps.models
-    )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
-        print("  ".join([*cells, row[-1]]))
+    for line in capabilities_table(caps.models):
+        print(line)
     print(f"protocol {caps.protocol_version}")
     return EXIT_OK
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
     """``describe``: the plugin's name, version, source, category and protocol version."""
-    producer: ProducerRef = _run_client(lambda client: client.describe(timeout=30), args.server)
+    producer: ProducerRef = _run_client(
+        lambda client: client.describe(timeout=30), args.server, args
+    )
     print(f"name:             {producer.name}")
     print(f"version:          {producer.version}")
     print(f"source:           {producer.source or '-'}")
@@ -621,6 +611,8 @@ def _read_json(path: str, what: str) -> Any:
     try:
         plain = json.loads(raw, parse_constant=reject)
         exact = json.loads(raw, parse_float=Decimal, parse_int=Decimal, parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} {path}: not valid JSON: {describe_json_error(exc)}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise CliError(f"{what} {path}: not valid JSON: {exc}") from None
     if not isinstance(plain, dict):

@@ -1,7 +1,7 @@
 """A grpclib client for ModelService: the kernel side of the protocol, for tools and tests.
 
-:class:`ModelClient` connects to ``host:port``, validates the provider's Capabilities
-(:func:`protocol_py.validation.validate_capabilities`), streams raw events
+:class:`ModelClient` connects to ``host:port`` (or ``unix:PATH``; TLS optional), validates the
+provider's Capabilities (:func:`protocol_py.validation.validate_capabilities`), streams raw events
 (:meth:`ModelClient.stream`) or folds a whole completion (:meth:`ModelClient.complete`) into the
 canonical assistant Message with its usage, stop and exact cost: the usage event is priced with
 the tier matching its receipt time and prompt size (:func:`protocol_py.pricing.cost`). Deadlines
@@ -20,16 +20,20 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from ssl import SSLContext
 from types import TracebackType
 from typing import Any
 
 from grpclib.client import Channel
+from grpclib.config import Configuration
 from grpclib.const import Cardinality
 
 from protocol_py.accumulate import AccumulatedResponse, StreamAccumulator
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.pricing import CostBreakdown, cost
 from protocol_py.structs import to_struct
+from protocol_py.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
+from protocol_py.transport import unix_socket_path
 from protocol_py.validation import validate_capabilities
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.content.v1 import Message
@@ -157,14 +161,36 @@ class ModelClient:
         self._provider_name: str | None = None
 
     @classmethod
-    def connect(cls, address: str) -> ModelClient:
-        """A client for ``host:port`` (the connection opens lazily, on the first call).
+    def connect(
+        cls,
+        address: str,
+        *,
+        ssl: SSLContext | None = None,
+        server_hostname: str | None = None,
+    ) -> ModelClient:
+        """A client for ``host:port`` or a unix socket ``unix:PATH`` / ``unix:///ABS/PATH``
+        (the connection opens lazily, on the first call).
+
+        Args:
+            address: Where the server listens.
+            ssl: Connect with TLS using this client context (see :mod:`protocol_py.tls`);
+                ALPN ``h2`` is set on it. None: plaintext.
+            server_hostname: The name checked against the server's certificate (default: the
+                host; ``localhost`` over a unix socket).
 
         Raises:
             InvalidValueError: a malformed address.
         """
+        path = unix_socket_path(address)
+        config = None
+        if ssl is not None:
+            ssl.set_alpn_protocols(list(ALPN_PROTOCOLS))
+            name = server_hostname or (CERT_SAN_DNS if path is not None else None)
+            config = Configuration(ssl_target_name_override=name)
+        if path is not None:
+            return cls(Channel(path=path, ssl=ssl, config=config))
         host, port = parse_address(address)
-        return cls(Channel(host, port))
+        return cls(Channel(host, port, ssl=ssl, config=config))
 
     async def __aenter__(self) -> ModelClient:
         return self

@@ -11,6 +11,7 @@ No public function lets a bare ``KeyError``, ``TypeError`` or ``IndexError`` esc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -105,3 +106,26 @@ class StreamOrderError(ProtocolError):
         self.index = index
         self.rule = rule
         self.detail = message
+
+
+_JSON_EXPECTED = {
+    "Expecting value": "expected a JSON value",
+    "Expecting property name enclosed in double quotes": (
+        "expected a property name in double quotes (a trailing comma?)"
+    ),
+    "Expecting ':' delimiter": "expected ':' after the property name",
+    "Expecting ',' delimiter": "expected ',' or a closing bracket",
+    "Extra data": "unexpected text after the JSON value",
+    "Unterminated string starting at": "unterminated string",
+    "Invalid control character at": "a control character inside a string (escape it)",
+    "Invalid \\escape": "an invalid backslash escape",
+}
+
+
+def describe_json_error(exc: json.JSONDecodeError) -> str:
+    """``line L column C: <what was expected>`` for a JSON syntax error (1-based line and
+    column, as an editor shows them), saying when the text ended early."""
+    what = _JSON_EXPECTED.get(exc.msg, exc.msg)
+    if exc.pos >= len(exc.doc.rstrip()) and exc.msg != "Extra data":
+        what = f"the text ends early ({what})"
+    return f"line {exc.lineno} column {exc.colno}: {what}"

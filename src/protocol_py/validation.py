@@ -43,7 +43,7 @@ import betterproto2
 from jsonschema import Draft202012Validator
 
 from protocol_py import protojson
-from protocol_py.errors import InvalidValueError, Violation
+from protocol_py.errors import InvalidValueError, Violation, describe_json_error
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
 from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
@@ -1402,6 +1402,10 @@ def load_document(path: str) -> tuple[str, list[Violation]]:
 
     try:
         data = json.loads(raw.decode("utf-8-sig"), parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        return "unknown", [
+            Violation(str(path), "file.not_json", f"not valid JSON: {describe_json_error(exc)}")
+        ]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return "unknown", [Violation(str(path), "file.not_json", f"not valid JSON: {exc}")]
     return validate_document(data)

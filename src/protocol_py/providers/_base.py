@@ -286,7 +286,14 @@ class HTTPProvider(Provider, abc.ABC):
         return cls(api_key=env.get(cls.api_key_env) or None, base_url=base_url, discover=discover)
 
     async def start(self) -> None:
-        """With ``--discover``: read GET <base>/models and add unknown ids with safe defaults."""
+        """Warn (one WARNING line naming :attr:`api_key_env`) when no API key is set; with
+        ``--discover``: read GET <base>/models and add unknown ids with safe defaults."""
+        if not self.api_key and self.api_key_env:
+            log.warning(
+                "no API key: %s is not set; an upstream that requires one refuses every "
+                "request (AUTHENTICATION) until it is set or Configure sends api_key",
+                self.api_key_env,
+            )
         if not self.discover:
             return
         from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415

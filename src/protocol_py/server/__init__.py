@@ -85,8 +85,6 @@ from protocol_py.server.handlers import (
 )
 from protocol_py.server.lifecycle import (
     DEFAULT_GRACE_PERIOD,
-    DEFAULT_HOST,
-    DEFAULT_PORT,
     FINAL_EVENT_TIMEOUT,
     SHUTDOWN_LINGER,
     DrainableStatus,
@@ -117,6 +115,7 @@ from protocol_py.server.status import (
     unary_error,
     unknown_model,
 )
+from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = [
     "DEFAULT_GRACE_PERIOD",

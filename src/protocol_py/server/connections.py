@@ -349,9 +349,11 @@ def protocol_factory(
     receive_timeout: float,
     idle_timeout: float,
     trimmer: MemoryTrimmer | None = None,
+    protocol_class: Callable[..., H2Protocol] | None = None,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with :class:`TransportHandler` and
-    :class:`TransportProtocol` (one pair per accepted connection)."""
+    ``protocol_class`` (default :class:`TransportProtocol`, or a subclass of it), one pair per
+    accepted connection."""
     server.__gc_step__()
     handler = TransportHandler(
         server._mapping,
@@ -363,7 +365,8 @@ def protocol_factory(
         trimmer=trimmer,
     )
     server._handlers.add(handler)
-    protocol = TransportProtocol(handler, server._config, server._h2_config)
+    make = protocol_class or TransportProtocol
+    protocol = make(handler, server._config, server._h2_config)
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import time
 import weakref
+from asyncio import BaseTransport
 from collections.abc import Iterator
-from typing import Any, Final
+from ssl import SSLContext
+from typing import Any, Final, cast
 
 import grpclib.server
 from grpclib.const import Status
@@ -27,10 +31,12 @@ from protocol_py.server.connections import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     MemoryTrimmer,
+    TransportProtocol,
     close_connection,
     protocol_factory,
 )
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT, SOCKET_MODE, remove_socket
 
 log = logging.getLogger("protocol_py.server")
 
@@ -42,12 +48,6 @@ FINAL_EVENT_TIMEOUT: Final = 1.0
 
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
-
-DEFAULT_HOST: Final = "127.0.0.1"
-"""Default listening host: loopback only."""
-
-DEFAULT_PORT: Final = 50051
-"""Default listening TCP port."""
 
 
 class DrainableStatus(ServiceStatus):
@@ -113,6 +113,11 @@ class ServerLifecycle:
         self._idle.set()
         self.port: int | None = None
         self.host: str | None = None
+        self.socket_path: str | None = None
+        """The unix-domain socket listened on, or None on TCP."""
+        self.tls = False
+        """True when serving TLS."""
+        self._owns_socket_dir = False
 
     # -- hooks for the subclass -----------------------------------------------------------------
 
@@ -134,11 +139,32 @@ class ServerLifecycle:
 
     # -- listening ------------------------------------------------------------------------------
 
-    async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
-        """Prepare, listen on ``host:port`` (0: a free port) and mark health SERVING.
+    async def start(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        path: str | None = None,
+        ssl: SSLContext | None = None,
+        owns_socket_dir: bool = False,
+        client_certificate: bytes | None = None,
+    ) -> int:
+        """Prepare, listen and mark health SERVING.
+
+        Args:
+            host: TCP host (ignored with ``path``).
+            port: TCP port; 0 picks a free one (ignored with ``path``).
+            path: Listen on this unix-domain socket instead; the file gets mode
+                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`.
+            ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
+            owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
+                remove it too on :meth:`shutdown`.
+            client_certificate: DER of the only client certificate accepted (automatic
+                mutual TLS): a TLS connection whose verified peer certificate is any other is
+                closed before its first HTTP/2 frame is read (:class:`PinnedH2Protocol`).
 
         Returns:
-            The bound port.
+            The bound TCP port (0 on a unix socket).
 
         Raises:
             ValidationError: invalid Capabilities (the server does not start).
@@ -157,23 +183,42 @@ class ServerLifecycle:
                     receive_timeout=receive_timeout,
                     idle_timeout=idle_timeout,
                     trimmer=trimmer,
+                    protocol_class=(
+                        functools.partial(PinnedH2Protocol, client_certificate)
+                        if client_certificate is not None
+                        else TransportProtocol
+                    ),
                 )
                 protocols.add(protocol)
                 return protocol
 
         codec = LimitedCodec(self.max_message_size, self.max_message_size)
         self._server = _Server(self.services(), codec=codec)
-        await self._server.start(host, port)
-        listener = self._server._server
-        assert listener is not None
-        sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
-        self.host, self.port = str(sockname[0]), int(sockname[1])
+        if path is not None:
+            self._owns_socket_dir = owns_socket_dir
+            # The socket is created owner-only (umask), not made so after a window.
+            previous_umask = os.umask(0o777 & ~SOCKET_MODE)
+            try:
+                await self._server.start(path=path, ssl=ssl)
+            finally:
+                os.umask(previous_umask)
+            os.chmod(path, SOCKET_MODE)
+            self.socket_path, self.host, self.port = path, None, 0
+        else:
+            await self._server.start(host, port, ssl=ssl)
+            listener = self._server._server
+            assert listener is not None
+            sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
+            self.host, self.port = str(sockname[0]), int(sockname[1])
+        self.tls = ssl is not None
         self.health_status.set(True)
         return self.port
 
     @property
     def address(self) -> str:
-        """``host:port`` the server listens on (IPv6 hosts in brackets)."""
+        """``host:port`` the server listens on (IPv6 hosts in brackets), or ``unix:PATH``."""
+        if self.socket_path is not None:
+            return f"unix:{self.socket_path}"
         host = self.host or DEFAULT_HOST
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
@@ -242,6 +287,8 @@ class ServerLifecycle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         self._trimmer.cancel()
+        if self.socket_path is not None:
+            remove_socket(self.socket_path, owns_dir=self._owns_socket_dir)
         with contextlib.suppress(Exception):
             await self.close_provider()
 
@@ -261,3 +308,26 @@ class ServerLifecycle:
             task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
+
+
+class PinnedH2Protocol(TransportProtocol):
+    """grpclib's server connection that accepts only one client certificate (AutoMTLS).
+
+    The SSL context already required a client certificate that verifies against the pinned
+    one; this also refuses any other certificate that verifies (one issued by the pinned
+    certificate's key, should that be a CA), comparing the DER bytes exactly.
+    """
+
+    def __init__(self, certificate: bytes, *args: Any) -> None:
+        super().__init__(*args)
+        self.pinned_certificate = certificate
+
+    def connection_made(self, transport: BaseTransport) -> None:
+        """Set up HTTP/2, then abort at once unless the peer presented the pinned certificate
+        (the handler is closed through ``connection_lost``, so nothing is kept)."""
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        peer = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if peer != self.pinned_certificate:
+            log.warning("refused a TLS connection: its client certificate is not the kernel's")
+            cast(asyncio.Transport, transport).abort()

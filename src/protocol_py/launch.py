@@ -1,0 +1,215 @@
+"""The kernel side of launching a plugin: subprocess, handshake, automatic mutual TLS.
+
+:func:`launch` starts a plugin (any command that serves ModelService and prints a handshake
+line, e.g. ``protocol-py serve --handshake``), reads its handshake line within a bounded start
+timeout and yields a :class:`LaunchedPlugin` holding a :class:`~protocol_py.client.ModelClient`
+connected to it; leaving the ``async with`` block closes the client, stops the plugin (SIGTERM,
+then SIGKILL after :data:`STOP_TIMEOUT`) and removes its private socket::
+
+    async with launch(["protocol-py", "serve", "--handshake"]) as plugin:
+        caps = await plugin.client.get_capabilities(timeout=10)
+
+Automatic mutual TLS (hashicorp/go-plugin's AutoMTLS, adapted; README "Security"): a fresh
+client key and self-signed certificate (:func:`protocol_py.tls.generate_certificate`) are made
+for each launch and the PEM certificate is put in the plugin's environment as
+``PROTOCOL_PY_CLIENT_CERT``; the plugin answers with its own fresh certificate in the fifth
+handshake field, and the client trusts exactly that certificate and presents its own, so no
+other process can complete a TLS handshake with the plugin, nor impersonate it to the kernel.
+The client key never leaves this process's memory (except the instant :mod:`ssl` loads it from
+a private temporary file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Final
+
+from protocol_py.client import ModelClient
+from protocol_py.errors import ProtocolError
+from protocol_py.tls import (
+    CERT_SAN_DNS,
+    CLIENT_CERT_ENV,
+    generate_certificate,
+    pinned_client_context,
+)
+from protocol_py.transport import (
+    MAX_HANDSHAKE_LINE_BYTES,
+    Handshake,
+    parse_handshake,
+    remove_socket,
+)
+
+START_TIMEOUT: Final = 30.0
+"""Default time a plugin gets to print its handshake line, seconds."""
+
+STOP_TIMEOUT: Final = 10.0
+"""Default time a plugin gets to exit after SIGTERM before it is killed, seconds."""
+
+STDOUT_CHUNK: Final = 64 * 1024
+"""Bytes read at a time when discarding a plugin's stdout after the handshake."""
+
+
+class LaunchError(ProtocolError):
+    """The plugin did not start: it exited, printed no handshake line within the start
+    timeout, printed a malformed one, or refused automatic mutual TLS. The plugin has been
+    stopped when this is raised."""
+
+
+@dataclass(eq=False)
+class LaunchedPlugin:
+    """A running plugin subprocess and a client connected to it.
+
+    Attributes:
+        process: The plugin's process.
+        handshake: Its parsed handshake line.
+        client: A client connected to it (pinned to its certificate under AutoMTLS).
+        auto_mtls: True when the connection uses automatic mutual TLS.
+        stop_timeout: Seconds :meth:`close` waits after SIGTERM before SIGKILL.
+    """
+
+    process: asyncio.subprocess.Process
+    handshake: Handshake
+    client: ModelClient
+    auto_mtls: bool
+    stop_timeout: float = STOP_TIMEOUT
+    _drain: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    async def close(self) -> None:
+        """Close the client, stop the plugin and remove its private socket (idempotent)."""
+        self.client.close()
+        await _stop(self.process, self.stop_timeout)
+        if self._drain is not None:
+            self._drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._drain
+        if self.handshake.transport == "unix":
+            remove_socket(self.handshake.address, owns_dir=True)
+
+
+@contextlib.asynccontextmanager
+async def launch(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    auto_mtls: bool = True,
+    start_timeout: float = START_TIMEOUT,
+    stop_timeout: float = STOP_TIMEOUT,
+    stderr: int | IO[Any] | None = None,
+) -> AsyncIterator[LaunchedPlugin]:
+    """Start a plugin and connect to it (see the module docstring); an async context manager
+    whose exit calls :meth:`LaunchedPlugin.close`.
+
+    Args:
+        argv: The plugin's command line (it must print the handshake line on stdout).
+        env: Its environment (default: this process's); ``PROTOCOL_PY_CLIENT_CERT`` is set
+            (``auto_mtls``) or removed.
+        auto_mtls: Require automatic mutual TLS (a plugin that does not answer with a server
+            certificate is refused). False: plaintext, for plugins that predate it.
+        start_timeout: Seconds allowed for the handshake line.
+        stop_timeout: Seconds :meth:`LaunchedPlugin.close` waits after SIGTERM.
+        stderr: Where the plugin's stderr goes (default: inherited; ``subprocess.DEVNULL``).
+
+    Raises:
+        LaunchError: see the class; the plugin is stopped first.
+        OSError: the command cannot be executed.
+    """
+    environ = dict(os.environ if env is None else env)
+    environ.pop(CLIENT_CERT_ENV, None)
+    pair = generate_certificate() if auto_mtls else None
+    if pair is not None:
+        environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=environ,
+        limit=MAX_HANDSHAKE_LINE_BYTES,
+    )
+    try:
+        handshake = await _read_handshake(process, start_timeout)
+        if pair is not None and handshake.server_certificate is None:
+            raise LaunchError(
+                "the plugin did not answer automatic mutual TLS (no server certificate in its "
+                "handshake line); launch it with auto_mtls=False to connect in plaintext"
+            )
+        context = None
+        if pair is not None and handshake.server_certificate is not None:
+            context = pinned_client_context(handshake.server_certificate, pair)
+        client = ModelClient.connect(
+            handshake.target,
+            ssl=context,
+            server_hostname=CERT_SAN_DNS if context is not None else None,
+        )
+    except BaseException:
+        await _stop(process, 0)
+        raise
+    assert process.stdout is not None
+    drain = asyncio.ensure_future(_discard(process.stdout))
+    plugin = LaunchedPlugin(process, handshake, client, pair is not None, stop_timeout, drain)
+    try:
+        yield plugin
+    finally:
+        await plugin.close()
+
+
+async def _read_handshake(process: asyncio.subprocess.Process, timeout: float) -> Handshake:  # noqa: ASYNC109
+    assert process.stdout is not None
+    try:
+        raw = await asyncio.wait_for(process.stdout.readline(), timeout)
+    except TimeoutError:
+        raise LaunchError(f"no handshake line from the plugin within {timeout:g} s") from None
+    except (ValueError, asyncio.LimitOverrunError):
+        raise LaunchError(
+            f"the plugin's handshake line is longer than {MAX_HANDSHAKE_LINE_BYTES} bytes"
+        ) from None
+    if not raw.endswith(b"\n"):
+        code = await _wait(process, 1.0)
+        raise LaunchError(
+            f"the plugin exited (status {code}) before printing its handshake line"
+            if code is not None
+            else "the plugin closed its stdout before printing its handshake line"
+        )
+    try:
+        return parse_handshake(raw.decode("utf-8", "replace"))
+    except ValueError as exc:
+        raise LaunchError(f"bad handshake line: {exc}") from None
+
+
+async def _wait(process: asyncio.subprocess.Process, timeout: float) -> int | None:  # noqa: ASYNC109
+    with contextlib.suppress(TimeoutError):
+        return await asyncio.wait_for(process.wait(), timeout)
+    return None
+
+
+async def _stop(process: asyncio.subprocess.Process, timeout: float) -> None:  # noqa: ASYNC109
+    """SIGTERM, wait ``timeout`` seconds, then SIGKILL; always reaps the process."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate() if timeout > 0 else process.kill()
+        if await _wait(process, timeout) is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+
+async def _discard(stream: asyncio.StreamReader) -> None:
+    """Read and drop a plugin's stdout after the handshake so it can never block on a full
+    pipe (nothing is kept)."""
+    with contextlib.suppress(Exception):
+        while await stream.read(STDOUT_CHUNK):
+            pass
+
+
+__all__ = [
+    "START_TIMEOUT",
+    "STOP_TIMEOUT",
+    "LaunchError",
+    "LaunchedPlugin",
+    "launch",
+]

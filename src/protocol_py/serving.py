@@ -1,0 +1,257 @@
+"""Serve a provider with one call: ``protocol_py.serve(MyProvider())``.
+
+:func:`serve` (blocking) and :func:`serve_async` run exactly what ``protocol-py serve`` runs:
+the reference gRPC server (:class:`~protocol_py.server.ModelServer`) for one provider, stderr
+logging (one JSON line per RPC, see :class:`~protocol_py.server.LogFormatter`), SIGINT/SIGTERM
+handling with a grace period for in-flight streams (a second signal stops waiting), and the
+optional ``--handshake`` line on stdout so a kernel can launch the plugin as a subprocess
+(spec: "The wire protocol")::
+
+    from protocol_py import serve
+    from my_package import MyProvider
+
+    serve(MyProvider(), port=0, handshake=True)
+
+Returns after a graceful shutdown. Refused start-up (invalid Capabilities, an address that
+cannot be bound) raises :class:`ServeError`; bad arguments raise
+:class:`~protocol_py.errors.InvalidValueError` before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final, TextIO
+
+from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
+from protocol_py.provider import Provider
+from protocol_py.server import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    LogFormatter,
+    ModelServer,
+)
+from protocol_py.transport import handshake_line, listen_spec
+from protocol_py.version import PROTOCOL_VERSION
+
+__all__ = [
+    "DEFAULT_LOG_LEVEL",
+    "LOG_LEVELS",
+    "ServeError",
+    "configure_logging",
+    "handshake_line",
+    "serve",
+    "serve_async",
+]
+
+log = logging.getLogger("protocol_py.server")
+
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""Accepted ``log_level`` names (case-insensitive)."""
+
+DEFAULT_LOG_LEVEL: Final = "INFO"
+"""The log level of :func:`serve` and ``protocol-py serve`` unless told otherwise."""
+
+
+class ServeError(ProtocolError):
+    """The server refused to start: invalid Capabilities (every violation listed) or an
+    address that cannot be bound. The message is one line fit for a terminal."""
+
+
+def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None) -> None:
+    """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON.
+
+    Like :func:`logging.basicConfig`, it does nothing when the root logger already has
+    handlers (an application that configured logging keeps its own setup).
+
+    Raises:
+        InvalidValueError: ``level`` is not one of :data:`LOG_LEVELS` (rule ``serve.log_level``).
+    """
+    name = str(level).upper()
+    if name not in LOG_LEVELS:
+        raise InvalidValueError(
+            f"invalid log level {str(level)[:40]!r}: expected one of {', '.join(LOG_LEVELS)}",
+            path="log_level",
+            rule="serve.log_level",
+        )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(LogFormatter())
+    logging.basicConfig(level=name, handlers=[handler])
+
+
+def _check_port(port: int) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
+        raise InvalidValueError(
+            f"invalid port {port!r}: must be an integer in 0..65535 (0 picks a free one)",
+            path="port",
+            rule="serve.port",
+        )
+
+
+async def serve_async(
+    provider: Provider,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    socket: str | None = None,
+    handshake: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    log_level: str | None = DEFAULT_LOG_LEVEL,
+    handle_signals: bool = True,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[ModelServer], None] | None = None,
+    **server_options: Any,
+) -> None:
+    """Serve ``provider`` until SIGINT/SIGTERM (or ``stop`` is set), then drain and return.
+
+    Args:
+        provider: The provider to serve.
+        host: Bind address (default 127.0.0.1, loopback only).
+        port: TCP port (default 50051); 0 picks a free one (read it from the handshake line or
+            ``on_started``).
+        socket: Listen on this unix-domain socket (mode 0600) instead of TCP.
+        handshake: Print the handshake line (``1|tcp|<host>:<port>|grpc``,
+            ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
+            ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
+            directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
+            TLS (:func:`protocol_py.transport.listen_spec`).
+        tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
+        tls_key: Its private key, PEM file.
+        tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
+        grace_period: Seconds in-flight StreamCompletions get to finish on shutdown.
+        max_message_size: Largest message in either direction, bytes.
+        log_level: Configure stderr logging at this level (:func:`configure_logging`); None
+            leaves logging as the application set it up.
+        handle_signals: Install SIGINT/SIGTERM handlers (main thread only); a first signal
+            drains, a second stops waiting for in-flight streams.
+        stop: Set this event to shut down gracefully (as a signal would).
+        on_started: Called with the server once it listens (before the handshake line).
+        **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
+
+    Raises:
+        ServeError: invalid Capabilities or the address cannot be bound (nothing is served).
+        InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
+            or an unusable TLS file (``TLSConfigError``).
+
+    Cancelling the task shuts the server down at once (grace period 0) and re-raises.
+    """
+    if port is not None:
+        _check_port(port)
+    if log_level is not None:
+        configure_logging(log_level)
+    server = ModelServer(
+        provider, max_message_size=max_message_size, grace_period=grace_period, **server_options
+    )
+    listen = listen_spec(
+        host=host,
+        port=port,
+        socket=socket,
+        handshake=handshake,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
+    )
+    loop = asyncio.get_running_loop()
+    stop_event = stop or asyncio.Event()
+    force = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop_event.is_set():
+            force.set()  # a second signal: stop waiting for in-flight streams
+        stop_event.set()
+
+    def handler(signum: int, frame: object) -> None:
+        # A plain signal handler runs before the event loop handles anything else, so no
+        # health Check can be answered SERVING after the signal arrived (case C04).
+        server.mark_draining()
+        loop.call_soon_threadsafe(on_signal)
+
+    previous: dict[int, Any] = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            await listen.start(server)
+        except ValidationError as exc:
+            raise ServeError(f"refusing to start: {exc}") from None
+        except OSError as exc:
+            raise ServeError(
+                f"cannot listen on {listen.describe()}: {exc.strerror or exc}"
+            ) from None
+        log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
+        if on_started is not None:
+            on_started(server)
+        if handshake:
+            sys.stdout.write(handshake_line(server, listen.server_certificate))
+            sys.stdout.flush()
+        try:
+            await stop_event.wait()
+        except asyncio.CancelledError:
+            server.mark_draining()
+            await server.shutdown(grace_period=0)
+            raise
+        await _drain(server, force)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        listen.discard()
+
+
+async def _drain(server: ModelServer, force: asyncio.Event) -> None:
+    """Shut down within the grace period, or at once when ``force`` is set meanwhile."""
+    log.info("shutting down (draining)")
+    shutdown = asyncio.ensure_future(server.shutdown())
+    forced = asyncio.ensure_future(force.wait())
+    done, _ = await asyncio.wait({shutdown, forced}, return_when=asyncio.FIRST_COMPLETED)
+    forced.cancel()
+    if shutdown not in done:
+        shutdown.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await shutdown
+        await server.shutdown(grace_period=0)
+    log.info("stopped")
+
+
+def serve(
+    provider: Provider,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    socket: str | None = None,
+    handshake: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    log_level: str | None = DEFAULT_LOG_LEVEL,
+    **server_options: Any,
+) -> None:
+    """Serve ``provider`` in a new event loop until SIGINT/SIGTERM; blocks, returns after a
+    graceful shutdown. Arguments and errors as :func:`serve_async` (``protocol-py serve`` is
+    this call)."""
+    asyncio.run(
+        serve_async(
+            provider,
+            host=host,
+            port=port,
+            socket=socket,
+            handshake=handshake,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            grace_period=grace_period,
+            max_message_size=max_message_size,
+            log_level=log_level,
+            **server_options,
+        )
+    )
