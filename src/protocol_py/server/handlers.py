@@ -221,13 +221,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         log.error("%s failed", rpc, exc_info=exc)
                     raise error from None
                 await stream.send_message(response)
-            except GRPCError as exc:
-                record.outcome = "error"
-                record.error_kind = exc.status.name
-                record.detail = exc.message
-                raise
-            except (asyncio.CancelledError, GeneratorExit):
-                record.outcome, record.detail = cancel_outcome(stream)
+            except (GRPCError, asyncio.CancelledError, GeneratorExit) as exc:
+                _record_failure(record, exc, stream)
                 raise
             finally:
                 record.emit()
@@ -410,7 +405,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         self.check_accepting()
         with self.in_flight() as task:
-            request = await self._recv(stream, StreamCompletionRequest)
+            try:
+                request = await self._recv(stream, StreamCompletionRequest)
+            except (GRPCError, asyncio.CancelledError) as exc:
+                record = RpcRecord(rpc="StreamCompletion")  # ended before its request was read
+                _record_failure(record, exc, stream)
+                record.emit()
+                raise
             handler = functools.partial(self._completion, deadline=stream.deadline)
             try:
                 await self._call_rpc_handler_server_stream(handler, stream, request)
@@ -550,6 +551,18 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             raise
         finally:
             record.emit()
+
+
+def _record_failure(
+    record: RpcRecord, exc: BaseException, stream: grpclib.server.Stream[Any, Any]
+) -> None:
+    """Fill ``record`` for a call ended by a gRPC status or by cancellation (the client's
+    cancel, its deadline or the receive timeout: see
+    :func:`~protocol_py.server.connections.cancel_outcome`)."""
+    if isinstance(exc, GRPCError):
+        record.outcome, record.error_kind, record.detail = "error", exc.status.name, exc.message
+    else:
+        record.outcome, record.detail = cancel_outcome(stream)
 
 
 def _reraise_swallowed_cancellation() -> None:
