@@ -31,6 +31,9 @@ Mapping summary:
   message_stop"), keeping what was streamed. Any terminal error first emits the signature of
   an open thinking block whose ``signature_delta`` already arrived (the block is then
   replayable); an unsigned thinking block of such a turn never gets a signature event (B09).
+  Then the usage reported so far (``message_start`` merged with any ``message_delta``) is
+  emitted as a ``usage`` event before the ``error``: reported usage is never dropped (issue 8
+  item 9).
 - A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
 
 Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =
@@ -43,7 +46,9 @@ fractional or non-numeric count is dropped with a warning (docs/adapters.md).
 
 Stop table: end_turn -> END_TURN, max_tokens and model_context_window_exceeded -> MAX_TOKENS,
 tool_use -> TOOL_USE, stop_sequence -> STOP_SEQUENCE with ``matched_stop_sequence``, refusal ->
-REFUSAL; pause_turn and any unknown value -> END_TURN with model_affirmed false.
+REFUSAL, pause_turn -> PAUSE_TURN (protocol 1.1: the turn is paused, not complete; the kernel
+sends the paused content back as the last message to continue it); any unknown value -> END_TURN
+with model_affirmed false.
 ``stop_sequence`` with a null (or non-string) ``stop_sequence`` -> END_TURN, model_affirmed
 false, vendor_reason ``stop_sequence``: the contract sets ``matched_stop_sequence`` exactly when
 the reason is STOP_SEQUENCE (the checker rejects STOP_SEQUENCE without it), so the adapter cannot
@@ -86,6 +91,7 @@ _STOP: Mapping[str, StopReason] = {
     "tool_use": StopReason.TOOL_USE,
     "stop_sequence": StopReason.STOP_SEQUENCE,
     "refusal": StopReason.REFUSAL,
+    "pause_turn": StopReason.PAUSE_TURN,
 }
 
 _USAGE_KEYS = (
@@ -461,9 +467,17 @@ class AnthropicStreamTranslator:
                     entry.signature = ""
             if not err.provider_request_id and self.request_id:
                 err.provider_request_id = self.request_id
+            if self._usage:  # reported usage is never dropped: usage, then the error
+                usage = map_anthropic_usage(self._usage, rate_limits=self._rate_limits)
+                out.append(StreamEvent(usage=usage))
             out.append(ev.error(err))
             self.finished = True
         return out
+
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error`` (a stall, a cut connection): an open thinking block's
+        signature, the usage reported so far, then the error."""
+        return self._fail([], error)
 
 
 _HANDLERS = {

@@ -39,9 +39,19 @@ Mapping summary:
 
   Arguments fragments are forwarded as received (empty ones skipped); every open call is
   closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04).
+- Per-call vendor data (protocol 1.1, B03): an entry's ``extra_content`` object (Gemini's
+  ``{"google": {"thought_signature": ...}}``, which may come in an entry of its own after the
+  arguments) is kept for its call, later objects' members overriding earlier ones, and emitted
+  on that call's ``tool_call_done`` as one ``VendorData`` at location
+  ``openai.tool_call.extra_content`` (compact JSON text, member order kept). An entry carrying
+  only ``extra_content`` never opens a call of its own. A value above
+  ``vendor_data.MAX_VALUE_BYTES`` ends the stream with a PERMANENT error (never cut).
 - ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
   ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
+- Every failure (vendor error, cut or stalled body, malformed chunk) emits the usage the vendor
+  already reported (a usage chunk, or usage beside the error) as a ``usage`` event right before
+  the ``error`` event: reported usage is never dropped (issue 8 item 9).
 - A ``moderation`` object (OpenAI's moderation option) with a flagged result becomes one
   ``safety_notice`` (MODERATION) per side; unflagged results produce nothing.
 - End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed. So is
@@ -76,12 +86,14 @@ the matched sequence as reported by vLLM; REFUSAL when refusal text arrived; TOO
 calls arrived, model_affirmed false), ``length``/``model_length`` -> MAX_TOKENS,
 ``tool_calls``/``function_call`` -> TOOL_USE, ``content_filter`` -> CONTENT_FILTERED, anything
 else -> END_TURN with model_affirmed false. ``vendor_reason`` is always the raw value. DeepSeek's
-``insufficient_system_resource`` finish reason is a terminal OVERLOADED error instead.
+``insufficient_system_resource`` finish reason is a terminal OVERLOADED error instead, held (like
+a stop) until ``[DONE]`` or the end of the body so that the usage chunk after it comes first.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,6 +106,8 @@ from protocol_py.providers._http import (
     transient_error,
 )
 from protocol_py.sse import SSEEvent
+from protocol_py.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
+from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -109,6 +123,8 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = ["OpenAIStreamTranslator", "map_openai_finish", "map_openai_usage"]
+
+_log = logging.getLogger("protocol_py.providers")
 
 _FINISH: Mapping[str, StopReason] = {
     "stop": StopReason.END_TURN,
@@ -253,6 +269,7 @@ class _Call:
     entries: int = 0
     pending: list[str] = field(default_factory=list)
     fragments: list[str] = field(default_factory=list)
+    extra_content: dict[str, Any] = field(default_factory=dict)
 
 
 class OpenAIStreamTranslator:
@@ -300,6 +317,7 @@ class OpenAIStreamTranslator:
         self._choice_stop_reason: object = None
         self._usage: dict[str, Any] | None = None
         self.finished = False
+        self._pending_error: ModelError | None = None
         self._synth = 0
         self._moderated: set[str] = set()
 
@@ -320,6 +338,8 @@ class OpenAIStreamTranslator:
             return []  # unknown event types on an OpenAI-compatible stream carry no content
         if data == "[DONE]":
             self._decide_start(out, None)
+            if self._pending_error is not None:
+                return self._fail(out, self._pending_error)
             if self._finish is None and not self._done_ends_turn:
                 return self._fail(
                     out,
@@ -339,15 +359,17 @@ class OpenAIStreamTranslator:
         if not isinstance(chunk, dict):
             return []
         self._decide_start(out, chunk)
-        if chunk.get("error") is not None:
-            return self._fail(out, self._error_from_obj(chunk))
-        self._decide_metadata(out, chunk)
         usage = chunk.get("usage")
         if not isinstance(usage, dict):
             xg = chunk.get("x_groq")
             usage = xg.get("usage") if isinstance(xg, dict) else None
         if isinstance(usage, dict):
-            self._usage = usage
+            self._usage = usage  # read first: usage beside an error is kept (issue 8 item 9)
+        if chunk.get("error") is not None:
+            return self._fail(out, self._error_from_obj(chunk))
+        if self._pending_error is not None:
+            return out  # after an error finish reason only the usage chunk still counts
+        self._decide_metadata(out, chunk)
         moderation = chunk.get("moderation")
         if isinstance(moderation, dict):
             self._moderation(out, moderation)
@@ -408,6 +430,8 @@ class OpenAIStreamTranslator:
         if self.finished:
             return []
         out: list[StreamEvent] = []
+        if self._pending_error is not None:
+            return self._fail(out, self._pending_error)
         if self._finish is not None:
             return self._succeed(out)
         return self._fail(
@@ -470,15 +494,14 @@ class OpenAIStreamTranslator:
         finish = choice.get("finish_reason")
         if isinstance(finish, str) and finish:
             if finish == "insufficient_system_resource":
-                self._fail(
-                    out,
-                    ModelError(
-                        kind=ErrorKind.OVERLOADED,
-                        message="the vendor interrupted generation: insufficient system resource",
-                        retryable=True,
-                        vendor_code=finish,
-                        provider_request_id=self.request_id or None,
-                    ),
+                # held until [DONE] or the end of the body: the usage chunk that follows is
+                # emitted before the error (issue 8 item 9)
+                self._pending_error = ModelError(
+                    kind=ErrorKind.OVERLOADED,
+                    message="the vendor interrupted generation: insufficient system resource",
+                    retryable=True,
+                    vendor_code=finish,
+                    provider_request_id=self.request_id or None,
                 )
                 return
             self._finish = finish
@@ -559,6 +582,17 @@ class OpenAIStreamTranslator:
         if isinstance(args, dict):
             args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
         call = self._open.get(index)
+        extra = raw.get("extra_content")
+        if call is None and not call_id and not name and not args and isinstance(extra, dict):
+            # Only vendor data, at a slot with no open call: it belongs to the latest open call
+            # (never a phantom call); with no call open it has nowhere to go (B03).
+            if not self._open:
+                _log.warning(
+                    "extra_content outside any open tool call ignored (keys: %s)",
+                    ", ".join(sorted(str(k)[:40] for k in extra)[:8]),
+                )
+                return
+            call = self._open[max(self._open)]
         if call_id:
             owner = self._by_id.get(call_id)
             if owner is not None and owner is not call:
@@ -591,6 +625,8 @@ class OpenAIStreamTranslator:
             self._by_id[call_id] = call  # (a started synthetic call keeps its id in events)
         if name and not call.name:
             call.name = name  # the name is set once, never concatenated (B02)
+        if isinstance(extra, dict):
+            call.extra_content.update(extra)  # opaque per-call vendor data (B03)
         if isinstance(args, str) and args:
             call.fragments.append(args)
             if call.started:
@@ -640,7 +676,23 @@ class OpenAIStreamTranslator:
         if problem is not None:
             self._fail(out, problem)
             return
-        out.append(ev.tool_done(call.id))
+        vendor_data: list[VendorData] = []
+        if call.extra_content:
+            value = json.dumps(call.extra_content, ensure_ascii=False, separators=(",", ":"))
+            encoded = value.encode()
+            if len(encoded) > MAX_VALUE_BYTES:
+                self._fail(
+                    out,
+                    ModelError(
+                        kind=ErrorKind.PERMANENT,
+                        message=f"tool call {call.id!r}: extra_content is {len(encoded)} bytes, "
+                        f"above the vendor data limit of {MAX_VALUE_BYTES}",
+                        retryable=False,
+                    ),
+                )
+                return
+            vendor_data.append(VendorData(location=OPENAI_EXTRA_CONTENT, value=encoded))
+        out.append(ev.tool_done(call.id, vendor_data))
 
     def _close_calls(self, out: list[StreamEvent]) -> None:
         for index in sorted(self._open):
@@ -655,15 +707,7 @@ class OpenAIStreamTranslator:
         if self.finished:
             return out
         if self._usage is not None:
-            out.append(
-                StreamEvent(
-                    usage=map_openai_usage(
-                        self._usage,
-                        reasoning_in_completion=self._reasoning_in_completion,
-                        rate_limits=self._rate_limits,
-                    )
-                )
-            )
+            out.append(StreamEvent(usage=self._mapped_usage()))
         elif self._rate_limits:
             out.append(ev.metadata(StreamMetadata(rate_limits=list(self._rate_limits))))
         out.append(
@@ -679,13 +723,28 @@ class OpenAIStreamTranslator:
         self.finished = True
         return out
 
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error`` (a stall, a cut connection): the usage the vendor
+        already reported, then the error (a pending vendor error finish reason wins)."""
+        return self._fail([], self._pending_error or error)
+
     def _fail(self, out: list[StreamEvent], err: ModelError) -> list[StreamEvent]:
         if not self.finished:
             if not err.provider_request_id and self.request_id:
                 err.provider_request_id = self.request_id
+            if self._usage is not None:
+                out.append(StreamEvent(usage=self._mapped_usage()))
             out.append(ev.error(err))
             self.finished = True
         return out
+
+    def _mapped_usage(self) -> Usage:
+        assert self._usage is not None
+        return map_openai_usage(
+            self._usage,
+            reasoning_in_completion=self._reasoning_in_completion,
+            rate_limits=self._rate_limits,
+        )
 
     def _error_from_data(self, data: str) -> ModelError:
         try:
