@@ -25,9 +25,10 @@ What grpclib 0.4.9 leaves to the application, done here once for every RPC (issu
   ``finally`` never acknowledges the buffered DATA and the connection's receive window shrinks
   for good (349 resets of 60 KB requests jammed a connection). Every accepted stream is now
   released when its task ends, however it ends.
-* **Stalled peers**: a unary-request call whose request is not complete (END_STREAM) within
-  the receive timeout (default :data:`DEFAULT_RECEIVE_TIMEOUT`) is ended with
-  DEADLINE_EXCEEDED and its buffered bytes released; a connection with no open stream for the
+* **Stalled peers**: a unary-request call whose handler is still waiting for request bytes
+  (no END_STREAM yet) when the receive timeout (default :data:`DEFAULT_RECEIVE_TIMEOUT`) has
+  passed since its HEADERS is ended with DEADLINE_EXCEEDED and its buffered bytes released
+  (client-streaming calls, such as reflection, are not timed); a connection with no open stream for the
   idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY (NO_ERROR).
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
