@@ -28,8 +28,9 @@ What grpclib 0.4.9 leaves to the application, done here once for every RPC (issu
 * **Stalled peers**: a unary-request call whose handler is still waiting for request bytes
   (no END_STREAM yet) when the receive timeout (default :data:`DEFAULT_RECEIVE_TIMEOUT`) has
   passed since its HEADERS is ended with DEADLINE_EXCEEDED and its buffered bytes released
-  (client-streaming calls, such as reflection, are not timed); a connection with no open stream for the
-  idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY (NO_ERROR).
+  (client-streaming calls, such as reflection, are not timed); a connection with no open
+  stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
+  (NO_ERROR).
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
