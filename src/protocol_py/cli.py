@@ -4,7 +4,8 @@ Subcommands::
 
     protocol-py serve [--provider NAME] [--host H] [--port P | --socket PATH] [--handshake]
                       [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L]
-                      [--max-message-size SIZE] [--grace-period S] [--base-url URL] [--discover]
+                      [--max-message-size SIZE] [--grace-period S] [--receive-timeout S]
+                      [--idle-timeout S] [--base-url URL] [--discover]
     protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
                      PROMPT
     protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
@@ -66,8 +67,10 @@ from protocol_py.providers import (
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
+    DEFAULT_RECEIVE_TIMEOUT,
     parse_size,
 )
 from protocol_py.serving import ServeError, configure_logging, serve
@@ -137,6 +140,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _timeout(text: str) -> float:
+    value = _positive_float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
 def _provider_help() -> str:
     installed = ", ".join(sorted(installed_providers())) or "none"
     return (
@@ -203,6 +213,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=DEFAULT_GRACE_PERIOD,
         help=f"seconds in-flight streams get on SIGINT/SIGTERM ({DEFAULT_GRACE_PERIOD:g})",
+    )
+    serve.add_argument(
+        "--receive-timeout",
+        type=_timeout,
+        default=DEFAULT_RECEIVE_TIMEOUT,
+        metavar="SECONDS",
+        help="time a call gets to send its whole request; slower ones get DEADLINE_EXCEEDED "
+        f"({DEFAULT_RECEIVE_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=_timeout,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"close a connection with no open call for this long ({DEFAULT_IDLE_TIMEOUT:g})",
     )
     serve.add_argument("--base-url", default=None, help="upstream API root (HTTP providers)")
     serve.add_argument(
@@ -323,6 +348,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             grace_period=args.grace_period,
             max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
             log_level=None,
+            receive_timeout=args.receive_timeout,
+            idle_timeout=args.idle_timeout,
         )
     except ServeError as exc:
         raise CliError(str(exc)) from None

@@ -31,6 +31,12 @@ from protocol_py.server.config_schema import (
     loose_objects,
     validate_config,
 )
+from protocol_py.server.connections import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    cancel_outcome,
+    send_events,
+)
 from protocol_py.server.context_window import check_context_window
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
@@ -104,6 +110,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         provider: The provider to serve.
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+        receive_timeout: Time a unary-request call gets to complete its request, seconds.
+        idle_timeout: Time a connection may stay without an open stream, seconds.
         descriptor_image: Path of the buf image for reflection; default: found next to the
             generated package (``gen/descriptor/protocol.binpb``) or via the
             ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
@@ -115,9 +123,16 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         grace_period: float = DEFAULT_GRACE_PERIOD,
+        receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         descriptor_image: Path | None = None,
     ) -> None:
-        super().__init__(max_message_size=max_message_size, grace_period=grace_period)
+        super().__init__(
+            max_message_size=max_message_size,
+            grace_period=grace_period,
+            receive_timeout=receive_timeout,
+            idle_timeout=idle_timeout,
+        )
         self.provider = provider
         self.descriptor_image = descriptor_image
         self._capabilities: Capabilities | None = None
@@ -228,7 +243,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise
                 raise error from None
             except (asyncio.CancelledError, GeneratorExit):
-                record.outcome = _cancel_outcome(stream)
+                record.outcome, record.detail = cancel_outcome(stream)
                 raise
             except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
                 log.error("%s failed", rpc, exc_info=exc)
@@ -454,7 +469,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.emit()
             raise error from None
         except (asyncio.CancelledError, GeneratorExit):
-            record.outcome = _cancel_outcome(stream)
+            record.outcome, record.detail = cancel_outcome(stream)
             record.emit()
             raise
 
@@ -477,16 +492,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         stream: grpclib.server.Stream[Any, Any],
         request: Any,
     ) -> None:
-        """Iterate the handler inside ``contextlib.aclosing`` so that, when the client cancels or
-        the deadline passes, the handler (and the provider's generator) is closed at once."""
-        events = handler(request)
-        if not hasattr(events, "aclose"):
-            async for event in events:
-                await stream.send_message(event)
-            return
-        async with contextlib.aclosing(events):
-            async for event in events:
-                await stream.send_message(event)
+        """Send the handler's events with cancellation checkpoints
+        (:func:`~protocol_py.server.connections.send_events`): when the client cancels or the
+        deadline passes, the handler (and the provider's generator) is closed at once."""
+        await send_events(stream, handler(request))
 
     def stream_completion(self, message: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
         """Validate, run the provider, check event order, classify failures (see the module)."""
@@ -613,16 +622,6 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             raise error from None
         finally:
             record.emit()
-
-
-def _cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> str:
-    """``deadline_exceeded`` when the call's deadline has passed, else ``cancelled``."""
-    deadline = stream.deadline
-    return (
-        "deadline_exceeded"
-        if deadline is not None and deadline.time_remaining() <= 0
-        else ("cancelled")
-    )
 
 
 def _reraise_swallowed_cancellation() -> None:
