@@ -46,6 +46,7 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
+    "CAPABILITIES_TIMEOUT",
     "EXIT_CANCELLED",
     "MAX_PROMPT_BYTES",
     "MAX_TOOLS_FILE_BYTES",
@@ -69,6 +70,10 @@ MAX_LINE_BYTES: Final = 1024 * 1024
 
 EXIT_CANCELLED: Final = 130
 """Exit status after SIGINT (128 + signal 2, the shell convention)."""
+
+CAPABILITIES_TIMEOUT: Final = 10.0
+"""Deadline of chat's first call, GetCapabilities, seconds (``--timeout`` when shorter): a
+listener that accepts but never answers (not even the HTTP/2 preface) fails within it."""
 
 EXIT_COMMANDS: Final = ("/exit", "/quit")
 """Lines that end an interactive session (besides end of input)."""
@@ -105,7 +110,7 @@ class ChatOptions:
 def _read_bounded(handle: BinaryIO, what: str, limit: int) -> bytes:
     data = handle.read(limit + 1)
     if len(data) > limit:
-        raise ChatError(f"{what}: longer than {limit} bytes", 2)
+        raise ChatError(f"{what}: longer than {limit} bytes")
     return data
 
 
@@ -113,7 +118,7 @@ def _decode(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ChatError(f"{what}: not UTF-8 (byte {exc.start})", 2) from None
+        raise ChatError(f"{what}: not UTF-8 (byte {exc.start})") from None
 
 
 def read_prompt(arg: str | None, stdin: BinaryIO) -> str | None:
@@ -122,8 +127,9 @@ def read_prompt(arg: str | None, stdin: BinaryIO) -> str | None:
     (``@@text`` is the literal ``@text``), or None (no argument: interactive session).
 
     Raises:
-        ChatError: an unreadable file, more than :data:`MAX_PROMPT_BYTES`, not UTF-8, or an
-            empty prompt (status 2).
+        ChatError: an unreadable file, more than :data:`MAX_PROMPT_BYTES`, not UTF-8, or empty
+            (status 1, as every bad input file); an empty PROMPT argument (status 2, bad
+            usage).
     """
     if arg is None:
         return None
@@ -139,12 +145,12 @@ def read_prompt(arg: str | None, stdin: BinaryIO) -> str | None:
             with open(path, "rb") as handle:
                 data = _read_bounded(handle, path, MAX_PROMPT_BYTES)
         except OSError as exc:
-            raise ChatError(f"{path}: cannot read: {exc.strerror or exc}", 2) from None
+            raise ChatError(f"{path}: cannot read: {exc.strerror or exc}") from None
         prompt, what = _decode(data, path), path
     else:
         prompt, what = arg, "PROMPT"
-    if not prompt.strip():
-        raise ChatError(f"{what}: empty prompt", 2)
+    if not prompt.strip():  # an empty argument is bad usage; an empty input, bad input
+        raise ChatError(f"{what}: empty prompt", 2 if what == "PROMPT" else 1)
     return prompt
 
 
@@ -154,24 +160,24 @@ def load_tools(path: str) -> list[ToolDeclaration]:
 
     Raises:
         ChatError: unreadable, larger than :data:`MAX_TOOLS_FILE_BYTES`, not JSON (line and
-            column named), or a declaration that does not decode (field path named); status 2.
+            column named), or a declaration that does not decode (field path named); status 1, as
+            every bad input file.
     """
     try:
         with open(path, "rb") as handle:
             raw = _read_bounded(handle, f"--tools {path}", MAX_TOOLS_FILE_BYTES)
     except OSError as exc:
-        raise ChatError(f"--tools {path}: cannot read: {exc.strerror or exc}", 2) from None
+        raise ChatError(f"--tools {path}: cannot read: {exc.strerror or exc}") from None
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ChatError(f"--tools {path}: not valid JSON: {describe_json_error(exc)}", 2) from None
+        raise ChatError(f"--tools {path}: not valid JSON: {describe_json_error(exc)}") from None
     except UnicodeDecodeError as exc:
-        raise ChatError(f"--tools {path}: not UTF-8 (byte {exc.start})", 2) from None
+        raise ChatError(f"--tools {path}: not UTF-8 (byte {exc.start})") from None
     items = data.get("tools") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ChatError(
-            f'--tools {path}: expected a JSON array of tool declarations (or {{"tools": [...]}})',
-            2,
+            f'--tools {path}: expected a JSON array of tool declarations (or {{"tools": [...]}})'
         )
     tools: list[ToolDeclaration] = []
     problems: list[str] = []
@@ -183,7 +189,7 @@ def load_tools(path: str) -> list[ToolDeclaration]:
         if decoded is not None:
             tools.append(decoded)
     if problems:
-        raise ChatError(f"--tools {path}: " + "; ".join(problems[:20]), 2)
+        raise ChatError(f"--tools {path}: " + "; ".join(problems[:20]))
     return tools
 
 
@@ -319,7 +325,7 @@ async def _stream_turn(
 
 
 async def _open(client: ModelClient, options: ChatOptions) -> tuple[Conversation, ModelSpec]:
-    caps = await client.get_capabilities(timeout=options.timeout)
+    caps = await client.get_capabilities(timeout=min(options.timeout, CAPABILITIES_TIMEOUT))
     if not caps.models:
         raise ChatError("the server serves no models")
     model_id = options.model or caps.models[0].id
@@ -428,7 +434,7 @@ async def chat_interactive(
             return status
         if len(raw) > MAX_LINE_BYTES:
             print(f"protocol-py chat: line longer than {MAX_LINE_BYTES} bytes", file=err)
-            return 2
+            return 1
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if text.strip() in EXIT_COMMANDS:
             return status

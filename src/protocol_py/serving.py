@@ -109,6 +109,7 @@ async def serve_async(
     handle_signals: bool = True,
     stop: asyncio.Event | None = None,
     on_started: Callable[[ModelServer], None] | None = None,
+    restore_signals: bool = True,
     **server_options: Any,
 ) -> None:
     """Serve ``provider`` until SIGINT/SIGTERM (or ``stop`` is set), then drain and return.
@@ -133,6 +134,11 @@ async def serve_async(
             leaves logging as the application set it up.
         handle_signals: Install SIGINT/SIGTERM handlers (main thread only); a first signal
             drains, a second stops waiting for in-flight streams.
+        restore_signals: After shutdown, put back the SIGINT/SIGTERM handlers found at start.
+            False (what :func:`serve` and ``protocol-py serve`` use): they are set to
+            ``SIG_IGN`` instead (kept through interpreter shutdown, and inherited by processes
+            started afterwards), so a duplicate signal while the process exits cannot turn its
+            status 0 into 143 or 130.
         stop: Set this event to shut down gracefully (as a signal would).
         on_started: Called with the server once it listens (before the handshake line).
         **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
@@ -202,7 +208,10 @@ async def serve_async(
         await _drain(server, force)
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            # Restoring SIG_DFL would let a late duplicate signal (coreutils ``timeout`` signals
+            # the child and its group) kill the process while it exits 0: ignore it instead.
+            # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
+            signal.signal(sig, old if restore_signals else signal.SIG_IGN)
         listen.discard()
 
 
@@ -238,7 +247,9 @@ def serve(
 ) -> None:
     """Serve ``provider`` in a new event loop until SIGINT/SIGTERM; blocks, returns after a
     graceful shutdown. Arguments and errors as :func:`serve_async` (``protocol-py serve`` is
-    this call)."""
+    this call), with ``restore_signals=False``: after it returns, SIGINT and SIGTERM are
+    ignored (``SIG_IGN``; the process is expected to exit, and a second signal must not kill
+    it)."""
     asyncio.run(
         serve_async(
             provider,
@@ -252,6 +263,7 @@ def serve(
             grace_period=grace_period,
             max_message_size=max_message_size,
             log_level=log_level,
+            restore_signals=False,
             **server_options,
         )
     )
