@@ -379,7 +379,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _load_provider(args: argparse.Namespace) -> Provider:
     """``--provider``: load the class (built-in, entry point, module:Class, file.py:Class) and
     build it; every failure is a usage error (exit 2) naming what was wrong."""
-    what = f"--provider {args.provider!r:.120}"
+    what = f"provider {args.provider!r:.120}"  # the prefix of ProviderLoadError's messages
     try:
         cls = load_provider_class(args.provider)
     except ProviderLoadError as exc:
@@ -446,7 +446,7 @@ def _run_client(
     action: Callable[[ModelClient], Awaitable[_T]],
     address: str,
     args: argparse.Namespace,
-    timeout: float,  # noqa: ASYNC109 - the deadline named in messages
+    timeout: float,
 ) -> _T:
     """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
     ``action``, always close. Opening the connection is bounded by :data:`CONNECT_TIMEOUT`;

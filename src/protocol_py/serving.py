@@ -13,7 +13,8 @@ optional ``--handshake`` line on stdout so a kernel can launch the plugin as a s
     serve(MyProvider(), port=0, handshake=True)
 
 Returns after a graceful shutdown. Refused start-up (invalid Capabilities, an address that
-cannot be bound) raises :class:`ServeError`; bad arguments raise
+cannot be bound, a provider whose ``start`` raised
+:class:`~protocol_py.provider.ProviderStartError`) raises :class:`ServeError`; bad arguments raise
 :class:`~protocol_py.errors.InvalidValueError` before anything starts.
 """
 
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from typing import Any, Final, TextIO
 
 from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
-from protocol_py.provider import Provider
+from protocol_py.provider import Provider, ProviderStartError
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -144,7 +145,9 @@ async def serve_async(
         **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
 
     Raises:
-        ServeError: invalid Capabilities or the address cannot be bound (nothing is served).
+        ServeError: invalid Capabilities, the address cannot be bound, or the provider's
+            ``start`` raised :class:`~protocol_py.provider.ProviderStartError` (nothing is
+            served).
         InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
             or an unusable TLS file (``TLSConfigError``).
 
@@ -189,6 +192,8 @@ async def serve_async(
             await listen.start(server)
         except ValidationError as exc:
             raise ServeError(f"refusing to start: {exc}") from None
+        except ProviderStartError as exc:
+            raise ServeError(str(exc)) from None
         except OSError as exc:
             raise ServeError(
                 f"cannot listen on {listen.describe()}: {exc.strerror or exc}"

@@ -47,7 +47,7 @@ import betterproto2
 import httpx
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.provider import JSONValue, Provider, ProviderError
+from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers import _events as ev
 from protocol_py.providers._http import (
     RetryPolicy,
@@ -62,6 +62,7 @@ from protocol_py.providers._url import (
     install_log_redaction,
     join_url,
     parse_base_url,
+    redact_url,
     url_secrets,
 )
 from protocol_py.sse import SSEEvent, SSEParser
@@ -304,8 +305,9 @@ class HTTPProvider(Provider, abc.ABC):
                 join_url(self.base_url, self.models_path), headers=self.auth_headers()
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise RuntimeError(
-                f"--discover: GET {self.models_path} failed: {type(exc).__name__}"
+            raise ProviderStartError(
+                f"--discover: cannot reach upstream {redact_url(self.base_url)} "
+                f"(GET {self.models_path}: {type(exc).__name__})"
             ) from None
         if response.status_code >= 300:
             err = self.redact_error(
@@ -316,11 +318,13 @@ class HTTPProvider(Provider, abc.ABC):
                     request_id_header=self.request_id_header,
                 )
             )
-            raise RuntimeError(f"--discover: GET {self.models_path} failed: {err.message}")
+            raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
             payload = response.json()
         except ValueError:
-            raise RuntimeError(f"--discover: GET {self.models_path} did not return JSON") from None
+            raise ProviderStartError(
+                f"--discover: GET {self.models_path} did not return JSON"
+            ) from None
         entries = payload.get("data") if isinstance(payload, dict) else None
         official = self.base_url == parse_base_url(self.default_base_url)
         for entry in entries if isinstance(entries, list) else []:
