@@ -75,6 +75,10 @@ CAPABILITIES_TIMEOUT: Final = 10.0
 """Deadline of chat's first call, GetCapabilities, seconds (``--timeout`` when shorter): a
 listener that accepts but never answers (not even the HTTP/2 preface) fails within it."""
 
+TURN_DROPPED: Final = "the turn was dropped; the session goes on"
+"""Said on stderr after a failed turn of an interactive session (in-band error, deadline,
+Ctrl-C): the turn is left out of the history and the next line starts a new one."""
+
 EXIT_COMMANDS: Final = ("/exit", "/quit")
 """Lines that end an interactive session (besides end of input)."""
 
@@ -272,12 +276,16 @@ async def _stream_turn(
         lines = "; ".join(str(v) for v in exc.violations)
         raise ChatError(f"invalid request: {lines}", 2) from None
     accumulator = StreamAccumulator(produced_by_model_id=conv.model_id)
-    state: dict[str, Any] = {"mode": "", "events": 0, "received_at": None}
+    state: dict[str, Any] = {"mode": "", "events": 0, "received_at": None, "text": 0, "thinking": 0}
 
     async def consume() -> None:
         async for event in client.stream(request, timeout=timeout):
             state["events"] += 1
             state["mode"] = show_event(out, event, state["mode"])
+            if event.text_delta is not None:
+                state["text"] += len(event.text_delta.text)
+            elif event.thinking_delta is not None:
+                state["thinking"] += len(event.thinking_delta.text)
             if event.usage is not None:
                 state["received_at"] = datetime.now(UTC)
             accumulator.feed(event)
@@ -300,28 +308,33 @@ async def _stream_turn(
     except asyncio.CancelledError:
         if not interrupted:
             raise
-        out.write("\n")
-        out.flush()
+        _end_line(out, state["mode"])
         raise _CancelledError from None
     except (TimeoutError, GRPCError) as exc:
         if isinstance(exc, GRPCError) and exc.status is not Status.DEADLINE_EXCEEDED:
             raise
         if state["events"] == 0:
             raise ChatError(f"deadline of {timeout:g}s passed before the first event") from None
-        out.write("\n")
-        out.flush()
-        partial = accumulator.result()
-        chars = sum(len(b.text.text) for b in partial.message.content if b.text is not None)
+        _end_line(out, state["mode"])
         raise ChatError(
             f"deadline of {timeout:g}s passed mid-stream after {state['events']} event(s) "
-            f"({chars} characters of text, no stop event); the answer above is incomplete"
+            f"({state['text']} characters of text and {state['thinking']} of thinking shown, no "
+            "stop event); the answer above is incomplete"
         ) from None
     finally:
         if handled:
             loop.remove_signal_handler(signal.SIGINT)
             signal.signal(signal.SIGINT, previous)  # asyncio.run's handler, between streams
-    out.write("\n")
+    _end_line(out, state["mode"])
     return _Turn(accumulator.result(), state["received_at"])
+
+
+def _end_line(out: TextIO, mode: str) -> None:
+    """End the line the answer was printed on; nothing when nothing was printed (an in-band
+    error before any content leaves stdout empty)."""
+    if mode:
+        out.write("\n")
+    out.flush()
 
 
 async def _open(client: ModelClient, options: ChatOptions) -> tuple[Conversation, ModelSpec]:
@@ -450,17 +463,17 @@ async def chat_interactive(
         try:
             turn = await _stream_turn(client, conv, out, options.timeout)
         except _CancelledError:
-            print("protocol-py chat: cancelled (SIGINT); the turn was dropped", file=err)
+            print(f"protocol-py chat: cancelled (SIGINT); {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             continue
         except ChatError as exc:
-            print(f"protocol-py chat: {exc}", file=err)
+            print(f"protocol-py chat: {exc}; {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             status = exc.status
             continue
         problem = _finish(turn, spec, out)
         if problem is not None:
-            print(f"protocol-py chat: {problem}", file=err)
+            print(f"protocol-py chat: {problem}; {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             status = 1
             continue
