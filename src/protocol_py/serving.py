@@ -136,7 +136,8 @@ async def serve_async(
         handle_signals: Install SIGINT/SIGTERM handlers (main thread only); a first signal
             drains, a second stops waiting for in-flight streams.
         restore_signals: After shutdown, put back the SIGINT/SIGTERM handlers found at start.
-            False (what :func:`serve` and ``protocol-py serve`` use): they are set to
+            False (what :func:`serve` and ``protocol-py serve`` use): after a graceful
+            shutdown (not after a refused start-up) they are set to
             ``SIG_IGN`` instead (kept through interpreter shutdown, and inherited by processes
             started afterwards), so a duplicate signal while the process exits cannot turn its
             status 0 into 143 or 130.
@@ -185,6 +186,7 @@ async def serve_async(
         loop.call_soon_threadsafe(on_signal)
 
     previous: dict[int, Any] = {}
+    stopped = False  # a graceful shutdown completed
     if handle_signals and threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -211,12 +213,13 @@ async def serve_async(
             await server.shutdown(grace_period=0)
             raise
         await _drain(server, force)
+        stopped = True
     finally:
         for sig, old in previous.items():
             # Restoring SIG_DFL would let a late duplicate signal (coreutils ``timeout`` signals
             # the child and its group) kill the process while it exits 0: ignore it instead.
             # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
-            signal.signal(sig, old if restore_signals else signal.SIG_IGN)
+            signal.signal(sig, signal.SIG_IGN if stopped and not restore_signals else old)
         listen.discard()
 
 

@@ -280,7 +280,11 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
         proc.stdin.flush()
         wait_for(proc.stdout, b"[thinking] ", out)
         proc.send_signal(signal.SIGINT)
-        wait_for(proc.stderr, b"protocol-py chat: cancelled (SIGINT); the turn was dropped; the session goes on\n", err)
+        wait_for(
+            proc.stderr,
+            b"protocol-py chat: cancelled (SIGINT); the turn was dropped; the session goes on\n",
+            err,
+        )
         configure(cli_server.address, {})  # full speed again
         proc.stdin.write(b"Second try\n")
         proc.stdin.flush()
