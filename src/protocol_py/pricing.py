@@ -297,6 +297,18 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
                 "(the window is half-open)",
             )
         )
+    elif typed and s_from is None and s_until is not None and s_until <= 0:
+        # sizes start at 0: [0, 0) matches no prompt (found by tests/reliability fuzzing; such
+        # a tier was accepted and then won resolution at size 0 over the tier that matched)
+        ok = False
+        out.append(
+            Violation(
+                f"{where}.input_tokens_until",
+                "pricing.tiers.size_window_empty",
+                f"input_tokens_until {s_until} leaves no prompt size (sizes start at 0 and the "
+                "window is half-open)",
+            )
+        )
     return _Bounds(t_from, t_until, s_from, s_until) if ok else None
 
 
@@ -476,7 +488,8 @@ def validate_pricing(
     time bounds parse (``pricing.tiers.effective_from.unparseable``,
     ``pricing.tiers.effective_from.naive``, same for ``effective_until``); size bounds >= 0
     (``pricing.tiers.input_tokens_negative``); each lower bound below its upper bound
-    (``pricing.tiers.time_window_empty``, ``pricing.tiers.size_window_empty``); the tiers
+    (``pricing.tiers.time_window_empty``, ``pricing.tiers.size_window_empty``; an absent
+    ``input_tokens_from`` counts as 0, so ``input_tokens_until: 0`` alone is empty); the tiers
     partition the whole (time x prompt size) plane (``pricing.tiers.overlap``,
     ``pricing.tiers.gap``, each message naming a concrete point of the offending cell). The
     partition is checked only when every tier's bounds are valid. A free Pricing with tiers is

@@ -2,8 +2,10 @@
 
 Each queued :class:`Reply` answers one request. Bodies are written chunk by chunk (a float in
 ``chunks`` is a pause in seconds); ``forever`` repeats a chunk until the client hangs up;
-``hang`` never sends response headers. The stub records every request (method, path, headers,
-body, arrival time) and when the client closed each connection.
+``hang`` never sends response headers; ``reset`` / ``reset_before_headers`` abort the
+connection with a TCP RST; :func:`dribble` splits a body into one-byte writes. The stub records
+every request (method, path, headers, body, arrival time), when the client closed each
+connection, and how many connections are open (:meth:`StubUpstream.wait_all_closed`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,6 +29,8 @@ class Reply:
     forever: tuple[bytes, float] | None = None
     hang: bool = False
     hold: bool = False  # after the chunks, keep the connection open until the client closes
+    reset: bool = False  # after the chunks, abort the connection with a TCP RST
+    reset_before_headers: bool = False  # read the request, then abort with a TCP RST
 
 
 @dataclass
@@ -40,7 +46,32 @@ class Seen:
         return json.loads(self.body)
 
 
-_REASONS = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 529: "Overloaded"}
+_REASONS = {
+    200: "OK",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    529: "Overloaded",
+}
+
+
+def dribble(body: bytes) -> list[bytes | float]:
+    """``body`` as one-byte writes, each followed by a zero pause (one event-loop turn), so
+    the client's reads see the body a byte at a time."""
+    out: list[bytes | float] = []
+    for i in range(len(body)):
+        out += [body[i : i + 1], 0.0]
+    return out
+
+
+def _abort(writer: asyncio.StreamWriter) -> None:
+    """Close the connection with a TCP RST (SO_LINGER 0) instead of a FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 class StubUpstream:
@@ -53,6 +84,13 @@ class StubUpstream:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = asyncio.Event()
+        self.accepted = 0
+        """Connections accepted so far."""
+        self.open_connections = 0
+        """Connections whose handler is still running (for hang/hold/forever replies: until the
+        client closes its end)."""
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -98,6 +136,23 @@ class StubUpstream:
         self.closed.set()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open_connections += 1
+        self._idle.clear()
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self.open_connections -= 1
+            if not self.open_connections:
+                self._idle.set()
+
+    async def wait_all_closed(self, limit: float) -> bool:
+        """Wait until no connection is open, at most ``limit`` seconds; True when none is."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), limit)
+        return self.open_connections == 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             seen = await self._read_request(reader)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -110,6 +165,9 @@ class StubUpstream:
         try:
             if reply.hang:
                 await watcher
+                return
+            if reply.reset_before_headers:
+                _abort(writer)
                 return
             head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'X')}"]
             head += [f"{k}: {v}" for k, v in reply.headers.items()]
@@ -129,6 +187,9 @@ class StubUpstream:
                     writer.write(data)
                     await writer.drain()
                     await asyncio.sleep(interval)
+                return
+            if reply.reset:
+                _abort(writer)
                 return
             if reply.hold:
                 await watcher

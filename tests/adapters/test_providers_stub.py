@@ -231,7 +231,8 @@ async def test_c08_b_pings_do_not_count_as_progress() -> None:
         events, took = await _timed(provider, "claude-sonnet-5-5")
         await asyncio.wait_for(stub.closed.wait(), 1)
         await provider.aclose()
-    assert kinds(events) == ["metadata", "error"]
+    assert kinds(events) == ["metadata", "usage", "error"]  # message_start's usage is kept
+    assert events[1].usage is not None and events[1].usage.input_tokens == 20
     assert events[-1].error is not None and events[-1].error.kind == ErrorKind.TRANSIENT
     assert took <= 1.0  # within 4 s of message_start, scaled
 
@@ -337,8 +338,11 @@ async def test_connection_dropped_mid_stream_is_transient_and_keeps_events() -> 
         "metadata",
         "thinking_delta",
         "thinking_delta",
+        "usage",
         "error",
     ]
+    assert events[-2].usage is not None
+    assert (events[-2].usage.input_tokens, events[-2].usage.output_tokens) == (100, 1)
     err = events[-1].error
     assert err is not None and err.kind == ErrorKind.TRANSIENT and err.retryable
     assert err.provider_request_id == "req_x"

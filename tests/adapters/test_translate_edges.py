@@ -80,8 +80,10 @@ def test_anthropic_error_event_midstream() -> None:
         "metadata",
         "thinking_delta",
         "thinking_delta",
+        "usage",
         "error",
     ]
+    assert value(events[-2]).input_tokens == 20  # message_start's usage, kept before the error
     err = value(events[-1])
     assert (err.kind, err.retryable, err.vendor_code) == (
         ErrorKind.OVERLOADED,

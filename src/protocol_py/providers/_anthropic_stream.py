@@ -31,6 +31,9 @@ Mapping summary:
   message_stop"), keeping what was streamed. Any terminal error first emits the signature of
   an open thinking block whose ``signature_delta`` already arrived (the block is then
   replayable); an unsigned thinking block of such a turn never gets a signature event (B09).
+  Then the usage reported so far (``message_start`` merged with any ``message_delta``) is
+  emitted as a ``usage`` event before the ``error``: reported usage is never dropped (issue 8
+  item 9).
 - A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
 
 Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =
@@ -461,9 +464,17 @@ class AnthropicStreamTranslator:
                     entry.signature = ""
             if not err.provider_request_id and self.request_id:
                 err.provider_request_id = self.request_id
+            if self._usage:  # reported usage is never dropped: usage, then the error
+                usage = map_anthropic_usage(self._usage, rate_limits=self._rate_limits)
+                out.append(StreamEvent(usage=usage))
             out.append(ev.error(err))
             self.finished = True
         return out
+
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error`` (a stall, a cut connection): an open thinking block's
+        signature, the usage reported so far, then the error."""
+        return self._fail([], error)
 
 
 _HANDLERS = {

@@ -39,7 +39,7 @@ import contextlib
 import json
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,11 +49,14 @@ import httpx
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers import _events as ev
+from protocol_py.providers._cancel import cancel_once, shielded
 from protocol_py.providers._http import (
     RetryPolicy,
     error_from_http,
     redact,
     redact_error,
+    redact_event,
+    remember_secrets,
     secret_values,
     transient_error,
 )
@@ -113,6 +116,9 @@ class Translator(Protocol):
 
     def on_json(self, body: object) -> list[StreamEvent]:
         """A whole JSON (non-SSE) response body: an error object or a non-streamed answer."""
+
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error``: the usage reported so far, then the error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +205,7 @@ class HTTPProvider(Provider, abc.ABC):
         self._client: httpx.AsyncClient | None = None
         self._retired: list[httpx.AsyncClient] = []
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
+        remember_secrets(self.secrets())  # never shown in any log record either
 
     # -- subclass hooks -----------------------------------------------------------------------
 
@@ -269,6 +276,7 @@ class HTTPProvider(Provider, abc.ABC):
                 max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
             )
         self.apply_extra_config(config)
+        remember_secrets(self.secrets())
         # streams in flight keep the old client; it is closed with the provider (aclose)
         if self._client is not None:
             self._retired.append(self._client)
@@ -301,8 +309,8 @@ class HTTPProvider(Provider, abc.ABC):
 
         client = self._http()
         try:
-            response = await client.get(
-                join_url(self.base_url, self.models_path), headers=self.auth_headers()
+            response = await cancel_once(
+                client.get(join_url(self.base_url, self.models_path), headers=self.auth_headers())
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ProviderStartError(
@@ -393,9 +401,7 @@ class HTTPProvider(Provider, abc.ABC):
         failure: ProviderError | None = None
         try:
             async for event in events:
-                if event.error is not None:
-                    redact_error(event.error, [*secrets, *self.secrets()])
-                yield event
+                yield redact_event(event, secrets)
         except Exception as exc:
             failure = self.provider_error(exc)
         finally:
@@ -491,7 +497,9 @@ class HTTPProvider(Provider, abc.ABC):
             )
             try:
                 async with asyncio.timeout_at(deadline):
-                    response = await client.send(http_request, stream=True)
+                    response = await cancel_once(
+                        client.send(http_request, stream=True), discard=_close_response
+                    )
             except TimeoutError:
                 yield ev.error(
                     transient_error(
@@ -508,21 +516,22 @@ class HTTPProvider(Provider, abc.ABC):
                     error = await self._read_error(response, deadline)
                     delay = self.retry.delay(attempt, error)
                     if delay is not None:
-                        await response.aclose()
+                        await shielded(response.aclose())
                         await asyncio.sleep(delay)
                         continue
                     yield ev.error(error)
                     return
-                async for event in self._translate(response, deadline):
-                    yield event
+                async with contextlib.aclosing(self._translate(response, deadline)) as events:
+                    async for event in events:
+                        yield event
                 return
             finally:
-                await response.aclose()
+                await shielded(response.aclose())
 
     async def _read_error(self, response: httpx.Response, deadline: float) -> ModelError:
         try:
             async with asyncio.timeout_at(deadline):
-                body = await response.aread()
+                body = await cancel_once(response.aread())
         except (TimeoutError, httpx.HTTPError):
             body = b""
         return error_from_http(
@@ -535,7 +544,7 @@ class HTTPProvider(Provider, abc.ABC):
 
     async def _translate(
         self, response: httpx.Response, startup_deadline: float
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         translator = self.make_translator(response.headers)
         parser = SSEParser()
         loop = asyncio.get_running_loop()
@@ -548,7 +557,7 @@ class HTTPProvider(Provider, abc.ABC):
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
-                    chunk = await chunks.__anext__()
+                    chunk = await cancel_once(chunks.__anext__())
             except StopAsyncIteration:
                 if raw is not None and raw.strip():
                     for event in self._whole_body(translator, bytes(raw), content_type):
@@ -612,20 +621,20 @@ class HTTPProvider(Provider, abc.ABC):
         )
 
 
+async def _close_response(response: httpx.Response) -> None:
+    await response.aclose()
+
+
 _MAX_WHOLE_BODY = 16 * 1024 * 1024
 """The largest 2xx body (bytes) kept for reading as a whole JSON answer before any SSE event."""
 
 
 def _fail(translator: Translator, error: ModelError) -> list[StreamEvent]:
-    """End a translator's stream with ``error`` (nothing when it already ended)."""
+    """End a translator's stream with ``error`` (nothing when it already ended): the
+    translator emits the usage already reported before the error."""
     if translator.finished:
         return []
-    with contextlib.suppress(AttributeError):
-        translator.finished = True
-    rid = getattr(translator, "request_id", "")
-    if rid and not error.provider_request_id:
-        error.provider_request_id = rid
-    return [ev.error(error)]
+    return translator.on_failure(error)
 
 
 def _invalid(message: str) -> ModelError:

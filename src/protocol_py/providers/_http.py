@@ -26,8 +26,9 @@ error is returned at once with the hint in ``ModelError.retry_after``. Without a
 waits an exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s).
 
 Secrets: every ModelError message built here passes through :func:`redact`, which removes the
-configured API key (and any Authorization / x-api-key header value) literally, wherever the
-upstream echoed it, plus vendor-key-shaped substrings (``sk-...``, ``xai-...``, ``gsk_...``).
+configured API key (and any Authorization / x-api-key header value, scheme included) literally,
+wherever the upstream echoed it, plus vendor-key-shaped substrings (``sk-...``, ``xai-...``,
+``gsk_...``); :func:`redact_event` applies it to every vendor-supplied string of an event.
 
 CONTEXT_OVERFLOW (D10: only "when the vendor says the prompt did not fit"): the vendor code
 ``context_length_exceeded``, or an error message about the prompt / context / input tokens not
@@ -46,9 +47,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
-from protocol_py_gen.model.v1 import ErrorKind, ModelError, RateLimitKind, RateLimitSnapshot
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    RateLimitKind,
+    RateLimitSnapshot,
+    StreamEvent,
+)
 
 __all__ = [
     "MAX_DURATION_S",
@@ -64,6 +71,9 @@ __all__ = [
     "parse_retry_after",
     "parse_rfc3339",
     "redact",
+    "redact_event",
+    "redact_log_text",
+    "remember_secrets",
     "transient_error",
 ]
 
@@ -111,6 +121,7 @@ _CONTEXT_OVERFLOW = re.compile(
 )
 _SECRET = re.compile(r"(sk-|sk-ant-|xai-|gsk_)[A-Za-z0-9_\-*]{6,}")
 _AUTH_SCHEME = re.compile(r"^(bearer|basic|token)\s+", re.IGNORECASE)
+_SCHEMED_REDACTED = re.compile(r"\b(?:bearer|basic|token)\s+" + re.escape("<redacted>"), re.I)
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _DIGITS = re.compile(r"[0-9]+")
 _INT64_MAX = 2**63 - 1
@@ -152,8 +163,10 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
     Every occurrence (letter case ignored) of each string in ``secrets`` (the configured API key and
     credential header values, see :func:`secret_values`) is replaced with ``<redacted>``, and so
     are vendor-key-shaped substrings (``sk-...``, ``sk-ant-...``, ``xai-...``, ``gsk_...``),
-    whatever the configured key. Keys of any length are replaced (a very short key therefore
-    also replaces ordinary text; correctness of the secret rule wins over readability).
+    whatever the configured key. A ``Bearer`` / ``Basic`` / ``Token`` scheme in front of a
+    removed value goes with it: the whole header value becomes ``<redacted>``. Keys of any
+    length are replaced (a very short key therefore also replaces ordinary text; correctness of
+    the secret rule wins over readability).
 
     Args:
         text: The message.
@@ -161,7 +174,42 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
     """
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
-    return _SECRET.sub(REDACTED, text)
+    text = _SECRET.sub(REDACTED, text)
+    # the whole header value goes, scheme included: never "Bearer <redacted>"
+    return _SCHEMED_REDACTED.sub(REDACTED, text)
+
+
+MAX_REMEMBERED_SECRETS: Final = 256
+"""How many distinct secret strings (keys, credential header values, base-URL credentials)
+:func:`remember_secrets` keeps for log redaction; the oldest are forgotten first."""
+
+MIN_LOG_SECRET_LENGTH: Final = 8
+"""Shorter secrets (characters) are not remembered for log redaction: a 1-character test key
+would otherwise blank that letter in every log line of the process. Real vendor keys are 20+
+characters; events and errors still redact keys of any length."""
+
+_remembered: dict[str, None] = {}
+
+
+def remember_secrets(values: Sequence[str]) -> None:
+    """Register secrets that no log record may show (see :func:`redact_log_text`).
+
+    The vendor providers call this with their :meth:`secrets` when created and configured, so a
+    DEBUG record of httpcore (which logs response headers, where an upstream may echo the key)
+    is redacted too. At most :data:`MAX_REMEMBERED_SECRETS` strings are kept, each at least
+    :data:`MIN_LOG_SECRET_LENGTH` characters long.
+    """
+    for value in values:
+        if len(value) >= MIN_LOG_SECRET_LENGTH:
+            _remembered.pop(value, None)
+            _remembered[value] = None
+    while len(_remembered) > MAX_REMEMBERED_SECRETS:
+        del _remembered[next(iter(_remembered))]
+
+
+def redact_log_text(text: str) -> str:
+    """``text`` with every remembered secret and vendor-key-shaped string removed."""
+    return redact(text, list(_remembered))
 
 
 def redact_error(error: ModelError, secrets: Sequence[str]) -> ModelError:
@@ -176,6 +224,47 @@ def redact_error(error: ModelError, secrets: Sequence[str]) -> ModelError:
     if error.provider_request_id:
         error.provider_request_id = redact(error.provider_request_id, secrets)
     return error
+
+
+def redact_event(event: StreamEvent, secrets: Sequence[str]) -> StreamEvent:
+    """Redact every vendor-supplied string of ``event`` that is not model output, in place.
+
+    Covered: ``stream_start.provider_request_id`` (an upstream that echoes the Authorization
+    header in ``x-request-id``), ``metadata`` (``actual_model``, ``system_fingerprint``,
+    ``service_tier``, attribute names and values), ``error`` (:func:`redact_error`),
+    ``safety_notice`` (message, attribute names and values), ``stop.vendor_reason`` and
+    ``usage.vendor_cost`` (amount, unit).
+    Content (text, thinking, tool calls) is the model's output and is left as it is.
+
+    Returns:
+        The same event, for chaining.
+    """
+    if event.error is not None:
+        redact_error(event.error, secrets)
+    elif event.stream_start is not None:
+        start = event.stream_start
+        start.provider_request_id = redact(start.provider_request_id, secrets)
+    elif event.metadata is not None:
+        meta = event.metadata
+        for name in ("actual_model", "system_fingerprint", "service_tier"):
+            value = getattr(meta, name)
+            if value:
+                setattr(meta, name, redact(value, secrets))
+        if meta.attrs:
+            meta.attrs = {redact(k, secrets): redact(v, secrets) for k, v in meta.attrs.items()}
+    elif event.safety_notice is not None:
+        notice = event.safety_notice
+        if notice.message:
+            notice.message = redact(notice.message, secrets)
+        notice.attrs = {redact(k, secrets): redact(v, secrets) for k, v in notice.attrs.items()}
+    elif event.stop is not None:
+        if event.stop.vendor_reason:
+            event.stop.vendor_reason = redact(event.stop.vendor_reason, secrets)
+    elif event.usage is not None and event.usage.vendor_cost is not None:
+        cost = event.usage.vendor_cost
+        cost.amount = redact(cost.amount, secrets)
+        cost.unit = redact(cost.unit, secrets)
+    return event
 
 
 def lower_headers(headers: Mapping[str, str]) -> dict[str, str]:

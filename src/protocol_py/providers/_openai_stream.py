@@ -42,6 +42,9 @@ Mapping summary:
 - ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
   ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
+- Every failure (vendor error, cut or stalled body, malformed chunk) emits the usage the vendor
+  already reported (a usage chunk, or usage beside the error) as a ``usage`` event right before
+  the ``error`` event: reported usage is never dropped (issue 8 item 9).
 - A ``moderation`` object (OpenAI's moderation option) with a flagged result becomes one
   ``safety_notice`` (MODERATION) per side; unflagged results produce nothing.
 - End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed. So is
@@ -76,7 +79,8 @@ the matched sequence as reported by vLLM; REFUSAL when refusal text arrived; TOO
 calls arrived, model_affirmed false), ``length``/``model_length`` -> MAX_TOKENS,
 ``tool_calls``/``function_call`` -> TOOL_USE, ``content_filter`` -> CONTENT_FILTERED, anything
 else -> END_TURN with model_affirmed false. ``vendor_reason`` is always the raw value. DeepSeek's
-``insufficient_system_resource`` finish reason is a terminal OVERLOADED error instead.
+``insufficient_system_resource`` finish reason is a terminal OVERLOADED error instead, held (like
+a stop) until ``[DONE]`` or the end of the body so that the usage chunk after it comes first.
 """
 
 from __future__ import annotations
@@ -300,6 +304,7 @@ class OpenAIStreamTranslator:
         self._choice_stop_reason: object = None
         self._usage: dict[str, Any] | None = None
         self.finished = False
+        self._pending_error: ModelError | None = None
         self._synth = 0
         self._moderated: set[str] = set()
 
@@ -320,6 +325,8 @@ class OpenAIStreamTranslator:
             return []  # unknown event types on an OpenAI-compatible stream carry no content
         if data == "[DONE]":
             self._decide_start(out, None)
+            if self._pending_error is not None:
+                return self._fail(out, self._pending_error)
             if self._finish is None and not self._done_ends_turn:
                 return self._fail(
                     out,
@@ -339,15 +346,17 @@ class OpenAIStreamTranslator:
         if not isinstance(chunk, dict):
             return []
         self._decide_start(out, chunk)
-        if chunk.get("error") is not None:
-            return self._fail(out, self._error_from_obj(chunk))
-        self._decide_metadata(out, chunk)
         usage = chunk.get("usage")
         if not isinstance(usage, dict):
             xg = chunk.get("x_groq")
             usage = xg.get("usage") if isinstance(xg, dict) else None
         if isinstance(usage, dict):
-            self._usage = usage
+            self._usage = usage  # read first: usage beside an error is kept (issue 8 item 9)
+        if chunk.get("error") is not None:
+            return self._fail(out, self._error_from_obj(chunk))
+        if self._pending_error is not None:
+            return out  # after an error finish reason only the usage chunk still counts
+        self._decide_metadata(out, chunk)
         moderation = chunk.get("moderation")
         if isinstance(moderation, dict):
             self._moderation(out, moderation)
@@ -408,6 +417,8 @@ class OpenAIStreamTranslator:
         if self.finished:
             return []
         out: list[StreamEvent] = []
+        if self._pending_error is not None:
+            return self._fail(out, self._pending_error)
         if self._finish is not None:
             return self._succeed(out)
         return self._fail(
@@ -470,15 +481,14 @@ class OpenAIStreamTranslator:
         finish = choice.get("finish_reason")
         if isinstance(finish, str) and finish:
             if finish == "insufficient_system_resource":
-                self._fail(
-                    out,
-                    ModelError(
-                        kind=ErrorKind.OVERLOADED,
-                        message="the vendor interrupted generation: insufficient system resource",
-                        retryable=True,
-                        vendor_code=finish,
-                        provider_request_id=self.request_id or None,
-                    ),
+                # held until [DONE] or the end of the body: the usage chunk that follows is
+                # emitted before the error (issue 8 item 9)
+                self._pending_error = ModelError(
+                    kind=ErrorKind.OVERLOADED,
+                    message="the vendor interrupted generation: insufficient system resource",
+                    retryable=True,
+                    vendor_code=finish,
+                    provider_request_id=self.request_id or None,
                 )
                 return
             self._finish = finish
@@ -655,15 +665,7 @@ class OpenAIStreamTranslator:
         if self.finished:
             return out
         if self._usage is not None:
-            out.append(
-                StreamEvent(
-                    usage=map_openai_usage(
-                        self._usage,
-                        reasoning_in_completion=self._reasoning_in_completion,
-                        rate_limits=self._rate_limits,
-                    )
-                )
-            )
+            out.append(StreamEvent(usage=self._mapped_usage()))
         elif self._rate_limits:
             out.append(ev.metadata(StreamMetadata(rate_limits=list(self._rate_limits))))
         out.append(
@@ -679,13 +681,28 @@ class OpenAIStreamTranslator:
         self.finished = True
         return out
 
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error`` (a stall, a cut connection): the usage the vendor
+        already reported, then the error (a pending vendor error finish reason wins)."""
+        return self._fail([], self._pending_error or error)
+
     def _fail(self, out: list[StreamEvent], err: ModelError) -> list[StreamEvent]:
         if not self.finished:
             if not err.provider_request_id and self.request_id:
                 err.provider_request_id = self.request_id
+            if self._usage is not None:
+                out.append(StreamEvent(usage=self._mapped_usage()))
             out.append(ev.error(err))
             self.finished = True
         return out
+
+    def _mapped_usage(self) -> Usage:
+        assert self._usage is not None
+        return map_openai_usage(
+            self._usage,
+            reasoning_in_completion=self._reasoning_in_completion,
+            rate_limits=self._rate_limits,
+        )
 
     def _error_from_data(self, data: str) -> ModelError:
         try:

@@ -20,6 +20,8 @@ from urllib.parse import unquote
 
 import httpx
 
+from protocol_py.providers._http import redact_log_text
+
 __all__ = [
     "RedactURLFilter",
     "install_log_redaction",
@@ -141,7 +143,11 @@ def url_secrets(base: str | None) -> list[str]:
 
 
 class RedactURLFilter(logging.Filter):
-    """A logging filter that rewrites a record's message with :func:`redact_text` applied.
+    """A logging filter that rewrites a record's message with :func:`redact_text` applied, and
+    with every secret a vendor provider registered removed
+    (:func:`protocol_py.providers._http.redact_log_text`: the API key, credential header
+    values, scheme included, and vendor-key-shaped strings), at every level: httpcore's DEBUG
+    records show response headers, where an upstream may echo the key.
 
     The record's ``msg`` becomes the formatted, redacted text and ``args`` is cleared, so every
     handler sees only the redacted line. A record whose message cannot be formatted is kept
@@ -154,7 +160,7 @@ class RedactURLFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # logging's own error handling reports it later
             return True
-        redacted = redact_text(message)
+        redacted = redact_log_text(redact_text(message))
         if redacted != message:
             record.msg = redacted
             record.args = None

@@ -23,6 +23,7 @@ from protocol_py.providers._anthropic_request import (
 )
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._base import HTTPProvider, Translator, request_failure
+from protocol_py.providers._cancel import cancel_once
 from protocol_py.providers._http import error_from_http, transient_error
 from protocol_py.providers._url import join_url
 from protocol_py.version import PACKAGE_VERSION
@@ -93,10 +94,12 @@ class AnthropicProvider(HTTPProvider):
             lambda completion, spec: build_anthropic_count_body(request.model_id, completion, spec),
         )
         try:
-            response = await self._http().post(
-                join_url(self.base_url, "/v1/messages/count_tokens"),
-                content=body,
-                headers={"content-type": "application/json", **self.auth_headers()},
+            response = await cancel_once(
+                self._http().post(
+                    join_url(self.base_url, "/v1/messages/count_tokens"),
+                    content=body,
+                    headers={"content-type": "application/json", **self.auth_headers()},
+                )
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ProviderError(request_failure(exc, "count_tokens request")) from None

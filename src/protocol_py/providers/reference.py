@@ -49,10 +49,10 @@ Behaviour (all deterministic for a given request and cache state):
   do not fit is not started.
 * Configuration (:data:`CONFIG_SCHEMA`, ``additionalProperties: false`` at every level):
   ``api_key`` (accepted, never used or shown), ``base_url`` (an ``uri``, reported in stream
-  metadata ``attrs``), ``max_tokens`` (integer cap on output), ``pace_tokens_per_second``
-  (number > 0: sleep between deltas, for demos), and ``simulate_error`` ``{kind,
-  after_events}`` (end every stream with that ModelError after that many events, for testing
-  a kernel's error handling).
+  metadata ``attrs`` with its userinfo and query values replaced by ``***``), ``max_tokens``
+  (integer cap on output), ``pace_tokens_per_second`` (number > 0: sleep between deltas, for
+  demos), and ``simulate_error`` ``{kind, after_events}`` (end every stream with that ModelError
+  after that many events, for testing a kernel's error handling).
 * Render: payload type ``reference.echo`` (the payload as UTF-8 text) and ``reference.repeat``
   (JSON ``{"text": str, "times": int}``, ``times >= 0``, at most :data:`MAX_RENDER_CHARS`
   characters: the text repeated, a test aid for reply sizes), answered in the requested format
@@ -73,6 +73,7 @@ from typing import Any, Final
 import betterproto2
 
 from protocol_py.provider import JSONValue, Provider, ProviderError
+from protocol_py.providers._url import redact_url
 from protocol_py.structs import dumps, from_struct, to_struct
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.common.v1 import CallContext
@@ -177,7 +178,8 @@ CONFIG_SCHEMA: Final[dict[str, Any]] = {
         "base_url": {
             "type": "string",
             "format": "uri",
-            "description": "Reported in stream metadata attrs; never connected to.",
+            "description": "Reported in stream metadata attrs with its userinfo and query "
+            "values replaced by ***; never connected to.",
         },
         "max_tokens": {
             "type": "integer",
@@ -788,7 +790,8 @@ class ReferenceProvider(Provider):
             if config.pace is not None:
                 await asyncio.sleep(tokens / config.pace)
 
-        attrs = {"base_url": config.base_url} if config.base_url else {}
+        # never verbatim: userinfo and query values (credentials) become *** (issue 9 item 4)
+        attrs = {"base_url": redact_url(config.base_url)} if config.base_url else {}
         events: list[tuple[StreamEvent, int]] = [
             (StreamEvent(stream_start=StreamStart(provider_request_id=request_id)), 0),
             (
