@@ -7,16 +7,18 @@ Subcommands::
                       [--max-message-size SIZE] [--grace-period S] [--base-url URL] [--discover]
     protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
                      PROMPT
-    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
-    protocol-py describe [--server H:P|unix:PATH] [TLS]
+    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--timeout S] [--json]
+    protocol-py describe [--server H:P|unix:PATH] [TLS] [--timeout S]
     protocol-py version
     protocol-py validate FILE
     protocol-py cost --pricing FILE --usage FILE [--at ISO8601] [--json]
 
     TLS (client options): [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name N]
 
-Exit status: 0 success; 1 a failure (invalid document, unreachable server, in-band error,
-refused start-up); 2 bad usage or unreadable input. Errors go to stderr as one clear line,
+Exit status: 0 success; 1 a failure (an input file missing, unreadable or invalid, invalid
+document, unreachable or silent server, in-band error, refused start-up); 2 bad usage (an
+unknown option, a bad option value, a ``--server`` without a port, a request the model cannot
+take). Errors go to stderr as one clear line,
 never a traceback.
 """
 
