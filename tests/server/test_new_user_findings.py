@@ -105,8 +105,9 @@ def test_describe_and_capabilities_give_up_on_a_silent_listener_after_timeout(
     started = time.monotonic()
     assert main([command, "--server", silent_listener, "--timeout", "1"]) == 1
     took = time.monotonic() - started
-    print(f"{command} --timeout 1 against a silent listener gave up after {took:.2f}s")
     err = capsys.readouterr().err
+    with capsys.disabled():
+        print(f"\n{command} --timeout 1 against a silent listener gave up after {took:.2f}s")
     expected = f"no answer from {silent_listener} within 1s (deadline exceeded)"
     assert err == f"protocol-py {command}: {expected}\n"
     assert took < 20  # generous: the contract is the 1 s deadline, the machine may be loaded
@@ -120,10 +121,11 @@ def test_chat_first_call_is_bounded_even_with_a_long_timeout(
     started = time.monotonic()
     assert main(["chat", "--server", silent_listener, "--timeout", "300", "hi"]) == 1
     took = time.monotonic() - started
-    print(f"chat --timeout 300 against a silent listener gave up after {took:.2f}s")
     assert capsys.readouterr().err == (
         f"protocol-py chat: no answer from {silent_listener} within 1s (deadline exceeded)\n"
     )
+    with capsys.disabled():
+        print(f"\nchat --timeout 300 against a silent listener gave up after {took:.2f}s")
     assert took < 20
 
 
