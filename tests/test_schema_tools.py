@@ -25,18 +25,22 @@ MODEL_PROTO = Path("proto/model/v1/types.proto")
 MODEL_STUB = Path("gen/python/protocol_py_gen/model/v1/__init__.py")
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    copy = tmp_path / "repo"
-    copy.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in COPIED:
+def copy_repo(dest: Path, names: tuple[str, ...] = COPIED) -> Path:
+    """Copy ``names`` (files or folders of the repository) into the new folder ``dest``."""
+    dest.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in names:
         source = REPO_ROOT / name
         if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=ignore)
+            shutil.copytree(source, dest / name, ignore=ignore)
         else:
-            shutil.copy2(source, copy / name)
-    return copy
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return copy_repo(tmp_path / "repo")
 
 
 def run_tool(repo: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:

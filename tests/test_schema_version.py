@@ -36,6 +36,8 @@ def test_version_constants_agree() -> None:
     assert int(PROTOCOL_VERSION.split(".")[0]) == PROTOCOL_MAJOR
     # The package's semver major follows the protocol major it carries.
     assert int(PACKAGE_VERSION.split(".")[0]) == PROTOCOL_MAJOR
+    # Package X.Y.Z carries protocol X.Y (tools/release sets both from X.Y.Z).
+    assert PACKAGE_VERSION.rsplit(".", 1)[0] == PROTOCOL_VERSION
 
 
 def test_package_version_matches_pyproject_and_installed_metadata() -> None:

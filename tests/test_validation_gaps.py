@@ -303,6 +303,7 @@ MODEL_INDEPENDENT_PREFIXES = (
     "request.content.tool_use_id_",
     "request.content.tool_use_name_empty",
     "request.content.tool_use_input_invalid",
+    "request.content.tool_use.vendor_data.",
     "request.content.tool_result_unknown_id",
     "request.content.tool_use_in_user_message",
     "request.content.tool_result_in_assistant_message",

@@ -12,6 +12,7 @@ from protocol_py.validation import (
     validate_request,
     validate_request_shape,
 )
+from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,
@@ -55,7 +56,7 @@ def test_other_major_protocol_version_is_incompatible(version: str) -> None:
     violations = validate_capabilities(caps)
     assert rules(violations) == [("protocol_version", "capabilities.protocol_version.incompatible")]
     assert violations[0].severity == "error"
-    assert f"{version!r}" in violations[0].message and "1.0" in violations[0].message
+    assert f"{version!r}" in violations[0].message and PROTOCOL_VERSION in violations[0].message
 
 
 def test_newer_minor_protocol_version_is_only_a_warning() -> None:

@@ -6,7 +6,8 @@ Steps (all run, in this order, each printed with its outcome; select some with `
 ``lint``      ``buf lint`` (STANDARD rules, exceptions in buf.yaml / annotated in the protos).
 ``format``    ``buf format --diff --exit-code``: the protos are in buf's canonical format.
 ``breaking``  ``buf breaking proto --against proto-baseline/protocol-X.Y.binpb`` (FILE rules)
-              against the newest committed release image (highest X.Y).
+              against the newest committed release image (highest X.Y) and every older one
+              of the same major, newest first; every image is checked, each named.
 ``drift``     regenerate (tools/generate) into a scratch copy of proto/ + buf.yaml +
               buf.gen.yaml and compare every file under gen/ with the working tree; any
               changed, missing or extra file is named.
@@ -74,8 +75,10 @@ def buf_executable() -> str:
     return shutil.which("buf", path=tool_env()["PATH"]) or "buf"
 
 
-def newest_baseline(root: Path) -> Path | None:
-    """The committed release image with the highest ``MAJOR.MINOR``, or None when there is none."""
+def baselines(root: Path) -> list[Path]:
+    """The committed release images ``buf breaking`` runs against: the newest (highest
+    ``MAJOR.MINOR``) and every older one of the same major, newest first; empty when there is
+    none. Images of older majors are not compared (a new major may break them)."""
     found: list[tuple[tuple[int, int], Path]] = []
     directory = root / BASELINE_DIR
     if directory.is_dir():
@@ -83,7 +86,11 @@ def newest_baseline(root: Path) -> Path | None:
             match = BASELINE_PATTERN.match(path.name)
             if match:
                 found.append(((int(match[1]), int(match[2])), path))
-    return max(found)[1] if found else None
+    if not found:
+        return []
+    found.sort(reverse=True)
+    major = found[0][0][0]
+    return [path for (version, path) in found if version[0] == major]
 
 
 def step_lint(root: Path) -> bool:
@@ -97,13 +104,21 @@ def step_format(root: Path) -> bool:
 
 
 def step_breaking(root: Path) -> bool:
-    """buf breaking against the newest committed release image."""
-    baseline = newest_baseline(root)
-    if baseline is None:
+    """buf breaking against every release image of the newest major (:func:`baselines`)."""
+    images = baselines(root)
+    if not images:
         print(f"error: no {BASELINE_DIR}/protocol-X.Y.binpb release image to compare against")
         return False
-    against = str(baseline.relative_to(root))
-    return run([buf_executable(), "breaking", "proto", "--against", against], root)
+    results = [
+        run(
+            [buf_executable(), "breaking", "proto", "--against", str(image.relative_to(root))], root
+        )
+        for image in images
+    ]
+    for image, passed in zip(images, results, strict=True):
+        if not passed:
+            print(f"error: breaking change against {image.relative_to(root)}")
+    return all(results)
 
 
 def tree_files(base: Path) -> set[str]:

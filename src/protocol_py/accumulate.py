@@ -33,6 +33,10 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.tool_call.unknown_id``: delta/done for an id never opened
 - ``stream.tool_call.closed_id``: delta/done for an id already closed
 - ``stream.tool_call.unclosed``: ``stop`` while a tool call is open
+- ``stream.tool_call.vendor_data.<rule>`` (protocol 1.1): ``vendor_data`` of a
+  ``tool_call_start`` or ``tool_call_done`` breaks a rule of :mod:`protocol_py.vendor_data`
+  (``location_empty``, ``location_invalid``, ``value_empty``, ``value_too_large``,
+  ``location_duplicate`` across the call's start and done, ``too_many``)
 - ``stream.usage.negative``: a negative token count
 - ``stream.usage.cache_write_1h_exceeds``: ``cache_write_1h_tokens`` > ``cache_write_tokens``
 - ``stream.usage.reasoning_exceeds_output``: ``reasoning_tokens`` > ``output_tokens`` while
@@ -49,7 +53,8 @@ thinking block, closed by ``thinking_signature`` (the signature is assigned, not
 signature with no open thinking block becomes its own thinking block with empty text (an
 Anthropic signature-only block is legal); ``redacted_thinking`` is its own block, verbatim; a
 tool call is a ``tool_use`` block placed where it started, its arguments parsed once, at
-``tool_call_done``, from the concatenated fragments (none, or only whitespace, is ``{}``). Tool
+``tool_call_done``, from the concatenated fragments (none, or only whitespace, is ``{}``); its
+``vendor_data`` is the start's entries then the done's, verbatim (protocol 1.1). Tool
 arguments that are not a JSON object, or hold an integer beyond 2^53 (D5), do not raise: the
 block keeps ``{}`` as input, and the call id and the reason are recorded in
 :attr:`AccumulatedResponse.tool_call_errors` (the raw text stays in ``tool_arguments``) so the
@@ -69,6 +74,7 @@ from ulid import ULID
 from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, StreamOrderError
 from protocol_py.structs import parse_json_object, to_struct
+from protocol_py.vendor_data import vendor_data_problems
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,
@@ -77,6 +83,7 @@ from protocol_py_gen.content.v1 import (
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
+    VendorData,
 )
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
@@ -143,6 +150,24 @@ def _event_member(event: object, index: int) -> tuple[str, Any]:
     return name, checked
 
 
+def _check_vendor_data(
+    index: int,
+    name: str,
+    call_id: str,
+    entries: list[VendorData],
+    earlier: Iterable[VendorData],
+) -> None:
+    """Raise for the first vendor data problem of a tool_call_start or tool_call_done."""
+    if not entries:
+        return
+    for problem in vendor_data_problems(entries, earlier):
+        raise StreamOrderError(
+            index,
+            f"stream.tool_call.vendor_data.{problem.rule}",
+            f"{name} {call_id!r}: vendor_data[{problem.entry}]: {problem.message}",
+        )
+
+
 class StreamOrderChecker:
     """Incremental checker of the StreamEvent order rules (DESIGN D12).
 
@@ -150,7 +175,7 @@ class StreamOrderChecker:
     calls); each check is O(1).
     """
 
-    __slots__ = ("_closed", "_index", "_open", "_terminated", "_usage_seen")
+    __slots__ = ("_closed", "_index", "_open", "_open_vendor_data", "_terminated", "_usage_seen")
 
     def __init__(self) -> None:
         self._index = 0
@@ -158,6 +183,7 @@ class StreamOrderChecker:
         self._usage_seen = False
         self._open: set[str] = set()
         self._closed: set[str] = set()
+        self._open_vendor_data: dict[str, list[VendorData]] = {}
 
     @property
     def terminated(self) -> bool:
@@ -269,7 +295,10 @@ class StreamOrderChecker:
                     "stream.tool_call.duplicate_id",
                     f"tool call {call_id!r} was already started in this stream",
                 )
+            _check_vendor_data(index, name, call_id, value.vendor_data, ())
             self._open.add(call_id)
+            if value.vendor_data:
+                self._open_vendor_data[call_id] = list(value.vendor_data)
         elif name in ("tool_call_delta", "tool_call_done"):
             call_id = value.id
             if call_id not in self._open:
@@ -285,7 +314,10 @@ class StreamOrderChecker:
                     f"{name} for tool call {call_id!r}, which was never started",
                 )
             if name == "tool_call_done":
+                earlier = self._open_vendor_data.get(call_id, ())
+                _check_vendor_data(index, name, call_id, value.vendor_data, earlier)
                 self._open.discard(call_id)
+                self._open_vendor_data.pop(call_id, None)
                 self._closed.add(call_id)
 
     @staticmethod
@@ -383,11 +415,12 @@ class _RedactedBuilder:
 
 
 class _ToolBuilder:
-    __slots__ = ("call_id", "done", "error", "input", "name", "parts")
+    __slots__ = ("call_id", "done", "error", "input", "name", "parts", "vendor_data")
 
-    def __init__(self, call_id: str, name: str) -> None:
+    def __init__(self, call_id: str, name: str, vendor_data: list[VendorData]) -> None:
         self.call_id = call_id
         self.name = name
+        self.vendor_data = list(vendor_data)
         self.parts: list[str] = []
         self.input: Struct | None = None
         self.error: str | None = None
@@ -409,6 +442,9 @@ class _ToolBuilder:
                 id=self.call_id,
                 name=self.name,
                 input=self.input if self.input is not None else Struct(fields={}),
+                vendor_data=[
+                    VendorData(location=v.location, value=bytes(v.value)) for v in self.vendor_data
+                ],
             )
         )
 
@@ -590,13 +626,14 @@ class StreamAccumulator:
             self._blocks.append(_RedactedBuilder(bytes(value.data)))
             self._open = None
         elif name == "tool_call_start":
-            call = _ToolBuilder(value.id, value.name)
+            call = _ToolBuilder(value.id, value.name, value.vendor_data)
             self._calls[value.id] = call
             self._blocks.append(call)
             self._open = None
         elif name == "tool_call_delta":
             self._calls[value.id].parts.append(value.arguments_fragment)
         elif name == "tool_call_done":
+            self._calls[value.id].vendor_data.extend(value.vendor_data)
             self._calls[value.id].finish()
         elif name == "usage":
             self._usage = value

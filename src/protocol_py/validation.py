@@ -46,6 +46,7 @@ from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, Violation, describe_json_error
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
+from protocol_py.vendor_data import vendor_data_problems
 from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import HookPoint
 from protocol_py_gen.content.v1 import (
@@ -773,6 +774,12 @@ class _RequestChecker:
                         self.out.append(
                             _struct_violation(exc, ipath, "request.content.tool_use_input_invalid")
                         )
+                for problem in vendor_data_problems(tool_use.vendor_data):
+                    self.add(
+                        f"{bpath}.vendor_data[{problem.entry}]",
+                        f"request.content.tool_use.vendor_data.{problem.rule}",
+                        problem.message,
+                    )
         elif kind == "tool_result":
             result = block.tool_result
             if self.has_spec and not spec.supports_tool_use:

@@ -314,10 +314,11 @@ def test_b21_through_streams() -> None:
     b06 = load_case("B06")["input"]["lines"]
     lines = [line.replace('"stop_reason":"end_turn"', '"stop_reason":"pause_turn"') for line in b06]
     stop = value_of(run_anthropic(lines)[-1])
+    # Protocol 1.1: a paused turn is its own reason, reported by the vendor (not END_TURN).
     assert (stop.reason, stop.vendor_reason, stop.model_affirmed) == (
-        StopReason.END_TURN,
+        StopReason.PAUSE_TURN,
         "pause_turn",
-        False,
+        True,
     )
 
 

@@ -27,6 +27,7 @@ from protocol_py.server import (
     redact,
     validate_config,
 )
+from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Capabilities,
@@ -110,10 +111,10 @@ async def test_capabilities_and_describe_carry_the_protocol_version(
     running: Running, client: ModelClient
 ) -> None:
     caps = await client.get_capabilities()
-    assert caps.protocol_version == "1.0"
+    assert caps.protocol_version == PROTOCOL_VERSION
     assert [m.id for m in caps.models] == ["reference-large", "reference-medium", "reference-small"]
     producer = await client.describe()
-    assert (producer.name, producer.protocol_version) == ("reference", "1.0")
+    assert (producer.name, producer.protocol_version) == ("reference", PROTOCOL_VERSION)
     assert producer.category.name == "MODEL"
 
 
@@ -475,7 +476,7 @@ async def test_oversized_stream_event_fails_with_resource_exhausted() -> None:
         assert "4096 bytes" in (info.value.message or "")
         assert received == [TEXT]  # never a truncated message
         caps = await client.get_capabilities()  # still serving
-        assert caps.protocol_version == "1.0"
+        assert caps.protocol_version == PROTOCOL_VERSION
     finally:
         client.close()
         await running.server.shutdown(grace_period=0)

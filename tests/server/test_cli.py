@@ -246,13 +246,13 @@ def test_chat_capabilities_describe_against_console_script(cli_server: Subproces
     ]
     described = run_cli("describe", "--server", cli_server.address)
     assert "name:             reference" in described.stdout
-    assert "protocol_version: 1.0" in described.stdout
+    assert f"protocol_version: {PROTOCOL_VERSION}" in described.stdout
 
 
 async def test_grpclib_client_against_console_script(cli_server: Subprocess) -> None:
     async with ModelClient.connect(cli_server.address) as client:
         caps = await client.get_capabilities(timeout=5)
-        assert caps.protocol_version == "1.0"
+        assert caps.protocol_version == PROTOCOL_VERSION
         before = datetime.now(UTC)
         result = await client.complete(
             make_request("What does it cost?", model="reference-large"), timeout=10

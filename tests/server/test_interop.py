@@ -18,6 +18,8 @@ import h2.exceptions
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from protocol_py.version import PROTOCOL_VERSION
+
 from .conftest import Subprocess, load_case, spawn_server
 
 SERVICE = "/model.v1.ModelService/"
@@ -77,7 +79,7 @@ def test_grpcio_client_calls_every_rpc(upb: Any, cli_server: Subprocess) -> None
             "reference-medium",
             "reference-small",
         ]
-        assert caps.capabilities.protocol_version == "1.0"
+        assert caps.capabilities.protocol_version == PROTOCOL_VERSION
         schema = MessageToDict(caps.capabilities.config_schema)
         assert schema["additionalProperties"] is False
 
@@ -86,7 +88,7 @@ def test_grpcio_client_calls_every_rpc(upb: Any, cli_server: Subprocess) -> None
         )
         assert (described.producer.name, described.producer.protocol_version) == (
             "reference",
-            "1.0",
+            PROTOCOL_VERSION,
         )
 
         configure = msg("model.v1.ConfigureRequest")()
@@ -333,7 +335,7 @@ def test_malformed_request_bytes_then_still_serving(upb: Any, limited: Subproces
             upb.message("model.v1.GetCapabilitiesRequest")(),
             upb.message("model.v1.GetCapabilitiesResponse"),
         )
-        assert caps.capabilities.protocol_version == "1.0"
+        assert caps.capabilities.protocol_version == PROTOCOL_VERSION
     assert limited.proc.poll() is None
 
 

@@ -46,7 +46,9 @@ fractional or non-numeric count is dropped with a warning (docs/adapters.md).
 
 Stop table: end_turn -> END_TURN, max_tokens and model_context_window_exceeded -> MAX_TOKENS,
 tool_use -> TOOL_USE, stop_sequence -> STOP_SEQUENCE with ``matched_stop_sequence``, refusal ->
-REFUSAL; pause_turn and any unknown value -> END_TURN with model_affirmed false.
+REFUSAL, pause_turn -> PAUSE_TURN (protocol 1.1: the turn is paused, not complete; the kernel
+sends the paused content back as the last message to continue it); any unknown value -> END_TURN
+with model_affirmed false.
 ``stop_sequence`` with a null (or non-string) ``stop_sequence`` -> END_TURN, model_affirmed
 false, vendor_reason ``stop_sequence``: the contract sets ``matched_stop_sequence`` exactly when
 the reason is STOP_SEQUENCE (the checker rejects STOP_SEQUENCE without it), so the adapter cannot
@@ -89,6 +91,7 @@ _STOP: Mapping[str, StopReason] = {
     "tool_use": StopReason.TOOL_USE,
     "stop_sequence": StopReason.STOP_SEQUENCE,
     "refusal": StopReason.REFUSAL,
+    "pause_turn": StopReason.PAUSE_TURN,
 }
 
 _USAGE_KEYS = (

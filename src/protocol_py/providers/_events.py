@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from protocol_py.accumulate import CONTENT_EVENT_KINDS
+from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -52,9 +53,11 @@ def redacted(value: str) -> StreamEvent:
     return StreamEvent(redacted_thinking=RedactedThinking(data=value.encode("utf-8")))
 
 
-def tool_start(call_id: str, name: str) -> StreamEvent:
-    """A tool_call_start event."""
-    return StreamEvent(tool_call_start=ToolCallStart(id=call_id, name=name))
+def tool_start(call_id: str, name: str, vendor_data: Sequence[VendorData] = ()) -> StreamEvent:
+    """A tool_call_start event, with the vendor data known when the call opens (protocol 1.1)."""
+    return StreamEvent(
+        tool_call_start=ToolCallStart(id=call_id, name=name, vendor_data=list(vendor_data))
+    )
 
 
 def tool_delta(call_id: str, fragment: str) -> StreamEvent:
@@ -62,9 +65,9 @@ def tool_delta(call_id: str, fragment: str) -> StreamEvent:
     return StreamEvent(tool_call_delta=ToolCallDelta(id=call_id, arguments_fragment=fragment))
 
 
-def tool_done(call_id: str) -> StreamEvent:
-    """A tool_call_done event."""
-    return StreamEvent(tool_call_done=ToolCallDone(id=call_id))
+def tool_done(call_id: str, vendor_data: Sequence[VendorData] = ()) -> StreamEvent:
+    """A tool_call_done event, with vendor data that arrived after the call opened (1.1)."""
+    return StreamEvent(tool_call_done=ToolCallDone(id=call_id, vendor_data=list(vendor_data)))
 
 
 def start(request_id: str) -> StreamEvent:

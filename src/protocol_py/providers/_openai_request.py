@@ -15,7 +15,12 @@ Content mapping:
   ``adapter.openai.document.media_type``); tool_result -> a ``tool`` message
   (``tool_call_id``, text content) placed before the rest of that user message.
   ``is_error`` has no Chat Completions slot.
-- assistant text -> ``content``; tool_use -> ``tool_calls`` (arguments as compact JSON);
+- assistant text -> ``content``; tool_use -> ``tool_calls`` (arguments as compact JSON; a
+  ``vendor_data`` entry at ``openai.tool_call.extra_content`` is sent back as that call's
+  ``extra_content`` object, the JSON value it arrived as: Gemini 3 answers 400 without its
+  thought_signature; a value that is not a JSON object is rejected, rule
+  ``adapter.openai.tool_use.extra_content``; entries of other locations belong to other vendors
+  and are not sent);
   thinking -> ``reasoning_content`` (field name configurable) following ThinkingSpec.replay:
   TOOL_TURNS (DeepSeek default) on assistant turns with tool calls only (``""`` when that turn
   has no thinking block), ALL on every assistant turn, OMIT (OpenAI default) never.
@@ -49,6 +54,7 @@ from protocol_py.providers._request import (
     tool_input,
 )
 from protocol_py.structs import from_struct
+from protocol_py.vendor_data import OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import Message, Role
 from protocol_py_gen.model.v1 import (
     ModelSpec,
@@ -153,6 +159,26 @@ def _user_messages(message: Message, path: str) -> list[dict[str, Any]]:
     return out
 
 
+def _extra_content(value: bytes, path: str) -> dict[str, Any]:
+    """The ``extra_content`` object a tool call arrived with, parsed back from its JSON text.
+
+    Raises:
+        InvalidValueError: the value is not the UTF-8 JSON text of an object (rule
+            ``adapter.openai.tool_use.extra_content``).
+    """
+    try:
+        parsed = json.loads(value.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise InvalidValueError(
+            f"{path}: not the JSON text of an object (rule adapter.openai.tool_use.extra_content)",
+            path=path,
+            rule="adapter.openai.tool_use.extra_content",
+        )
+    return parsed
+
+
 def _assistant_message(
     message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat
 ) -> dict[str, Any]:
@@ -174,13 +200,17 @@ def _assistant_message(
                 ensure_ascii=False,
                 separators=(",", ":"),
             )
-            calls.append(
-                {
-                    "id": value.id,
-                    "type": "function",
-                    "function": {"name": value.name, "arguments": arguments},
-                }
-            )
+            call: dict[str, Any] = {
+                "id": value.id,
+                "type": "function",
+                "function": {"name": value.name, "arguments": arguments},
+            }
+            for k, entry in enumerate(value.vendor_data):
+                if entry.location == OPENAI_EXTRA_CONTENT:
+                    call["extra_content"] = _extra_content(
+                        entry.value, f"{where}.tool_use.vendor_data[{k}].value"
+                    )
+            calls.append(call)
         else:
             raise InvalidValueError(
                 f"{where}: {name} blocks are not valid in an assistant message "

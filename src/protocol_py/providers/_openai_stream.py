@@ -39,6 +39,13 @@ Mapping summary:
 
   Arguments fragments are forwarded as received (empty ones skipped); every open call is
   closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04).
+- Per-call vendor data (protocol 1.1, B03): an entry's ``extra_content`` object (Gemini's
+  ``{"google": {"thought_signature": ...}}``, which may come in an entry of its own after the
+  arguments) is kept for its call, later objects' members overriding earlier ones, and emitted
+  on that call's ``tool_call_done`` as one ``VendorData`` at location
+  ``openai.tool_call.extra_content`` (compact JSON text, member order kept). An entry carrying
+  only ``extra_content`` never opens a call of its own. A value above
+  ``vendor_data.MAX_VALUE_BYTES`` ends the stream with a PERMANENT error (never cut).
 - ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
   ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
@@ -86,6 +93,7 @@ a stop) until ``[DONE]`` or the end of the body so that the usage chunk after it
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +106,8 @@ from protocol_py.providers._http import (
     transient_error,
 )
 from protocol_py.sse import SSEEvent
+from protocol_py.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
+from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -113,6 +123,8 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = ["OpenAIStreamTranslator", "map_openai_finish", "map_openai_usage"]
+
+_log = logging.getLogger("protocol_py.providers")
 
 _FINISH: Mapping[str, StopReason] = {
     "stop": StopReason.END_TURN,
@@ -257,6 +269,7 @@ class _Call:
     entries: int = 0
     pending: list[str] = field(default_factory=list)
     fragments: list[str] = field(default_factory=list)
+    extra_content: dict[str, Any] = field(default_factory=dict)
 
 
 class OpenAIStreamTranslator:
@@ -569,6 +582,17 @@ class OpenAIStreamTranslator:
         if isinstance(args, dict):
             args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
         call = self._open.get(index)
+        extra = raw.get("extra_content")
+        if call is None and not call_id and not name and not args and isinstance(extra, dict):
+            # Only vendor data, at a slot with no open call: it belongs to the latest open call
+            # (never a phantom call); with no call open it has nowhere to go (B03).
+            if not self._open:
+                _log.warning(
+                    "extra_content outside any open tool call ignored (keys: %s)",
+                    ", ".join(sorted(str(k)[:40] for k in extra)[:8]),
+                )
+                return
+            call = self._open[max(self._open)]
         if call_id:
             owner = self._by_id.get(call_id)
             if owner is not None and owner is not call:
@@ -601,6 +625,8 @@ class OpenAIStreamTranslator:
             self._by_id[call_id] = call  # (a started synthetic call keeps its id in events)
         if name and not call.name:
             call.name = name  # the name is set once, never concatenated (B02)
+        if isinstance(extra, dict):
+            call.extra_content.update(extra)  # opaque per-call vendor data (B03)
         if isinstance(args, str) and args:
             call.fragments.append(args)
             if call.started:
@@ -650,7 +676,23 @@ class OpenAIStreamTranslator:
         if problem is not None:
             self._fail(out, problem)
             return
-        out.append(ev.tool_done(call.id))
+        vendor_data: list[VendorData] = []
+        if call.extra_content:
+            value = json.dumps(call.extra_content, ensure_ascii=False, separators=(",", ":"))
+            encoded = value.encode()
+            if len(encoded) > MAX_VALUE_BYTES:
+                self._fail(
+                    out,
+                    ModelError(
+                        kind=ErrorKind.PERMANENT,
+                        message=f"tool call {call.id!r}: extra_content is {len(encoded)} bytes, "
+                        f"above the vendor data limit of {MAX_VALUE_BYTES}",
+                        retryable=False,
+                    ),
+                )
+                return
+            vendor_data.append(VendorData(location=OPENAI_EXTRA_CONTENT, value=encoded))
+        out.append(ev.tool_done(call.id, vendor_data))
 
     def _close_calls(self, out: list[StreamEvent]) -> None:
         for index in sorted(self._open):

@@ -42,6 +42,17 @@ Behaviour (all deterministic for a given request and cache state):
   schema (each property gets a value of its type; an ``enum`` gets its first value) and are
   streamed as JSON fragments of 7 characters; the stop reason is TOOL_USE. A last user message
   carrying a ``tool_result`` is answered with a summary of the result.
+* Signed tool calls (protocol 1.1, per-call vendor data): when the last user message contains
+  ``signed tool`` (any case) the tool call trigger fires as for ``use tool``, and the call (id
+  ``toolu_refsig_...``) carries one ``VendorData`` on its ``tool_call_start`` at location
+  :data:`SIGNATURE_LOCATION` (value ``b"refcall:" + sha256 hex``). Like Gemini 3, the provider
+  requires it back: a request whose history holds a ``toolu_refsig_`` tool_use block without
+  that exact entry fails with INVALID_REQUEST naming the block.
+* Paused turns (protocol 1.1): when the last user message contains ``pause turn`` (any case)
+  and no tool call or stop sequence applies, the answer stops halfway with
+  ``Stop{PAUSE_TURN, model_affirmed, vendor_reason "pause_turn"}``. A request ending with that
+  paused assistant message (sent back as is, no message after it) continues the same turn:
+  the rest of the answer, no new thinking, END_TURN.
 * Stop sequences: the first position in the answer text where any stop sequence starts ends
   the text just before it, with ``Stop{STOP_SEQUENCE, matched_stop_sequence}`` (no tool call).
 * ``max_output_tokens`` (the request's, else the configured ``max_tokens``, else the model's):
@@ -77,7 +88,7 @@ from protocol_py.providers._url import redact_url
 from protocol_py.structs import dumps, from_struct, to_struct
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role
+from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, VendorData
 from protocol_py_gen.model.v1 import (
     BudgetControl,
     CachingSpec,
@@ -434,6 +445,7 @@ class _Plan:
     thinking: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     tool: tuple[str, str, str] | None = None  # (id, name, arguments JSON)
+    signed: bool = False  # the tool call carries vendor data (SIGNATURE_LOCATION)
     stop: Stop = field(default_factory=lambda: Stop(reason=StopReason.END_TURN))
 
 
@@ -488,6 +500,44 @@ def _example_object(schema: Mapping[str, Any], prompt: str) -> dict[str, JSONVal
         str(k): _example_value(v if isinstance(v, Mapping) else {}, str(k), prompt)
         for k, v in props.items()
     }
+
+
+SIGNATURE_LOCATION: Final = "reference.tool_call.signature"
+"""``VendorData.location`` of the reference provider's per-call signature (signed tool calls)."""
+
+SIGNED_CALL_PREFIX: Final = "toolu_refsig_"
+"""Id prefix of the reference provider's signed tool calls."""
+
+
+def _call_signature(call_id: str, name: str) -> bytes:
+    """The vendor data value of a signed reference tool call."""
+    return b"refcall:" + hashlib.sha256(f"{call_id}\0{name}".encode()).hexdigest()[:32].encode()
+
+
+def _check_signed_calls(messages: list[Message]) -> None:
+    """Refuse a history whose signed tool calls lost their vendor data (as Gemini 3 does).
+
+    Raises:
+        ProviderError: INVALID_REQUEST naming the first tool_use block at fault.
+    """
+    for i, message in enumerate(messages):
+        for j, block in enumerate(message.content):
+            use = block.tool_use
+            if use is None or not use.id.startswith(SIGNED_CALL_PREFIX):
+                continue
+            want = _call_signature(use.id, use.name)
+            if not any(
+                v.location == SIGNATURE_LOCATION and bytes(v.value) == want for v in use.vendor_data
+            ):
+                raise ProviderError(
+                    ModelError(
+                        kind=ErrorKind.INVALID_REQUEST,
+                        message=f"messages[{i}].content[{j}].tool_use.vendor_data: the "
+                        f"{SIGNATURE_LOCATION} entry of signed tool call {use.id[:64]!r} is "
+                        "missing or altered; send the block back with its vendor data unmodified",
+                        retryable=False,
+                    )
+                )
 
 
 def _last_user(messages: list[Message]) -> Message | None:
@@ -674,7 +724,7 @@ class ReferenceProvider(Provider):
                 tool = next((t for t in tools if t.name == choice.tool_name), tools[0])
             elif named:
                 tool = named[0]
-            elif "use tool" in lowered or mode is ToolChoiceMode.ANY:
+            elif "use tool" in lowered or "signed tool" in lowered or mode is ToolChoiceMode.ANY:
                 tool = tools[0]
 
         # Answer text.
@@ -697,7 +747,21 @@ class ReferenceProvider(Provider):
             if seq and pos != -1 and pos < cut:
                 cut, matched = pos, seq
         answer = answer[:cut]
+        pausing = False
+        if "pause turn" in prompt.lower() and tool is None and matched is None:
+            last_message = request.messages[-1] if request.messages else None
+            if (
+                last_message is not None and last_message.role is Role.ASSISTANT
+            ):  # the paused turn, sent back: continue it
+                done = _plain_text(list(last_message.content))
+                if answer.startswith(done):
+                    answer = answer[len(done) :]
+                think_tokens = []
+            else:
+                pausing = True
         text_tokens = tokenize(answer)
+        if pausing:
+            text_tokens = text_tokens[: len(text_tokens) // 2]
 
         # Output limit: thinking first, then text, then the tool call.
         budget_left = limit
@@ -723,14 +787,17 @@ class ReferenceProvider(Provider):
             if count_text_tokens(args) > budget_left:
                 plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
                 return plan
-            call_id = (
-                "toolu_ref_"
-                + hashlib.sha256(
-                    (tool.name + args + str(len(request.messages))).encode()
-                ).hexdigest()[:16]
-            )
+            plan.signed = "signed tool" in prompt.lower()
+            call_id = (SIGNED_CALL_PREFIX if plan.signed else "toolu_ref_") + hashlib.sha256(
+                (tool.name + args + str(len(request.messages))).encode()
+            ).hexdigest()[:16]
             plan.tool = (call_id, tool.name, args)
             plan.stop = Stop(reason=StopReason.TOOL_USE, model_affirmed=True)
+            return plan
+        if pausing:
+            plan.stop = Stop(
+                reason=StopReason.PAUSE_TURN, model_affirmed=True, vendor_reason="pause_turn"
+            )
             return plan
         plan.stop = Stop(reason=StopReason.END_TURN, model_affirmed=True)
         return plan
@@ -764,6 +831,7 @@ class ReferenceProvider(Provider):
         )
         prompt_tokens = sum(s.tokens for s in segments)
         cache_read, cache_write = self._cache_usage(request, spec, segments)
+        _check_signed_calls(list(request.messages))
         plan = self._plan(request, spec, limit)
         self._requests += 1
         request_id = (
@@ -822,7 +890,13 @@ class ReferenceProvider(Provider):
         if plan.tool is not None:
             call_id, name, args = plan.tool
             tool_tokens = count_text_tokens(args)
-            events.append((StreamEvent(tool_call_start=ToolCallStart(id=call_id, name=name)), 0))
+            vendor_data = (
+                [VendorData(location=SIGNATURE_LOCATION, value=_call_signature(call_id, name))]
+                if plan.signed
+                else []
+            )
+            start = ToolCallStart(id=call_id, name=name, vendor_data=vendor_data)
+            events.append((StreamEvent(tool_call_start=start), 0))
             for i in range(0, len(args), FRAGMENT_CHARS):
                 fragment = args[i : i + FRAGMENT_CHARS]
                 events.append(

@@ -16,6 +16,7 @@ __all__ = (
     "ThinkingBlock",
     "ToolResultBlock",
     "ToolUseBlock",
+    "VendorData",
 )
 
 from dataclasses import dataclass
@@ -426,8 +427,48 @@ class ToolUseBlock(betterproto2.Message):
     producer rather than rounded.
     """
 
+    vendor_data: "list[VendorData]" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Opaque data the vendor attached to this one call (protocol 1.1), in arrival order: the
+    entries of the call's ToolCallStart.vendor_data, then those of its ToolCallDone.vendor_data.
+    Example: Gemini 3's thought_signature, which the vendor answers 400 without on the next
+    turn. The kernel MUST store every entry verbatim and MUST send the block back with them
+    unmodified; a plugin MUST replay an entry whose location it produces exactly where it came
+    from and MUST ignore (never reject) an entry whose location it does not know, since it came
+    from another vendor. At most one entry per location and at most 8 entries per block.
+    """
+
 
 default_message_pool.register_message("content.v1", "ToolUseBlock", ToolUseBlock)
+
+
+@dataclass(eq=False, repr=False)
+class VendorData(betterproto2.Message):
+    """
+    VendorData is opaque data a vendor attached to one item of its own wire format, kept so that
+    it can be sent back exactly where it came from (protocol 1.1).
+    """
+
+    location: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Where on the vendor's wire the value was found, which is also where it MUST be sent back: a
+    dotted name owned by the adapter family that produced it, for example
+    "openai.tool_call.extra_content" (the `extra_content` member of an OpenAI-compatible
+    `tool_calls[]` entry, where Gemini 3 puts its `google.thought_signature`). MUST be
+    non-empty, at most 128 bytes, and only lowercase ASCII letters, digits, '_' and '.'.
+    """
+
+    value: "bytes" = betterproto2.field(2, betterproto2.TYPE_BYTES)
+    """
+    The vendor's value exactly as received. For a JSON location it is the UTF-8 text of the JSON
+    value (compact, member order kept). The kernel MUST NOT parse, re-encode or merge it. MUST
+    be non-empty and at most 65536 bytes.
+    """
+
+
+default_message_pool.register_message("content.v1", "VendorData", VendorData)
 
 
 from ...google import protobuf as __google__protobuf__

@@ -389,6 +389,17 @@ class StopReason(betterproto2.Enum):
     The model generated one of GenerationParams.stop_sequences.
     """
 
+    PAUSE_TURN = 8
+    """
+    The vendor paused a long-running turn for the caller to continue it (protocol 1.1; for
+    example Anthropic's "pause_turn" after a server-tool loop). The turn is NOT complete. Replay
+    rule: to continue, the kernel MUST send the paused assistant message back unmodified as the
+    last message of the next request (no message after it); the plugin MUST then continue that
+    same turn. A kernel MUST NOT treat it as END_TURN. model_affirmed is true when the vendor
+    reported the pause itself. A 1.0 kernel sees the unknown number 8 (DESIGN D11: treat as
+    END_TURN, not affirmed).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -400,6 +411,7 @@ class StopReason(betterproto2.Enum):
             5: "STOP_REASON_CANCELLED",
             6: "STOP_REASON_REFUSAL",
             7: "STOP_REASON_STOP_SEQUENCE",
+            8: "STOP_REASON_PAUSE_TURN",
         }
 
     @classmethod
@@ -413,6 +425,7 @@ class StopReason(betterproto2.Enum):
             "STOP_REASON_CANCELLED": 5,
             "STOP_REASON_REFUSAL": 6,
             "STOP_REASON_STOP_SEQUENCE": 7,
+            "STOP_REASON_PAUSE_TURN": 8,
         }
 
 
@@ -1985,6 +1998,15 @@ class ToolCallDone(betterproto2.Message):
     The id of an open tool call.
     """
 
+    vendor_data: "list[__content__v1__.VendorData]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Opaque data the vendor attached to this call after it opened (protocol 1.1; for example an
+    OpenAI-compatible endpoint sends Gemini's extra_content in a later chunk). The accumulator
+    appends it after ToolCallStart.vendor_data. A location MUST NOT repeat one of the start's.
+    """
+
 
 default_message_pool.register_message("model.v1", "ToolCallDone", ToolCallDone)
 
@@ -2003,6 +2025,15 @@ class ToolCallStart(betterproto2.Message):
     name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
     The called tool's name. MUST be non-empty.
+    """
+
+    vendor_data: "list[__content__v1__.VendorData]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Opaque data the vendor attached to this call, known when it opens (protocol 1.1; see
+    content.v1.ToolUseBlock.vendor_data). A producer MUST forward the vendor's value verbatim
+    and MUST NOT invent entries. At most one entry per location.
     """
 
 
