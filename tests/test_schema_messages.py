@@ -202,6 +202,8 @@ def populate(cls: type[betterproto2.Message], variant: int = 0, depth: int = 0) 
 # test_json_names_match_descriptor keeps this set exact.
 KNOWN_JSON_NAME_BUGS = {
     "model.v1.PricingTier.cache_write_1h_per_mtok",
+    # Mirrors the tier's field of the same name (a window's rates are named as the tier's).
+    "model.v1.PricingWindow.cache_write_1h_per_mtok",
     "model.v1.Usage.cache_write_1h_tokens",
 }
 JSON_NAME_BUG_REASON = (

@@ -12,8 +12,9 @@ Steps (each printed; the first failure ends the run with exit status 1):
                 under ``protocolpy.interop/gen``), ``go build`` and ``go vet`` against Debian's
                 ``google.golang.org/protobuf`` sources (no module download: ``GOPROXY=off``).
 ``wire``        start ``protocol-py serve`` (the built-in reference provider) on a free
-                loopback port; stream two completions (a tool call with thinking, and a plain
-                answer) and keep the raw event bytes; the TypeScript program and the Go program
+                loopback port; stream four completions (a tool call with thinking, a signed
+                tool call carrying 1.1 vendor data, a paused turn, a plain answer) and keep
+                the raw event bytes; the TypeScript program and the Go program
                 decode them: every event's proto3 JSON must equal google's upb decoding (Python)
                 of the same bytes, and the TypeScript re-encoding must parse back to the same
                 message. Then the TypeScript program encodes a StreamCompletionRequest; the
@@ -195,8 +196,10 @@ def step_go(work: Path) -> Path:
 
 
 def python_requests() -> list[bytes]:
-    """The requests whose answers the other languages decode: a tool call with thinking, and a
-    plain answer (together they carry most event kinds)."""
+    """The requests whose answers the other languages decode: a tool call with thinking, a
+    signed tool call (protocol 1.1 vendor data), a paused turn (1.1 STOP_REASON_PAUSE_TURN)
+    and a plain answer (together they carry every event kind but ``error`` and
+    ``safety_notice``)."""
     tool = ToolDeclaration(
         name="get_weather",
         description="Current weather for a city.",
@@ -210,7 +213,12 @@ def python_requests() -> list[bytes]:
     )
     requests = []
     for index, (text, tools) in enumerate(
-        [("Please use tool get_weather for Paris.", [tool]), ("Say hello in one line.", [])]
+        [
+            ("Please use tool get_weather for Paris.", [tool]),
+            ("A signed tool call to get_weather, please.", [tool]),  # 1.1: vendor data
+            ("Pause turn here, then go on.", []),  # 1.1: STOP_REASON_PAUSE_TURN
+            ("Say hello in one line.", []),
+        ]
     ):
         request = StreamCompletionRequest(
             model_id="reference-large",
@@ -300,6 +308,22 @@ def step_wire(work: Path, ts: Path, go_binary: Path) -> str:
         expected = [event_class.FromString(f) for f in frames]
         expected_json = [json_format.MessageToDict(e) for e in expected]
         cases = sorted({e.WhichOneof("event") for e in expected})
+        reasons = {
+            json_format.MessageToDict(e)["stop"].get("reason")
+            for e in expected
+            if e.HasField("stop")
+        }
+        signed = [
+            e
+            for e in expected
+            if (e.HasField("tool_call_start") and e.tool_call_start.vendor_data)
+            or (e.HasField("tool_call_done") and e.tool_call_done.vendor_data)
+        ]
+        if "STOP_REASON_PAUSE_TURN" not in reasons or not signed:
+            raise StepFailedError(
+                f"the sample lacks a 1.1 addition (stop reasons {sorted(reasons)}, "
+                f"{len(signed)} tool-call events with vendor data)"
+            )
 
         run(["node", "build/main.js", "decode", str(events_path), str(work / "ts.json")], ts)
         ts_events = json.loads((work / "ts.json").read_text())["events"]

@@ -6,7 +6,10 @@ Three things live here:
 * :func:`validate_pricing` checks a :class:`~protocol_py_gen.model.v1.Pricing` against every
   Pricing rule and returns the list of :class:`~protocol_py.errors.Violation` (DESIGN D13).
 * :class:`PricingTable` is a validated Pricing indexed for lookup: :meth:`PricingTable.resolve`
-  returns the one tier matching a (receipt time, prompt size) pair in O(log n).
+  returns the one tier matching a (receipt time, prompt size) pair in O(log n), and
+  :meth:`PricingTable.resolve_window` the recurring window of that tier whose rates replace the
+  tier's at that instant (protocol 1.1; :mod:`protocol_py.pricing_windows`,
+  docs/pricing-windows.md).
 * :func:`cost` prices one :class:`~protocol_py_gen.model.v1.Usage` exactly, as
   :class:`decimal.Decimal`, and :func:`format_usd` renders the figure as a plain decimal string.
 
@@ -30,7 +33,15 @@ from typing import Any
 
 from protocol_py import protojson
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
-from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage, UsageComponent, VendorCost
+from protocol_py.pricing_windows import MAX_WINDOWS_PER_TIER, TierWeek, parse_windows
+from protocol_py_gen.model.v1 import (
+    Pricing,
+    PricingTier,
+    PricingWindow,
+    Usage,
+    UsageComponent,
+    VendorCost,
+)
 
 __all__ = [
     "RATE_FIELDS",
@@ -64,7 +75,8 @@ RATE_FIELDS: tuple[str, ...] = (
     "batch_output_per_mtok",
     "cache_write_1h_per_mtok",
 )
-"""The PricingTier rate fields (proto field names; USD per million tokens)."""
+"""The PricingTier rate fields (proto field names; USD per million tokens). A PricingWindow
+carries the same fields (protocol 1.1), each replacing the tier's while the window applies."""
 
 # Exact arithmetic: enough precision for any int64 count times any double's shortest repr, and
 # Inexact trapped so that a result that would need rounding raises instead of silently rounding.
@@ -219,12 +231,14 @@ def _check_count(value: object, what: str, rule_prefix: str = "usage") -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Bounds:
-    """A tier's parsed half-open rectangle; None is unbounded on that side."""
+    """A tier's parsed half-open rectangle; None is unbounded on that side. ``week``: the
+    tier's recurring windows (:mod:`protocol_py.pricing_windows`), None when it has none."""
 
     t_from: datetime | None
     t_until: datetime | None
     s_from: int | None
     s_until: int | None
+    week: TierWeek | None = None
 
     def contains(self, at: datetime, size: int) -> bool:
         return (
@@ -309,14 +323,17 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
                 "window is half-open)",
             )
         )
-    return _Bounds(t_from, t_until, s_from, s_until) if ok else None
+    size = s_from if typed and s_from is not None and s_from >= 0 else 0
+    windows_ok, week = parse_windows(tier, where, out, span=(t_from, t_until), size=size)
+    return _Bounds(t_from, t_until, s_from, s_until, week) if ok and windows_ok else None
 
 
-def _check_rates(
-    tier: PricingTier, where: str, caching_supported: bool | None, out: list[Violation]
+def _check_rate_values(
+    rates: PricingTier | PricingWindow, where: str, out: list[Violation]
 ) -> None:
+    """Each present rate finite and >= 0."""
     for name in RATE_FIELDS:
-        value = getattr(tier, name)
+        value = getattr(rates, name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -343,6 +360,12 @@ def _check_rates(
                     f"{name} is {value}; every rate must be >= 0",
                 )
             )
+
+
+def _check_rate_set(
+    tier: PricingTier, where: str, caching_supported: bool | None, out: list[Violation]
+) -> None:
+    """The presence rules of a rate set: cache rates with caching, 1h with 5m, batch paired."""
     has_write = tier.cache_write_per_mtok is not None
     has_read = tier.cache_read_per_mtok is not None
     if caching_supported is True:
@@ -403,6 +426,40 @@ def _check_rates(
                 f"absent; {missing} is missing",
             )
         )
+
+
+def _check_rates(
+    tier: PricingTier, where: str, caching_supported: bool | None, out: list[Violation]
+) -> None:
+    """The tier's rates, then each window's: its own values, and, when the tier's rate set is
+    sound, the window's effective set (its rates over the tier's) with the presence rules. With
+    caching a window may leave its cache rates absent (the tier's apply); without caching it
+    must not declare any."""
+    _check_rate_values(tier, where, out)
+    before = len(out)
+    _check_rate_set(tier, where, caching_supported, out)
+    tier_sound = len(out) == before
+    windows = tier.windows
+    if not isinstance(windows, list) or len(windows) > MAX_WINDOWS_PER_TIER:
+        return  # reported by pricing_windows.parse_windows
+    for j, window in enumerate(windows):
+        if not isinstance(window, PricingWindow):
+            continue
+        at = f"{where}.windows[{j}]"
+        _check_rate_values(window, at, out)
+        if not tier_sound:
+            continue
+        effective = PricingTier(
+            **{
+                name: getattr(tier, name) if (own := getattr(window, name)) is None else own
+                for name in RATE_FIELDS
+            }
+        )
+        if caching_supported is True:
+            # The tier has both cache rates (it is sound), so the window's effective set has too.
+            _check_rate_set(effective, at, None, out)
+        else:
+            _check_rate_set(effective, at, caching_supported, out)
 
 
 def _time_cells(bounds: list[_Bounds]) -> list[tuple[datetime | None, datetime | None]]:
@@ -491,9 +548,15 @@ def validate_pricing(
     (``pricing.tiers.time_window_empty``, ``pricing.tiers.size_window_empty``; an absent
     ``input_tokens_from`` counts as 0, so ``input_tokens_until: 0`` alone is empty); the tiers
     partition the whole (time x prompt size) plane (``pricing.tiers.overlap``,
-    ``pricing.tiers.gap``, each message naming a concrete point of the offending cell). The
-    partition is checked only when every tier's bounds are valid. A free Pricing with tiers is
-    checked the same way.
+    ``pricing.tiers.gap``, each message naming a concrete point of the offending cell); recurring
+    windows (protocol 1.1): each tier's windows valid, in one zone and pairwise disjoint, so
+    exactly one rate set applies at every instant (``pricing.tiers.window.*``, an overlap naming
+    an instant, its local wall time and zone, and a prompt size;
+    :mod:`protocol_py.pricing_windows`), and each window's rates under the tier's rate rules at
+    the window's path (a window rate left absent is the tier's). Windows never take part in the
+    tier partition: it is the 1.0 rule, so a 1.0 reader that ignores windows sees a valid
+    Pricing. The partition is checked only when every tier's bounds and windows are valid. A
+    free Pricing with tiers is checked the same way.
 
     Args:
         pricing: The Pricing message.
@@ -584,18 +647,47 @@ class _Rates:
     cache_write_1h: Decimal | None
 
 
+def _rates(tier: PricingTier, window: PricingWindow | None = None) -> _Rates:
+    """The exact rates of a tier (its None fields already read as defaults), or of one of its
+    windows: each rate the window declares, else the tier's."""
+
+    def pick(name: str) -> float | None:
+        own = None if window is None else getattr(window, name)
+        value: float | None = getattr(tier, name) if own is None else own
+        return value
+
+    return _Rates(
+        input=Decimal(repr(float(pick("input_per_mtok") or 0))),
+        output=Decimal(repr(float(pick("output_per_mtok") or 0))),
+        cache_read=_rate(pick("cache_read_per_mtok")),
+        cache_write=_rate(pick("cache_write_per_mtok")),
+        cache_write_1h=_rate(pick("cache_write_1h_per_mtok")),
+    )
+
+
 class PricingTable:
     """A validated Pricing indexed for O(log n) tier resolution (DESIGN D9).
 
     The index is the sorted list of the tiers' distinct time boundaries; for every time slab
     between two boundaries, the sorted size boundaries and the tier of each size cell. A lookup
-    is two bisections. Each tier's rates are converted to exact Decimals once, here.
+    is two bisections; for a tier with windows, one conversion to local time and a third
+    bisection over the tier's week (:class:`~protocol_py.pricing_windows.TierWeek`) find the
+    window whose rates apply. Each tier's and window's effective rates are converted to exact
+    Decimals once, here.
 
     Attributes:
         pricing: The Pricing the table was built from.
     """
 
-    __slots__ = ("_rates", "_slab_sizes", "_slab_tiers", "_time_points", "pricing")
+    __slots__ = (
+        "_rates",
+        "_slab_sizes",
+        "_slab_tiers",
+        "_time_points",
+        "_weeks",
+        "_window_rates",
+        "pricing",
+    )
 
     def __init__(self, pricing: Pricing, *, caching_supported: bool | None = None) -> None:
         """Validate and index ``pricing``.
@@ -619,15 +711,10 @@ class PricingTable:
             if parsed is None:  # pragma: no cover - validate_pricing already rejected it
                 raise InvalidValueError("pricing tier bounds are invalid", rule="pricing.invalid")
             valid.append(parsed)
-        self._rates = [
-            _Rates(
-                input=Decimal(repr(float(t.input_per_mtok))),
-                output=Decimal(repr(float(t.output_per_mtok))),
-                cache_read=_rate(t.cache_read_per_mtok),
-                cache_write=_rate(t.cache_write_per_mtok),
-                cache_write_1h=_rate(t.cache_write_1h_per_mtok),
-            )
-            for t in pricing.tiers
+        self._rates = [_rates(t) for t in pricing.tiers]
+        self._weeks: list[TierWeek | None] = [b.week for b in valid]
+        self._window_rates: list[list[_Rates]] = [
+            [_rates(t, w) for w in t.windows] for t in pricing.tiers
         ]
         cells = _time_cells(valid) if valid else []
         # _time_points[k] is the start of slab k+1; slab 0 is everything before the first point.
@@ -679,13 +766,37 @@ class PricingTable:
         index = self._lookup(at, size)
         return index, self.pricing.tiers[index]
 
+    def resolve_window(self, at: datetime, prompt_tokens: int) -> tuple[int, int | None]:
+        """Return the tier matching (receipt time, prompt size) and the window of that tier
+        whose rates apply at ``at`` (protocol 1.1), in O(log n) plus one bisection over the
+        tier's week.
+
+        Args:
+            at: The moment the usage event was received; timezone-aware.
+            prompt_tokens: The prompt size in tokens (:func:`prompt_tokens`), >= 0.
+
+        Returns:
+            ``(index into pricing.tiers, index into that tier's windows)``; the window index is
+            None when no window holds ``at`` (the tier's own rates apply).
+
+        Raises:
+            InvalidValueError: as :meth:`resolve`, and ``timestamp.out_of_range`` when the
+                tier's window zone cannot represent ``at``'s local time within years 1..9999.
+        """
+        index, _tier = self.resolve(at, prompt_tokens)
+        return index, self._window_of(index, at)
+
     def _lookup(self, at: datetime, size: int) -> int:
         """The tier index for an already-checked aware time and size >= 0."""
         slab = bisect_right(self._time_points, at)
         return self._slab_tiers[slab][bisect_right(self._slab_sizes[slab], size) - 1]
 
-    def _rates_of(self, index: int) -> _Rates:
-        return self._rates[index]
+    def _window_of(self, index: int, at: datetime) -> int | None:
+        week = self._weeks[index]
+        return None if week is None else week.window_at(at)
+
+    def _rates_of(self, index: int, window: int | None = None) -> _Rates:
+        return self._rates[index] if window is None else self._window_rates[index][window]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -836,6 +947,8 @@ class CostBreakdown:
         free: True when the Pricing is free (every term is 0).
         vendor_cost: The vendor's own price, carried beside the computed figure; never added in.
         components: The usage's vendor-defined counters, sorted by name (then value).
+        window_index: Index into the tier's ``windows`` of the recurring window whose rates
+            were applied (protocol 1.1); None when the tier's own rates were.
     """
 
     tier_index: int | None
@@ -844,6 +957,7 @@ class CostBreakdown:
     free: bool
     vendor_cost: VendorCost | None = None
     components: list[UsageComponent] = field(default_factory=list)
+    window_index: int | None = None
 
     def total_usd(self) -> str:
         """The total as an exact decimal string (:func:`format_usd`)."""
@@ -869,7 +983,11 @@ class CostBreakdown:
 
     def render_text(self) -> str:
         """A human-readable table of the breakdown, for ``protocol-py cost``."""
-        tier = "free" if self.free else f"tier {(self.tier_index or 0) + 1}"  # numbered from 1
+        # human output numbers tiers and windows from 1 (``tier_index``/``window_index`` stay
+        # zero-based in to_json)
+        tier = "free" if self.free else f"tier {(self.tier_index or 0) + 1}"
+        if self.window_index is not None:
+            tier += f", window {self.window_index + 1}"
         rows = [(name, format_usd(self.terms[name])) for name in TERM_NAMES]
         rows.append(("total", self.total_usd()))
         width = max(len(name) for name, _ in rows)
@@ -927,7 +1045,9 @@ def _term(tokens: int, rate: Decimal | None, rate_field: str, tier_index: int) -
 def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBreakdown:
     """Price one usage event exactly (DESIGN D7, D8; spec "Cost-computation worked example").
 
-    The tier is the one matching (``at``, :func:`prompt_tokens`). Terms, each divided by 10^6:
+    The tier is the one matching (``at``, :func:`prompt_tokens`); its rates apply, or, where one
+    of its recurring windows holds ``at`` (protocol 1.1), that window's rates over the tier's
+    (``window_index``). Terms, each divided by 10^6:
     ``input_tokens * input``, ``output_tokens * output``, ``cache_read_tokens * cache_read``,
     ``(cache_write_tokens - cache_write_1h_tokens) * cache_write``,
     ``cache_write_1h_tokens * (cache_write_1h, or cache_write when absent)``, and
@@ -951,7 +1071,8 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
             (``usage.cache_write_1h_exceeds_cache_write``), ``reasoning_tokens`` above
             ``output_tokens`` with ``reasoning_already_counted`` true
             (``usage.reasoning_exceeds_output``), a naive ``at``, or tokens billed at a
-            rate the tier does not declare (``cost.rate_missing``).
+            rate the tier does not declare (``cost.rate_missing``), or a window zone that
+            cannot represent ``at``'s local time (``timestamp.out_of_range``).
     """
     table = pricing if isinstance(pricing, PricingTable) else PricingTable(pricing)
     usage = _usage(usage)
@@ -976,7 +1097,8 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
     if not table._slab_tiers:
         table.resolve(at, inp + read + write)  # raises the typed "no tiers" error
     index = table._lookup(at, inp + read + write)
-    rates = table._rates_of(index)
+    window = table._window_of(index, at)
+    rates = table._rates_of(index, window)
     write_1h_rate = rates.cache_write_1h if rates.cache_write_1h is not None else rates.cache_write
     write_1h_field = (
         "cache_write_1h_per_mtok" if rates.cache_write_1h is not None else "cache_write_per_mtok"
@@ -995,6 +1117,7 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
         total = _EXACT.add(total, value)
     return CostBreakdown(
         tier_index=index,
+        window_index=window,
         terms=terms,
         total=total,
         free=False,

@@ -414,7 +414,12 @@ def _validate_caching(caching: CachingSpec, path: str, out: list[Violation]) -> 
 def _pricing_violations(
     pricing: Pricing, *, caching_supported: bool | None, path: str
 ) -> list[Violation]:
-    return list(validate_pricing(pricing, caching_supported=caching_supported, path=path))
+    # Unknown enum numbers (a window's day) are reported once, by the generic check (_walk).
+    return [
+        v
+        for v in validate_pricing(pricing, caching_supported=caching_supported, path=path)
+        if v.rule != "enum.unknown_value"
+    ]
 
 
 def _validate_spec_rules(spec: ModelSpec, path: str, out: list[Violation]) -> None:

@@ -50,6 +50,8 @@ def test_validation(vector: dict[str, Any]) -> None:
     violations = validate_pricing(pricing, caching_supported=vector["caching_supported"])
     actual = {(v.path, v.rule) for v in violations}
     assert actual == {(e["path"], e["rule"]) for e in vector["expected"]}, violations
+    for point in vector.get("points", []):  # the point Python names (README: "points")
+        assert any(point in v.message for v in violations), (point, violations)
     if vector["expected"]:
         with pytest.raises(ValidationError) as info:
             PricingTable(pricing, caching_supported=vector["caching_supported"])
@@ -71,6 +73,10 @@ def test_resolution(vector: dict[str, Any]) -> None:
         index, tier = table.resolve(parse_timestamp(query["at"]), query["prompt_tokens"])
         assert index == query["tier_index"], query
         assert tier is pricing.tiers[index]
+        if "window_index" in query:  # recurring windows (protocol 1.1)
+            at = parse_timestamp(query["at"])
+            found = table.resolve_window(at, query["prompt_tokens"])
+            assert found == (query["tier_index"], query["window_index"]), query
 
 
 def _at(text: str) -> datetime:
@@ -114,6 +120,7 @@ def test_cost(vector: dict[str, Any]) -> None:
     assert {name: format_usd(value) for name, value in terms.items()} == expected["terms"]
     assert format_usd(total) == expected["total_usd"]
     assert breakdown.tier_index == expected["tier_index"]
+    assert breakdown.window_index == expected.get("window_index")
     assert breakdown.free is expected["free"]
     out = breakdown.to_json()
     if repeat == 1:

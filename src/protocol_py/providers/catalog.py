@@ -23,16 +23,24 @@ gpt-6-luna        0.10   0.50    0.125   -     0.01    same page, 2026-11-29
 
 DeepSeek (``https://api-docs.deepseek.com/quick_start/pricing``, page checked 2026-11-15).
 Context 1,000,000, max output 384,000; thinking on by default, switchable off; reasoning must be
-replayed on tool-calling turns (THINKING_REPLAY_TOOL_TURNS). DeepSeek bills peak hours at twice
-the off-peak rate; a tier cannot express a daily window, so the PEAK rates are declared and the
-computed cost is an upper bound. Cache writes carry no premium (billed as cache-miss input).
+replayed on tool-calling turns (THINKING_REPLAY_TOOL_TURNS). Cache writes carry no premium
+(billed as cache-miss input). Peak and off-peak (protocol 1.1 pricing windows): the rates below
+are the peak (list) rates, billed 01:00-04:00 and 06:00-10:00 UTC, Monday to Friday (09:00-12:00
+and 14:00-18:00 Beijing time: the UTC day and the Beijing day agree inside these windows); every
+other minute is off-peak at half of every rate. The tier carries the peak rates (what a 1.0
+kernel, which ignores windows, bills: an upper bound) and its windows are the off-peak
+complement with the half rates: 00:00-01:00, 04:00-06:00 and 10:00-24:00 UTC Monday to Friday,
+and all of Saturday and Sunday UTC. Source of the schedule and the half rate:
+the DeepSeek provider worker's curated catalog, snapshot of api-docs.deepseek.com taken
+2026-09-10 (``../shared/spec/reference-provider-deepseek.txt``, "Catalog"), matching case B20;
+the shared material holds no later off-peak figures, so re-check both before relying on a cost.
 
-================  =====  ======  ======  ====  ======
-model             input  output  cw      cw1h  read
-================  =====  ======  ======  ====  ======
-deepseek-flash    0.30   1.20    0.30    -     0.006
-deepseek-v4-pro   1.32   3.96    1.32    -     0.044
-================  =====  ======  ======  ====  ======
+================  =====  ======  ======  ====  ======  =================================
+model             input  output  cw      cw1h  read    off-peak (input/output/cw/read)
+================  =====  ======  ======  ====  ======  =================================
+deepseek-flash    0.30   1.20    0.30    -     0.006   0.15 / 0.60 / 0.15 / 0.003
+deepseek-v4-pro   1.32   3.96    1.32    -     0.044   0.66 / 1.98 / 0.66 / 0.022
+================  =====  ======  ======  ====  ======  =================================
 
 Anthropic (``https://platform.claude.com/docs/en/about-claude/pricing`` and the model pages,
 read 2026-11-29; effort guide ``/docs/en/build-with-claude/effort``). 5.x models: context
@@ -65,6 +73,8 @@ from protocol_py_gen.model.v1 import (
     ModelSpec,
     Pricing,
     PricingTier,
+    PricingWindow,
+    PricingWindowDayOfWeek,
     ThinkingDisable,
     ThinkingReplay,
     ThinkingSpec,
@@ -106,6 +116,7 @@ def _tier(
     until: str | None = None,
     tokens_from: int | None = None,
     tokens_until: int | None = None,
+    windows: Sequence[PricingWindow] = (),
 ) -> PricingTier:
     return PricingTier(
         effective_from=since,
@@ -119,6 +130,7 @@ def _tier(
         batch_output_per_mtok=rates.output / 2 if rates.batch else None,
         input_tokens_from=tokens_from,
         input_tokens_until=tokens_until,
+        windows=list(windows),
     )
 
 
@@ -222,8 +234,50 @@ _DEEPSEEK_THINKING = ThinkingSpec(
 )
 
 
+_WEEKDAYS = [
+    PricingWindowDayOfWeek.MONDAY,
+    PricingWindowDayOfWeek.TUESDAY,
+    PricingWindowDayOfWeek.WEDNESDAY,
+    PricingWindowDayOfWeek.THURSDAY,
+    PricingWindowDayOfWeek.FRIDAY,
+]
+_WEEKEND = [PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY]
+
+
+# DeepSeek's off-peak windows in UTC minutes after midnight: the complement of the peak hours
+# 01:00-04:00 and 06:00-10:00 Monday to Friday, that is 00:00-01:00, 04:00-06:00 and
+# 10:00-24:00 on weekdays, and the whole of Saturday and Sunday.
+_DEEPSEEK_OFF_PEAK: tuple[tuple[int, int, list[PricingWindowDayOfWeek]], ...] = (
+    (0, 60, _WEEKDAYS),
+    (240, 360, _WEEKDAYS),
+    (600, 1440, _WEEKDAYS),
+    (0, 1440, _WEEKEND),
+)
+
+
+def _deepseek_tiers(peak: _Rates) -> list[PricingTier]:
+    """One tier at the peak rates, with DeepSeek's off-peak UTC windows at half of every rate."""
+    return [
+        _tier(
+            peak,
+            windows=[
+                PricingWindow(
+                    start_minute=lo,
+                    end_minute=hi,
+                    days=list(days),
+                    input_per_mtok=peak.input / 2,
+                    output_per_mtok=peak.output / 2,
+                    cache_write_per_mtok=peak.cache_write / 2,
+                    cache_read_per_mtok=peak.cache_read / 2,
+                )
+                for lo, hi, days in _DEEPSEEK_OFF_PEAK
+            ],
+        )
+    ]
+
+
 def deepseek_models() -> list[ModelSpec]:
-    """DeepSeek models at PEAK rates (see the module docstring)."""
+    """DeepSeek models: peak rates with off-peak UTC windows (see the module docstring)."""
     cache = CachingSpec(supported=True, implicit_automatic=True)
     return [
         _spec(
@@ -232,7 +286,7 @@ def deepseek_models() -> list[ModelSpec]:
             output=384_000,
             thinking=_DEEPSEEK_THINKING,
             caching=cache,
-            tiers=[_tier(_Rates(0.30, 1.20, 0.30, 0.006, batch=False))],
+            tiers=_deepseek_tiers(_Rates(0.30, 1.20, 0.30, 0.006, batch=False)),
             vision=True,
         ),
         _spec(
@@ -241,7 +295,7 @@ def deepseek_models() -> list[ModelSpec]:
             output=384_000,
             thinking=_DEEPSEEK_THINKING,
             caching=cache,
-            tiers=[_tier(_Rates(1.32, 3.96, 1.32, 0.044, batch=False))],
+            tiers=_deepseek_tiers(_Rates(1.32, 3.96, 1.32, 0.044, batch=False)),
             vision=False,
         ),
     ]

@@ -11,7 +11,9 @@ server adapter against. It declares three models that pass capability validation
 ``reference-medium``
     A token-budget reasoning control (range 1,024-32,000, no default: it does not reason unless
     a budget is given; can always be disabled); implicit prompt caching; tool use; time pricing
-    tiers (a price change on 2026-07-01).
+    tiers (a price change on 2026-07-01, from when Saturday and Sunday UTC are billed at half
+    price through a protocol 1.1 pricing window: the tier's own rates are the weekday ones, so a
+    1.0 kernel's figure is an upper bound).
 ``reference-small``
     A plain model: no thinking, no caching, no tools, one pricing tier.
 
@@ -77,7 +79,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -101,6 +103,8 @@ from protocol_py_gen.model.v1 import (
     ModelSpec,
     Pricing,
     PricingTier,
+    PricingWindow,
+    PricingWindowDayOfWeek,
     RenderFormat,
     RenderRequest,
     RenderResponse,
@@ -323,7 +327,9 @@ def _tier(
     effective_until: str | None = None,
     input_tokens_from: int | None = None,
     input_tokens_until: int | None = None,
+    windows: Sequence[PricingWindow] = (),
 ) -> PricingTier:
+    """A tier; ``windows``: its recurring pricing windows (protocol 1.1)."""
     return PricingTier(
         input_per_mtok=input_rate,
         output_per_mtok=output_rate,
@@ -336,6 +342,20 @@ def _tier(
         effective_until=effective_until,
         input_tokens_from=input_tokens_from,
         input_tokens_until=input_tokens_until,
+        windows=list(windows),
+    )
+
+
+def _weekend_half_price() -> PricingWindow:
+    """reference-medium from 2026-07-01: Saturday and Sunday UTC at half of the weekday rates."""
+    return PricingWindow(
+        start_minute=0,
+        end_minute=1440,
+        days=[PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY],
+        input_per_mtok=0.25,
+        output_per_mtok=1.25,
+        cache_write_per_mtok=0.3125,
+        cache_read_per_mtok=0.025,
     )
 
 
@@ -409,7 +429,14 @@ def reference_models() -> list[ModelSpec]:
             currency="USD",
             tiers=[
                 _tier(0.8, 4.0, cache_write=1.0, cache_read=0.08, effective_until="2026-07-01"),
-                _tier(0.5, 2.5, cache_write=0.625, cache_read=0.05, effective_from="2026-07-01"),
+                _tier(
+                    0.5,
+                    2.5,
+                    cache_write=0.625,
+                    cache_read=0.05,
+                    effective_from="2026-07-01",
+                    windows=[_weekend_half_price()],
+                ),
             ],
         ),
         supported_tool_choice_modes=[ToolChoiceMode.AUTO, ToolChoiceMode.NONE],

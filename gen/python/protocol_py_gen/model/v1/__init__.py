@@ -27,6 +27,8 @@ __all__ = (
     "ModelTarget",
     "Pricing",
     "PricingTier",
+    "PricingWindow",
+    "PricingWindowDayOfWeek",
     "RateLimitKind",
     "RateLimitSnapshot",
     "RateLimitWindowRole",
@@ -172,6 +174,78 @@ class ErrorKind(betterproto2.Enum):
             "ERROR_KIND_OVERLOADED": 8,
             "ERROR_KIND_TRANSIENT": 9,
             "ERROR_KIND_PERMANENT": 10,
+        }
+
+
+class PricingWindowDayOfWeek(betterproto2.Enum):
+    """
+    DayOfWeek numbers the days as ISO 8601 does (Monday 1 .. Sunday 7).
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not set. MUST NOT be sent or declared.
+    """
+
+    MONDAY = 1
+    """
+    Monday.
+    """
+
+    TUESDAY = 2
+    """
+    Tuesday.
+    """
+
+    WEDNESDAY = 3
+    """
+    Wednesday.
+    """
+
+    THURSDAY = 4
+    """
+    Thursday.
+    """
+
+    FRIDAY = 5
+    """
+    Friday.
+    """
+
+    SATURDAY = 6
+    """
+    Saturday.
+    """
+
+    SUNDAY = 7
+    """
+    Sunday.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "DAY_OF_WEEK_UNSPECIFIED",
+            1: "DAY_OF_WEEK_MONDAY",
+            2: "DAY_OF_WEEK_TUESDAY",
+            3: "DAY_OF_WEEK_WEDNESDAY",
+            4: "DAY_OF_WEEK_THURSDAY",
+            5: "DAY_OF_WEEK_FRIDAY",
+            6: "DAY_OF_WEEK_SATURDAY",
+            7: "DAY_OF_WEEK_SUNDAY",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "DAY_OF_WEEK_UNSPECIFIED": 0,
+            "DAY_OF_WEEK_MONDAY": 1,
+            "DAY_OF_WEEK_TUESDAY": 2,
+            "DAY_OF_WEEK_WEDNESDAY": 3,
+            "DAY_OF_WEEK_THURSDAY": 4,
+            "DAY_OF_WEEK_FRIDAY": 5,
+            "DAY_OF_WEEK_SATURDAY": 6,
+            "DAY_OF_WEEK_SUNDAY": 7,
         }
 
 
@@ -1322,8 +1396,135 @@ class PricingTier(betterproto2.Message):
     million tokens.
     """
 
+    windows: "list[PricingWindow]" = betterproto2.field(
+        12, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Recurring windows of local wall-clock time inside this tier, each with rates that replace
+    the tier's own while it applies (protocol 1.1; see PricingWindow). The tier's own rates
+    apply at every instant of the tier that no window holds, so windows never leave a gap and
+    never change which tier matches: the tiers partition (time x prompt size) exactly as in
+    1.0. Exactly one rate set applies at every instant and prompt size: the windows of one tier
+    MUST NOT overlap each other and MUST all use the same time_zone; at most 64 per tier
+    (DESIGN D9, docs/pricing-windows.md). A reader of protocol 1.0 ignores this field and bills
+    every instant at the tier's own rates; a provider SHOULD therefore put the highest
+    applicable rates in the tier's own fields (the peak) and the lower ones in windows
+    (off-peak), so that a 1.0 kernel's figure is an upper bound, never an under-estimate.
+    """
+
 
 default_message_pool.register_message("model.v1", "PricingTier", PricingTier)
+
+
+@dataclass(eq=False, repr=False)
+class PricingWindow(betterproto2.Message):
+    """
+    PricingWindow is a recurring window of local wall-clock time inside a PricingTier, with the
+    rates that replace the tier's while it applies, for example DeepSeek's off-peak hours
+    (protocol 1.1). It is evaluated on the instant the tier is resolved for: the instant is
+    converted to local time in time_zone (an instant has exactly one local time, so
+    daylight-saving changes need no special rule), and the window holds the instant when that
+    local (day of week, minute) lies in [start_minute, end_minute) of one of its days. As a
+    consequence, on the day a clock jumps forward a window loses the wall times that do not
+    exist (02:00-03:00 America/New_York on a spring-forward Sunday), and on the day it falls
+    back a window holds a repeated wall time twice (01:00-02:00 lasts two hours). Seconds and
+    fractions are ignored: 03:59:59 is in minute 03:59. Each rate field has the meaning, unit
+    and rules of the PricingTier field of the same name (finite, >= 0; cache rates only with
+    caching); a rate the window leaves absent is the tier's own.
+    """
+
+    start_minute: "int" = betterproto2.field(1, betterproto2.TYPE_UINT32)
+    """
+    Start of the window, inclusive, in minutes after local midnight: 0..1439 ("01:30" is 90).
+    Unit: minutes.
+    """
+
+    end_minute: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    End of the window, exclusive, in minutes after local midnight: 1..1440 (1440 is the next
+    midnight; 0 is invalid, so a forgotten end is caught). MUST differ from start_minute.
+    Above start_minute: the window ends the same day. Below it: the window crosses midnight
+    and ends at end_minute of the following day (22:00-02:00 is start 1320, end 120). A whole
+    day is start 0, end 1440. Unit: minutes.
+    """
+
+    days: "list[PricingWindowDayOfWeek]" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, repeated=True
+    )
+    """
+    The local days on which the window starts; a window crossing midnight continues into the
+    following day (a Friday 22:00-02:00 window covers Saturday 00:00-02:00). Empty: every day.
+    MUST NOT contain DAY_OF_WEEK_UNSPECIFIED or a day twice.
+    """
+
+    time_zone: "str | None" = betterproto2.field(
+        4, betterproto2.TYPE_STRING, optional=True
+    )
+    """
+    The IANA time zone whose wall clock the window follows, for example "America/New_York" or
+    "Asia/Shanghai"; a name of the IANA tz database (2024a or later), compared exactly. Absent:
+    "UTC". SHOULD be the zone of the vendor's own published schedule.
+    """
+
+    input_per_mtok: "float | None" = betterproto2.field(
+        5, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Realtime input rate while the window applies. Absent: the tier's input_per_mtok. Unit: USD
+    per million tokens.
+    """
+
+    output_per_mtok: "float | None" = betterproto2.field(
+        6, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Realtime output rate (also for reasoning tokens not counted in output) while the window
+    applies. Absent: the tier's output_per_mtok. Unit: USD per million tokens.
+    """
+
+    cache_write_per_mtok: "float | None" = betterproto2.field(
+        7, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Cache-write (5-minute TTL) rate while the window applies. Absent: the tier's. MUST be absent
+    when the model's caching.supported is false. Unit: USD per million tokens.
+    """
+
+    cache_read_per_mtok: "float | None" = betterproto2.field(
+        8, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Cache-read rate while the window applies. Absent: the tier's. MUST be absent when the
+    model's caching.supported is false. Unit: USD per million tokens.
+    """
+
+    cache_write_1h_per_mtok: "float | None" = betterproto2.field(
+        9, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    One-hour-TTL cache-write rate while the window applies. Absent: the tier's (and, when that
+    is absent too, the window's effective cache_write_per_mtok). Unit: USD per million tokens.
+    """
+
+    batch_input_per_mtok: "float | None" = betterproto2.field(
+        10, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Batch input rate while the window applies. Absent: the tier's. The effective batch rates
+    (the window's, else the tier's) MUST be both present or both absent. Unit: USD per million
+    tokens.
+    """
+
+    batch_output_per_mtok: "float | None" = betterproto2.field(
+        11, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Batch output rate while the window applies, paired with batch_input_per_mtok. Absent: the
+    tier's. Unit: USD per million tokens.
+    """
+
+
+default_message_pool.register_message("model.v1", "PricingWindow", PricingWindow)
 
 
 @dataclass(eq=False, repr=False)
