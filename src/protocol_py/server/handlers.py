@@ -45,6 +45,7 @@ from protocol_py.server.limits import (
     receive_message,
     strict_request_classes,
 )
+from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
 from protocol_py.server.records import RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.status import (
@@ -231,7 +232,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 except Exception as exc:
                     error = unary_error(exc)
                     if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
-                        log.error("%s failed", rpc, exc_info=exc)
+                        log_provider_exception(self.provider.name, rpc, exc)
                     raise error from None
                 await stream.send_message(response)
             except GRPCError as exc:
@@ -559,12 +560,15 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     if event.stop is not None:
                         record.stop = event.stop.reason.name
                         yield event
+                        await warn_if_more_events(upstream, self.provider.name)
                         return
                     if event.error is not None:
                         record.error_kind = event.error.kind.name
                         record.outcome = "error"
                         bounded_model_error(event.error)
+                        record.detail = capped(event.error.message)
                         yield event
+                        await warn_if_more_events(upstream, self.provider.name)
                         return
                     yield event
                 else:
@@ -583,12 +587,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 _reraise_swallowed_cancellation()
                 failure = classify_exception(exc)
                 if not isinstance(exc, ProviderError):
-                    log.error(
-                        "provider %s raised %s",
-                        self.provider.name,
-                        type(exc).__name__,
-                        exc_info=exc,
-                    )
+                    log_provider_exception(self.provider.name, "StreamCompletion", exc)
             finally:
                 aclose = getattr(upstream, "aclose", None)
                 if aclose is not None:
@@ -596,6 +595,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             if failure is not None:
                 record.error_kind = failure.kind.name
                 record.outcome = "error"
+                record.detail = capped(failure.message)
                 record.events = (record.events or 0) + 1
                 yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
