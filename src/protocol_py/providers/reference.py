@@ -78,6 +78,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import operator
 import re
 import threading
 from collections import OrderedDict
@@ -89,7 +90,7 @@ import betterproto2
 
 from protocol_py import wire
 from protocol_py.bounded_text import quote_value
-from protocol_py.offload import run_cpu
+from protocol_py.offload import OFFLOAD_MIN_BYTES, run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers._url import redact_url
 from protocol_py.structs import dumps, from_struct, to_struct
@@ -154,17 +155,49 @@ MAX_RENDER_CHARS: Final = 64 * 1024 * 1024
 """Largest ``reference.repeat`` result, in characters (64 Mi: enough to exceed the default
 maximum message size, so reply limits stay testable)."""
 
-_MARKDOWN_SPECIAL: Final = re.compile(r"([!-/:-@\[-`{-~])")
+MARKDOWN_ESCAPE_CHUNK_CHARS: Final = 32 * 1024
+"""Characters escaped in one uninterrupted step of a Markdown render (32 Ki: a few milliseconds
+of the interpreter even when every character is punctuation). Between steps the worker thread
+checks whether the call was cancelled (deadline or cancel) and lets the event loop run."""
+
+_MARKDOWN_TABLE: Final[dict[int, str]] = {
+    c: "\\" + chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum()
+}
 
 
 def markdown_escape(text: str) -> str:
     """``text`` as CommonMark that displays literally: every ASCII punctuation character is
     backslash-escaped."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return text.translate(_MARKDOWN_TABLE)
 
 
-def _repeat(payload: bytes) -> str:
-    """The ``reference.repeat`` payload's text, ``times`` times (see ``render``)."""
+class _RenderCancelledError(Exception):
+    """The Render call that started a chunked escape was cancelled: the worker stops."""
+
+
+def _escape_in_chunks(text: str, stop: threading.Event) -> str:
+    """:func:`markdown_escape` of ``text``, :data:`MARKDOWN_ESCAPE_CHUNK_CHARS` at a time,
+    raising :class:`_RenderCancelledError` at the first checkpoint after ``stop`` is set."""
+    parts = []
+    for start in range(0, len(text), MARKDOWN_ESCAPE_CHUNK_CHARS):
+        if stop.is_set():
+            raise _RenderCancelledError
+        parts.append(text[start : start + MARKDOWN_ESCAPE_CHUNK_CHARS].translate(_MARKDOWN_TABLE))
+    return "".join(parts)
+
+
+async def _markdown_escape_off_loop(text: str) -> str:
+    """:func:`markdown_escape` in a worker thread, in checkpointed chunks: cancelling the
+    awaiting task stops the worker within one chunk."""
+    stop = threading.Event()
+    try:
+        return await run_cpu(max(len(text), OFFLOAD_MIN_BYTES), _escape_in_chunks, text, stop)
+    finally:
+        stop.set()
+
+
+def _repeat(payload: bytes) -> tuple[str, int]:
+    """The ``reference.repeat`` payload's ``(text, times)``, checked (see ``render``)."""
     usage = 'expected JSON {"text": str, "times": int}'
     try:
         spec = json.loads(payload)
@@ -181,7 +214,7 @@ def _repeat(payload: bytes) -> str:
         raise ValueError(f"payload.times: must be >= 0, got {times}")
     if len(text) * times > MAX_RENDER_CHARS:
         raise ValueError(f"payload.times: the result would exceed {MAX_RENDER_CHARS} characters")
-    return text * times
+    return text, times
 
 
 CONFIG_SCHEMA: Final[dict[str, Any]] = {
@@ -690,15 +723,30 @@ class ReferenceProvider(Provider):
                 (``payload``, ``payload.text``, ``payload.times``).
         """
         if request.payload_type == "reference.echo":
-            text = request.payload.decode("utf-8", errors="replace")
+            text = await run_cpu(
+                len(request.payload), request.payload.decode, "utf-8", errors="replace"
+            )
+            times, field = 1, "payload"
         elif request.payload_type == "reference.repeat":
-            text = _repeat(request.payload)
+            text, times = _repeat(request.payload)
+            field = "payload.times"
         else:
             raise ValueError(
                 f"payload_type: unknown payload type {quote_value(request.payload_type)}"
             )
         if request.format == RenderFormat.MARKDOWN:
-            return RenderResponse(text=markdown_escape(text), format=RenderFormat.MARKDOWN)
+            # Escaping is per character, so the unit is escaped once (off the loop, in
+            # cancellable chunks) and the size of the escaped result known before repeating.
+            text = await _markdown_escape_off_loop(text)
+            if len(text) * times > MAX_RENDER_CHARS:
+                raise ValueError(
+                    f"{field}: the Markdown result (punctuation backslash-escaped) would be "
+                    f"{len(text) * times} characters, more than {MAX_RENDER_CHARS}"
+                )
+        if times != 1:
+            text = await run_cpu(len(text) * times, operator.mul, text, times)
+        if request.format == RenderFormat.MARKDOWN:
+            return RenderResponse(text=text, format=RenderFormat.MARKDOWN)
         return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)
 
     def _prepare(
