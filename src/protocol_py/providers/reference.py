@@ -171,6 +171,12 @@ def markdown_escape(text: str) -> str:
     return text.translate(_MARKDOWN_TABLE)
 
 
+_ONE_OBJECT_JOB: Final = OFFLOAD_MIN_BYTES
+"""Size hint given to :func:`run_cpu` for a Render step that builds one large string: in a
+worker thread, but without the collector pause (and ``gc.freeze``) meant for jobs building
+many objects, which would keep refused replies alive."""
+
+
 class _RenderCancelledError(Exception):
     """The Render call that started a chunked escape was cancelled: the worker stops."""
 
@@ -191,7 +197,7 @@ async def _markdown_escape_off_loop(text: str) -> str:
     awaiting task stops the worker within one chunk."""
     stop = threading.Event()
     try:
-        return await run_cpu(max(len(text), OFFLOAD_MIN_BYTES), _escape_in_chunks, text, stop)
+        return await run_cpu(_ONE_OBJECT_JOB, _escape_in_chunks, text, stop)
     finally:
         stop.set()
 
@@ -724,7 +730,10 @@ class ReferenceProvider(Provider):
         """
         if request.payload_type == "reference.echo":
             text = await run_cpu(
-                len(request.payload), request.payload.decode, "utf-8", errors="replace"
+                min(len(request.payload), _ONE_OBJECT_JOB),
+                request.payload.decode,
+                "utf-8",
+                errors="replace",
             )
             times, field = 1, "payload"
         elif request.payload_type == "reference.repeat":
@@ -744,7 +753,7 @@ class ReferenceProvider(Provider):
                     f"{len(text) * times} characters, more than {MAX_RENDER_CHARS}"
                 )
         if times != 1:
-            text = await run_cpu(len(text) * times, operator.mul, text, times)
+            text = await run_cpu(min(len(text) * times, _ONE_OBJECT_JOB), operator.mul, text, times)
         if request.format == RenderFormat.MARKDOWN:
             return RenderResponse(text=text, format=RenderFormat.MARKDOWN)
         return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)

@@ -42,12 +42,14 @@ from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEO
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
     decode_request,
+    encode_reply,
     receive_message,
     strict_request_classes,
 )
 from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
 from protocol_py.server.records import RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
+from protocol_py.server.reply_budget import ReplyBudget
 from protocol_py.server.status import (
     bounded_model_error,
     bounded_status,
@@ -143,6 +145,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self._pool: Any | None = None
         self._pool_loaded = False
         self._strict_classes: dict[type[betterproto2.Message], Any] = {}
+        self.reply_budget = ReplyBudget()
+        """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`)."""
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -234,7 +238,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
                         log_provider_exception(self.provider.name, rpc, exc)
                     raise error from None
-                await stream.send_message(response)
+                reply = [encode_reply(response, self.max_message_size)]
+                del response  # only the encoded reply is held while the client reads it
+                await self.reply_budget.send(stream, reply)
             except GRPCError as exc:
                 error = bounded_status(exc)
                 record.outcome = "error"

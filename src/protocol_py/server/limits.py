@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import struct
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import betterproto2
@@ -90,6 +91,27 @@ def _too_large(what: str, size: int, limit: int) -> GRPCError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedReply:
+    """A reply already serialized (protobuf wire bytes): :class:`LimitedCodec` sends ``data``
+    as is."""
+
+    data: bytes
+
+
+def encode_reply(message: betterproto2.Message, max_send: int) -> EncodedReply:
+    """``message`` serialized ahead of sending, so its size is known (for
+    :class:`protocol_py.server.reply_budget.ReplyBudget`) and the message can be dropped.
+
+    Raises:
+        GRPCError: RESOURCE_EXHAUSTED when it exceeds ``max_send`` bytes.
+    """
+    data = wire.encode(message)
+    if len(data) > max_send:
+        raise _too_large("reply message", len(data), max_send)
+    return EncodedReply(data)
+
+
 class LimitedCodec(wire.WireCodec):
     """The fast protobuf codec (:class:`protocol_py.wire.WireCodec`) with a maximum message
     size in both directions.
@@ -109,8 +131,12 @@ class LimitedCodec(wire.WireCodec):
         self.max_send = max_send
 
     def encode(self, message: Any, message_type: Any) -> bytes:
-        """Serialize ``message``; RESOURCE_EXHAUSTED when it exceeds ``max_send``."""
-        data = super().encode(message, message_type)
+        """Serialize ``message`` (an :class:`EncodedReply` is sent as is); RESOURCE_EXHAUSTED
+        when it exceeds ``max_send``."""
+        if isinstance(message, EncodedReply):
+            data = message.data
+        else:
+            data = super().encode(message, message_type)
         if len(data) > self.max_send:
             raise _too_large("reply message", len(data), self.max_send)
         return data
