@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import time
 import traceback
 import weakref
@@ -50,6 +51,12 @@ import grpclib.server
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.protocol import H2Protocol
+from h2.errors import ErrorCodes
+from h2.exceptions import ProtocolError
+
+from protocol_py.bounded_text import bounded_message
+
+log = logging.getLogger("protocol_py.server")
 
 SEND_CHECKPOINT_INTERVAL: Final = 0.01
 """Longest time, in seconds, a server-streaming handler sends events without giving the event
@@ -387,3 +394,34 @@ class TransportProtocol(H2Protocol):
         """Cancel the connection's calls and wake its writers (they write nothing more)."""
         super().connection_lost(exc)
         self.connection.write_ready.set()
+
+    def data_received(self, data: bytes) -> None:
+        """Feed ``data`` to the HTTP/2 state machine, as grpclib does, except that a connection
+        error (an oversized header list: more than the advertised SETTINGS_MAX_HEADER_LIST_SIZE
+        of 64 KiB; a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS, 100; any other protocol
+        violation) sends the GOAWAY that h2 prepared and logs one WARNING naming the peer and
+        the rule before the connection closes (grpclib dropped it silently)."""
+        try:
+            events = self.connection.feed(data)
+        except ProtocolError as exc:
+            self.connection.flush()  # the GOAWAY h2 queued, with its error code
+            log.warning(
+                "closing HTTP/2 connection from %s with GOAWAY %s: %s",
+                _peer(self.connection),
+                getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR).name,
+                bounded_message(str(exc)),
+            )
+            self.processor.close("Protocol error")
+        else:
+            self.connection.flush()
+            for event in events:
+                self.processor.process(event)
+            self.connection.flush()
+
+
+def _peer(connection: Any) -> str:
+    """``host:port`` of the connection's peer (``unix`` peers have no address)."""
+    peer = connection._transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer or "a unix socket peer")
