@@ -37,6 +37,7 @@ from protocol_py.server import (
     LogFormatter,
     ModelServer,
 )
+from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.transport import handshake_line, listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
@@ -234,6 +235,7 @@ async def _drain(server: ModelServer, force: asyncio.Event) -> None:
         shutdown.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await shutdown
+        server.stop_reason = STOP_SECOND_SIGNAL
         await server.shutdown(grace_period=0)
     log.info("stopped")
 

@@ -609,7 +609,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             if self.grace_expired:
                 record.outcome = "error"
                 record.error_kind = ErrorKind.TRANSIENT.name
-                record.detail = "server shutting down (grace period expired)"
+                record.detail = f"server shutting down ({self.stop_reason})"
                 record.events = (record.events or 0) + 1
             else:
                 record.outcome = "deadline_exceeded" if expired else "cancelled"

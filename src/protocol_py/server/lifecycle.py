@@ -110,6 +110,9 @@ class ServerLifecycle:
         self._in_flight = 0
         self._stream_tasks: set[asyncio.Task[Any]] = set()
         self._grace_expired = False
+        self.stop_reason = STOP_GRACE_EXPIRED
+        """Why in-flight streams were ended (:data:`STOP_GRACE_EXPIRED` or
+        :data:`STOP_SECOND_SIGNAL`), in their RPC records: ``server shutting down (<reason>)``."""
         self._idle = asyncio.Event()
         self._idle.set()
         self.port: int | None = None
@@ -313,6 +316,13 @@ class ServerLifecycle:
             task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
+
+
+STOP_GRACE_EXPIRED: Final = "grace period expired"
+""":attr:`ServerLifecycle.stop_reason` when the grace period ran out."""
+
+STOP_SECOND_SIGNAL: Final = "second signal"
+""":attr:`ServerLifecycle.stop_reason` when a second SIGTERM/SIGINT cut the grace period short."""
 
 
 class PinnedH2Protocol(TransportProtocol):

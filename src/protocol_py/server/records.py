@@ -36,7 +36,11 @@ class RpcRecord:
     config_keys: list[str] | None = None
 
     def emit(self) -> None:
-        """Log the record at INFO on ``protocol_py.server`` as one JSON object."""
+        """Log the record at INFO on ``protocol_py.server`` as one JSON object. A
+        ``deadline_exceeded`` outcome always carries ``"error_kind": "DEADLINE_EXCEEDED"``
+        (the status sent), whichever path ended the call (deadline, receive timeout)."""
+        if self.outcome == "deadline_exceeded" and self.error_kind is None:
+            self.error_kind = "DEADLINE_EXCEEDED"
         keys = self.config_keys
         line = {
             "rpc": self.rpc,
