@@ -721,12 +721,17 @@ class ReferenceProvider(Provider):
 
         The answer is in the requested format: ``RENDER_FORMAT_MARKDOWN`` gives CommonMark in
         which every ASCII punctuation character is backslash-escaped (the text displays
-        literally); ``PLAIN_TEXT`` and ``UNSPECIFIED`` give plain text.
+        literally), also at most :data:`MAX_RENDER_CHARS` characters once escaped (checked
+        before the result is built); ``PLAIN_TEXT`` and ``UNSPECIFIED`` give plain text.
+        Large steps run in a worker thread; the escaping goes
+        :data:`MARKDOWN_ESCAPE_CHUNK_CHARS` at a time and stops at the next chunk when the
+        call is cancelled (deadline or cancel).
 
         Raises:
             ValueError: an unknown payload type (``payload_type: ...``) or a malformed
-                ``reference.repeat`` payload; the message starts with the field path
-                (``payload``, ``payload.text``, ``payload.times``).
+                ``reference.repeat`` payload, or a result over :data:`MAX_RENDER_CHARS`; the
+                message starts with the field path (``payload``, ``payload.text``,
+                ``payload.times``).
         """
         if request.payload_type == "reference.echo":
             text = await run_cpu(
