@@ -38,6 +38,7 @@ from protocol_py.server import (
     ModelServer,
 )
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
+from protocol_py.server.malloc_arenas import limit_malloc_arenas
 from protocol_py.transport import handshake_line, listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
@@ -259,7 +260,9 @@ def serve(
     graceful shutdown. Arguments and errors as :func:`serve_async` (``protocol-py serve`` is
     this call), with ``restore_signals=False``: after it returns, SIGINT and SIGTERM are
     ignored (``SIG_IGN``; the process is expected to exit, and a second signal must not kill
-    it)."""
+    it). The process's glibc malloc arenas are limited first
+    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`)."""
+    limit_malloc_arenas()
     asyncio.run(
         serve_async(
             provider,

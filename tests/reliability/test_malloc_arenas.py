@@ -1,0 +1,41 @@
+"""Issue 8 (attacker report) item 7: ``protocol-py serve`` limits glibc's malloc arenas so the
+native heap of worker threads can be trimmed (the RSS measurement is in the report and the
+module docstring of :mod:`protocol_py.server.malloc_arenas`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from protocol_py import serving
+from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.server.malloc_arenas import MALLOC_ARENAS
+
+
+def test_malloc_arena_limit_is_one_and_glibc_accepts_it() -> None:
+    assert MALLOC_ARENAS == 1
+    # In a fresh interpreter (the setting is process-wide): glibc's mallopt returns 1.
+    code = (
+        "from protocol_py.server.malloc_arenas import limit_malloc_arenas;"
+        "print(limit_malloc_arenas())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert out.stdout.strip() == "True"
+
+
+def test_serve_limits_the_arenas_before_starting_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(serving, "limit_malloc_arenas", lambda: calls.append("arenas") or True)
+
+    def run(coro: Any) -> None:
+        calls.append("loop")
+        coro.close()
+
+    monkeypatch.setattr(serving.asyncio, "run", run)
+    serving.serve(ReferenceProvider())
+    assert calls == ["arenas", "loop"]
