@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -47,8 +48,14 @@ from protocol_py.transport import (
 START_TIMEOUT: Final = 30.0
 """Default time a plugin gets to print its handshake line, seconds."""
 
+log = logging.getLogger("protocol_py.launch")
+
 STOP_TIMEOUT: Final = 10.0
 """Default time a plugin gets to exit after SIGTERM before it is killed, seconds."""
+
+REAP_TIMEOUT: Final = 5.0
+"""Longest wait for a plugin process to be reaped after SIGKILL, seconds (a process stuck in
+uninterruptible sleep is then left behind, with a warning, rather than hanging the kernel)."""
 
 STDOUT_CHUNK: Final = 64 * 1024
 """Bytes read at a time when discarding a plugin's stdout after the handshake."""
@@ -188,14 +195,29 @@ async def _wait(process: asyncio.subprocess.Process, timeout: float) -> int | No
 
 
 async def _stop(process: asyncio.subprocess.Process, timeout: float) -> None:  # noqa: ASYNC109
-    """SIGTERM, wait ``timeout`` seconds, then SIGKILL; always reaps the process."""
+    """SIGTERM, wait ``timeout`` seconds, then SIGKILL and wait at most :data:`REAP_TIMEOUT`.
+
+    The plugin's stdout pipe is closed first: asyncio's ``Process.wait`` also waits for every
+    pipe to close, and a reader paused on unread output (a handshake line over the limit,
+    output without a newline) never would, so the wait hung forever after the kill.
+    """
+    _close_stdout(process)
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             process.terminate() if timeout > 0 else process.kill()
         if await _wait(process, timeout) is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
-            await process.wait()
+            if await _wait(process, REAP_TIMEOUT) is None:
+                log.warning("plugin process %d did not exit after SIGKILL", process.pid)
+
+
+def _close_stdout(process: asyncio.subprocess.Process) -> None:
+    """Close the read end of the plugin's stdout pipe (unread output is dropped)."""
+    transport = getattr(process, "_transport", None)
+    pipe = transport.get_pipe_transport(1) if transport is not None else None
+    if pipe is not None:
+        pipe.close()
 
 
 async def _discard(stream: asyncio.StreamReader) -> None:

@@ -276,3 +276,26 @@ async def test_launch_fails_clearly_and_stops_the_plugin(tmp_path: Path) -> None
     with pytest.raises(LaunchError, match=r"exited \(status 2\)"):
         async with launch(refused, stderr=subprocess.DEVNULL):
             pass
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "'1|tcp|127.0.0.1:1|grpc|' + 'A' * 20_000_000",  # a handshake line far over the limit
+        "'x' * 20_000_000",  # no newline at all
+    ],
+)
+async def test_launch_refuses_an_overlong_handshake_line_within_the_start_timeout(
+    output: str,
+) -> None:
+    """Issue 9 finding 1: after the kill, asyncio's ``Process.wait`` waited for the stdout pipe
+    to close while its reader sat paused on unread output: ``launch`` never returned."""
+    code = f"import sys, time; sys.stdout.write({output}); sys.stdout.flush(); time.sleep(60)"
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match=r"handshake line is longer than 16384 bytes"):
+        async with asyncio.timeout(30):  # the bug: hung here forever
+            async with launch([sys.executable, "-c", code], start_timeout=5, stop_timeout=1):
+                pass
+    elapsed = time.monotonic() - started
+    print(f"overlong handshake output refused after {elapsed:.2f} s (start_timeout 5 s)")
+    assert elapsed < 5 + 5  # start_timeout, plus the reap bound
