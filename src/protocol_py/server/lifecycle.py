@@ -37,7 +37,15 @@ from protocol_py.server.connections import (
     protocol_factory,
 )
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT, SOCKET_MODE, remove_socket
+from protocol_py.transport import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    SOCKET_MODE,
+    SocketIdentity,
+    bind_unix_socket,
+    remove_socket,
+    socket_identity,
+)
 
 log = logging.getLogger("protocol_py.server")
 
@@ -119,6 +127,7 @@ class ServerLifecycle:
         self.tls = False
         """True when serving TLS."""
         self._owns_socket_dir = False
+        self._socket_identity: SocketIdentity | None = None
 
     # -- hooks for the subclass -----------------------------------------------------------------
 
@@ -156,7 +165,10 @@ class ServerLifecycle:
             host: TCP host (ignored with ``path``).
             port: TCP port; 0 picks a free one (ignored with ``path``).
             path: Listen on this unix-domain socket instead; the file gets mode
-                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`.
+                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`
+                if it is still the file created here. A socket a server listens on is refused
+                (``OSError`` EADDRINUSE, "address in use"); a stale one (connect refused) is
+                replaced (:func:`~protocol_py.transport.bind_unix_socket`).
             ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
             owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
                 remove it too on :meth:`shutdown`.
@@ -201,10 +213,17 @@ class ServerLifecycle:
             # The socket is created owner-only (umask), not made so after a window.
             previous_umask = os.umask(0o777 & ~SOCKET_MODE)
             try:
-                await self._server.start(path=path, ssl=ssl)
+                sock = bind_unix_socket(path)  # refuses a live server's socket
             finally:
                 os.umask(previous_umask)
-            os.chmod(path, SOCKET_MODE)
+            try:
+                os.chmod(path, SOCKET_MODE)
+                self._socket_identity = socket_identity(path)
+                await self._server.start(sock=sock, ssl=ssl)
+            except BaseException:
+                sock.close()
+                remove_socket(path, identity=self._socket_identity)
+                raise
             self.socket_path, self.host, self.port = path, None, 0
         else:
             await self._server.start(host, port, ssl=ssl)
@@ -293,7 +312,9 @@ class ServerLifecycle:
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         self._trimmer.cancel()
         if self.socket_path is not None:
-            remove_socket(self.socket_path, owns_dir=self._owns_socket_dir)
+            remove_socket(
+                self.socket_path, owns_dir=self._owns_socket_dir, identity=self._socket_identity
+            )
         with contextlib.suppress(Exception):
             await self.close_provider()
 
