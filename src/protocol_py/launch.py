@@ -25,7 +25,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import subprocess
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
@@ -41,6 +43,7 @@ from protocol_py.tls import (
 from protocol_py.transport import (
     MAX_HANDSHAKE_LINE_BYTES,
     Handshake,
+    is_private_socket_dir,
     parse_handshake,
     remove_socket,
 )
@@ -56,6 +59,11 @@ STOP_TIMEOUT: Final = 10.0
 REAP_TIMEOUT: Final = 5.0
 """Longest wait for a plugin process to be reaped after SIGKILL, seconds (a process stuck in
 uninterruptible sleep is then left behind, with a warning, rather than hanging the kernel)."""
+
+CLOCK_SLACK: Final = 0.02
+"""Seconds a private socket directory's change time may precede the launch and still count as
+the plugin's own (Linux file-system timestamps come from a coarse clock, a tick behind
+:func:`time.time`)."""
 
 STDOUT_CHUNK: Final = 64 * 1024
 """Bytes read at a time when discarding a plugin's stdout after the handshake."""
@@ -77,6 +85,7 @@ class LaunchedPlugin:
         client: A client connected to it (pinned to its certificate under AutoMTLS).
         auto_mtls: True when the connection uses automatic mutual TLS.
         stop_timeout: Seconds :meth:`close` waits after SIGTERM before SIGKILL.
+        started_at: When the plugin was started (:func:`time.time`, seconds).
     """
 
     process: asyncio.subprocess.Process
@@ -84,18 +93,28 @@ class LaunchedPlugin:
     client: ModelClient
     auto_mtls: bool
     stop_timeout: float = STOP_TIMEOUT
+    started_at: float = 0.0
     _drain: asyncio.Task[None] | None = field(default=None, repr=False)
 
     async def close(self) -> None:
-        """Close the client, stop the plugin and remove its private socket (idempotent)."""
+        """Close the client, stop the plugin and remove its private socket (idempotent).
+
+        The socket (and its directory) is removed only when it sits in a private
+        ``protocol-py-*`` directory under the temporary directory, owned by this user, mode
+        0700, changed since the plugin started
+        (:func:`~protocol_py.transport.is_private_socket_dir`): a plugin that named another
+        server's socket in its handshake line cannot make the kernel delete it."""
         self.client.close()
         await _stop(self.process, self.stop_timeout)
         if self._drain is not None:
             self._drain.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._drain
-        if self.handshake.transport == "unix":
-            remove_socket(self.handshake.address, owns_dir=True)
+        path = self.handshake.address
+        if self.handshake.transport == "unix" and is_private_socket_dir(
+            path, created_after=self.started_at
+        ):
+            remove_socket(path, owns_dir=True)
 
 
 @contextlib.asynccontextmanager
@@ -130,6 +149,7 @@ async def launch(
     pair = generate_certificate() if auto_mtls else None
     if pair is not None:
         environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
+    started_at = time.time() - CLOCK_SLACK
     process = await asyncio.create_subprocess_exec(
         *argv,
         stdin=subprocess.DEVNULL,
@@ -147,7 +167,13 @@ async def launch(
             )
         context = None
         if pair is not None and handshake.server_certificate is not None:
-            context = pinned_client_context(handshake.server_certificate, pair)
+            try:
+                context = pinned_client_context(handshake.server_certificate, pair)
+            except (ssl.SSLError, ValueError) as exc:
+                raise LaunchError(
+                    "bad handshake line: the server certificate (field 5) is not a DER "
+                    f"X.509 certificate ({_reason(exc)})"
+                ) from None
         client = ModelClient.connect(
             handshake.target,
             ssl=context,
@@ -158,7 +184,9 @@ async def launch(
         raise
     assert process.stdout is not None
     drain = asyncio.ensure_future(_discard(process.stdout))
-    plugin = LaunchedPlugin(process, handshake, client, pair is not None, stop_timeout, drain)
+    plugin = LaunchedPlugin(
+        process, handshake, client, pair is not None, stop_timeout, started_at, drain
+    )
     try:
         yield plugin
     finally:
@@ -186,6 +214,12 @@ async def _read_handshake(process: asyncio.subprocess.Process, timeout: float) -
         return parse_handshake(raw.decode("utf-8", "replace"))
     except ValueError as exc:
         raise LaunchError(f"bad handshake line: {exc}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why ``exc`` was raised, in at most 100 characters (library text, never the plugin's)."""
+    reason = getattr(exc, "reason", None) or (exc.args[-1] if exc.args else None)
+    return str(reason or type(exc).__name__)[:100]
 
 
 async def _wait(process: asyncio.subprocess.Process, timeout: float) -> int | None:  # noqa: ASYNC109

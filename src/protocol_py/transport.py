@@ -536,13 +536,54 @@ def handshake_line(server: Any, server_certificate: bytes | None = None) -> str:
     return format_handshake("tcp", str(server.address), server_certificate)
 
 
+LOOPBACK_NAMES: Final = frozenset({"localhost"})
+"""Host names a TCP handshake address may use besides loopback IP addresses (127.0.0.0/8,
+::1)."""
+
+
+def _check_handshake_address(transport: str, address: str) -> None:
+    """A TCP address must be ``host:port`` on loopback; a unix address an absolute path."""
+    if transport == "unix":
+        if not address.startswith("/"):
+            raise InvalidValueError(
+                f"handshake address (field 3): a unix socket must be an absolute path, got "
+                f"{_quote(address)}",
+                rule="handshake.address",
+            )
+        check_socket_path(address, "handshake address (field 3)")
+        return
+    from protocol_py.client import parse_address  # the client imports this module
+
+    try:
+        host, port = parse_address(address, default_port=0)
+    except InvalidValueError:
+        host, port = "", 0
+    if not host or port == 0:
+        raise InvalidValueError(
+            f"handshake address (field 3): expected host:port, got {_quote(address)}",
+            rule="handshake.address",
+        )
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host.lower() in LOOPBACK_NAMES
+    if not loopback:
+        raise InvalidValueError(
+            f"handshake address (field 3): a plugin must listen on loopback (127.0.0.1, ::1 or "
+            f"localhost), got {_quote(address)}",
+            rule="handshake.address",
+        )
+
+
 def parse_handshake(line: str) -> Handshake:
     """Parse a handshake line (the kernel side).
 
     Raises:
         InvalidValueError: longer than :data:`MAX_HANDSHAKE_LINE_BYTES`, fewer than four
             fields, a version other than :data:`~protocol_py.version.PROTOCOL_MAJOR`, an
-            unknown transport or protocol, or a certificate field that is not base64.
+            unknown transport or protocol, an address that is not ``host:port`` on loopback
+            (TCP) or an absolute path (unix) (rule ``handshake.address``), or a certificate
+            field that is not base64.
     """
     if len(line.encode("utf-8", "replace")) > MAX_HANDSHAKE_LINE_BYTES:
         raise InvalidValueError(
@@ -571,6 +612,7 @@ def parse_handshake(line: str) -> Handshake:
             f"handshake protocol {_quote(protocol)} is not {HANDSHAKE_PROTOCOL}",
             rule="handshake.protocol",
         )
+    _check_handshake_address(transport, address)
     certificate: bytes | None = None
     if len(fields) > 4 and fields[4]:
         text = fields[4]
@@ -594,6 +636,8 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "HANDSHAKE_PROTOCOL",
+    "LOOPBACK_NAMES",
+    "STALE_PROBE_TIMEOUT",
     "MAX_HANDSHAKE_LINE_BYTES",
     "MAX_UNIX_PATH_BYTES",
     "PRIVATE_DIR_MODE",
@@ -602,14 +646,18 @@ __all__ = [
     "SOCKET_NAME",
     "Handshake",
     "ListenSpec",
+    "SocketIdentity",
     "add_client_options",
+    "bind_unix_socket",
     "add_serve_options",
     "check_socket_path",
     "client_ssl_from_options",
     "format_handshake",
     "handshake_line",
+    "is_private_socket_dir",
     "listen_spec",
     "make_private_socket_path",
     "parse_handshake",
     "remove_socket",
+    "socket_identity",
 ]

@@ -299,3 +299,41 @@ async def test_launch_refuses_an_overlong_handshake_line_within_the_start_timeou
     elapsed = time.monotonic() - started
     print(f"overlong handshake output refused after {elapsed:.2f} s (start_timeout 5 s)")
     assert elapsed < 5 + 5  # start_timeout, plus the reap bound
+
+
+async def test_launch_refuses_a_certificate_field_that_is_not_a_certificate() -> None:
+    """Issue 9 finding 7: valid base64 that is not DER raised a raw ``ssl.SSLError``."""
+    code = "print('1|tcp|127.0.0.1:9|grpc|QUFBQQ', flush=True); import time; time.sleep(60)"
+    with pytest.raises(
+        LaunchError,
+        match=r"^bad handshake line: the server certificate \(field 5\) is not a DER X\.509",
+    ):
+        async with launch([sys.executable, "-c", code], stop_timeout=1):
+            pass
+
+
+async def test_launch_refuses_a_non_loopback_tcp_address() -> None:
+    code = "print('1|tcp|192.0.2.1:443|grpc', flush=True); import time; time.sleep(60)"
+    with pytest.raises(LaunchError, match=r"handshake address \(field 3\): .*'192\.0\.2\.1:443'"):
+        async with launch([sys.executable, "-c", code], auto_mtls=False, stop_timeout=1):
+            pass
+
+
+async def test_launch_close_leaves_a_socket_the_plugin_did_not_create(tmp_path: Path) -> None:
+    """Issue 9 finding 4: a hostile plugin named another live server's socket; close()
+    deleted it. Only a socket in the plugin's own private directory is removed."""
+    async with launch(SERVE, stderr=subprocess.DEVNULL) as victim:
+        victim_path = victim.handshake.address  # a real private protocol-py-* socket
+        outside = tmp_path / "operator.sock"
+        outside_server = spawn_plugin("--socket", str(outside))
+        try:
+            for named in (victim_path, str(outside)):
+                code = (
+                    f"print('1|unix|{named}|grpc', flush=True); import time; time.sleep(60)"
+                )
+                async with launch([sys.executable, "-c", code], auto_mtls=False, stop_timeout=1):
+                    pass
+                assert _exists(named), named
+            assert (await victim.client.describe(timeout=10)).name == "reference"
+        finally:
+            assert outside_server.stop() == 0
