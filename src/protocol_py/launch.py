@@ -41,6 +41,7 @@ from protocol_py.tls import (
     pinned_client_context,
 )
 from protocol_py.transport import (
+    EXIT_ON_STDIN_EOF_ENV,
     MAX_HANDSHAKE_LINE_BYTES,
     Handshake,
     is_private_socket_dir,
@@ -149,10 +150,11 @@ async def launch(
     pair = generate_certificate() if auto_mtls else None
     if pair is not None:
         environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
+    environ[EXIT_ON_STDIN_EOF_ENV] = "1"
     started_at = time.time() - CLOCK_SLACK
     process = await asyncio.create_subprocess_exec(
         *argv,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,  # its end of file tells the plugin this process is gone
         stdout=subprocess.PIPE,
         stderr=stderr,
         env=environ,
@@ -236,6 +238,8 @@ async def _stop(process: asyncio.subprocess.Process, timeout: float) -> None:  #
     output without a newline) never would, so the wait hung forever after the kill.
     """
     _close_stdout(process)
+    if process.stdin is not None:
+        process.stdin.close()  # end of file: a plugin watching stdin starts shutting down
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             process.terminate() if timeout > 0 else process.kill()

@@ -80,6 +80,11 @@ MAX_HANDSHAKE_LINE_BYTES: Final = 16 * 1024
 """Longest handshake line :func:`parse_handshake` accepts, bytes (a P-256 certificate is about
 0.7 KiB in base64)."""
 
+EXIT_ON_STDIN_EOF_ENV: Final = "PROTOCOL_PY_EXIT_ON_STDIN_EOF"
+"""Environment variable :func:`protocol_py.launch.launch` sets to ``1``: a plugin serving with
+``--handshake`` whose stdin is a pipe then shuts down (as on SIGTERM) when that pipe reaches
+end of file, i.e. when the launching kernel is gone, even killed with SIGKILL."""
+
 HANDSHAKE_PROTOCOL: Final = "grpc"
 """The fourth handshake field: the RPC protocol."""
 
@@ -635,6 +640,7 @@ def parse_handshake(line: str) -> Handshake:
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "EXIT_ON_STDIN_EOF_ENV",
     "HANDSHAKE_PROTOCOL",
     "LOOPBACK_NAMES",
     "STALE_PROBE_TIMEOUT",

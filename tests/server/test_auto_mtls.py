@@ -9,6 +9,7 @@ import asyncio
 import base64
 import datetime
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -337,3 +338,47 @@ async def test_launch_close_leaves_a_socket_the_plugin_did_not_create(tmp_path: 
             assert (await victim.client.describe(timeout=10)).name == "reference"
         finally:
             assert outside_server.stop() == 0
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's parent may never reap it)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tZ" not in status
+
+
+KERNEL = f"""
+import asyncio, subprocess, sys
+from protocol_py.launch import launch
+async def main():
+    async with launch({SERVE!r}, stderr=subprocess.DEVNULL) as plugin:
+        print(plugin.process.pid, plugin.handshake.address, flush=True)
+        await asyncio.sleep(120)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_a_launched_plugin_exits_when_its_kernel_is_killed() -> None:
+    """Issue 9 finding 3: a plugin outlived a SIGKILLed kernel (adopted by PID 1, keeping the
+    key and its socket). It now shuts down on end of file on its stdin pipe."""
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True
+    )
+    assert kernel.stdout is not None
+    pid_text, path = kernel.stdout.readline().split()
+    pid = int(pid_text)
+    assert _alive(pid) and _exists(path)
+    kernel.kill()  # SIGKILL: no cleanup at all in the kernel
+    kernel.wait()
+    started = time.monotonic()
+    while (_alive(pid) or _exists(path)) and time.monotonic() - started < 30:
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    print(f"plugin exited {elapsed:.2f} s after its kernel was killed")
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)  # leave no orphan behind when this fails
+    assert not _alive(pid), "the plugin outlived its kernel"
+    assert not _exists(path) and not _exists(os.path.dirname(path))
