@@ -557,13 +557,11 @@ def _check_handshake_address(transport: str, address: str) -> None:
             )
         check_socket_path(address, "handshake address (field 3)")
         return
-    from protocol_py.client import parse_address  # the client imports this module
-
-    try:
-        host, port = parse_address(address, default_port=0)
-    except InvalidValueError:
-        host, port = "", 0
-    if not host or port == 0:
+    host, colon, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    valid_port = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536
+    if not colon or not host or not valid_port:
         raise InvalidValueError(
             f"handshake address (field 3): expected host:port, got {_quote(address)}",
             rule="handshake.address",
@@ -643,19 +641,19 @@ __all__ = [
     "EXIT_ON_STDIN_EOF_ENV",
     "HANDSHAKE_PROTOCOL",
     "LOOPBACK_NAMES",
-    "STALE_PROBE_TIMEOUT",
     "MAX_HANDSHAKE_LINE_BYTES",
     "MAX_UNIX_PATH_BYTES",
     "PRIVATE_DIR_MODE",
     "PRIVATE_DIR_PREFIX",
     "SOCKET_MODE",
     "SOCKET_NAME",
+    "STALE_PROBE_TIMEOUT",
     "Handshake",
     "ListenSpec",
     "SocketIdentity",
     "add_client_options",
-    "bind_unix_socket",
     "add_serve_options",
+    "bind_unix_socket",
     "check_socket_path",
     "client_ssl_from_options",
     "format_handshake",

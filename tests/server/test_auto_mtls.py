@@ -329,9 +329,7 @@ async def test_launch_close_leaves_a_socket_the_plugin_did_not_create(tmp_path: 
         outside_server = spawn_plugin("--socket", str(outside))
         try:
             for named in (victim_path, str(outside)):
-                code = (
-                    f"print('1|unix|{named}|grpc', flush=True); import time; time.sleep(60)"
-                )
+                code = f"print('1|unix|{named}|grpc', flush=True); import time; time.sleep(60)"
                 async with launch([sys.executable, "-c", code], auto_mtls=False, stop_timeout=1):
                     pass
                 assert _exists(named), named
@@ -364,9 +362,7 @@ asyncio.run(main())
 def test_a_launched_plugin_exits_when_its_kernel_is_killed() -> None:
     """Issue 9 finding 3: a plugin outlived a SIGKILLed kernel (adopted by PID 1, keeping the
     key and its socket). It now shuts down on end of file on its stdin pipe."""
-    kernel = subprocess.Popen(
-        [sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True
-    )
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
     assert kernel.stdout is not None
     pid_text, path = kernel.stdout.readline().split()
     pid = int(pid_text)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import time
 import traceback
 import weakref
@@ -50,6 +51,8 @@ import grpclib.server
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.protocol import H2Protocol
+
+log = logging.getLogger("protocol_py.server")
 
 SEND_CHECKPOINT_INTERVAL: Final = 0.01
 """Longest time, in seconds, a server-streaming handler sends events without giving the event
@@ -67,6 +70,16 @@ system (``malloc_trim``, glibc only), in seconds."""
 LARGE_CALL_BYTES: Final = 1024 * 1024
 """A call that sent or received at least this many bytes (or was aborted: cancelled, reset,
 timed out, its connection lost) is followed by a memory trim, in bytes."""
+
+DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
+"""Default connection handshake timeout, in seconds: a new connection must complete its TLS
+handshake (on TLS) within this long, and then send the HTTP/2 connection preface and the
+header of its first SETTINGS frame (:data:`HTTP2_PREFACE_BYTES`) within this long again, or it
+is closed (a client that connects and sends nothing was held until the idle timeout)."""
+
+HTTP2_PREFACE_BYTES: Final = 24 + 9
+"""Bytes a client sends first: the HTTP/2 connection preface (24 bytes, RFC 9113 section 3.4)
+and the 9-byte header of its SETTINGS frame."""
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Default idle-connection timeout, in seconds: a connection with no open stream for this long
@@ -353,10 +366,12 @@ def protocol_factory(
     trimmer: MemoryTrimmer | None = None,
     protocol_class: Callable[..., H2Protocol] | None = None,
     handler_class: type[TransportHandler] | None = None,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
-    :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection."""
+    :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
+    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
     server.__gc_step__()
     handler = (handler_class or TransportHandler)(
         server._mapping,
@@ -370,6 +385,8 @@ def protocol_factory(
     server._handlers.add(handler)
     make = protocol_class or TransportProtocol
     protocol = make(handler, server._config, server._h2_config)
+    if isinstance(protocol, TransportProtocol):
+        protocol.handshake_timeout = handshake_timeout
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 
@@ -377,13 +394,44 @@ def protocol_factory(
 class TransportProtocol(H2Protocol):
     """grpclib's HTTP/2 protocol writing through :class:`_QuietTransport`, which wakes every
     writer when the connection is lost (grpclib left a writer paused by a full transport buffer
-    waiting forever)."""
+    waiting forever), and closing a connection that has not sent the HTTP/2 preface and its
+    first SETTINGS frame header within :attr:`handshake_timeout` seconds."""
+
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
+
+    _preface_timer: asyncio.TimerHandle | None = None
+    _preface_received = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Set up the connection over the quiet transport."""
+        """Set up the connection over the quiet transport and start the preface timer."""
         super().connection_made(_QuietTransport(transport))  # type: ignore[arg-type]
+        if not transport.is_closing():
+            self._preface_timer = asyncio.get_running_loop().call_later(
+                self.handshake_timeout, self._preface_expired, transport
+            )
+
+    def data_received(self, data: bytes) -> None:
+        """Count the preface bytes until they are all in, then hand data to grpclib."""
+        if self._preface_timer is not None:
+            self._preface_received += len(data)
+            if self._preface_received >= HTTP2_PREFACE_BYTES:
+                self._preface_timer.cancel()
+                self._preface_timer = None
+        super().data_received(data)
+
+    def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
+        self._preface_timer = None
+        log.info(
+            "closed a connection that sent no HTTP/2 preface within the handshake timeout of %g s",
+            self.handshake_timeout,
+        )
+        cast(asyncio.Transport, transport).abort()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         """Cancel the connection's calls and wake its writers (they write nothing more)."""
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+            self._preface_timer = None
         super().connection_lost(exc)
         self.connection.write_ready.set()
