@@ -71,6 +71,12 @@ LARGE_CALL_BYTES: Final = 1024 * 1024
 """A call that sent or received at least this many bytes (or was aborted: cancelled, reset,
 timed out, its connection lost) is followed by a memory trim, in bytes."""
 
+DEADLINE_RESET_MARGIN: Final = 0.05
+"""Seconds before a call's deadline (its ``grpc-timeout``) within which a client's reset counts
+as the deadline expiring: the client resets the stream at its own deadline, which, measured
+from its send time, comes slightly before the server's (the RPC record says
+``deadline_exceeded``, as grpcio reports, not ``cancelled``)."""
+
 DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
 """Default connection handshake timeout, in seconds: a new connection must complete its TLS
 handshake (on TLS) within this long, and then send the HTTP/2 connection preface and the
@@ -124,15 +130,17 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
 
 def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | None]:
     """``(outcome, detail)`` for the RPC record of a call that was cancelled: ``deadline_exceeded``
-    when its deadline or the receive timeout ended it (detail: the status message), else
-    ``cancelled``."""
+    when its deadline or the receive timeout ended it (detail: the status message), or when the
+    client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
+    its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
+    DEADLINE_EXCEEDED), else ``cancelled``."""
     error = getattr(stream._stream.wrapper, "_error", None)
     if isinstance(error, GRPCError) and error.status is Status.DEADLINE_EXCEEDED:
         return "deadline_exceeded", error.message
     if isinstance(error, TimeoutError):
         return "deadline_exceeded", None
     deadline = stream.deadline
-    if deadline is not None and deadline.time_remaining() <= 0:
+    if deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN:
         return "deadline_exceeded", None
     return "cancelled", None
 
