@@ -72,8 +72,10 @@ STDOUT_CHUNK: Final = 64 * 1024
 
 class LaunchError(ProtocolError):
     """The plugin did not start: it exited, printed no handshake line within the start
-    timeout, printed a malformed one, or refused automatic mutual TLS. The plugin has been
-    stopped when this is raised."""
+    timeout, printed a malformed one (over :data:`~protocol_py.transport.MAX_HANDSHAKE_LINE_BYTES`,
+    a TCP address not on loopback, a fifth field that is not a certificate, ...; the message
+    names the field), or refused automatic mutual TLS. The plugin has been stopped when this
+    is raised."""
 
 
 @dataclass(eq=False)
@@ -134,7 +136,9 @@ async def launch(
     Args:
         argv: The plugin's command line (it must print the handshake line on stdout).
         env: Its environment (default: this process's); ``PROTOCOL_PY_CLIENT_CERT`` is set
-            (``auto_mtls``) or removed.
+            (``auto_mtls``) or removed, and ``PROTOCOL_PY_EXIT_ON_STDIN_EOF=1`` is set: the
+            plugin gets a stdin pipe whose end of file (this process exited or was killed)
+            stops it (:func:`protocol_py.serving.watch_stdin_eof`).
         auto_mtls: Require automatic mutual TLS (a plugin that does not answer with a server
             certificate is refused). False: plaintext, for plugins that predate it.
         start_timeout: Seconds allowed for the handshake line.
