@@ -49,10 +49,10 @@ from protocol_py.transport import (
     remove_socket,
 )
 
+log = logging.getLogger("protocol_py.launch")
+
 START_TIMEOUT: Final = 30.0
 """Default time a plugin gets to print its handshake line, seconds."""
-
-log = logging.getLogger("protocol_py.launch")
 
 STOP_TIMEOUT: Final = 10.0
 """Default time a plugin gets to exit after SIGTERM before it is killed, seconds."""
