@@ -227,6 +227,9 @@ async def test_a_second_server_refuses_a_live_socket_and_the_first_keeps_serving
             f"cannot listen on unix:{path}: address in use: a server is listening on '{path}'"
         ), second.stderr
         assert await _describe(f"unix:{path}") == "reference"  # still the first server's
+        producer = await asyncio.to_thread(grpcio_describe, f"unix:{path}")
+        assert not isinstance(producer, str), producer
+        assert producer.name == "reference"
     finally:
         assert first.stop() == 0
     assert not exists(str(path))
