@@ -53,6 +53,12 @@ from protocol_py.errors import InvalidValueError
 from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers import _events as ev
+from protocol_py.providers._body import (
+    ACCEPT_ENCODING,
+    MAX_ERROR_BODY_BYTES,
+    decoded_body,
+    read_capped,
+)
 from protocol_py.providers._cancel import cancel_once, shielded
 from protocol_py.providers._http import (
     RetryPolicy,
@@ -72,7 +78,7 @@ from protocol_py.providers._url import (
     redact_url,
     url_secrets,
 )
-from protocol_py.sse import SSEEvent, SSEParser
+from protocol_py.sse import SSEEvent, SSELimitError, SSEParser
 from protocol_py.structs import to_struct
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
@@ -360,11 +366,8 @@ class HTTPProvider(Provider, abc.ABC):
             return
         from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
 
-        client = self._http()
         try:
-            response = await cancel_once(
-                client.get(join_url(self.base_url, self.models_path), headers=self.auth_headers())
-            )
+            response, body = await self.fetch("GET", self.models_path, headers=self.auth_headers())
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ProviderStartError(
                 f"--discover: cannot reach upstream {redact_url(self.base_url)} "
@@ -374,14 +377,14 @@ class HTTPProvider(Provider, abc.ABC):
             err = self.redact_error(
                 error_from_http(
                     response.status_code,
-                    response.content,
+                    body,
                     response.headers,
                     request_id_header=self.request_id_header,
                 )
             )
             raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
-            payload = response.json()
+            payload = json.loads(body)
         except ValueError:
             raise ProviderStartError(
                 f"--discover: GET {self.models_path} did not return JSON"
@@ -394,6 +397,33 @@ class HTTPProvider(Provider, abc.ABC):
                 self._models[model_id] = discovered_model(
                     model_id, priced_like=self.catalog() if official else None
                 )
+
+    async def fetch(
+        self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None
+    ) -> tuple[httpx.Response, bytes]:
+        """One non-streamed upstream call (``--discover``, CountTokens): the response and its
+        decoded body, read with :func:`protocol_py.providers._body.read_capped` (at most
+        :data:`MAX_ERROR_BODY_BYTES` for a non-2xx answer, :data:`_MAX_WHOLE_BODY` for a 2xx
+        one; a compression bomb is never expanded past that). The connection is closed.
+
+        Raises:
+            httpx.HTTPError: the request failed or the body could not be decoded.
+            httpx.InvalidURL: the URL is unusable.
+        """
+        client = self._http()
+        request = client.build_request(
+            method,
+            join_url(self.base_url, path),
+            content=content,
+            headers={"accept-encoding": ACCEPT_ENCODING, **headers},
+        )
+        response = await cancel_once(client.send(request, stream=True), discard=_close_response)
+        try:
+            limit = MAX_ERROR_BODY_BYTES if response.status_code >= 300 else _MAX_WHOLE_BODY
+            body = await cancel_once(read_capped(response, limit))
+        finally:
+            await shielded(response.aclose())
+        return response, body
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -546,6 +576,7 @@ class HTTPProvider(Provider, abc.ABC):
         return {
             "content-type": "application/json",
             "accept": "text/event-stream",
+            "accept-encoding": ACCEPT_ENCODING,
             **self.auth_headers(),
         }
 
@@ -606,7 +637,7 @@ class HTTPProvider(Provider, abc.ABC):
     async def _read_error(self, response: httpx.Response, deadline: float) -> ModelError:
         try:
             async with asyncio.timeout_at(deadline):
-                body = await cancel_once(response.aread())
+                body = await cancel_once(read_capped(response, MAX_ERROR_BODY_BYTES))
         except (TimeoutError, httpx.HTTPError):
             body = b""
         return error_from_http(
@@ -628,7 +659,7 @@ class HTTPProvider(Provider, abc.ABC):
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         # until the first SSE event, keep the raw body: a JSON (non-SSE) answer is read whole
         raw: bytearray | None = bytearray()
-        chunks = response.aiter_bytes().__aiter__()
+        chunks = decoded_body(response).__aiter__()
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
@@ -662,7 +693,13 @@ class HTTPProvider(Provider, abc.ABC):
                 raw += chunk
                 if len(raw) > _MAX_WHOLE_BODY:
                     raw = None  # too large for a whole-body answer: SSE only from here on
-            for sse in parser.feed(chunk):
+            try:
+                completed = parser.feed(chunk)
+            except SSELimitError as exc:
+                for event in _fail(translator, transient_error(str(exc))):
+                    yield event
+                return
+            for sse in completed:
                 raw = None
                 for event in translator.on_event(sse):
                     if betterproto2.which_one_of(event, "event")[0] in ev.PROGRESS_KINDS:

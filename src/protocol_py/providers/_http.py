@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message, printable
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -213,12 +214,14 @@ def redact_log_text(text: str) -> str:
 
 
 def redact_error(error: ModelError, secrets: Sequence[str]) -> ModelError:
-    """Redact ``message``, ``vendor_code`` and ``provider_request_id`` of ``error`` in place.
+    """Redact ``message``, ``vendor_code`` and ``provider_request_id`` of ``error`` in place;
+    the message is then cut to :data:`protocol_py.bounded_text.MAX_ERROR_MESSAGE_BYTES`
+    (redacting first, so that a cut never leaves part of a secret).
 
     Returns:
         The same ModelError, for chaining.
     """
-    error.message = redact(error.message, secrets)
+    error.message = bounded_message(redact(error.message, secrets))
     if error.vendor_code:
         error.vendor_code = redact(error.vendor_code, secrets)
     if error.provider_request_id:
@@ -529,9 +532,10 @@ def classify_error_object(
         kind = _status_kind(status)
     else:
         kind = _first_kind(_VENDOR_TYPE_KINDS, code, vtype) or ErrorKind.TRANSIENT
+    vendor_code = code or vtype
     return ModelError(
         kind=kind,
-        message=redact(message),
+        message=redact(printable(message)),
         retryable=kind in RETRYABLE_KINDS,
         retry_after=(
             duration_from_seconds(retry_after_s)
@@ -539,8 +543,8 @@ def classify_error_object(
             else None
         ),
         http_status=status,
-        vendor_code=code or vtype,
-        provider_request_id=request_id or None,
+        vendor_code=printable(vendor_code, MAX_LISTED_ITEM_CHARS) if vendor_code else None,
+        provider_request_id=printable(request_id, MAX_LISTED_ITEM_CHARS) if request_id else None,
     )
 
 
@@ -592,14 +596,18 @@ def error_from_http(
     try:
         obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
     except ValueError:
-        text = body.decode("utf-8", errors="replace").strip()
-        obj = {"error": {"message": text[:500]}} if text else {}
+        text = body[:_MAX_TEXT_BODY_SHOWN].decode("utf-8", errors="replace").strip()
+        obj = {"error": {"message": printable(text, _MAX_TEXT_BODY_SHOWN)}} if text else {}
     hint = parse_retry_after(h, now=now)
     if hint is None and anthropic:
         hint = anthropic_reset_hint(h, now=now)
     return classify_error_object(
         obj, status=status, retry_after_s=hint, request_id=h.get(request_id_header) or None
     )
+
+
+_MAX_TEXT_BODY_SHOWN: Final = 500
+"""The most characters of a non-JSON error body (an HTML page) used as the error message."""
 
 
 def transient_error(message: str, *, request_id: str | None = None) -> ModelError:

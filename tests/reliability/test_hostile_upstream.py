@@ -1,0 +1,251 @@
+"""Issue 9 (outside attacker, findings 1 and 3): a hostile upstream cannot bloat the server.
+
+A loopback stub upstream (``tests/adapters/_stub.py``) answers the vendor adapters with
+
+* an HTTP 500 whose gzip body expands to 128 MiB of NUL bytes (and the same bomb gzipped twice);
+* a 200 ``text/event-stream`` gzip bomb;
+* an SSE line that never ends.
+
+Peak memory is measured with :mod:`tracemalloc` (every bytes object httpx, zlib and the parser
+allocate is traced): before the fix each bomb was expanded whole (3.3 GB RSS for the issue's
+1 GiB bomb). Each test then streams a normal answer and calls Describe through the same server:
+it is still serving.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import betterproto2
+import pytest
+from adapters._stub import Reply, StubUpstream
+from adapters.test_providers_stub import MODEL, request
+
+from protocol_py.bounded_text import MAX_ERROR_MESSAGE_BYTES, encoded_size
+from protocol_py.client import ModelClient
+from protocol_py.providers._base import HTTPProvider, Timeouts
+from protocol_py.providers._body import DECODE_STEP_BYTES, MAX_ERROR_BODY_BYTES
+from protocol_py.providers._http import RetryPolicy
+from protocol_py.providers.anthropic import AnthropicProvider
+from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.server import ModelServer
+from protocol_py.sse import MAX_SSE_LINE_BYTES
+from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
+
+MIB = 1024 * 1024
+BOMB_MIB = 128
+"""Decoded size of the test bombs, MiB (the attacker's was 1 GiB; 128 MiB is 8x every cap)."""
+PEAK_LIMIT = 48 * MIB
+"""Most traced memory a bomb may take, bytes: the SSE line cap (16 MiB) plus the raw-body
+window (16 MiB) plus slack; before the fix the peak was at least the whole bomb."""
+
+
+def _gzip(data_mib: int, *, times: int = 1) -> bytes:
+    """``data_mib`` MiB of NUL bytes, gzipped ``times`` times (about 1,000:1 each)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(MIB)
+    body = b"".join(c.compress(zeros) for _ in range(data_mib)) + c.flush()
+    for _ in range(times - 1):
+        c = zlib.compressobj(9, zlib.DEFLATED, 31)
+        body = c.compress(body) + c.flush()
+    return body
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    return _gzip(BOMB_MIB)
+
+
+def _provider(adapter: str, url: str, **kwargs: Any) -> HTTPProvider:
+    common: dict[str, Any] = {
+        "api_key": "sk-hostile-test-key-0001",
+        "base_url": url,
+        "retry": RetryPolicy(max_attempts=1),
+        **kwargs,
+    }
+    return AnthropicProvider(**common) if adapter == "anthropic" else OpenAIProvider(**common)
+
+
+def _normal_reply(adapter: str) -> Reply:
+    if adapter == "anthropic":
+        body = (
+            b'event: message_start\ndata: {"type":"message_start","message":{"model":"c",'
+            b'"usage":{"input_tokens":3,"output_tokens":1}}}\n\n'
+            b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+            b'"content_block":{"type":"text","text":""}}\n\n'
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":"text_delta","text":"fine"}}\n\n'
+            b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+            b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":'
+            b'"end_turn"},"usage":{"output_tokens":2}}\n\n'
+            b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+        )
+    else:
+        chunks = [
+            {"id": "c", "choices": [{"index": 0, "delta": {"content": "fine"}}]},
+            {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+        body += b"data: [DONE]\n\n"
+    return Reply(headers={"content-type": "text/event-stream"}, chunks=[body])
+
+
+async def _served(provider: HTTPProvider) -> AsyncIterator[ModelClient]:
+    server = ModelServer(provider)
+    port = await server.start("127.0.0.1", 0)
+    client = ModelClient.connect(f"127.0.0.1:{port}")
+    try:
+        yield client
+    finally:
+        client.close()
+        await server.shutdown(grace_period=0)
+
+
+async def _stream_measured(client: ModelClient, model: str) -> tuple[list[StreamEvent], int]:
+    """The events of one StreamCompletion and the peak traced memory while it ran, bytes."""
+    tracemalloc.start()
+    try:
+        events = [e async for e in client.stream(request(model), timeout=30)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    print(f"peak traced memory: {peak / MIB:.1f} MiB")
+    return events, peak
+
+
+async def _still_serving(client: ModelClient, stub: StubUpstream, adapter: str) -> None:
+    stub.queue(_normal_reply(adapter))
+    events = [e async for e in client.stream(request(MODEL[adapter]), timeout=30)]
+    assert "".join(e.text_delta.text for e in events if e.text_delta is not None) == "fine"
+    assert events[-1].stop is not None, events[-1]
+    assert (await client.describe(timeout=10)).name
+
+
+def _kinds(events: list[StreamEvent]) -> list[str]:
+    return [betterproto2.which_one_of(e, "event")[0] for e in events]
+
+
+@pytest.mark.parametrize("adapter", ["openai", "anthropic"])
+@pytest.mark.parametrize("times", [1, 2], ids=["gzip", "gzip-gzip"])
+async def test_gzip_bomb_error_body_is_read_only_up_to_the_cap_and_shown_printable(
+    adapter: str, times: int, bomb: bytes
+) -> None:
+    body = bomb if times == 1 else zlib.compress(bomb, 9, wbits=31)
+    async with StubUpstream() as stub:
+        stub.queue(Reply(status=500, headers={"content-encoding": "gzip"}, chunks=[body]))
+        if times == 2:
+            stub.replies[0].headers["content-encoding"] = "gzip, gzip"
+        provider = _provider(adapter, stub.url)
+        async for client in _served(provider):
+            events, peak = await _stream_measured(client, MODEL[adapter])
+            assert _kinds(events) == ["error"]
+            error = events[0].error
+            assert error is not None
+            assert (error.kind, error.http_status, error.retryable) == (
+                ErrorKind.TRANSIENT,
+                500,
+                True,
+            )
+            # the NUL bytes of the decoded body are escaped, the message capped
+            assert "\x00" not in error.message
+            assert error.message.startswith("\\x00\\x00")
+            assert encoded_size(error.message) <= MAX_ERROR_MESSAGE_BYTES
+            assert peak < MAX_ERROR_BODY_BYTES + 8 * DECODE_STEP_BYTES + 8 * MIB, peak
+            await _still_serving(client, stub, adapter)
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("adapter", ["openai", "anthropic"])
+async def test_gzip_bomb_event_stream_ends_with_line_too_long_in_bounded_memory(
+    adapter: str, bomb: bytes
+) -> None:
+    async with StubUpstream() as stub:
+        headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+        stub.queue(Reply(headers=headers, chunks=[bomb]))
+        provider = _provider(adapter, stub.url)
+        async for client in _served(provider):
+            events, peak = await _stream_measured(client, MODEL[adapter])
+            assert _kinds(events) == ["error"]
+            error = events[0].error
+            assert error is not None and error.kind == ErrorKind.TRANSIENT and error.retryable
+            assert "SSE line too long" in error.message
+            assert peak < PEAK_LIMIT, peak
+            await _still_serving(client, stub, adapter)
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("adapter", ["openai", "anthropic"])
+async def test_endless_sse_line_is_a_transient_error_keeping_streamed_events(
+    adapter: str,
+) -> None:
+    first = _normal_reply(adapter).chunks[0]
+    assert isinstance(first, bytes)
+    # everything up to and including the first text delta, then a line that never ends
+    cut = first.index(b"fine") + first[first.index(b"fine") :].index(b"\n\n") + 2
+    async with StubUpstream() as stub:
+        stub.queue(
+            Reply(
+                headers={"content-type": "text/event-stream"},
+                chunks=[first[:cut], b"data: "],
+                forever=(b"x" * 65536, 0.0),
+            )
+        )
+        provider = _provider(adapter, stub.url)
+        async for client in _served(provider):
+            events, peak = await _stream_measured(client, MODEL[adapter])
+            assert _kinds(events)[-1] == "error"
+            assert "".join(e.text_delta.text for e in events if e.text_delta is not None) == "fine"
+            error = events[-1].error
+            assert error is not None and error.kind == ErrorKind.TRANSIENT and error.retryable
+            assert error.message == (
+                f"SSE line too long: more than {MAX_SSE_LINE_BYTES} bytes without a newline"
+            )
+            assert peak < PEAK_LIMIT, peak
+            assert await stub.wait_all_closed(10), "the upstream connection was not closed"
+            await _still_serving(client, stub, adapter)
+        await provider.aclose()
+
+
+async def test_bytes_of_an_endless_line_are_not_progress() -> None:
+    """Documented decision: only complete content events reset the no-progress timer, so a
+    line that grows slowly forever ends with the no-progress error, not after hours."""
+    first = _normal_reply("openai").chunks[0]
+    assert isinstance(first, bytes)
+    cut = first.index(b"\n\n") + 2
+    timeouts = Timeouts(startup_deadline_s=5.0, idle_timeout_s=0.5, connect_timeout_s=5.0)
+    async with StubUpstream() as stub:
+        stub.queue(
+            Reply(
+                headers={"content-type": "text/event-stream"},
+                chunks=[first[:cut], b"data: "],
+                forever=(b"x" * 16, 0.01),
+            )
+        )
+        provider = _provider("openai", stub.url, timeouts=timeouts)
+        async for client in _served(provider):
+            events = [e async for e in client.stream(request(MODEL["openai"]), timeout=30)]
+            error = events[-1].error
+            assert error is not None and error.kind == ErrorKind.TRANSIENT
+            assert error.message == "upstream stalled: no progress for 0.5 s (no-progress timeout)"
+            await _still_serving(client, stub, "openai")
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip, gzip, gzip"])
+async def test_unsupported_or_too_deeply_stacked_content_encoding_is_refused(coding: str) -> None:
+    async with StubUpstream() as stub:
+        headers = {"content-encoding": coding, "content-type": "application/json"}
+        stub.queue(Reply(status=500, headers=headers, chunks=[b"\x00" * 100]))
+        provider = _provider("openai", stub.url)
+        async for client in _served(provider):
+            events = [e async for e in client.stream(request(MODEL["openai"]), timeout=30)]
+            error = events[-1].error
+            assert error is not None and error.kind == ErrorKind.TRANSIENT
+            assert error.message == "vendor error (HTTP 500)"  # the body is not decoded
+            assert stub.seen[0].headers["accept-encoding"] == "gzip, deflate"
+            await _still_serving(client, stub, "openai")
+        await provider.aclose()
