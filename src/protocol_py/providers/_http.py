@@ -40,7 +40,9 @@ messages (tool count, ``max_tokens``, image size, stop sequences) and 413 ``requ
 
 from __future__ import annotations
 
+import base64
 import email.utils
+import functools
 import json
 import math
 import re
@@ -48,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
+from urllib.parse import quote, quote_plus
 
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message, printable
 from protocol_py_gen.model.v1 import (
@@ -65,6 +68,7 @@ __all__ = [
     "anthropic_reset_hint",
     "classify_error_object",
     "duration_from_seconds",
+    "encoded_forms",
     "error_from_http",
     "lower_headers",
     "openai_rate_limits",
@@ -155,7 +159,47 @@ def secret_values(api_key: str | None, headers: Mapping[str, str] | None = None)
             bare = _AUTH_SCHEME.sub("", value).strip()
             if bare:
                 found.add(bare)
+    for value in [v for v in found if not any(c.isspace() for c in v)]:
+        found.update(encoded_forms(value))
     return sorted(found, key=len, reverse=True)
+
+
+MIN_ENCODED_SECRET_LENGTH: Final = 8
+"""Secrets shorter than this (characters) get no encoded forms, and an encoded form shorter
+than this is not kept: it would blank ordinary text."""
+
+MAX_ENCODED_FORMS: Final = 9
+"""How many encoded forms :func:`encoded_forms` returns for one secret at most."""
+
+
+def encoded_forms(secret: str) -> list[str]:
+    """The encodings of ``secret`` an upstream or a log might show, for literal redaction.
+
+    Returned (at most :data:`MAX_ENCODED_FORMS`, none for a secret shorter than
+    :data:`MIN_ENCODED_SECRET_LENGTH`): percent-encoded (RFC 3986, every reserved character
+    encoded, and the form-encoding with ``+`` for space), lower-case hex of its UTF-8 bytes
+    (:func:`redact` ignores letter case, so upper-case hex too), and standard and URL-safe
+    base64 (RFC 4648) in each of the three alignments a 3-byte group can give it: the part of
+    the base64 text that encodes only the secret's bytes, so ``base64("Bearer <key>")``,
+    ``base64("<user>:<key>")`` or the key inside any longer base64 text all contain one of
+    them (at most the 2 bytes at each end of the key, mixed with other bytes, stay visible).
+    Forms equal to the secret itself are left out.
+    """
+    if len(secret) < MIN_ENCODED_SECRET_LENGTH:
+        return []
+    raw = secret.encode("utf-8")
+    forms = [quote(secret, safe=""), quote_plus(secret, safe=""), raw.hex()]
+    for offset in range(3):
+        padded = bytes(offset) + raw
+        whole = (offset + len(raw)) // 3 * 4  # base64 characters of complete 3-byte groups
+        start = 4 if offset else 0  # the first group mixes the padding with the secret
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.append(encode(padded)[start:whole].decode("ascii"))
+    out: list[str] = []
+    for form in forms:
+        if len(form) >= MIN_ENCODED_SECRET_LENGTH and form != secret and form not in out:
+            out.append(form)
+    return out[:MAX_ENCODED_FORMS]
 
 
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
@@ -173,11 +217,21 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
         text: The message.
         secrets: Literal strings to remove, any order.
     """
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
+    pattern = _secrets_pattern(tuple(sorted({s for s in secrets if s}, key=len, reverse=True)))
+    if pattern is not None:
+        text = pattern.sub(REDACTED, text)
     text = _SECRET.sub(REDACTED, text)
     # the whole header value goes, scheme included: never "Bearer <redacted>"
     return _SCHEMED_REDACTED.sub(REDACTED, text)
+
+
+@functools.lru_cache(maxsize=64)
+def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive alternation of ``secrets`` (longest first, so a longer secret wins
+    over its parts), compiled once per secret set."""
+    if not secrets:
+        return None
+    return re.compile("|".join(re.escape(s) for s in secrets), re.IGNORECASE)
 
 
 MAX_REMEMBERED_SECRETS: Final = 256
