@@ -1,10 +1,13 @@
-"""Issue 9 (outside attacker, findings 1 and 3): a hostile upstream cannot bloat the server.
+"""Issue 9 (outside attacker, findings 1, 2 and 3): a hostile upstream cannot bloat the server.
 
 A loopback stub upstream (``tests/adapters/_stub.py``) answers the vendor adapters with
 
 * an HTTP 500 whose gzip body expands to 128 MiB of NUL bytes (and the same bomb gzipped twice);
 * a 200 ``text/event-stream`` gzip bomb;
-* an SSE line that never ends.
+* an SSE line that never ends;
+
+and a caller Configures a new ``base_url`` again and again (each retired HTTP client must close
+once its streams end).
 
 Peak memory is measured with :mod:`tracemalloc` (every bytes object httpx, zlib and the parser
 allocate is traced): before the fix each bomb was expanded whole (3.3 GB RSS for the issue's
@@ -14,6 +17,7 @@ it is still serving.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tracemalloc
 import zlib
@@ -21,6 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import betterproto2
+import httpx
 import pytest
 from adapters._stub import Reply, StubUpstream
 from adapters.test_providers_stub import MODEL, request
@@ -29,6 +34,7 @@ from protocol_py.bounded_text import MAX_ERROR_MESSAGE_BYTES, encoded_size
 from protocol_py.client import ModelClient
 from protocol_py.providers._base import HTTPProvider, Timeouts
 from protocol_py.providers._body import DECODE_STEP_BYTES, MAX_ERROR_BODY_BYTES
+from protocol_py.providers._clients import MAX_RETIRED_CLIENTS, ClientPool
 from protocol_py.providers._http import RetryPolicy
 from protocol_py.providers.anthropic import AnthropicProvider
 from protocol_py.providers.openai import OpenAIProvider
@@ -249,3 +255,68 @@ async def test_unsupported_or_too_deeply_stacked_content_encoding_is_refused(cod
             assert stub.seen[0].headers["accept-encoding"] == "gzip, deflate"
             await _still_serving(client, stub, "openai")
         await provider.aclose()
+
+
+# --- finding 2: retired HTTP clients -------------------------------------------------------
+
+
+async def test_configure_closes_the_retired_client_as_soon_as_it_is_idle() -> None:
+    """Each Configure+stream cycle used to keep one more client open (0.83 MB each)."""
+    async with StubUpstream() as stub:
+        provider = _provider("openai", stub.url)
+        async for client in _served(provider):
+            old: list[Any] = []
+            for i in range(20):
+                stub.queue(_normal_reply("openai"))
+                events = [e async for e in client.stream(request(MODEL["openai"]), timeout=30)]
+                assert events[-1].stop is not None
+                old.append(provider._clients.current())
+                await client.configure({"base_url": f"{stub.url}/v{i}"}, timeout=10)
+                assert provider._clients.retired == ()
+            assert all(c.is_closed for c in old)
+            await _still_serving(client, stub, "openai")
+        await provider.aclose()
+
+
+async def test_a_client_retired_mid_stream_serves_the_stream_then_closes() -> None:
+    body = _normal_reply("openai").chunks[0]
+    assert isinstance(body, bytes)
+    half = body.index(b"\n\n") + 2
+    async with StubUpstream() as stub:
+        stub.queue(
+            Reply(
+                headers={"content-type": "text/event-stream"},
+                chunks=[body[:half], 0.5, body[half:]],
+            )
+        )
+        provider = _provider("openai", stub.url)
+        async for client in _served(provider):
+            events: list[StreamEvent] = []
+            stream = client.stream(request(MODEL["openai"]), timeout=30)
+            events.append(await anext(stream))  # the stream is running on the first client
+            first = provider._clients.current()
+            await client.configure({"base_url": stub.url + "/other"}, timeout=10)
+            assert provider._clients.retired == (first,) and not first.is_closed
+            events += [e async for e in stream]
+            assert "".join(e.text_delta.text for e in events if e.text_delta is not None) == "fine"
+            assert events[-1].stop is not None
+            assert provider._clients.retired == () and first.is_closed
+        await provider.aclose()
+
+
+async def test_retired_clients_in_use_are_bounded_oldest_closed_first() -> None:
+    made: list[httpx.AsyncClient] = []
+
+    def factory() -> httpx.AsyncClient:
+        made.append(httpx.AsyncClient())
+        return made[-1]
+
+    pool = ClientPool(factory)
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(MAX_RETIRED_CLIENTS + 3):
+            await stack.enter_async_context(pool.lease())
+            await pool.retire()
+        assert len(pool.retired) == MAX_RETIRED_CLIENTS
+        assert [c.is_closed for c in made[:3]] == [True] * 3
+        assert not any(c.is_closed for c in made[3:])
+    assert pool.retired == () and all(c.is_closed for c in made)

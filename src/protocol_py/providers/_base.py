@@ -60,6 +60,7 @@ from protocol_py.providers._body import (
     read_capped,
 )
 from protocol_py.providers._cancel import cancel_once, shielded
+from protocol_py.providers._clients import ClientPool
 from protocol_py.providers._http import (
     RetryPolicy,
     error_from_http,
@@ -248,8 +249,7 @@ class HTTPProvider(Provider, abc.ABC):
         self.retry = retry or RetryPolicy()
         self.discover = discover
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._retired: list[httpx.AsyncClient] = []
+        self._clients = ClientPool(self._new_client)
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
         remember_secrets(self.secrets())  # never shown in any log record either
 
@@ -331,10 +331,8 @@ class HTTPProvider(Provider, abc.ABC):
             )
         self.apply_extra_config(config)
         remember_secrets(self.secrets())
-        # streams in flight keep the old client; it is closed with the provider (aclose)
-        if self._client is not None:
-            self._retired.append(self._client)
-            self._client = None
+        # calls in flight keep the old client; it is closed when the last of them ends
+        await self._clients.retire()
 
     @classmethod
     def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
@@ -410,24 +408,24 @@ class HTTPProvider(Provider, abc.ABC):
             httpx.HTTPError: the request failed or the body could not be decoded.
             httpx.InvalidURL: the URL is unusable.
         """
-        client = self._http()
-        request = client.build_request(
-            method,
-            join_url(self.base_url, path),
-            content=content,
-            headers={"accept-encoding": ACCEPT_ENCODING, **headers},
-        )
-        response = await cancel_once(client.send(request, stream=True), discard=_close_response)
-        try:
-            limit = MAX_ERROR_BODY_BYTES if response.status_code >= 300 else _MAX_WHOLE_BODY
-            body = await cancel_once(read_capped(response, limit))
-        finally:
-            await shielded(response.aclose())
+        async with self._clients.lease() as client:
+            request = client.build_request(
+                method,
+                join_url(self.base_url, path),
+                content=content,
+                headers={"accept-encoding": ACCEPT_ENCODING, **headers},
+            )
+            response = await cancel_once(client.send(request, stream=True), discard=_close_response)
+            try:
+                limit = MAX_ERROR_BODY_BYTES if response.status_code >= 300 else _MAX_WHOLE_BODY
+                body = await cancel_once(read_capped(response, limit))
+            finally:
+                await shielded(response.aclose())
         return response, body
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self._reset_client()
+        await self._clients.aclose()
 
     def stream(
         self, request: StreamCompletionRequest, context: CallContext
@@ -438,7 +436,7 @@ class HTTPProvider(Provider, abc.ABC):
             ProviderError: only for a failure that is not an error event (never with a secret
                 in its text); every other failure is an in-band error event.
         """
-        return self._redacted(self._stream(request))
+        return self._redacted(request)
 
     def secrets(self) -> list[str]:
         """The literal strings never sent to a client or a log: the key, credential headers,
@@ -479,37 +477,28 @@ class HTTPProvider(Provider, abc.ABC):
             )
         )
 
-    async def _redacted(self, events: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    async def _redacted(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
         secrets = self.secrets()
         failure: ProviderError | None = None
-        try:
-            async for event in events:
-                yield redact_event(event, secrets)
-        except Exception as exc:
-            failure = self.provider_error(exc)
-        finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        async with self._clients.lease() as client:  # a retired client closes after its calls
+            events = self._stream(request, client)
+            try:
+                async for event in events:
+                    yield redact_event(event, secrets)
+            except Exception as exc:
+                failure = self.provider_error(exc)
+            finally:
+                await events.aclose()
         if failure is not None:
             raise failure  # raised outside the handler: no chained exception keeps the text
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            timeout = httpx.Timeout(
-                connect=self.timeouts.connect_timeout_s, read=None, write=30.0, pool=30.0
-            )
-            self._client = httpx.AsyncClient(timeout=timeout, transport=self._transport)
-        return self._client
-
-    async def _reset_client(self) -> None:
-        clients = [*self._retired, *([self._client] if self._client is not None else [])]
-        self._client = None
-        self._retired = []
-        for client in clients:
-            await client.aclose()
+    def _new_client(self) -> httpx.AsyncClient:
+        timeout = httpx.Timeout(
+            connect=self.timeouts.connect_timeout_s, read=None, write=30.0, pool=30.0
+        )
+        return httpx.AsyncClient(timeout=timeout, transport=self._transport)
 
     def spec_for(self, model_id: str) -> ModelSpec | None:
         """The ModelSpec served under ``model_id``, or None."""
@@ -580,7 +569,9 @@ class HTTPProvider(Provider, abc.ABC):
             **self.auth_headers(),
         }
 
-    async def _stream(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
+    async def _stream(
+        self, request: StreamCompletionRequest, client: httpx.AsyncClient
+    ) -> AsyncGenerator[StreamEvent, None]:
         spec = self._models.get(request.model_id)
         if spec is None:
             yield ev.error(_invalid(f"model_id: unknown model {request.model_id!r}"))
@@ -591,7 +582,6 @@ class HTTPProvider(Provider, abc.ABC):
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))
             return
-        client = self._http()
         url = join_url(self.base_url, self.completions_path)
         loop = asyncio.get_running_loop()
         attempt = 0
