@@ -21,13 +21,13 @@ import contextlib
 import json
 import tracemalloc
 import zlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import betterproto2
 import httpx
 import pytest
 from adapters._stub import Reply, StubUpstream
+from adapters._support import served_client
 from adapters.test_providers_stub import MODEL, request
 
 from protocol_py.bounded_text import MAX_ERROR_MESSAGE_BYTES, encoded_size
@@ -38,7 +38,6 @@ from protocol_py.providers._clients import MAX_RETIRED_CLIENTS, ClientPool
 from protocol_py.providers._http import RetryPolicy
 from protocol_py.providers.anthropic import AnthropicProvider
 from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.server import ModelServer
 from protocol_py.sse import MAX_SSE_LINE_BYTES
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
@@ -100,15 +99,17 @@ def _normal_reply(adapter: str) -> Reply:
     return Reply(headers={"content-type": "text/event-stream"}, chunks=[body])
 
 
-async def _served(provider: HTTPProvider) -> AsyncIterator[ModelClient]:
-    server = ModelServer(provider)
-    port = await server.start("127.0.0.1", 0)
-    client = ModelClient.connect(f"127.0.0.1:{port}")
-    try:
-        yield client
-    finally:
-        client.close()
-        await server.shutdown(grace_period=0)
+def _endless_line(adapter: str, piece: bytes, interval: float) -> Reply:
+    """The normal answer up to and including its text delta, then a ``data:`` line that never
+    ends: ``piece`` written every ``interval`` seconds until the client hangs up."""
+    first = _normal_reply(adapter).chunks[0]
+    assert isinstance(first, bytes)
+    cut = first.index(b"fine") + first[first.index(b"fine") :].index(b"\n\n") + 2
+    return Reply(
+        headers={"content-type": "text/event-stream"},
+        chunks=[first[:cut], b"data: "],
+        forever=(piece, interval),
+    )
 
 
 async def _stream_measured(client: ModelClient, model: str) -> tuple[list[StreamEvent], int]:
@@ -146,7 +147,7 @@ async def test_gzip_bomb_error_body_is_read_only_up_to_the_cap_and_shown_printab
         if times == 2:
             stub.replies[0].headers["content-encoding"] = "gzip, gzip"
         provider = _provider(adapter, stub.url)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             events, peak = await _stream_measured(client, MODEL[adapter])
             assert _kinds(events) == ["error"]
             error = events[0].error
@@ -173,7 +174,7 @@ async def test_gzip_bomb_event_stream_ends_with_line_too_long_in_bounded_memory(
         headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
         stub.queue(Reply(headers=headers, chunks=[bomb]))
         provider = _provider(adapter, stub.url)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             events, peak = await _stream_measured(client, MODEL[adapter])
             assert _kinds(events) == ["error"]
             error = events[0].error
@@ -188,20 +189,10 @@ async def test_gzip_bomb_event_stream_ends_with_line_too_long_in_bounded_memory(
 async def test_endless_sse_line_is_a_transient_error_keeping_streamed_events(
     adapter: str,
 ) -> None:
-    first = _normal_reply(adapter).chunks[0]
-    assert isinstance(first, bytes)
-    # everything up to and including the first text delta, then a line that never ends
-    cut = first.index(b"fine") + first[first.index(b"fine") :].index(b"\n\n") + 2
     async with StubUpstream() as stub:
-        stub.queue(
-            Reply(
-                headers={"content-type": "text/event-stream"},
-                chunks=[first[:cut], b"data: "],
-                forever=(b"x" * 65536, 0.0),
-            )
-        )
+        stub.queue(_endless_line(adapter, b"x" * 65536, 0.0))
         provider = _provider(adapter, stub.url)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             events, peak = await _stream_measured(client, MODEL[adapter])
             assert _kinds(events)[-1] == "error"
             assert "".join(e.text_delta.text for e in events if e.text_delta is not None) == "fine"
@@ -219,20 +210,11 @@ async def test_endless_sse_line_is_a_transient_error_keeping_streamed_events(
 async def test_bytes_of_an_endless_line_are_not_progress() -> None:
     """Documented decision: only complete content events reset the no-progress timer, so a
     line that grows slowly forever ends with the no-progress error, not after hours."""
-    first = _normal_reply("openai").chunks[0]
-    assert isinstance(first, bytes)
-    cut = first.index(b"\n\n") + 2
     timeouts = Timeouts(startup_deadline_s=5.0, idle_timeout_s=0.5, connect_timeout_s=5.0)
     async with StubUpstream() as stub:
-        stub.queue(
-            Reply(
-                headers={"content-type": "text/event-stream"},
-                chunks=[first[:cut], b"data: "],
-                forever=(b"x" * 16, 0.01),
-            )
-        )
+        stub.queue(_endless_line("openai", b"x" * 16, 0.01))
         provider = _provider("openai", stub.url, timeouts=timeouts)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             events = [e async for e in client.stream(request(MODEL["openai"]), timeout=30)]
             error = events[-1].error
             assert error is not None and error.kind == ErrorKind.TRANSIENT
@@ -247,7 +229,7 @@ async def test_unsupported_or_too_deeply_stacked_content_encoding_is_refused(cod
         headers = {"content-encoding": coding, "content-type": "application/json"}
         stub.queue(Reply(status=500, headers=headers, chunks=[b"\x00" * 100]))
         provider = _provider("openai", stub.url)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             events = [e async for e in client.stream(request(MODEL["openai"]), timeout=30)]
             error = events[-1].error
             assert error is not None and error.kind == ErrorKind.TRANSIENT
@@ -264,7 +246,7 @@ async def test_configure_closes_the_retired_client_as_soon_as_it_is_idle() -> No
     """Each Configure+stream cycle used to keep one more client open (0.83 MB each)."""
     async with StubUpstream() as stub:
         provider = _provider("openai", stub.url)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             old: list[Any] = []
             for i in range(20):
                 stub.queue(_normal_reply("openai"))
@@ -290,7 +272,7 @@ async def test_a_client_retired_mid_stream_serves_the_stream_then_closes() -> No
             )
         )
         provider = _provider("openai", stub.url)
-        async for client in _served(provider):
+        async for client in served_client(provider):
             events: list[StreamEvent] = []
             stream = client.stream(request(MODEL["openai"]), timeout=30)
             events.append(await anext(stream))  # the stream is running on the first client
