@@ -39,6 +39,7 @@ from protocol_py.providers._http import RetryPolicy
 from protocol_py.providers.anthropic import AnthropicProvider
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.sse import MAX_SSE_LINE_BYTES
+from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
 MIB = 1024 * 1024
@@ -302,3 +303,21 @@ async def test_retired_clients_in_use_are_bounded_oldest_closed_first() -> None:
         assert [c.is_closed for c in made[:3]] == [True] * 3
         assert not any(c.is_closed for c in made[3:])
     assert pool.retired == () and all(c.is_closed for c in made)
+
+
+async def test_a_response_already_read_by_a_custom_transport_is_translated() -> None:
+    body = _normal_reply("openai").chunks[0]
+    assert isinstance(body, bytes)
+
+    def handle(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    provider = OpenAIProvider(
+        api_key="sk-hostile-test-key-0001",
+        base_url="http://upstream.invalid/v1",
+        transport=httpx.MockTransport(handle),
+    )
+    events = [e async for e in provider.stream(request(MODEL["openai"]), CallContext())]
+    await provider.aclose()
+    assert "".join(e.text_delta.text for e in events if e.text_delta is not None) == "fine"
+    assert events[-1].stop is not None

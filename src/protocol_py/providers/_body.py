@@ -98,16 +98,27 @@ def _codings(header: str) -> list[str]:
 
 def decoded_body(response: httpx.Response) -> AsyncIterator[bytes]:
     """The response body, decoded, as chunks of at most :data:`DECODE_STEP_BYTES` bytes
-    (an identity body: the network chunks as read, at most 64 KiB each).
+    (an identity body: the network chunks as read, at most 64 KiB each; a response already
+    read by a custom transport: its content).
 
     Raises (while iterating):
         httpx.DecodingError: an unsupported or corrupt ``Content-Encoding`` (module docstring).
         httpx.HTTPError: any transport failure while reading.
     """
+    if response.is_stream_consumed:
+        return _already_read(response)
     codings = _codings(response.headers.get("content-encoding", ""))
     if not codings:
         return response.aiter_raw()
     return _decoded(response, codings)
+
+
+async def _already_read(response: httpx.Response) -> AsyncIterator[bytes]:
+    """A response a custom transport returned already read (``httpx.Response(content=...)``):
+    httpx decoded it then; its content is given in :data:`DECODE_STEP_BYTES` pieces."""
+    content = response.content
+    for start in range(0, len(content), DECODE_STEP_BYTES):
+        yield content[start : start + DECODE_STEP_BYTES]
 
 
 async def _decoded(response: httpx.Response, codings: list[str]) -> AsyncIterator[bytes]:
