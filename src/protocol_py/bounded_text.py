@@ -10,6 +10,8 @@ status, an in-band error message or a log detail from caller text goes through t
   ``'aaaa…' (1048576 chars, cut)``;
 * :func:`bounded_message` caps a whole message so that its percent-encoded form (what
   ``grpc-message`` carries) is at most :data:`MAX_ERROR_MESSAGE_BYTES` bytes;
+* :func:`printable` makes foreign text (a vendor's error message) safe to show: cut to
+  :data:`MAX_FOREIGN_TEXT_CHARS` and every control character escaped (``\\x00``, ``\\n``);
 * :func:`listed` joins a list of problems into ``"<prefix>: N <noun>(s): a; b"`` and, when they
   do not all fit, says how many are listed and how many there are in all:
   ``"<prefix>: 5000 <noun>(s), first 12 listed: a; b; ..."``.
@@ -17,6 +19,7 @@ status, an in-band error message or a log detail from caller text goes through t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 from urllib.parse import quote
@@ -32,6 +35,11 @@ value itself, before quoting); a longer value is cut and marked with its full le
 
 MAX_LISTED_ITEM_CHARS: Final = 256
 """Largest single problem in a :func:`listed` message, in characters."""
+
+MAX_FOREIGN_TEXT_CHARS: Final = 4096
+"""Largest part of a foreign text (an upstream's error message) kept by :func:`printable`, in
+characters, before escaping; a message is cut to :data:`MAX_ERROR_MESSAGE_BYTES` later, and
+this first cut bounds the work of redacting it."""
 
 CUT_MARKER: Final = "…"
 """Appended where text was cut (U+2026 HORIZONTAL ELLIPSIS)."""
@@ -59,6 +67,23 @@ def quote_value(value: object, limit: int = MAX_ECHOED_VALUE_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}{CUT_MARKER} ({len(text)} chars, cut)"
+
+
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return repr(match.group(0))[1:-1]
+
+
+def printable(text: str, limit: int = MAX_FOREIGN_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (marked as :func:`bounded_message` does) with every
+    control character (C0, DEL, C1) escaped as Python does: NUL -> ``\\x00``, LF -> ``\\n``.
+
+    Example: ``printable("a\\x00b")`` is ``"a\\\\x00b"`` (the four characters ``\\x00``)."""
+    if len(text) > limit:
+        text = f"{text[:limit]}{CUT_MARKER} ({len(text)} chars, cut)"
+    return _CONTROL.sub(_escape, text)
 
 
 def bounded_message(text: str, limit: int = MAX_ERROR_MESSAGE_BYTES) -> str:
@@ -110,9 +135,11 @@ __all__ = [
     "CUT_MARKER",
     "MAX_ECHOED_VALUE_CHARS",
     "MAX_ERROR_MESSAGE_BYTES",
+    "MAX_FOREIGN_TEXT_CHARS",
     "MAX_LISTED_ITEM_CHARS",
     "bounded_message",
     "encoded_size",
     "listed",
+    "printable",
     "quote_value",
 ]

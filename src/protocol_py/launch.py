@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import ssl
 import subprocess
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
@@ -38,11 +41,15 @@ from protocol_py.tls import (
     pinned_client_context,
 )
 from protocol_py.transport import (
+    EXIT_ON_STDIN_EOF_ENV,
     MAX_HANDSHAKE_LINE_BYTES,
     Handshake,
+    is_private_socket_dir,
     parse_handshake,
     remove_socket,
 )
+
+log = logging.getLogger("protocol_py.launch")
 
 START_TIMEOUT: Final = 30.0
 """Default time a plugin gets to print its handshake line, seconds."""
@@ -50,14 +57,25 @@ START_TIMEOUT: Final = 30.0
 STOP_TIMEOUT: Final = 10.0
 """Default time a plugin gets to exit after SIGTERM before it is killed, seconds."""
 
+REAP_TIMEOUT: Final = 5.0
+"""Longest wait for a plugin process to be reaped after SIGKILL, seconds (a process stuck in
+uninterruptible sleep is then left behind, with a warning, rather than hanging the kernel)."""
+
+CLOCK_SLACK: Final = 0.02
+"""Seconds a private socket directory's change time may precede the launch and still count as
+the plugin's own (Linux file-system timestamps come from a coarse clock, a tick behind
+:func:`time.time`)."""
+
 STDOUT_CHUNK: Final = 64 * 1024
 """Bytes read at a time when discarding a plugin's stdout after the handshake."""
 
 
 class LaunchError(ProtocolError):
     """The plugin did not start: it exited, printed no handshake line within the start
-    timeout, printed a malformed one, or refused automatic mutual TLS. The plugin has been
-    stopped when this is raised."""
+    timeout, printed a malformed one (over :data:`~protocol_py.transport.MAX_HANDSHAKE_LINE_BYTES`,
+    a TCP address not on loopback, a fifth field that is not a certificate, ...; the message
+    names the field), or refused automatic mutual TLS. The plugin has been stopped when this
+    is raised."""
 
 
 @dataclass(eq=False)
@@ -70,6 +88,7 @@ class LaunchedPlugin:
         client: A client connected to it (pinned to its certificate under AutoMTLS).
         auto_mtls: True when the connection uses automatic mutual TLS.
         stop_timeout: Seconds :meth:`close` waits after SIGTERM before SIGKILL.
+        started_at: When the plugin was started (:func:`time.time`, seconds).
     """
 
     process: asyncio.subprocess.Process
@@ -77,18 +96,28 @@ class LaunchedPlugin:
     client: ModelClient
     auto_mtls: bool
     stop_timeout: float = STOP_TIMEOUT
+    started_at: float = 0.0
     _drain: asyncio.Task[None] | None = field(default=None, repr=False)
 
     async def close(self) -> None:
-        """Close the client, stop the plugin and remove its private socket (idempotent)."""
+        """Close the client, stop the plugin and remove its private socket (idempotent).
+
+        The socket (and its directory) is removed only when it sits in a private
+        ``protocol-py-*`` directory under the temporary directory, owned by this user, mode
+        0700, changed since the plugin started
+        (:func:`~protocol_py.transport.is_private_socket_dir`): a plugin that named another
+        server's socket in its handshake line cannot make the kernel delete it."""
         self.client.close()
         await _stop(self.process, self.stop_timeout)
         if self._drain is not None:
             self._drain.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._drain
-        if self.handshake.transport == "unix":
-            remove_socket(self.handshake.address, owns_dir=True)
+        path = self.handshake.address
+        if self.handshake.transport == "unix" and is_private_socket_dir(
+            path, created_after=self.started_at
+        ):
+            remove_socket(path, owns_dir=True)
 
 
 @contextlib.asynccontextmanager
@@ -107,7 +136,9 @@ async def launch(
     Args:
         argv: The plugin's command line (it must print the handshake line on stdout).
         env: Its environment (default: this process's); ``PROTOCOL_PY_CLIENT_CERT`` is set
-            (``auto_mtls``) or removed.
+            (``auto_mtls``) or removed, and ``PROTOCOL_PY_EXIT_ON_STDIN_EOF=1`` is set: the
+            plugin gets a stdin pipe whose end of file (this process exited or was killed)
+            stops it (:func:`protocol_py.serving.watch_stdin_eof`).
         auto_mtls: Require automatic mutual TLS (a plugin that does not answer with a server
             certificate is refused). False: plaintext, for plugins that predate it.
         start_timeout: Seconds allowed for the handshake line.
@@ -123,9 +154,11 @@ async def launch(
     pair = generate_certificate() if auto_mtls else None
     if pair is not None:
         environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
+    environ[EXIT_ON_STDIN_EOF_ENV] = "1"
+    started_at = time.time() - CLOCK_SLACK
     process = await asyncio.create_subprocess_exec(
         *argv,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,  # its end of file tells the plugin this process is gone
         stdout=subprocess.PIPE,
         stderr=stderr,
         env=environ,
@@ -140,7 +173,13 @@ async def launch(
             )
         context = None
         if pair is not None and handshake.server_certificate is not None:
-            context = pinned_client_context(handshake.server_certificate, pair)
+            try:
+                context = pinned_client_context(handshake.server_certificate, pair)
+            except (ssl.SSLError, ValueError) as exc:
+                raise LaunchError(
+                    "bad handshake line: the server certificate (field 5) is not a DER "
+                    f"X.509 certificate ({_reason(exc)})"
+                ) from None
         client = ModelClient.connect(
             handshake.target,
             ssl=context,
@@ -151,7 +190,9 @@ async def launch(
         raise
     assert process.stdout is not None
     drain = asyncio.ensure_future(_discard(process.stdout))
-    plugin = LaunchedPlugin(process, handshake, client, pair is not None, stop_timeout, drain)
+    plugin = LaunchedPlugin(
+        process, handshake, client, pair is not None, stop_timeout, started_at, drain
+    )
     try:
         yield plugin
     finally:
@@ -181,6 +222,12 @@ async def _read_handshake(process: asyncio.subprocess.Process, timeout: float) -
         raise LaunchError(f"bad handshake line: {exc}") from None
 
 
+def _reason(exc: BaseException) -> str:
+    """Why ``exc`` was raised, in at most 100 characters (library text, never the plugin's)."""
+    reason = getattr(exc, "reason", None) or (exc.args[-1] if exc.args else None)
+    return str(reason or type(exc).__name__)[:100]
+
+
 async def _wait(process: asyncio.subprocess.Process, timeout: float) -> int | None:  # noqa: ASYNC109
     with contextlib.suppress(TimeoutError):
         return await asyncio.wait_for(process.wait(), timeout)
@@ -188,14 +235,31 @@ async def _wait(process: asyncio.subprocess.Process, timeout: float) -> int | No
 
 
 async def _stop(process: asyncio.subprocess.Process, timeout: float) -> None:  # noqa: ASYNC109
-    """SIGTERM, wait ``timeout`` seconds, then SIGKILL; always reaps the process."""
+    """SIGTERM, wait ``timeout`` seconds, then SIGKILL and wait at most :data:`REAP_TIMEOUT`.
+
+    The plugin's stdout pipe is closed first: asyncio's ``Process.wait`` also waits for every
+    pipe to close, and a reader paused on unread output (a handshake line over the limit,
+    output without a newline) never would, so the wait hung forever after the kill.
+    """
+    _close_stdout(process)
+    if process.stdin is not None:
+        process.stdin.close()  # end of file: a plugin watching stdin starts shutting down
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             process.terminate() if timeout > 0 else process.kill()
         if await _wait(process, timeout) is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
-            await process.wait()
+            if await _wait(process, REAP_TIMEOUT) is None:
+                log.warning("plugin process %d did not exit after SIGKILL", process.pid)
+
+
+def _close_stdout(process: asyncio.subprocess.Process) -> None:
+    """Close the read end of the plugin's stdout pipe (unread output is dropped)."""
+    transport = getattr(process, "_transport", None)
+    pipe = transport.get_pipe_transport(1) if transport is not None else None
+    if pipe is not None:
+        pipe.close()
 
 
 async def _discard(stream: asyncio.StreamReader) -> None:

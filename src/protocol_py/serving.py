@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -39,7 +41,7 @@ from protocol_py.server import (
 )
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
-from protocol_py.transport import handshake_line, listen_spec
+from protocol_py.transport import EXIT_ON_STDIN_EOF_ENV, handshake_line, listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "handshake_line",
     "serve",
     "serve_async",
+    "watch_stdin_eof",
 ]
 
 log = logging.getLogger("protocol_py.server")
@@ -189,6 +192,7 @@ async def serve_async(
 
     previous: dict[int, Any] = {}
     stopped = False  # a graceful shutdown completed
+    watcher: asyncio.BaseTransport | None = None
     if handle_signals and threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -208,6 +212,8 @@ async def serve_async(
         if handshake:
             sys.stdout.write(handshake_line(server, listen.server_certificate))
             sys.stdout.flush()
+            if os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1":
+                watcher = await watch_stdin_eof(lambda: handler(0, None))
         try:
             await stop_event.wait()
         except asyncio.CancelledError:
@@ -217,12 +223,62 @@ async def serve_async(
         await _drain(server, force)
         stopped = True
     finally:
+        if watcher is not None:
+            watcher.close()
         for sig, old in previous.items():
             # Restoring SIG_DFL would let a late duplicate signal (coreutils ``timeout`` signals
             # the child and its group) kill the process while it exits 0: ignore it instead.
             # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
             signal.signal(sig, signal.SIG_IGN if stopped and not restore_signals else old)
         listen.discard()
+
+
+class _EndOfInput(asyncio.Protocol):
+    """Calls ``on_eof`` once when the pipe it reads reaches end of file (what it reads is
+    dropped: a kernel writes nothing to a plugin's stdin)."""
+
+    def __init__(self, on_eof: Callable[[], None]) -> None:
+        self._on_eof: Callable[[], None] | None = on_eof
+
+    def data_received(self, data: bytes) -> None:
+        """Drop the data."""
+
+    def eof_received(self) -> bool:
+        """The write end was closed: the kernel is gone."""
+        self._fire()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The pipe broke: as end of file."""
+        self._fire()
+
+    def _fire(self) -> None:
+        on_eof, self._on_eof = self._on_eof, None
+        if on_eof is not None:
+            on_eof()
+
+
+async def watch_stdin_eof(on_eof: Callable[[], None]) -> asyncio.BaseTransport | None:
+    """Call ``on_eof`` when stdin, a pipe, reaches end of file (the launching kernel exited or
+    was killed: every write end is closed); README "Security". Returns the pipe's transport
+    (close it to stop watching), or None when stdin is not a pipe (nothing is watched).
+
+    :func:`serve_async` does this with ``handshake`` when :data:`EXIT_ON_STDIN_EOF_ENV` is
+    ``1`` (set by :func:`protocol_py.launch.launch`), and treats end of file as SIGTERM."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(0).st_mode):
+            return None
+    except OSError:
+        return None
+    pipe = os.fdopen(os.dup(0), "rb", buffering=0)
+    loop = asyncio.get_running_loop()
+
+    def fire() -> None:
+        log.info("stdin closed: the launching kernel is gone; shutting down")
+        on_eof()
+
+    transport, _ = await loop.connect_read_pipe(lambda: _EndOfInput(fire), pipe)
+    return transport
 
 
 async def _drain(server: ModelServer, force: asyncio.Event) -> None:

@@ -21,16 +21,46 @@ Rules implemented (and where common readers fail, cases C09, C10, B22):
 - At end of stream an unterminated block is discarded (WHATWG), see :meth:`SSEParser.close`.
 
 Bytes are decoded as UTF-8 per line with replacement of invalid sequences, as the spec says.
+
+Bounds (issue 9, finding 3): a line longer than :data:`MAX_SSE_LINE_BYTES` (terminated or still
+pending: an upstream that never sends a newline) and an event whose ``data`` lines add up to
+more than :data:`MAX_SSE_EVENT_BYTES` raise :class:`SSELimitError` from :meth:`SSEParser.feed`
+as soon as the limit is passed, so the parser never holds more than about that much; the
+events completed before stay valid. WHATWG sets no limit; a reader must (HTML spec: user agents
+may impose implementation-specific limits).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["SSEEvent", "SSEParser", "aiter_sse"]
+__all__ = [
+    "MAX_SSE_EVENT_BYTES",
+    "MAX_SSE_LINE_BYTES",
+    "SSEEvent",
+    "SSELimitError",
+    "SSEParser",
+    "aiter_sse",
+]
 
 _BOM = b"\xef\xbb\xbf"
+
+MAX_SSE_LINE_BYTES: Final = 16 * 1024 * 1024
+"""Longest SSE line, in bytes of the body (16 MiB), terminator excluded; a longer line (or a
+pending partial line past it) raises :class:`SSELimitError`."""
+
+MAX_SSE_EVENT_BYTES: Final = 16 * 1024 * 1024
+"""Largest SSE event, in bytes (16 MiB): the sum of its ``data`` lines' lengths; more raises
+:class:`SSELimitError`."""
+
+
+class SSELimitError(ValueError):
+    """A line or event passed :data:`MAX_SSE_LINE_BYTES` / :data:`MAX_SSE_EVENT_BYTES`.
+
+    The message names the limit and its size in bytes, never the line's content.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +93,7 @@ class SSEParser:
         "_buf",
         "_clean",
         "_data",
+        "_data_bytes",
         "_event",
         "_has_data",
         "_last_id",
@@ -76,6 +107,7 @@ class SSEParser:
         self._bom_checked = False
         self._pending_cr = False
         self._data: list[str] = []
+        self._data_bytes = 0
         self._has_data = False
         self._event = ""
         self._last_id = ""
@@ -92,7 +124,13 @@ class SSEParser:
         return self._retry
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        """Consume ``chunk`` and return the events it completed, in order."""
+        """Consume ``chunk`` and return the events it completed, in order.
+
+        Raises:
+            SSELimitError: a line or an event passed its bound (module docstring); the events
+                this chunk completed before that point are lost with the stream, those returned
+                by earlier calls stay valid.
+        """
         out: list[SSEEvent] = []
         if not chunk:
             return out
@@ -132,10 +170,14 @@ class SSEParser:
                 else:
                     nxt = cr + 1
                     self._pending_cr = True
+            if end - start > MAX_SSE_LINE_BYTES:
+                raise _too_long()
             self._line(bytes(buf[start:end]), out)
             start = nxt
         del buf[:start]
         self._clean = len(buf)
+        if self._clean > MAX_SSE_LINE_BYTES:
+            raise _too_long()
         return out
 
     def close(self) -> list[SSEEvent]:
@@ -152,6 +194,7 @@ class SSEParser:
 
     def _reset_block(self) -> None:
         self._data = []
+        self._data_bytes = 0
         self._has_data = False
         self._event = ""
 
@@ -175,6 +218,12 @@ class SSEParser:
         if sep and value[:1] == " ":
             value = value[1:]
         if name == "data":
+            self._data_bytes += len(raw)
+            if self._data_bytes > MAX_SSE_EVENT_BYTES:
+                self._reset_block()
+                raise SSELimitError(
+                    f"SSE event too long: its data lines exceed {MAX_SSE_EVENT_BYTES} bytes"
+                )
             self._data.append(value)
             self._has_data = True
         elif name == "event":
@@ -185,6 +234,12 @@ class SSEParser:
         elif name == "retry" and value and value.isascii() and value.isdigit():
             self._retry = int(value)
         # any other field name is ignored
+
+
+def _too_long() -> SSELimitError:
+    return SSELimitError(
+        f"SSE line too long: more than {MAX_SSE_LINE_BYTES} bytes without a newline"
+    )
 
 
 async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[SSEEvent]:

@@ -30,8 +30,11 @@ import argparse
 import base64
 import binascii
 import contextlib
+import errno
+import ipaddress
 import logging
 import os
+import socket
 import ssl
 import stat
 import tempfile
@@ -76,6 +79,11 @@ PRIVATE_DIR_PREFIX: Final = "protocol-py-"
 MAX_HANDSHAKE_LINE_BYTES: Final = 16 * 1024
 """Longest handshake line :func:`parse_handshake` accepts, bytes (a P-256 certificate is about
 0.7 KiB in base64)."""
+
+EXIT_ON_STDIN_EOF_ENV: Final = "PROTOCOL_PY_EXIT_ON_STDIN_EOF"
+"""Environment variable :func:`protocol_py.launch.launch` sets to ``1``: a plugin serving with
+``--handshake`` whose stdin is a pipe then shuts down (as on SIGTERM) when that pipe reaches
+end of file, i.e. when the launching kernel is gone, even killed with SIGKILL."""
 
 HANDSHAKE_PROTOCOL: Final = "grpc"
 """The fourth handshake field: the RPC protocol."""
@@ -164,17 +172,115 @@ def make_private_socket_path() -> str:
         raise
 
 
-def remove_socket(path: str, *, owns_dir: bool = False) -> None:
-    """Remove a socket file (only if it is a socket) and, with ``owns_dir``, its directory
-    when that is an empty private ``protocol-py-*`` directory. Missing files are ignored;
-    nothing else is ever deleted."""
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
+SocketIdentity = tuple[int, int]
+"""``(st_dev, st_ino)`` of a socket file: which file a server created at a path."""
+
+STALE_PROBE_TIMEOUT: Final = 1.0
+"""Longest wait for the connect that tells a live socket from a stale one, seconds."""
+
+
+def socket_identity(path: str) -> SocketIdentity | None:
+    """``(st_dev, st_ino)`` of the socket file at ``path``, or None when there is none."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISSOCK(info.st_mode) else None
+
+
+def _someone_listens(path: str) -> bool:
+    """Whether a connect to the unix socket at ``path`` succeeds (False: refused, a stale
+    socket file left by a server that died)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(STALE_PROBE_TIMEOUT)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # a timeout (full backlog) or no permission: assume it is in use
+    finally:
+        probe.close()
+    return True
+
+
+def bind_unix_socket(path: str) -> socket.socket:
+    """A stream socket bound to ``path`` (not yet listening), never taking over a live one.
+
+    asyncio's ``create_unix_server`` unlinks any socket file at the path, so a second server
+    silently took over a live server's address. Here an existing socket file is replaced only
+    when it is stale (a connect to it is refused: its server is gone), with a warning; when a
+    connect succeeds the address is refused as in use. Other files are never removed.
+
+    Raises:
+        OSError: ``EADDRINUSE`` ("address in use") when a server listens at ``path`` or a file
+            that is not a socket is there; any other error of ``bind``.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            if socket_identity(path) is None:
+                raise OSError(
+                    errno.EADDRINUSE, f"address in use: {_quote(path)} exists and is not a socket"
+                ) from None
+            if _someone_listens(path):
+                raise OSError(
+                    errno.EADDRINUSE,
+                    f"address in use: a server is listening on {_quote(path)}",
+                ) from None
+            logging.getLogger("protocol_py.server").warning(
+                "replacing the stale socket file %s (a connect to it was refused)", _quote(path)
+            )
+            os.unlink(path)
+            sock.bind(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def remove_socket(
+    path: str, *, owns_dir: bool = False, identity: SocketIdentity | None = None
+) -> None:
+    """Remove a socket file (only if it is a socket, and, given ``identity``, only if it is
+    still that file: another server may have replaced a stale one since) and, with
+    ``owns_dir``, its directory when that is an empty private ``protocol-py-*`` directory.
+    Missing files are ignored; nothing else is ever deleted."""
+    current = socket_identity(path)
+    if current is not None and (identity is None or current == identity):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             os.unlink(path)
     directory = Path(path).parent
     if owns_dir and directory.name.startswith(PRIVATE_DIR_PREFIX):
         with contextlib.suppress(OSError):
             directory.rmdir()
+
+
+def is_private_socket_dir(path: str, *, created_after: float | None = None) -> bool:
+    """Whether the socket ``path`` names sits in a private directory a plugin made for it:
+    ``<tempdir>/protocol-py-*/`` (:func:`make_private_socket_path`), a real directory (not a
+    symlink) owned by this process's user, mode :data:`PRIVATE_DIR_MODE`, and, given
+    ``created_after`` (a :func:`time.time` value, seconds), last changed after that instant (a
+    directory of an older, unrelated plugin is not ours to clean up)."""
+    directory = os.path.dirname(path)
+    if os.path.realpath(os.path.dirname(directory)) != os.path.realpath(tempfile.gettempdir()):
+        return False
+    if not os.path.basename(directory).startswith(PRIVATE_DIR_PREFIX):
+        return False
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and stat.S_IMODE(info.st_mode) == PRIVATE_DIR_MODE
+        and (created_after is None or info.st_ctime >= created_after)
+    )
 
 
 # -- listening -----------------------------------------------------------------------------------
@@ -435,13 +541,52 @@ def handshake_line(server: Any, server_certificate: bytes | None = None) -> str:
     return format_handshake("tcp", str(server.address), server_certificate)
 
 
+LOOPBACK_NAMES: Final = frozenset({"localhost"})
+"""Host names a TCP handshake address may use besides loopback IP addresses (127.0.0.0/8,
+::1)."""
+
+
+def _check_handshake_address(transport: str, address: str) -> None:
+    """A TCP address must be ``host:port`` on loopback; a unix address an absolute path."""
+    if transport == "unix":
+        if not address.startswith("/"):
+            raise InvalidValueError(
+                f"handshake address (field 3): a unix socket must be an absolute path, got "
+                f"{_quote(address)}",
+                rule="handshake.address",
+            )
+        check_socket_path(address, "handshake address (field 3)")
+        return
+    host, colon, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    valid_port = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536
+    if not colon or not host or not valid_port:
+        raise InvalidValueError(
+            f"handshake address (field 3): expected host:port, got {_quote(address)}",
+            rule="handshake.address",
+        )
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host.lower() in LOOPBACK_NAMES
+    if not loopback:
+        raise InvalidValueError(
+            f"handshake address (field 3): a plugin must listen on loopback (127.0.0.1, ::1 or "
+            f"localhost), got {_quote(address)}",
+            rule="handshake.address",
+        )
+
+
 def parse_handshake(line: str) -> Handshake:
     """Parse a handshake line (the kernel side).
 
     Raises:
         InvalidValueError: longer than :data:`MAX_HANDSHAKE_LINE_BYTES`, fewer than four
             fields, a version other than :data:`~protocol_py.version.PROTOCOL_MAJOR`, an
-            unknown transport or protocol, or a certificate field that is not base64.
+            unknown transport or protocol, an address that is not ``host:port`` on loopback
+            (TCP) or an absolute path (unix) (rule ``handshake.address``), or a certificate
+            field that is not base64.
     """
     if len(line.encode("utf-8", "replace")) > MAX_HANDSHAKE_LINE_BYTES:
         raise InvalidValueError(
@@ -470,6 +615,7 @@ def parse_handshake(line: str) -> Handshake:
             f"handshake protocol {_quote(protocol)} is not {HANDSHAKE_PROTOCOL}",
             rule="handshake.protocol",
         )
+    _check_handshake_address(transport, address)
     certificate: bytes | None = None
     if len(fields) > 4 and fields[4]:
         text = fields[4]
@@ -492,23 +638,30 @@ def parse_handshake(line: str) -> Handshake:
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "EXIT_ON_STDIN_EOF_ENV",
     "HANDSHAKE_PROTOCOL",
+    "LOOPBACK_NAMES",
     "MAX_HANDSHAKE_LINE_BYTES",
     "MAX_UNIX_PATH_BYTES",
     "PRIVATE_DIR_MODE",
     "PRIVATE_DIR_PREFIX",
     "SOCKET_MODE",
     "SOCKET_NAME",
+    "STALE_PROBE_TIMEOUT",
     "Handshake",
     "ListenSpec",
+    "SocketIdentity",
     "add_client_options",
     "add_serve_options",
+    "bind_unix_socket",
     "check_socket_path",
     "client_ssl_from_options",
     "format_handshake",
     "handshake_line",
+    "is_private_socket_dir",
     "listen_spec",
     "make_private_socket_path",
     "parse_handshake",
     "remove_socket",
+    "socket_identity",
 ]

@@ -1,18 +1,23 @@
-"""Shared helpers for the adapter tests: case and fixture loading, event comparison."""
+"""Shared helpers for the adapter tests: case and fixture loading, event comparison, a
+provider served over gRPC."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import betterproto2
 import pytest
 
+from protocol_py.client import ModelClient
+from protocol_py.provider import Provider
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._http import error_from_http
 from protocol_py.providers._openai_stream import OpenAIStreamTranslator
+from protocol_py.server import ModelServer
 from protocol_py.sse import SSEParser
 from protocol_py_gen.model.v1 import StreamEvent
 
@@ -128,3 +133,16 @@ def load_fixture(path: Path) -> tuple[dict[str, Any], bytes]:
 def fixture_vendor(meta: dict[str, Any]) -> str:
     """anthropic or openai-compatible."""
     return "anthropic" if meta["vendor"] == "anthropic" else "openai"
+
+
+async def served_client(provider: Provider) -> AsyncIterator[ModelClient]:
+    """``async for client in served_client(provider)``: ``provider`` served by a ModelServer on
+    127.0.0.1 (port 0) and a connected client for the loop body; both closed afterwards."""
+    server = ModelServer(provider)
+    port = await server.start("127.0.0.1", 0)
+    client = ModelClient.connect(f"127.0.0.1:{port}")
+    try:
+        yield client
+    finally:
+        client.close()
+        await server.shutdown(grace_period=0)

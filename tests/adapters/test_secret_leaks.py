@@ -13,22 +13,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import betterproto2
 import pytest
 
-from protocol_py.client import ModelClient
 from protocol_py.providers._http import redact
 from protocol_py.providers.anthropic import AnthropicProvider
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.providers.reference import ReferenceProvider
-from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
 from ._stub import Reply, StubUpstream
+from ._support import served_client
 from .test_providers_stub import MODEL, request
 
 KEY = "GW-KEY-4c1d9a7e22b04f0e"
@@ -48,17 +46,6 @@ def _leaks(events: list[StreamEvent]) -> list[str]:
         if KEY.lower() in text or KEY.lower().encode() in bytes(event).lower():
             found.append(betterproto2.which_one_of(event, "event")[0])
     return found
-
-
-async def _served(provider: Any) -> AsyncIterator[ModelClient]:
-    server = ModelServer(provider)
-    port = await server.start("127.0.0.1", 0)
-    client = ModelClient.connect(f"127.0.0.1:{port}")
-    try:
-        yield client
-    finally:
-        client.close()
-        await server.shutdown(grace_period=0)
 
 
 ECHOING_STREAM = _sse(
@@ -89,7 +76,7 @@ async def test_request_id_echoing_authorization_never_reaches_stream_start() -> 
         stub.queue(Reply(headers=headers, chunks=[ECHOING_STREAM]))
         provider = OpenAIProvider(api_key=KEY, base_url=stub.url)
         direct = [e async for e in provider.stream(request(MODEL["openai"]), CallContext())]
-        async for client in _served(provider):
+        async for client in served_client(provider):
             served = [e async for e in client.stream(request(MODEL["openai"]), timeout=10)]
         await provider.aclose()
     for events in (direct, served):
@@ -201,7 +188,7 @@ async def test_key_never_in_any_log_record_at_debug(caplog: pytest.LogCaptureFix
                 )
             )
             provider = OpenAIProvider(api_key=KEY, base_url=stub.url)
-            async for client in _served(provider):
+            async for client in served_client(provider):
                 ok = [e async for e in client.stream(request(MODEL["openai"]), timeout=10)]
                 failed = [e async for e in client.stream(request(MODEL["openai"]), timeout=10)]
             await provider.aclose()

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import datetime
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -276,3 +277,104 @@ async def test_launch_fails_clearly_and_stops_the_plugin(tmp_path: Path) -> None
     with pytest.raises(LaunchError, match=r"exited \(status 2\)"):
         async with launch(refused, stderr=subprocess.DEVNULL):
             pass
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "'1|tcp|127.0.0.1:1|grpc|' + 'A' * 20_000_000",  # a handshake line far over the limit
+        "'x' * 20_000_000",  # no newline at all
+    ],
+)
+async def test_launch_refuses_an_overlong_handshake_line_within_the_start_timeout(
+    output: str,
+) -> None:
+    """Issue 9 finding 1: after the kill, asyncio's ``Process.wait`` waited for the stdout pipe
+    to close while its reader sat paused on unread output: ``launch`` never returned."""
+    code = f"import sys, time; sys.stdout.write({output}); sys.stdout.flush(); time.sleep(60)"
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match=r"handshake line is longer than 16384 bytes"):
+        async with asyncio.timeout(30):  # the bug: hung here forever
+            async with launch([sys.executable, "-c", code], start_timeout=5, stop_timeout=1):
+                pass
+    elapsed = time.monotonic() - started
+    print(f"overlong handshake output refused after {elapsed:.2f} s (start_timeout 5 s)")
+    assert elapsed < 5 + 5  # start_timeout, plus the reap bound
+
+
+async def test_launch_refuses_a_certificate_field_that_is_not_a_certificate() -> None:
+    """Issue 9 finding 7: valid base64 that is not DER raised a raw ``ssl.SSLError``."""
+    code = "print('1|tcp|127.0.0.1:9|grpc|QUFBQQ', flush=True); import time; time.sleep(60)"
+    with pytest.raises(
+        LaunchError,
+        match=r"^bad handshake line: the server certificate \(field 5\) is not a DER X\.509",
+    ):
+        async with launch([sys.executable, "-c", code], stop_timeout=1):
+            pass
+
+
+async def test_launch_refuses_a_non_loopback_tcp_address() -> None:
+    code = "print('1|tcp|192.0.2.1:443|grpc', flush=True); import time; time.sleep(60)"
+    with pytest.raises(LaunchError, match=r"handshake address \(field 3\): .*'192\.0\.2\.1:443'"):
+        async with launch([sys.executable, "-c", code], auto_mtls=False, stop_timeout=1):
+            pass
+
+
+async def test_launch_close_leaves_a_socket_the_plugin_did_not_create(tmp_path: Path) -> None:
+    """Issue 9 finding 4: a hostile plugin named another live server's socket; close()
+    deleted it. Only a socket in the plugin's own private directory is removed."""
+    async with launch(SERVE, stderr=subprocess.DEVNULL) as victim:
+        victim_path = victim.handshake.address  # a real private protocol-py-* socket
+        outside = tmp_path / "operator.sock"
+        outside_server = spawn_plugin("--socket", str(outside))
+        try:
+            for named in (victim_path, str(outside)):
+                code = f"print('1|unix|{named}|grpc', flush=True); import time; time.sleep(60)"
+                async with launch([sys.executable, "-c", code], auto_mtls=False, stop_timeout=1):
+                    pass
+                assert _exists(named), named
+            assert (await victim.client.describe(timeout=10)).name == "reference"
+        finally:
+            assert outside_server.stop() == 0
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's parent may never reap it)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tZ" not in status
+
+
+KERNEL = f"""
+import asyncio, subprocess, sys
+from protocol_py.launch import launch
+async def main():
+    async with launch({SERVE!r}, stderr=subprocess.DEVNULL) as plugin:
+        print(plugin.process.pid, plugin.handshake.address, flush=True)
+        await asyncio.sleep(120)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_a_launched_plugin_exits_when_its_kernel_is_killed() -> None:
+    """Issue 9 finding 3: a plugin outlived a SIGKILLed kernel (adopted by PID 1, keeping the
+    key and its socket). It now shuts down on end of file on its stdin pipe."""
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
+    assert kernel.stdout is not None
+    pid_text, path = kernel.stdout.readline().split()
+    pid = int(pid_text)
+    assert _alive(pid) and _exists(path)
+    kernel.kill()  # SIGKILL: no cleanup at all in the kernel
+    kernel.wait()
+    started = time.monotonic()
+    while (_alive(pid) or _exists(path)) and time.monotonic() - started < 30:
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    print(f"plugin exited {elapsed:.2f} s after its kernel was killed")
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)  # leave no orphan behind when this fails
+    assert not _alive(pid), "the plugin outlived its kernel"
+    assert not _exists(path) and not _exists(os.path.dirname(path))

@@ -64,6 +64,15 @@ def test_parse_handshake_ignores_fields_it_does_not_know() -> None:
         ("1|tcp|127.0.0.1:7\n", "handshake.fields"),
         ("1|tcp|127.0.0.1:7|grpc|not*base64\n", "handshake.cert"),
         ("1|tcp|127.0.0.1:7|grpc|" + "A" * MAX_HANDSHAKE_LINE_BYTES, "handshake.length"),
+        # Issue 9 finding 5: only loopback TCP addresses, never an empty one.
+        ("1|tcp|192.0.2.1:443|grpc\n", "handshake.address"),
+        ("1|tcp|example.com:443|grpc\n", "handshake.address"),
+        ("1|tcp|[2001:db8::1]:443|grpc\n", "handshake.address"),
+        ("1|tcp||grpc\n", "handshake.address"),
+        ("1|tcp|127.0.0.1|grpc\n", "handshake.address"),
+        ("1|tcp|127.0.0.1:0|grpc\n", "handshake.address"),
+        ("1|unix||grpc\n", "handshake.address"),
+        ("1|unix|relative.sock|grpc\n", "handshake.address"),
     ],
 )
 def test_parse_handshake_refuses_what_it_cannot_trust(line: str, rule: str) -> None:
@@ -111,3 +120,16 @@ def test_listen_spec_auto_mtls_needs_the_handshake_and_excludes_tls_files() -> N
         listen_spec(host=None, port=0, socket=None, handshake=False, tls_client_ca="c", env={})
     with pytest.raises(InvalidValueError, match=r"invalid --port 65536: must be in 0..65535"):
         listen_spec(host=None, port=65536, socket=None, handshake=False, env={})
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:7", "127.3.2.1:7", "[::1]:7", "localhost:7"])
+def test_parse_handshake_accepts_loopback_tcp_addresses(address: str) -> None:
+    assert parse_handshake(f"1|tcp|{address}|grpc\n").address == address
+
+
+def test_parse_handshake_names_the_address_field_and_cuts_the_value() -> None:
+    with pytest.raises(InvalidValueError) as info:
+        parse_handshake("1|tcp|" + "h" * 5000 + ".example:443|grpc\n")
+    message = str(info.value)
+    assert message.startswith("handshake address (field 3): a plugin must listen on loopback")
+    assert len(message) < 400

@@ -196,16 +196,16 @@ def test_module_that_is_not_importable_says_sys_path_and_the_file_form(tmp_path:
 def test_discover_against_an_unreachable_upstream_is_a_plain_message() -> None:
     done = cli(
         "serve", "--provider", "openai", "--discover", "--base-url",
-        "http://user:pw@127.0.0.1:9/v1", "--port", "0",
+        "http://127.0.0.1:9/v1?key=SECRETQ", "--port", "0",
     )  # fmt: skip
     assert done.returncode == 1
     last = done.stderr.splitlines()[-1]
     assert last == (
-        "protocol-py serve: --discover: cannot reach upstream http://***@127.0.0.1:9/v1 "
+        "protocol-py serve: --discover: cannot reach upstream http://127.0.0.1:9/v1?key=*** "
         "(GET /models: ConnectError)"
     )
     assert "internal error" not in done.stderr and "RuntimeError" not in done.stderr
-    assert "pw" not in done.stderr
+    assert "SECRETQ" not in done.stderr
 
 
 # -- 9a, 9b: cost ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from protocol_py import serving
 from protocol_py.client import ModelClient
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.server import ModelServer
 from protocol_py.transport import (
     MAX_UNIX_PATH_BYTES,
     PRIVATE_DIR_PREFIX,
@@ -210,3 +211,71 @@ async def test_serve_async_with_handshake_and_no_address_uses_a_private_socket(
     stop.set()
     await asyncio.wait_for(task, 30)
     assert not exists(path) and not exists(os.path.dirname(path))
+
+
+async def test_a_second_server_refuses_a_live_socket_and_the_first_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    """Issue 9 finding 2: asyncio's create_unix_server unlinked the live server's socket, so a
+    second ``serve --socket PATH`` silently took it over."""
+    path = tmp_path / "model.sock"
+    first = spawn_plugin("--socket", str(path))
+    try:
+        second = run_cli("serve", "--socket", str(path))
+        assert second.returncode == 1
+        assert second.stderr.strip().endswith(
+            f"cannot listen on unix:{path}: address in use: a server is listening on '{path}'"
+        ), second.stderr
+        assert await _describe(f"unix:{path}") == "reference"  # still the first server's
+        producer = await asyncio.to_thread(grpcio_describe, f"unix:{path}")
+        assert not isinstance(producer, str), producer
+        assert producer.name == "reference"
+    finally:
+        assert first.stop() == 0
+    assert not exists(str(path))
+
+
+async def test_a_stale_socket_file_is_replaced_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(tmp_path / "stale.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(path)  # a server that died without removing its socket: connect is refused
+    dead.close()
+    server = ModelServer(ReferenceProvider())
+    await server.start(path=path)
+    try:
+        assert await _describe(f"unix:{path}") == "reference"
+    finally:
+        await server.shutdown(grace_period=0)
+    assert f"replacing the stale socket file '{path}'" in caplog.text
+    assert not exists(path)
+
+
+async def test_a_file_that_is_not_a_socket_is_never_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("keep me")
+    server = ModelServer(ReferenceProvider())
+    with pytest.raises(OSError, match=r"address in use: .*notes.txt' exists and is not a socket"):
+        await server.start(path=str(path))
+    assert path.read_text() == "keep me"
+
+
+async def test_shutdown_leaves_a_socket_another_server_created_at_the_same_path(
+    tmp_path: Path,
+) -> None:
+    """On shutdown a server unlinks its socket path only while it is still the socket file it
+    created (its inode), never a later server's."""
+    path = str(tmp_path / "model.sock")
+    first = ModelServer(ReferenceProvider())
+    await first.start(path=path)
+    os.unlink(path)  # e.g. an operator removed it and a new server took the path
+    second = ModelServer(ReferenceProvider())
+    await second.start(path=path)
+    try:
+        await first.shutdown(grace_period=0)
+        assert exists(path)
+        assert await _describe(f"unix:{path}") == "reference"  # the second still serves
+    finally:
+        await second.shutdown(grace_period=0)
+    assert not exists(path)

@@ -53,7 +53,14 @@ from protocol_py.errors import InvalidValueError
 from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers import _events as ev
+from protocol_py.providers._body import (
+    ACCEPT_ENCODING,
+    MAX_ERROR_BODY_BYTES,
+    decoded_body,
+    read_capped,
+)
 from protocol_py.providers._cancel import cancel_once, shielded
+from protocol_py.providers._clients import ClientPool
 from protocol_py.providers._http import (
     RetryPolicy,
     error_from_http,
@@ -72,7 +79,7 @@ from protocol_py.providers._url import (
     redact_url,
     url_secrets,
 )
-from protocol_py.sse import SSEEvent, SSEParser
+from protocol_py.sse import SSEEvent, SSELimitError, SSEParser
 from protocol_py.structs import to_struct
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
@@ -242,8 +249,7 @@ class HTTPProvider(Provider, abc.ABC):
         self.retry = retry or RetryPolicy()
         self.discover = discover
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._retired: list[httpx.AsyncClient] = []
+        self._clients = ClientPool(self._new_client)
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
         remember_secrets(self.secrets())  # never shown in any log record either
 
@@ -325,10 +331,8 @@ class HTTPProvider(Provider, abc.ABC):
             )
         self.apply_extra_config(config)
         remember_secrets(self.secrets())
-        # streams in flight keep the old client; it is closed with the provider (aclose)
-        if self._client is not None:
-            self._retired.append(self._client)
-            self._client = None
+        # calls in flight keep the old client; it is closed when the last of them ends
+        await self._clients.retire()
 
     @classmethod
     def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
@@ -360,11 +364,8 @@ class HTTPProvider(Provider, abc.ABC):
             return
         from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
 
-        client = self._http()
         try:
-            response = await cancel_once(
-                client.get(join_url(self.base_url, self.models_path), headers=self.auth_headers())
-            )
+            response, body = await self.fetch("GET", self.models_path, headers=self.auth_headers())
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ProviderStartError(
                 f"--discover: cannot reach upstream {redact_url(self.base_url)} "
@@ -374,14 +375,14 @@ class HTTPProvider(Provider, abc.ABC):
             err = self.redact_error(
                 error_from_http(
                     response.status_code,
-                    response.content,
+                    body,
                     response.headers,
                     request_id_header=self.request_id_header,
                 )
             )
             raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
-            payload = response.json()
+            payload = json.loads(body)
         except ValueError:
             raise ProviderStartError(
                 f"--discover: GET {self.models_path} did not return JSON"
@@ -395,9 +396,36 @@ class HTTPProvider(Provider, abc.ABC):
                     model_id, priced_like=self.catalog() if official else None
                 )
 
+    async def fetch(
+        self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None
+    ) -> tuple[httpx.Response, bytes]:
+        """One non-streamed upstream call (``--discover``, CountTokens): the response and its
+        decoded body, read with :func:`protocol_py.providers._body.read_capped` (at most
+        :data:`MAX_ERROR_BODY_BYTES` for a non-2xx answer, :data:`_MAX_WHOLE_BODY` for a 2xx
+        one; a compression bomb is never expanded past that). The connection is closed.
+
+        Raises:
+            httpx.HTTPError: the request failed or the body could not be decoded.
+            httpx.InvalidURL: the URL is unusable.
+        """
+        async with self._clients.lease() as client:
+            request = client.build_request(
+                method,
+                join_url(self.base_url, path),
+                content=content,
+                headers={"accept-encoding": ACCEPT_ENCODING, **headers},
+            )
+            response = await cancel_once(client.send(request, stream=True), discard=_close_response)
+            try:
+                limit = MAX_ERROR_BODY_BYTES if response.status_code >= 300 else _MAX_WHOLE_BODY
+                body = await cancel_once(read_capped(response, limit))
+            finally:
+                await shielded(response.aclose())
+        return response, body
+
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self._reset_client()
+        await self._clients.aclose()
 
     def stream(
         self, request: StreamCompletionRequest, context: CallContext
@@ -408,7 +436,7 @@ class HTTPProvider(Provider, abc.ABC):
             ProviderError: only for a failure that is not an error event (never with a secret
                 in its text); every other failure is an in-band error event.
         """
-        return self._redacted(self._stream(request))
+        return self._redacted(request)
 
     def secrets(self) -> list[str]:
         """The literal strings never sent to a client or a log: the key, credential headers,
@@ -449,37 +477,28 @@ class HTTPProvider(Provider, abc.ABC):
             )
         )
 
-    async def _redacted(self, events: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    async def _redacted(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
         secrets = self.secrets()
         failure: ProviderError | None = None
-        try:
-            async for event in events:
-                yield redact_event(event, secrets)
-        except Exception as exc:
-            failure = self.provider_error(exc)
-        finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        async with self._clients.lease() as client:  # a retired client closes after its calls
+            events = self._stream(request, client)
+            try:
+                async for event in events:
+                    yield redact_event(event, secrets)
+            except Exception as exc:
+                failure = self.provider_error(exc)
+            finally:
+                await events.aclose()
         if failure is not None:
             raise failure  # raised outside the handler: no chained exception keeps the text
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            timeout = httpx.Timeout(
-                connect=self.timeouts.connect_timeout_s, read=None, write=30.0, pool=30.0
-            )
-            self._client = httpx.AsyncClient(timeout=timeout, transport=self._transport)
-        return self._client
-
-    async def _reset_client(self) -> None:
-        clients = [*self._retired, *([self._client] if self._client is not None else [])]
-        self._client = None
-        self._retired = []
-        for client in clients:
-            await client.aclose()
+    def _new_client(self) -> httpx.AsyncClient:
+        timeout = httpx.Timeout(
+            connect=self.timeouts.connect_timeout_s, read=None, write=30.0, pool=30.0
+        )
+        return httpx.AsyncClient(timeout=timeout, transport=self._transport)
 
     def spec_for(self, model_id: str) -> ModelSpec | None:
         """The ModelSpec served under ``model_id``, or None."""
@@ -546,10 +565,13 @@ class HTTPProvider(Provider, abc.ABC):
         return {
             "content-type": "application/json",
             "accept": "text/event-stream",
+            "accept-encoding": ACCEPT_ENCODING,
             **self.auth_headers(),
         }
 
-    async def _stream(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
+    async def _stream(
+        self, request: StreamCompletionRequest, client: httpx.AsyncClient
+    ) -> AsyncGenerator[StreamEvent, None]:
         spec = self._models.get(request.model_id)
         if spec is None:
             yield ev.error(_invalid(f"model_id: unknown model {request.model_id!r}"))
@@ -560,7 +582,6 @@ class HTTPProvider(Provider, abc.ABC):
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))
             return
-        client = self._http()
         url = join_url(self.base_url, self.completions_path)
         loop = asyncio.get_running_loop()
         attempt = 0
@@ -606,7 +627,7 @@ class HTTPProvider(Provider, abc.ABC):
     async def _read_error(self, response: httpx.Response, deadline: float) -> ModelError:
         try:
             async with asyncio.timeout_at(deadline):
-                body = await cancel_once(response.aread())
+                body = await cancel_once(read_capped(response, MAX_ERROR_BODY_BYTES))
         except (TimeoutError, httpx.HTTPError):
             body = b""
         return error_from_http(
@@ -628,7 +649,7 @@ class HTTPProvider(Provider, abc.ABC):
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         # until the first SSE event, keep the raw body: a JSON (non-SSE) answer is read whole
         raw: bytearray | None = bytearray()
-        chunks = response.aiter_bytes().__aiter__()
+        chunks = decoded_body(response).__aiter__()
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
@@ -662,7 +683,13 @@ class HTTPProvider(Provider, abc.ABC):
                 raw += chunk
                 if len(raw) > _MAX_WHOLE_BODY:
                     raw = None  # too large for a whole-body answer: SSE only from here on
-            for sse in parser.feed(chunk):
+            try:
+                completed = parser.feed(chunk)
+            except SSELimitError as exc:
+                for event in _fail(translator, transient_error(str(exc))):
+                    yield event
+                return
+            for sse in completed:
                 raw = None
                 for event in translator.on_event(sse):
                     if betterproto2.which_one_of(event, "event")[0] in ev.PROGRESS_KINDS:

@@ -40,7 +40,9 @@ messages (tool count, ``max_tokens``, image size, stop sequences) and 413 ``requ
 
 from __future__ import annotations
 
+import base64
 import email.utils
+import functools
 import json
 import math
 import re
@@ -48,7 +50,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
+from urllib.parse import quote, quote_plus
 
+from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message, printable
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -64,6 +68,7 @@ __all__ = [
     "anthropic_reset_hint",
     "classify_error_object",
     "duration_from_seconds",
+    "encoded_forms",
     "error_from_http",
     "lower_headers",
     "openai_rate_limits",
@@ -154,7 +159,47 @@ def secret_values(api_key: str | None, headers: Mapping[str, str] | None = None)
             bare = _AUTH_SCHEME.sub("", value).strip()
             if bare:
                 found.add(bare)
+    for value in [v for v in found if not any(c.isspace() for c in v)]:
+        found.update(encoded_forms(value))
     return sorted(found, key=len, reverse=True)
+
+
+MIN_ENCODED_SECRET_LENGTH: Final = 8
+"""Secrets shorter than this (characters) get no encoded forms, and an encoded form shorter
+than this is not kept: it would blank ordinary text."""
+
+MAX_ENCODED_FORMS: Final = 9
+"""How many encoded forms :func:`encoded_forms` returns for one secret at most."""
+
+
+def encoded_forms(secret: str) -> list[str]:
+    """The encodings of ``secret`` an upstream or a log might show, for literal redaction.
+
+    Returned (at most :data:`MAX_ENCODED_FORMS`, none for a secret shorter than
+    :data:`MIN_ENCODED_SECRET_LENGTH`): percent-encoded (RFC 3986, every reserved character
+    encoded, and the form-encoding with ``+`` for space), lower-case hex of its UTF-8 bytes
+    (:func:`redact` ignores letter case, so upper-case hex too), and standard and URL-safe
+    base64 (RFC 4648) in each of the three alignments a 3-byte group can give it: the part of
+    the base64 text that encodes only the secret's bytes, so ``base64("Bearer <key>")``,
+    ``base64("<user>:<key>")`` or the key inside any longer base64 text all contain one of
+    them (at most the 2 bytes at each end of the key, mixed with other bytes, stay visible).
+    Forms equal to the secret itself are left out.
+    """
+    if len(secret) < MIN_ENCODED_SECRET_LENGTH:
+        return []
+    raw = secret.encode("utf-8")
+    forms = [quote(secret, safe=""), quote_plus(secret, safe=""), raw.hex()]
+    for offset in range(3):
+        padded = bytes(offset) + raw
+        whole = (offset + len(raw)) // 3 * 4  # base64 characters of complete 3-byte groups
+        start = 4 if offset else 0  # the first group mixes the padding with the secret
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.append(encode(padded)[start:whole].decode("ascii"))
+    out: list[str] = []
+    for form in forms:
+        if len(form) >= MIN_ENCODED_SECRET_LENGTH and form != secret and form not in out:
+            out.append(form)
+    return out[:MAX_ENCODED_FORMS]
 
 
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
@@ -172,11 +217,21 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
         text: The message.
         secrets: Literal strings to remove, any order.
     """
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
+    pattern = _secrets_pattern(tuple(sorted({s for s in secrets if s}, key=len, reverse=True)))
+    if pattern is not None:
+        text = pattern.sub(REDACTED, text)
     text = _SECRET.sub(REDACTED, text)
     # the whole header value goes, scheme included: never "Bearer <redacted>"
     return _SCHEMED_REDACTED.sub(REDACTED, text)
+
+
+@functools.lru_cache(maxsize=64)
+def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive alternation of ``secrets`` (longest first, so a longer secret wins
+    over its parts), compiled once per secret set."""
+    if not secrets:
+        return None
+    return re.compile("|".join(re.escape(s) for s in secrets), re.IGNORECASE)
 
 
 MAX_REMEMBERED_SECRETS: Final = 256
@@ -213,12 +268,14 @@ def redact_log_text(text: str) -> str:
 
 
 def redact_error(error: ModelError, secrets: Sequence[str]) -> ModelError:
-    """Redact ``message``, ``vendor_code`` and ``provider_request_id`` of ``error`` in place.
+    """Redact ``message``, ``vendor_code`` and ``provider_request_id`` of ``error`` in place;
+    the message is then cut to :data:`protocol_py.bounded_text.MAX_ERROR_MESSAGE_BYTES`
+    (redacting first, so that a cut never leaves part of a secret).
 
     Returns:
         The same ModelError, for chaining.
     """
-    error.message = redact(error.message, secrets)
+    error.message = bounded_message(redact(error.message, secrets))
     if error.vendor_code:
         error.vendor_code = redact(error.vendor_code, secrets)
     if error.provider_request_id:
@@ -529,9 +586,10 @@ def classify_error_object(
         kind = _status_kind(status)
     else:
         kind = _first_kind(_VENDOR_TYPE_KINDS, code, vtype) or ErrorKind.TRANSIENT
+    vendor_code = code or vtype
     return ModelError(
         kind=kind,
-        message=redact(message),
+        message=redact(printable(message)),
         retryable=kind in RETRYABLE_KINDS,
         retry_after=(
             duration_from_seconds(retry_after_s)
@@ -539,8 +597,8 @@ def classify_error_object(
             else None
         ),
         http_status=status,
-        vendor_code=code or vtype,
-        provider_request_id=request_id or None,
+        vendor_code=printable(vendor_code, MAX_LISTED_ITEM_CHARS) if vendor_code else None,
+        provider_request_id=printable(request_id, MAX_LISTED_ITEM_CHARS) if request_id else None,
     )
 
 
@@ -592,14 +650,18 @@ def error_from_http(
     try:
         obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
     except ValueError:
-        text = body.decode("utf-8", errors="replace").strip()
-        obj = {"error": {"message": text[:500]}} if text else {}
+        text = body[:_MAX_TEXT_BODY_SHOWN].decode("utf-8", errors="replace").strip()
+        obj = {"error": {"message": printable(text, _MAX_TEXT_BODY_SHOWN)}} if text else {}
     hint = parse_retry_after(h, now=now)
     if hint is None and anthropic:
         hint = anthropic_reset_hint(h, now=now)
     return classify_error_object(
         obj, status=status, retry_after_s=hint, request_id=h.get(request_id_header) or None
     )
+
+
+_MAX_TEXT_BODY_SHOWN: Final = 500
+"""The most characters of a non-JSON error body (an HTML page) used as the error message."""
 
 
 def transient_error(message: str, *, request_id: str | None = None) -> ModelError:

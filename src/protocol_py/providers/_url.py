@@ -1,8 +1,9 @@
 """Upstream base URLs: parsing, joining and redaction (docs/adapters.md "Base URL").
 
 * :func:`parse_base_url` checks a ``--base-url`` / Configure ``base_url`` once: an absolute
-  ``http``/``https`` URL with a host and a valid port. Anything else is a ValueError (the CLI
-  exits 2; Configure answers INVALID_ARGUMENT) whose text never shows the URL's credentials.
+  ``http``/``https`` URL with a host and a valid port, without ``user:password@`` userinfo.
+  Anything else is a ValueError (the CLI exits 2; Configure answers INVALID_ARGUMENT) whose
+  text never shows the URL's credentials.
 * :func:`join_url` appends an endpoint path to the base URL's path and keeps its query string
   (``http://h/v1?api-version=X`` + ``/chat/completions`` ->
   ``http://h/v1/chat/completions?api-version=X``).
@@ -69,7 +70,9 @@ def parse_base_url(value: str, *, what: str = "base_url") -> str:
     Raises:
         ValueError: the value is not a string, contains whitespace, is not an absolute
             ``http``/``https`` URL, has no host, has a port outside 1..65535 or a fragment. The
-            message shows the URL redacted.
+            message shows the URL redacted. Also when the URL holds userinfo
+            (``user:password@``): credentials belong in the API key (issue 9, finding 4); that
+            message names only ``what`` and the rule, never the URL.
     """
     if not isinstance(value, str):
         raise ValueError(f"{what}: expected a URL string, got {type(value).__name__}")
@@ -86,6 +89,13 @@ def parse_base_url(value: str, *, what: str = "base_url") -> str:
         raise ValueError(f"{what} {shown!r} must be an absolute http(s) URL (got {got})")
     if not url.host:
         raise ValueError(f"{what} {shown!r} has no host")
+    if url.userinfo:
+        # httpx would send them as "Authorization: Basic ..." instead of the API key, and an
+        # upstream echoing that header would show them; neither the URL nor its parts is echoed
+        raise ValueError(
+            f"{what}: credentials in the URL (user:password@host) are not allowed; give the "
+            "API key as Configure api_key or the provider's API key variable"
+        )
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"{what} {shown!r} has port {port} outside 1..65535")
     if url.fragment:

@@ -10,6 +10,7 @@ CountTokens: VENDOR_API, through ``POST /v1/messages/count_tokens``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,9 +26,7 @@ from protocol_py.providers._anthropic_request import (
 )
 from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
 from protocol_py.providers._base import HTTPProvider, Translator, request_failure
-from protocol_py.providers._cancel import cancel_once
 from protocol_py.providers._http import error_from_http, transient_error
-from protocol_py.providers._url import join_url
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
@@ -98,12 +97,11 @@ class AnthropicProvider(HTTPProvider):
             lambda completion, spec: build_anthropic_count_body(request.model_id, completion, spec),
         )
         try:
-            response = await cancel_once(
-                self._http().post(
-                    join_url(self.base_url, "/v1/messages/count_tokens"),
-                    content=body,
-                    headers={"content-type": "application/json", **self.auth_headers()},
-                )
+            response, answer = await self.fetch(
+                "POST",
+                "/v1/messages/count_tokens",
+                content=body,
+                headers={"content-type": "application/json", **self.auth_headers()},
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ProviderError(request_failure(exc, "count_tokens request")) from None
@@ -111,14 +109,14 @@ class AnthropicProvider(HTTPProvider):
             raise ProviderError(
                 error_from_http(
                     response.status_code,
-                    response.content,
+                    answer,
                     response.headers,
                     request_id_header=self.request_id_header,
                     anthropic=True,
                 )
             )
         try:
-            count = response.json()["input_tokens"]
+            count = json.loads(answer)["input_tokens"]
         except (ValueError, KeyError, TypeError):
             raise ProviderError(
                 transient_error("count_tokens answered without input_tokens")

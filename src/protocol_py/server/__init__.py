@@ -79,6 +79,7 @@ from protocol_py.server.config_schema import (
     validate_config,
 )
 from protocol_py.server.connections import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     LARGE_CALL_BYTES,
@@ -138,6 +139,7 @@ from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
+    "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_HOST",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_MESSAGE_SIZE",

@@ -58,6 +58,8 @@ from protocol_py.bounded_text import bounded_message
 
 log = logging.getLogger("protocol_py.server")
 
+log = logging.getLogger("protocol_py.server")
+
 SEND_CHECKPOINT_INTERVAL: Final = 0.01
 """Longest time, in seconds, a server-streaming handler sends events without giving the event
 loop a turn (so a cancel, a lost connection or the deadline reaches it)."""
@@ -74,6 +76,22 @@ system (``malloc_trim``, glibc only), in seconds."""
 LARGE_CALL_BYTES: Final = 1024 * 1024
 """A call that sent or received at least this many bytes (or was aborted: cancelled, reset,
 timed out, its connection lost) is followed by a memory trim, in bytes."""
+
+DEADLINE_RESET_MARGIN: Final = 0.05
+"""Seconds before a call's deadline (its ``grpc-timeout``) within which a client's reset counts
+as the deadline expiring: the client resets the stream at its own deadline, which, measured
+from its send time, comes slightly before the server's (the RPC record says
+``deadline_exceeded``, as grpcio reports, not ``cancelled``)."""
+
+DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
+"""Default connection handshake timeout, in seconds: a new connection must complete its TLS
+handshake (on TLS) within this long, and then send the HTTP/2 connection preface and the
+header of its first SETTINGS frame (:data:`HTTP2_PREFACE_BYTES`) within this long again, or it
+is closed (a client that connects and sends nothing was held until the idle timeout)."""
+
+HTTP2_PREFACE_BYTES: Final = 24 + 9
+"""Bytes a client sends first: the HTTP/2 connection preface (24 bytes, RFC 9113 section 3.4)
+and the 9-byte header of its SETTINGS frame."""
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Default idle-connection timeout, in seconds: a connection with no open stream for this long
@@ -118,15 +136,17 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
 
 def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | None]:
     """``(outcome, detail)`` for the RPC record of a call that was cancelled: ``deadline_exceeded``
-    when its deadline or the receive timeout ended it (detail: the status message), else
-    ``cancelled``."""
+    when its deadline or the receive timeout ended it (detail: the status message), or when the
+    client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
+    its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
+    DEADLINE_EXCEEDED), else ``cancelled``."""
     error = getattr(stream._stream.wrapper, "_error", None)
     if isinstance(error, GRPCError) and error.status is Status.DEADLINE_EXCEEDED:
         return "deadline_exceeded", error.message
     if isinstance(error, TimeoutError):
         return "deadline_exceeded", None
     deadline = stream.deadline
-    if deadline is not None and deadline.time_remaining() <= 0:
+    if deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN:
         return "deadline_exceeded", None
     return "cancelled", None
 
@@ -360,10 +380,12 @@ def protocol_factory(
     trimmer: MemoryTrimmer | None = None,
     protocol_class: Callable[..., H2Protocol] | None = None,
     handler_class: type[TransportHandler] | None = None,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
-    :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection."""
+    :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
+    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
     server.__gc_step__()
     handler = (handler_class or TransportHandler)(
         server._mapping,
@@ -377,6 +399,8 @@ def protocol_factory(
     server._handlers.add(handler)
     make = protocol_class or TransportProtocol
     protocol = make(handler, server._config, server._h2_config)
+    if isinstance(protocol, TransportProtocol):
+        protocol.handshake_timeout = handshake_timeout
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 
@@ -384,18 +408,49 @@ def protocol_factory(
 class TransportProtocol(H2Protocol):
     """grpclib's HTTP/2 protocol writing through :class:`_QuietTransport`, which wakes every
     writer when the connection is lost (grpclib left a writer paused by a full transport buffer
-    waiting forever)."""
+    waiting forever), and closing a connection that has not sent the HTTP/2 preface and its
+    first SETTINGS frame header within :attr:`handshake_timeout` seconds."""
+
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
+
+    _preface_timer: asyncio.TimerHandle | None = None
+    _preface_received = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Set up the connection over the quiet transport."""
+        """Set up the connection over the quiet transport and start the preface timer."""
         super().connection_made(_QuietTransport(transport))  # type: ignore[arg-type]
+        if not transport.is_closing():
+            self._preface_timer = asyncio.get_running_loop().call_later(
+                self.handshake_timeout, self._preface_expired, transport
+            )
+
+    def data_received(self, data: bytes) -> None:
+        """Count the preface bytes until they are all in, then hand data to grpclib."""
+        if self._preface_timer is not None:
+            self._preface_received += len(data)
+            if self._preface_received >= HTTP2_PREFACE_BYTES:
+                self._preface_timer.cancel()
+                self._preface_timer = None
+        self._feed(data)
+
+    def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
+        self._preface_timer = None
+        log.info(
+            "closed a connection that sent no HTTP/2 preface within the handshake timeout of %g s",
+            self.handshake_timeout,
+        )
+        cast(asyncio.Transport, transport).abort()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         """Cancel the connection's calls and wake its writers (they write nothing more)."""
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+            self._preface_timer = None
         super().connection_lost(exc)
         self.connection.write_ready.set()
 
-    def data_received(self, data: bytes) -> None:
+    def _feed(self, data: bytes) -> None:
         """Feed ``data`` to the HTTP/2 state machine, as grpclib does, except that a connection
         error (an oversized header list: more than the advertised SETTINGS_MAX_HEADER_LIST_SIZE
         of 64 KiB; a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS, 100; any other protocol

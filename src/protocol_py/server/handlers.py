@@ -32,6 +32,7 @@ from protocol_py.server.config_schema import (
     validate_config,
 )
 from protocol_py.server.connections import (
+    DEADLINE_RESET_MARGIN,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     cancel_outcome,
@@ -605,7 +606,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = (record.events or 0) + 1
                 yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
-            expired = deadline is not None and deadline.time_remaining() <= 0
+            expired = deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN
             if self.grace_expired:
                 record.outcome = "error"
                 record.error_kind = ErrorKind.TRANSIENT.name

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 import time
 import weakref
 from asyncio import BaseTransport
@@ -29,6 +30,7 @@ from grpclib.protocol import H2Protocol
 
 from protocol_py.server.admission import AdmissionHandler
 from protocol_py.server.connections import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     MemoryTrimmer,
@@ -37,7 +39,15 @@ from protocol_py.server.connections import (
     protocol_factory,
 )
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT, SOCKET_MODE, remove_socket
+from protocol_py.transport import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    SOCKET_MODE,
+    SocketIdentity,
+    bind_unix_socket,
+    remove_socket,
+    socket_identity,
+)
 
 log = logging.getLogger("protocol_py.server")
 
@@ -46,6 +56,9 @@ DEFAULT_GRACE_PERIOD: Final = 10.0
 
 FINAL_EVENT_TIMEOUT: Final = 1.0
 """Seconds allowed, at grace expiry, for the final in-band error events to be sent."""
+
+LISTEN_BACKLOG: Final = 100
+"""Pending connections the listening socket queues (``listen`` backlog; grpclib's default)."""
 
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
@@ -102,6 +115,10 @@ class ServerLifecycle:
         self.grace_period = grace_period
         self.receive_timeout = receive_timeout
         self.idle_timeout = idle_timeout
+        self.handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+        """Seconds a new connection gets for its TLS handshake and then for its HTTP/2 preface
+        (:data:`~protocol_py.server.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it before
+        :meth:`start`."""
         self._trimmer = MemoryTrimmer()
         self.health_status = DrainableStatus()
         self.draining = False
@@ -122,6 +139,7 @@ class ServerLifecycle:
         self.tls = False
         """True when serving TLS."""
         self._owns_socket_dir = False
+        self._socket_identity: SocketIdentity | None = None
 
     # -- hooks for the subclass -----------------------------------------------------------------
 
@@ -159,7 +177,10 @@ class ServerLifecycle:
             host: TCP host (ignored with ``path``).
             port: TCP port; 0 picks a free one (ignored with ``path``).
             path: Listen on this unix-domain socket instead; the file gets mode
-                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`.
+                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`
+                if it is still the file created here. A socket a server listens on is refused
+                (``OSError`` EADDRINUSE, "address in use"); a stale one (connect refused) is
+                replaced (:func:`~protocol_py.transport.bind_unix_socket`).
             ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
             owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
                 remove it too on :meth:`shutdown`.
@@ -178,6 +199,7 @@ class ServerLifecycle:
             await self.prepare()
         protocols = self._protocols
         receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
+        handshake_timeout = self.handshake_timeout
         trimmer = self._trimmer
 
         class _Server(grpclib.server.Server):
@@ -188,6 +210,7 @@ class ServerLifecycle:
                     idle_timeout=idle_timeout,
                     trimmer=trimmer,
                     handler_class=AdmissionHandler,
+                    handshake_timeout=handshake_timeout,
                     protocol_class=(
                         functools.partial(PinnedH2Protocol, client_certificate)
                         if client_certificate is not None
@@ -204,13 +227,20 @@ class ServerLifecycle:
             # The socket is created owner-only (umask), not made so after a window.
             previous_umask = os.umask(0o777 & ~SOCKET_MODE)
             try:
-                await self._server.start(path=path, ssl=ssl)
+                sock = bind_unix_socket(path)  # refuses a live server's socket
             finally:
                 os.umask(previous_umask)
-            os.chmod(path, SOCKET_MODE)
+            try:
+                os.chmod(path, SOCKET_MODE)
+                self._socket_identity = socket_identity(path)
+                await self._listen(sock=sock, ssl=ssl)
+            except BaseException:
+                sock.close()
+                remove_socket(path, identity=self._socket_identity)
+                raise
             self.socket_path, self.host, self.port = path, None, 0
         else:
-            await self._server.start(host, port, ssl=ssl)
+            await self._listen(host=host, port=port, ssl=ssl)
             listener = self._server._server
             assert listener is not None
             sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
@@ -218,6 +248,41 @@ class ServerLifecycle:
         self.tls = ssl is not None
         self.health_status.set(True)
         return self.port
+
+    async def _listen(
+        self,
+        *,
+        host: str | None = None,
+        port: int = 0,
+        sock: socket.socket | None = None,
+        ssl: SSLContext | None = None,
+    ) -> None:
+        """grpclib's ``Server.start``, with the TLS handshake bounded by
+        :attr:`handshake_timeout` (grpclib does not pass asyncio's ``ssl_handshake_timeout``,
+        whose default is 60 s)."""
+        server = self._server
+        assert server is not None and server._server is None
+        loop = asyncio.get_running_loop()
+        tls_timeout = self.handshake_timeout if ssl is not None else None
+        if sock is not None:
+            listener = await loop.create_unix_server(
+                server._protocol_factory,
+                sock=sock,
+                backlog=LISTEN_BACKLOG,
+                ssl=ssl,
+                ssl_handshake_timeout=tls_timeout,
+            )
+        else:
+            listener = await loop.create_server(
+                server._protocol_factory,
+                host,
+                port,
+                backlog=LISTEN_BACKLOG,
+                ssl=ssl,
+                ssl_handshake_timeout=tls_timeout,
+            )
+        server._server = listener
+        server._server_closed_fut = loop.create_future()
 
     @property
     def address(self) -> str:
@@ -296,7 +361,9 @@ class ServerLifecycle:
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         self._trimmer.cancel()
         if self.socket_path is not None:
-            remove_socket(self.socket_path, owns_dir=self._owns_socket_dir)
+            remove_socket(
+                self.socket_path, owns_dir=self._owns_socket_dir, identity=self._socket_identity
+            )
         with contextlib.suppress(Exception):
             await self.close_provider()
 

@@ -1,0 +1,79 @@
+"""Issue 9 finding 8: a client that enforces its own deadline resets the stream at that
+deadline, measured from its send time, so the reset reaches the server just before the
+server's own deadline timer: the RPC record said ``cancelled`` where grpcio reported
+DEADLINE_EXCEEDED. A reset within ``DEADLINE_RESET_MARGIN`` seconds of the ``grpc-timeout``
+deadline is now recorded as ``deadline_exceeded``; an earlier reset stays ``cancelled``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from server.conftest import make_request, start_server
+
+from protocol_py.server.connections import DEADLINE_RESET_MARGIN, cancel_outcome
+
+from ._probes import RawH2, UnpacedProvider, grpc_frame
+from .test_cancellation_reaches_provider import records, still_serving
+
+
+def fake_stream(remaining: float | None) -> Any:
+    """A grpclib server stream whose call ended without an error of its own (a reset)."""
+    deadline = None if remaining is None else SimpleNamespace(time_remaining=lambda: remaining)
+    return SimpleNamespace(_stream=SimpleNamespace(wrapper=None), deadline=deadline)
+
+
+@pytest.mark.parametrize(
+    ("remaining", "outcome"),
+    [
+        (None, "cancelled"),  # no grpc-timeout
+        (5.0, "cancelled"),  # reset long before the deadline: the client cancelled
+        (DEADLINE_RESET_MARGIN + 0.01, "cancelled"),
+        (DEADLINE_RESET_MARGIN * 0.6, "deadline_exceeded"),  # the client's deadline timer
+        (0.0, "deadline_exceeded"),
+        (-0.2, "deadline_exceeded"),
+    ],
+)
+def test_cancel_outcome_counts_a_reset_at_the_deadline_as_deadline_exceeded(
+    remaining: float | None, outcome: str
+) -> None:
+    assert cancel_outcome(fake_stream(remaining)) == (outcome, None)
+
+
+def reset_after(port: int, timeout: str, seconds: float) -> float:
+    """Open a StreamCompletion with ``grpc-timeout: timeout``, read for ``seconds``, then reset
+    it the way a client's deadline timer does; the seconds actually waited."""
+    raw = RawH2(port)
+    try:
+        started = time.monotonic()
+        sid = raw.open("StreamCompletion", grpc_frame(bytes(make_request())), timeout=timeout)
+        while time.monotonic() - started < seconds:
+            raw.pump(0.01)
+        waited = time.monotonic() - started
+        raw.conn.reset_stream(sid, error_code=8)  # CANCEL
+        raw.flush()
+        raw.pump(0.2)
+        return waited
+    finally:
+        raw.close()
+
+
+async def test_a_client_reset_at_its_deadline_is_recorded_as_deadline_exceeded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    run = await start_server(UnpacedProvider(count=50_000_000, block=0.0005))
+    try:
+        waited = await asyncio.to_thread(reset_after, run.port, "400m", 0.39)
+        early = await asyncio.to_thread(reset_after, run.port, "10S", 0.2)
+        await asyncio.sleep(0.3)
+        print(f"resets sent {waited:.3f} s into a 0.4 s deadline and {early:.3f} s into 10 s")
+        outcomes = [record["outcome"] for record in records(caplog)]
+        assert outcomes == ["deadline_exceeded", "cancelled"]
+        await still_serving(run)
+    finally:
+        await run.server.shutdown(grace_period=0)
