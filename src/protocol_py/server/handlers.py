@@ -32,6 +32,7 @@ from protocol_py.server.config_schema import (
     validate_config,
 )
 from protocol_py.server.context_window import check_context_window
+from protocol_py.server.batching import EventWriter
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -480,13 +481,18 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Iterate the handler inside ``contextlib.aclosing`` so that, when the client cancels or
         the deadline passes, the handler (and the provider's generator) is closed at once."""
         events = handler(request)
-        if not hasattr(events, "aclose"):
-            async for event in events:
-                await stream.send_message(event)
-            return
-        async with contextlib.aclosing(events):
-            async for event in events:
-                await stream.send_message(event)
+        writer = EventWriter(stream)  # events ready at once go out in one write
+        try:
+            if not hasattr(events, "aclose"):
+                async for event in events:
+                    await writer.send(event)
+            else:
+                async with contextlib.aclosing(events):
+                    async for event in events:
+                        await writer.send(event)
+            await writer.drain()
+        finally:
+            writer.close()
 
     def stream_completion(self, message: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
         """Validate, run the provider, check event order, classify failures (see the module)."""
