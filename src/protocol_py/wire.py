@@ -43,6 +43,7 @@ __all__ = [
     "WireCodec",
     "decode",
     "decode_checked",
+    "decode_report",
     "encode",
     "mark_decoded",
     "take_wire_clean",
@@ -70,14 +71,31 @@ def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
     Raises:
         Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
     """
+    message, clean, _ = decode_report(cls, data)
+    return message, clean
+
+
+def decode_report(cls: type[M], data: bytes) -> tuple[M, bool, bool]:
+    """:func:`decode_checked`, also saying whether every field was one ``cls`` knows.
+
+    Returns:
+        ``(message, clean, exact)``: ``exact`` is True when the fast path decoded the whole
+        message and met no field number its class does not know, i.e. every field of the
+        wire data is a known field with its declared wire type (a known field with another
+        wire type makes the fast path hand back to betterproto2: not exact). The server then
+        needs no walk of upb's unknown fields (:func:`protocol_py.server.limits.decode_request`).
+
+    Raises:
+        Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
+    """
     if not isinstance(data, bytes):
         data = bytes(data)
     st = State()
     try:
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
     except (FallbackError, IndexError, UnicodeDecodeError, struct.error, RecursionError):
-        return cls.parse(data), False
-    return message, st.clean
+        return cls.parse(data), False, False
+    return message, st.clean, not st.unknown
 
 
 def decode(cls: type[M], data: bytes) -> M:

@@ -1,7 +1,7 @@
 """Events a provider yields at once leave the server in one HTTP/2 write (issue 12,
 protocol_py.server.batching): every event still arrives, equal and in order, to grpclib's and
-(via the console-script interop tests) grpcio's clients; a slow reader still holds the provider
-(what grpclib's client acknowledges) gets everything; a client that leaves mid-burst leaves the server serving."""
+(via the console-script interop tests) grpcio's clients; a slow reader of a stream larger than
+the HTTP/2 flow-control window gets everything; a client that leaves mid-burst leaves the server serving."""
 
 from __future__ import annotations
 

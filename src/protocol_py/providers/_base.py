@@ -53,6 +53,7 @@ from protocol_py.errors import InvalidValueError
 from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers import _events as ev
+from protocol_py.providers._body_memo import BodyMemo
 from protocol_py.providers._cancel import cancel_once, shielded
 from protocol_py.providers._http import (
     RetryPolicy,
@@ -244,6 +245,7 @@ class HTTPProvider(Provider, abc.ABC):
         self._client: httpx.AsyncClient | None = None
         self._retired: list[httpx.AsyncClient] = []
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
+        self._bodies = BodyMemo()
         remember_secrets(self.secrets())  # never shown in any log record either
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -323,6 +325,7 @@ class HTTPProvider(Provider, abc.ABC):
                 max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
             )
         self.apply_extra_config(config)
+        self._bodies.clear()  # bodies built on the previous settings are not sent
         remember_secrets(self.secrets())
         # streams in flight keep the old client; it is closed with the provider (aclose)
         if self._client is not None:
@@ -497,9 +500,11 @@ class HTTPProvider(Provider, abc.ABC):
         ):
             return None
         try:
-            body = dump_body(self.build_body(request, spec))
+            body = self.build_content(request, spec)
         except (InvalidValueError, ValueError, TypeError):
             return None
+        if wire.wire_size(request):
+            self._bodies.keep(request, spec, body)  # the stream of this request sends it
         return math.ceil(len(body) / 4)
 
     def count_tokens_body(
@@ -552,7 +557,9 @@ class HTTPProvider(Provider, abc.ABC):
             return
         try:
             size = wire.wire_size(request)
-            content = await run_cpu(size, self.build_content, request, spec)
+            content = self._bodies.take(request, spec)
+            if content is None:
+                content = await run_cpu(size, self.build_content, request, spec)
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))
             return
