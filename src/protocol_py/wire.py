@@ -36,7 +36,14 @@ from typing import Any, TypeVar
 import betterproto2
 from grpclib.encoding.proto import ProtoCodec
 
-from protocol_py._wire_gen import GENERATOR, MAX_FAST_DEPTH, FallbackError, State, encode_any
+from protocol_py._wire_gen import (
+    GENERATOR,
+    MAX_FAST_DEPTH,
+    FallbackError,
+    State,
+    encode_any,
+    varint,
+)
 
 __all__ = [
     "MAX_FAST_DEPTH",
@@ -45,7 +52,9 @@ __all__ = [
     "decode_checked",
     "decode_report",
     "encode",
+    "keep_images",
     "mark_decoded",
+    "take_images",
     "take_wire_clean",
     "wire_size",
 ]
@@ -153,6 +162,76 @@ def take_wire_clean(message: betterproto2.Message) -> bool:
             return False
         _marks[id(message)] = (mark[0], mark[1], False)
     return True
+
+
+# -- wire images of repeated sub-messages ---------------------------------------------------------
+
+_images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes]]] = {}
+
+
+def field_images(data: bytes, number: int) -> list[bytes] | None:
+    """The raw bytes of every top-level length-delimited field ``number`` of ``data``, in wire
+    order (for a repeated message field: each element's own serialization); None when
+    ``data`` does not scan as protobuf (never raised)."""
+    out: list[bytes] = []
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            tag, pos = varint(data, pos)
+            kind = tag & 7
+            if kind == 0:
+                _, pos = varint(data, pos)
+            elif kind == 1:
+                pos += 8
+            elif kind == 5:
+                pos += 4
+            elif kind == 2:
+                size, pos = varint(data, pos)
+                if tag >> 3 == number:
+                    out.append(data[pos : pos + size])
+                pos += size
+            else:
+                return None
+    except (FallbackError, IndexError):
+        return None
+    return out if pos == end else None
+
+
+def keep_images(message: betterproto2.Message, field: str, data: bytes) -> None:
+    """Keep, for one :func:`take_images`, the wire image of each element of the repeated
+    message field ``field`` of ``message``, just decoded exactly (:func:`decode_report`) from
+    ``data``; the images go with the message (weakly held). The server keeps those of a
+    request's ``messages``: the OpenAI-compatible adapter keys its translation cache with them
+    instead of encoding every message again (an image decodes to exactly the message)."""
+    number = type(message)._betterproto.meta_by_field_name[field].number  # noqa: SLF001
+    images = field_images(data, number)
+    if images is None or len(images) != len(getattr(message, field)):
+        return
+    key = id(message)
+    with _marks_lock:
+        _images[key] = (weakref.ref(message, _forget_images(key)), field, images)
+
+
+def _forget_images(key: int) -> Callable[[Any], None]:
+    def drop(ref: Any) -> None:
+        with _marks_lock:
+            kept = _images.get(key)
+            if kept is not None and kept[0] is ref:
+                del _images[key]
+
+    return drop
+
+
+def take_images(message: betterproto2.Message, field: str) -> list[bytes] | None:
+    """The images :func:`keep_images` kept for ``message``'s ``field`` (then forgotten), or
+    None; also None when the field no longer holds as many elements."""
+    with _marks_lock:
+        kept = _images.get(id(message))
+        if kept is None or kept[0]() is not message or kept[1] != field:
+            return None
+        del _images[id(message)]
+    images = kept[2]
+    return images if len(images) == len(getattr(message, field)) else None
 
 
 # -- encoding -----------------------------------------------------------------------------------

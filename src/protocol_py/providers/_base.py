@@ -559,6 +559,8 @@ class HTTPProvider(Provider, abc.ABC):
             size = wire.wire_size(request)
             content = self._bodies.take(request, spec)
             if content is None:
+                # wire images are for the server's count only, before any provider code ran
+                wire.take_images(request, "messages")
                 content = await run_cpu(size, self.build_content, request, spec)
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))

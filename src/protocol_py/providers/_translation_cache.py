@@ -65,14 +65,21 @@ class TranslationCache:
         return self._bytes
 
     def fragment(
-        self, settings: Hashable, message: Message, translate: Callable[[Message], bytes]
+        self,
+        settings: Hashable,
+        message: Message,
+        translate: Callable[[Message], bytes],
+        image: bytes | None = None,
     ) -> bytes:
         """The fragment of ``message``: cached, or ``translate(message)`` (then stored).
+
+        ``image``: the wire bytes ``message`` was just decoded from, unchanged since
+        (:func:`protocol_py.wire.take_images`); it stands in for the encoding in the key.
 
         Raises:
             Whatever ``translate`` raises (nothing is stored then).
         """
-        key = message_key(message)
+        key = message_key(message) if image is None else (message.id, image)
         if key is None:
             return translate(message)
         full = (settings, key)

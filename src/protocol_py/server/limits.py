@@ -355,6 +355,8 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(failure)) from None
     if not clean:  # a clean decode met no map entry without its value: no Struct gaps
         fill_struct_gaps(message)
+    elif exact and isinstance(message, StreamCompletionRequest):
+        wire.keep_images(message, "messages", data)  # translation cache keys (adapters)
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
