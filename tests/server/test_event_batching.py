@@ -1,7 +1,8 @@
 """Events a provider yields at once leave the server in one HTTP/2 write (issue 12,
 protocol_py.server.batching): every event still arrives, equal and in order, to grpclib's and
 (via the console-script interop tests) grpcio's clients; a slow reader of a stream larger than
-the HTTP/2 flow-control window gets everything; a client that leaves mid-burst leaves the server serving."""
+the HTTP/2 flow-control window gets everything; a client that leaves mid-burst leaves the server
+serving."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from protocol_py.providers import _events as ev
 from protocol_py.providers.reference import ReferenceProvider
 from protocol_py.server import batching
 from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import Stop as StopEvent
 from protocol_py_gen.model.v1 import (
     StopReason,
     StreamCompletionRequest,
     StreamEvent,
 )
-from protocol_py_gen.model.v1 import Stop as StopEvent
 
 from .conftest import make_request, start_server
 

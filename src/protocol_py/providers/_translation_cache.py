@@ -33,6 +33,7 @@ besides, about the same size again."""
 MAX_FRAGMENT_BYTES: Final = 1024 * 1024
 """Largest fragment stored, bytes (1 MiB): a bigger message is translated every turn."""
 
+
 def message_key(message: Message) -> Hashable | None:
     """The cache key of ``message``: its id and its protobuf encoding (:func:`wire.encode`,
     byte for byte what betterproto2 writes), an exact image of every field value (two messages

@@ -50,8 +50,9 @@ class EventWriter:
     """Writes the messages of one server-streaming response, coalescing those ready at once.
 
     Use ``await send(message)`` for each message, ``await drain()`` before the trailers and
-    :meth:`close` when the handler ends (it stops a background write). A write failure (the client reset the stream, the connection closed) raised while no
-    handler call was waiting is raised by the next :meth:`send` or :meth:`drain`.
+    :meth:`close` when the handler ends (it stops a background write). A write failure (the
+    client reset the stream, the connection closed) met while no handler call was waiting is
+    raised by the next :meth:`send` or :meth:`drain`.
     """
 
     def __init__(self, stream: grpclib.server.Stream[Any, Any]) -> None:
@@ -84,10 +85,7 @@ class EventWriter:
         connection = stream._stream.connection
         connection.messages_sent += 1
         connection.last_message_sent = time.monotonic()
-        if (
-            self._pending_bytes >= MAX_PENDING_BYTES
-            or len(self._pending) >= 2 * MAX_PENDING_EVENTS
-        ):
+        if self._pending_bytes >= MAX_PENDING_BYTES or len(self._pending) >= 2 * MAX_PENDING_EVENTS:
             await self.drain()
         elif not self._scheduled:
             self._scheduled = True
@@ -148,10 +146,7 @@ class EventWriter:
             if raw.id not in h2.streams:
                 raise StreamTerminatedError(f"stream {raw.id} closed")
             size = self._pending_bytes
-            if (
-                not connection.write_ready.is_set()
-                or h2.local_flow_control_window(raw.id) < size
-            ):
+            if not connection.write_ready.is_set() or h2.local_flow_control_window(raw.id) < size:
                 self._task = asyncio.get_running_loop().create_task(self._write_all())
                 return
             data = self._take()

@@ -25,6 +25,7 @@ from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.offload import release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
+from protocol_py.server.batching import EventWriter
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
@@ -32,7 +33,6 @@ from protocol_py.server.config_schema import (
     validate_config,
 )
 from protocol_py.server.context_window import check_context_window
-from protocol_py.server.batching import EventWriter
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
