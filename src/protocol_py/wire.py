@@ -203,7 +203,9 @@ def keep_images(message: betterproto2.Message, field: str, data: bytes) -> None:
     ``data``; the images go with the message (weakly held). The server keeps those of a
     request's ``messages``: the OpenAI-compatible adapter keys its translation cache with them
     instead of encoding every message again (an image decodes to exactly the message)."""
-    number = type(message)._betterproto.meta_by_field_name[field].number
+    cls: type[Any] = type(message)
+    meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
+    number = meta.meta_by_field_name[field].number
     images = field_images(data, number)
     if images is None or len(images) != len(getattr(message, field)):
         return
