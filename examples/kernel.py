@@ -7,7 +7,8 @@ Start a server first (``.venv/bin/protocol-py serve``), then::
 
 The request asks for thinking at effort "low". The fallback chain prefers the cheapest model,
 reference-small, which has no thinking, so ``route`` skips it (and says why) and picks the next
-model that accepts the request.
+model that accepts the request. Against a server where no model thinks (for example
+``examples/echo_provider.py``), it asks again without thinking.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ async def main(address: str) -> None:
         conv.user("Why is the sky blue?")
         chosen = route(conv.request(), chain)
         print(chosen.explain())
+        if chosen.index is None:  # no served model thinks: ask again without thinking
+            conv.params = None
+            chosen = route(conv.request(), chain)
+            print(f"without thinking: {chosen.explain()}")
         if chosen.index is None:
             raise SystemExit(1)
         spec = specs[chosen.index]

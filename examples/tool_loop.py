@@ -35,7 +35,9 @@ def get_weather(args: dict[str, Any]) -> dict[str, Any]:
 async def main(address: str) -> None:
     async with ModelClient.connect(address) as client:
         caps = await client.get_capabilities(timeout=10)
-        spec = next(m for m in caps.models if m.supports_tool_use)
+        spec = next((m for m in caps.models if m.supports_tool_use), None)
+        if spec is None:
+            raise SystemExit("no served model takes tools (the reference server's do)")
         conv = Conversation(spec=spec, tools=[WEATHER])
         conv.user("What is the weather in Paris? Use get_weather.")
         for step in range(1, MAX_STEPS + 1):

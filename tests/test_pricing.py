@@ -180,7 +180,7 @@ def test_spec_worked_example() -> None:
     assert format_usd(result.terms["output"]) == "0.00042"
     assert result.to_json()["total_usd"] == "0.001656"
     text = result.render_text()
-    assert "tier 0" in text
+    assert "pricing: tier 1" in text  # human output numbers tiers from 1
     assert re.search(r"total\s+0\.001656 USD", text)
 
 

@@ -571,7 +571,7 @@ def test_cli_cost_at_resolves_the_window_of_the_instant(
     }
     argv = ["cost", "--pricing", str(pricing_file), "--usage", str(usage_file)]
     assert main([*argv, "--at", "2026-08-19T04:00:00Z"]) == 0
-    assert "pricing: tier 0, window 0" in capsys.readouterr().out
+    assert "pricing: tier 1, window 1" in capsys.readouterr().out  # numbered from 1
 
 
 # ---------------------------------------------------------------------------------------------

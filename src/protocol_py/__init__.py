@@ -59,7 +59,10 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    """The public API (:data:`__all__`) and the module's dunder attributes: helpers imported
+    for the package's own use (``importlib``, ``Any``, ...) are not part of it."""
+    dunders = [name for name in globals() if name.startswith("__") and name.endswith("__")]
+    return sorted({*__all__, *dunders})
 
 
 __all__ = [

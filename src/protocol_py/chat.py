@@ -46,6 +46,7 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
+    "CAPABILITIES_TIMEOUT",
     "EXIT_CANCELLED",
     "MAX_PROMPT_BYTES",
     "MAX_TOOLS_FILE_BYTES",
@@ -69,6 +70,14 @@ MAX_LINE_BYTES: Final = 1024 * 1024
 
 EXIT_CANCELLED: Final = 130
 """Exit status after SIGINT (128 + signal 2, the shell convention)."""
+
+CAPABILITIES_TIMEOUT: Final = 10.0
+"""Deadline of chat's first call, GetCapabilities, seconds (``--timeout`` when shorter): a
+listener that accepts but never answers (not even the HTTP/2 preface) fails within it."""
+
+TURN_DROPPED: Final = "the turn was dropped; the session goes on"
+"""Said on stderr after a failed turn of an interactive session (in-band error, deadline,
+Ctrl-C): the turn is left out of the history and the next line starts a new one."""
 
 EXIT_COMMANDS: Final = ("/exit", "/quit")
 """Lines that end an interactive session (besides end of input)."""
@@ -105,7 +114,7 @@ class ChatOptions:
 def _read_bounded(handle: BinaryIO, what: str, limit: int) -> bytes:
     data = handle.read(limit + 1)
     if len(data) > limit:
-        raise ChatError(f"{what}: longer than {limit} bytes", 2)
+        raise ChatError(f"{what}: longer than {limit} bytes")
     return data
 
 
@@ -113,7 +122,7 @@ def _decode(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ChatError(f"{what}: not UTF-8 (byte {exc.start})", 2) from None
+        raise ChatError(f"{what}: not UTF-8 (byte {exc.start})") from None
 
 
 def read_prompt(arg: str | None, stdin: BinaryIO) -> str | None:
@@ -122,8 +131,9 @@ def read_prompt(arg: str | None, stdin: BinaryIO) -> str | None:
     (``@@text`` is the literal ``@text``), or None (no argument: interactive session).
 
     Raises:
-        ChatError: an unreadable file, more than :data:`MAX_PROMPT_BYTES`, not UTF-8, or an
-            empty prompt (status 2).
+        ChatError: an unreadable file, more than :data:`MAX_PROMPT_BYTES`, not UTF-8, or empty
+            (status 1, as every bad input file); an empty PROMPT argument (status 2, bad
+            usage).
     """
     if arg is None:
         return None
@@ -139,12 +149,12 @@ def read_prompt(arg: str | None, stdin: BinaryIO) -> str | None:
             with open(path, "rb") as handle:
                 data = _read_bounded(handle, path, MAX_PROMPT_BYTES)
         except OSError as exc:
-            raise ChatError(f"{path}: cannot read: {exc.strerror or exc}", 2) from None
+            raise ChatError(f"{path}: cannot read: {exc.strerror or exc}") from None
         prompt, what = _decode(data, path), path
     else:
         prompt, what = arg, "PROMPT"
-    if not prompt.strip():
-        raise ChatError(f"{what}: empty prompt", 2)
+    if not prompt.strip():  # an empty argument is bad usage; an empty input, bad input
+        raise ChatError(f"{what}: empty prompt", 2 if what == "PROMPT" else 1)
     return prompt
 
 
@@ -154,24 +164,24 @@ def load_tools(path: str) -> list[ToolDeclaration]:
 
     Raises:
         ChatError: unreadable, larger than :data:`MAX_TOOLS_FILE_BYTES`, not JSON (line and
-            column named), or a declaration that does not decode (field path named); status 2.
+            column named), or a declaration that does not decode (field path named); status 1, as
+            every bad input file.
     """
     try:
         with open(path, "rb") as handle:
             raw = _read_bounded(handle, f"--tools {path}", MAX_TOOLS_FILE_BYTES)
     except OSError as exc:
-        raise ChatError(f"--tools {path}: cannot read: {exc.strerror or exc}", 2) from None
+        raise ChatError(f"--tools {path}: cannot read: {exc.strerror or exc}") from None
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ChatError(f"--tools {path}: not valid JSON: {describe_json_error(exc)}", 2) from None
+        raise ChatError(f"--tools {path}: not valid JSON: {describe_json_error(exc)}") from None
     except UnicodeDecodeError as exc:
-        raise ChatError(f"--tools {path}: not UTF-8 (byte {exc.start})", 2) from None
+        raise ChatError(f"--tools {path}: not UTF-8 (byte {exc.start})") from None
     items = data.get("tools") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ChatError(
-            f'--tools {path}: expected a JSON array of tool declarations (or {{"tools": [...]}})',
-            2,
+            f'--tools {path}: expected a JSON array of tool declarations (or {{"tools": [...]}})'
         )
     tools: list[ToolDeclaration] = []
     problems: list[str] = []
@@ -183,7 +193,7 @@ def load_tools(path: str) -> list[ToolDeclaration]:
         if decoded is not None:
             tools.append(decoded)
     if problems:
-        raise ChatError(f"--tools {path}: " + "; ".join(problems[:20]), 2)
+        raise ChatError(f"--tools {path}: " + "; ".join(problems[:20]))
     return tools
 
 
@@ -266,12 +276,16 @@ async def _stream_turn(
         lines = "; ".join(str(v) for v in exc.violations)
         raise ChatError(f"invalid request: {lines}", 2) from None
     accumulator = StreamAccumulator(produced_by_model_id=conv.model_id)
-    state: dict[str, Any] = {"mode": "", "events": 0, "received_at": None}
+    state: dict[str, Any] = {"mode": "", "events": 0, "received_at": None, "text": 0, "thinking": 0}
 
     async def consume() -> None:
         async for event in client.stream(request, timeout=timeout):
             state["events"] += 1
             state["mode"] = show_event(out, event, state["mode"])
+            if event.text_delta is not None:
+                state["text"] += len(event.text_delta.text)
+            elif event.thinking_delta is not None:
+                state["thinking"] += len(event.thinking_delta.text)
             if event.usage is not None:
                 state["received_at"] = datetime.now(UTC)
             accumulator.feed(event)
@@ -294,32 +308,37 @@ async def _stream_turn(
     except asyncio.CancelledError:
         if not interrupted:
             raise
-        out.write("\n")
-        out.flush()
+        _end_line(out, state["mode"])
         raise _CancelledError from None
     except (TimeoutError, GRPCError) as exc:
         if isinstance(exc, GRPCError) and exc.status is not Status.DEADLINE_EXCEEDED:
             raise
         if state["events"] == 0:
             raise ChatError(f"deadline of {timeout:g}s passed before the first event") from None
-        out.write("\n")
-        out.flush()
-        partial = accumulator.result()
-        chars = sum(len(b.text.text) for b in partial.message.content if b.text is not None)
+        _end_line(out, state["mode"])
         raise ChatError(
             f"deadline of {timeout:g}s passed mid-stream after {state['events']} event(s) "
-            f"({chars} characters of text, no stop event); the answer above is incomplete"
+            f"({state['text']} characters of text and {state['thinking']} of thinking shown, no "
+            "stop event); the answer above is incomplete"
         ) from None
     finally:
         if handled:
             loop.remove_signal_handler(signal.SIGINT)
             signal.signal(signal.SIGINT, previous)  # asyncio.run's handler, between streams
-    out.write("\n")
+    _end_line(out, state["mode"])
     return _Turn(accumulator.result(), state["received_at"])
 
 
+def _end_line(out: TextIO, mode: str) -> None:
+    """End the line the answer was printed on; nothing when nothing was printed (an in-band
+    error before any content leaves stdout empty)."""
+    if mode:
+        out.write("\n")
+    out.flush()
+
+
 async def _open(client: ModelClient, options: ChatOptions) -> tuple[Conversation, ModelSpec]:
-    caps = await client.get_capabilities(timeout=options.timeout)
+    caps = await client.get_capabilities(timeout=min(options.timeout, CAPABILITIES_TIMEOUT))
     if not caps.models:
         raise ChatError("the server serves no models")
     model_id = options.model or caps.models[0].id
@@ -374,20 +393,44 @@ async def chat_once(client: ModelClient, prompt: str, options: ChatOptions, out:
 class _Lines:
     """Lines of stdin, read on demand by a daemon thread (so waiting for input never blocks
     the event loop, and Ctrl-C at the prompt ends the session at once: nothing waits for the
-    thread). Each line is at most :data:`MAX_LINE_BYTES` + 1 bytes."""
+    thread). Each line is at most :data:`MAX_LINE_BYTES` + 1 bytes.
+
+    A stream with a file descriptor is read with ``os.read`` on it, never through Python's
+    buffered reader: a daemon thread parked inside ``BufferedReader.readline`` holds that
+    reader's lock, and interpreter shutdown then aborts the process ("could not acquire lock
+    for <_io.BufferedReader name='<stdin>'> at interpreter shutdown")."""
 
     def __init__(self, stdin: BinaryIO) -> None:
         self._stdin = stdin
+        try:
+            self._fd: int | None = stdin.fileno()
+        except (AttributeError, OSError, ValueError):  # BytesIO and other in-memory streams
+            self._fd = None
+        self._pending = b""
         self._requests: queue.SimpleQueue[
             tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes | None]]
         ] = queue.SimpleQueue()
         threading.Thread(target=self._run, name="chat-stdin", daemon=True).start()
 
+    def _readline(self) -> bytes:
+        if self._fd is None:
+            return self._stdin.readline(MAX_LINE_BYTES + 1)
+        limit = MAX_LINE_BYTES + 1
+        while b"\n" not in self._pending and len(self._pending) < limit:
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                break
+            self._pending += chunk
+        end = self._pending.find(b"\n", 0, limit)
+        cut = end + 1 if end >= 0 else min(limit, len(self._pending))
+        line, self._pending = self._pending[:cut], self._pending[cut:]
+        return line
+
     def _run(self) -> None:
         while True:
             loop, future = self._requests.get()
             try:
-                line = self._stdin.readline(MAX_LINE_BYTES + 1)
+                line = self._readline()
             except (OSError, ValueError):
                 line = b""
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
@@ -428,7 +471,7 @@ async def chat_interactive(
             return status
         if len(raw) > MAX_LINE_BYTES:
             print(f"protocol-py chat: line longer than {MAX_LINE_BYTES} bytes", file=err)
-            return 2
+            return 1
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if text.strip() in EXIT_COMMANDS:
             return status
@@ -444,17 +487,17 @@ async def chat_interactive(
         try:
             turn = await _stream_turn(client, conv, out, options.timeout)
         except _CancelledError:
-            print("protocol-py chat: cancelled (SIGINT); the turn was dropped", file=err)
+            print(f"protocol-py chat: cancelled (SIGINT); {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             continue
         except ChatError as exc:
-            print(f"protocol-py chat: {exc}", file=err)
+            print(f"protocol-py chat: {exc}; {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             status = exc.status
             continue
         problem = _finish(turn, spec, out)
         if problem is not None:
-            print(f"protocol-py chat: {problem}", file=err)
+            print(f"protocol-py chat: {problem}; {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             status = 1
             continue

@@ -4,19 +4,22 @@ Subcommands::
 
     protocol-py serve [--provider NAME] [--host H] [--port P | --socket PATH] [--handshake]
                       [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L]
-                      [--max-message-size SIZE] [--grace-period S] [--base-url URL] [--discover]
+                      [--max-message-size SIZE] [--grace-period S] [--receive-timeout S]
+                      [--idle-timeout S] [--base-url URL] [--discover]
     protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
                      PROMPT
-    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--json]
-    protocol-py describe [--server H:P|unix:PATH] [TLS]
+    protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--timeout S] [--json]
+    protocol-py describe [--server H:P|unix:PATH] [TLS] [--timeout S]
     protocol-py version
     protocol-py validate FILE
     protocol-py cost --pricing FILE --usage FILE [--at ISO8601] [--json]
 
     TLS (client options): [--tls] [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name N]
 
-Exit status: 0 success; 1 a failure (invalid document, unreachable server, in-band error,
-refused start-up); 2 bad usage or unreadable input. Errors go to stderr as one clear line,
+Exit status: 0 success; 1 a failure (an input file missing, unreadable or invalid, invalid
+document, unreachable or silent server, in-band error, refused start-up); 2 bad usage (an
+unknown option, a bad option value, a ``--server`` without a port, a request the model cannot
+take). Errors go to stderr as one clear line,
 never a traceback.
 """
 
@@ -25,10 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, NoReturn, TypeVar
@@ -37,6 +42,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from protocol_py import protojson
 from protocol_py.chat import (
+    CAPABILITIES_TIMEOUT,
     EXIT_CANCELLED,
     ChatError,
     ChatOptions,
@@ -47,7 +53,7 @@ from protocol_py.chat import (
     read_prompt,
     stdin_binary,
 )
-from protocol_py.client import ModelClient
+from protocol_py.client import ModelClient, parse_address
 from protocol_py.errors import (
     InvalidValueError,
     ProtocolError,
@@ -55,7 +61,14 @@ from protocol_py.errors import (
     describe_json_error,
     errors_only,
 )
-from protocol_py.pricing import RATE_FIELDS, PricingTable, cost, format_usd, parse_timestamp
+from protocol_py.pricing import (
+    RATE_FIELDS,
+    PricingTable,
+    cost,
+    format_usd,
+    parse_timestamp,
+    validate_usage,
+)
 from protocol_py.provider import Provider
 from protocol_py.providers import (
     BUILTIN,
@@ -66,12 +79,19 @@ from protocol_py.providers import (
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
+    DEFAULT_RECEIVE_TIMEOUT,
     parse_size,
 )
 from protocol_py.serving import ServeError, configure_logging, serve
-from protocol_py.transport import add_client_options, add_serve_options, client_ssl_from_options
+from protocol_py.transport import (
+    add_client_options,
+    add_serve_options,
+    client_ssl_from_options,
+    unix_socket_path,
+)
 from protocol_py.validation import load_document
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import ProducerRef
@@ -127,13 +147,36 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_float(text: str) -> float:
+def _finite_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"invalid number {text[:40]!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text[:40]!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """A finite number >= 0 (``--grace-period``, ``--temperature``)."""
+    value = _finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text[:40]!r}")
+    return value
+
+
+def _deadline(text: str) -> float:
+    """A finite number of seconds > 0 (``--timeout``: 0 would fail every call at once)."""
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text[:40]!r}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    value = _positive_float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
 
 
@@ -159,6 +202,16 @@ _SERVER: Final = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 _SERVER_HELP: Final = (
     "the server's host:port ([v6]:port for IPv6) or unix:PATH (default %(default)s)"
 )
+
+
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_deadline,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="deadline of the call, seconds (default %(default)g)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,6 +257,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_GRACE_PERIOD,
         help=f"seconds in-flight streams get on SIGINT/SIGTERM ({DEFAULT_GRACE_PERIOD:g})",
     )
+    serve.add_argument(
+        "--receive-timeout",
+        type=_timeout,
+        default=DEFAULT_RECEIVE_TIMEOUT,
+        metavar="SECONDS",
+        help="time a call gets to send its whole request; slower ones get DEADLINE_EXCEEDED "
+        f"({DEFAULT_RECEIVE_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=_timeout,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"close a connection with no open call for this long ({DEFAULT_IDLE_TIMEOUT:g})",
+    )
     serve.add_argument("--base-url", default=None, help="upstream API root (HTTP providers)")
     serve.add_argument(
         "--discover", action="store_true", help="read the upstream model list at start-up"
@@ -214,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_options(chat)
     chat.add_argument("--model", default=None, help="model id (default: the first served)")
     chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
-    chat.add_argument("--timeout", type=_positive_float, default=120.0, help="deadline, seconds")
+    chat.add_argument(
+        "--timeout", type=_deadline, default=120.0, metavar="SECONDS", help="deadline, seconds"
+    )
     chat.add_argument("--effort", default=None, help="thinking effort level (e.g. low, high)")
     chat.add_argument("--budget", type=_positive_int, default=None, help="thinking budget, tokens")
     chat.add_argument("--max-tokens", type=_positive_int, default=None, help="max output tokens")
@@ -241,10 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
     add_client_options(caps)
     caps.add_argument("--json", action="store_true", help="proto3 JSON of the Capabilities")
+    _add_timeout(caps)
 
     describe = sub.add_parser("describe", help="show a server's plugin identity")
     describe.add_argument("--server", default=_SERVER, help=_SERVER_HELP)
     add_client_options(describe)
+    _add_timeout(describe)
 
     sub.add_parser("version", help="package and protocol version")
 
@@ -323,6 +395,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             grace_period=args.grace_period,
             max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
             log_level=None,
+            receive_timeout=args.receive_timeout,
+            idle_timeout=args.idle_timeout,
         )
     except ServeError as exc:
         raise CliError(str(exc)) from None
@@ -334,7 +408,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _load_provider(args: argparse.Namespace) -> Provider:
     """``--provider``: load the class (built-in, entry point, module:Class, file.py:Class) and
     build it; every failure is a usage error (exit 2) naming what was wrong."""
-    what = f"--provider {args.provider!r:.120}"
+    what = f"provider {args.provider!r:.120}"  # the prefix of ProviderLoadError's messages
     try:
         cls = load_provider_class(args.provider)
     except ProviderLoadError as exc:
@@ -357,19 +431,67 @@ def _load_provider(args: argparse.Namespace) -> Provider:
 # -- client commands ---------------------------------------------------------------------------
 
 
+DEFAULT_TIMEOUT: Final = 30.0
+"""Default deadline of ``describe`` and ``capabilities`` (``--timeout``), seconds."""
+
+CONNECT_TIMEOUT: Final = 10.0
+"""Longest wait to open the connection of a client command (TCP or unix connect and TLS
+handshake), and the deadline of ``chat``'s first call (GetCapabilities) when ``--timeout`` is
+longer, so a listener that accepts but never answers the HTTP/2 preface fails fast; seconds."""
+
+_ADDRESS_FORMS: Final = "expected HOST:PORT, [IPv6]:PORT or unix:PATH"
+
+
+def _client_for(address: str, args: argparse.Namespace) -> tuple[ModelClient, bool]:
+    """The client of ``--server``/TLS options and whether it uses TLS; a bad address (a bare
+    host without its port included) or TLS file is bad usage (exit 2)."""
+    try:
+        if unix_socket_path(address) is None and parse_address(address, default_port=0)[1] == 0:
+            raise CliError(f"--server {address[:120]!r}: no port; {_ADDRESS_FORMS}", EXIT_USAGE)
+        context, server_name = client_ssl_from_options(args)
+        client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
+    except InvalidValueError as exc:
+        raise CliError(f"--server: {exc}; {_ADDRESS_FORMS}", EXIT_USAGE) from None
+    except ValueError as exc:  # TLS files
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return client, context is not None
+
+
+def _lost_hint(client: ModelClient, tls: bool) -> str:
+    """Why a connection may be lost before any answer (no Capabilities or Describe received
+    yet): under TLS 1.3 the server's refusal of the client certificate shows up there, after
+    the client's side of the handshake completed."""
+    if client._capabilities is not None or client._provider_name is not None:
+        return ""
+    if tls:
+        return (
+            " before any answer: the server may have refused this client's certificate (mutual "
+            "TLS: --tls-cert/--tls-key issued by a CA the server trusts)"
+        )
+    return " before any answer: if the server uses TLS, connect with --tls or --tls-ca"
+
+
 def _run_client(
-    action: Callable[[ModelClient], Awaitable[_T]], address: str, args: argparse.Namespace
+    action: Callable[[ModelClient], Awaitable[_T]],
+    address: str,
+    args: argparse.Namespace,
+    timeout: float,
 ) -> _T:
     """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
-    ``action``, always close."""
+    ``action``, always close. Opening the connection is bounded by :data:`CONNECT_TIMEOUT`;
+    ``action`` passes ``timeout`` (seconds) to its calls."""
+    opened: list[tuple[ModelClient, bool]] = []
 
     async def run() -> _T:
+        opened.append(_client_for(address, args))  # a grpclib Channel binds the running loop
+        client = opened[0][0]
         try:
-            context, server_name = client_ssl_from_options(args)
-            client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
-        except ValueError as exc:
-            raise CliError(str(exc), EXIT_USAGE) from None
-        try:
+            try:
+                await asyncio.wait_for(client.channel.__connect__(), CONNECT_TIMEOUT)
+            except TimeoutError:
+                raise CliError(
+                    f"cannot connect to {address}: not connected within {CONNECT_TIMEOUT:g}s"
+                ) from None
             return await action(client)
         finally:
             client.close()
@@ -377,13 +499,17 @@ def _run_client(
     try:
         return asyncio.run(run())
     except TimeoutError:
-        raise CliError(f"deadline exceeded talking to {address}") from None
+        raise CliError(
+            f"no answer from {address} within {timeout:g}s (deadline exceeded)"
+        ) from None
+    except (ConnectionResetError, ConnectionAbortedError) as exc:
+        raise CliError(f"connection to {address} lost: {exc}{_lost_hint(*opened[0])}") from None
     except (ConnectionError, OSError) as exc:
         raise CliError(f"cannot connect to {address}: {exc.strerror or exc}") from None
     except GRPCError as exc:
         raise CliError(f"server answered {exc.status.name}: {exc.message or ''}") from None
     except StreamTerminatedError as exc:
-        raise CliError(f"connection to {address} lost: {exc}") from None
+        raise CliError(f"connection to {address} lost: {exc}{_lost_hint(*opened[0])}") from None
     except ProtocolError as exc:
         raise CliError(str(exc)) from None
 
@@ -420,7 +546,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             raise CliError(str(exc), exc.status) from None
 
     try:
-        status: int = _run_client(run, args.server, args)
+        first_call = min(args.timeout, CAPABILITIES_TIMEOUT)  # a deadline escaping chat's own
+        status: int = _run_client(run, args.server, args, first_call)
     except KeyboardInterrupt:
         print(file=sys.stdout, flush=True)
         raise CliError("cancelled (SIGINT)", EXIT_CANCELLED) from None
@@ -521,7 +648,10 @@ def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[
 def cmd_capabilities(args: argparse.Namespace) -> int:
     """``capabilities``: :func:`capabilities_table` (fits 100 columns), or ``--json``."""
     caps: Capabilities = _run_client(
-        lambda client: client.get_capabilities(timeout=30), args.server, args
+        lambda client: client.get_capabilities(timeout=args.timeout),
+        args.server,
+        args,
+        args.timeout,
     )
     if args.json:
         print(protojson.dumps(caps, indent=2))
@@ -535,7 +665,7 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     """``describe``: the plugin's name, version, source, category and protocol version."""
     producer: ProducerRef = _run_client(
-        lambda client: client.describe(timeout=30), args.server, args
+        lambda client: client.describe(timeout=args.timeout), args.server, args, args.timeout
     )
     print(f"name:             {producer.name}")
     print(f"version:          {producer.version}")
@@ -554,6 +684,16 @@ def cmd_version(args: argparse.Namespace) -> int:
 # -- offline commands --------------------------------------------------------------------------
 
 
+_UNDETERMINED: Final = {
+    "file.unreadable": "cannot read",
+    "file.not_json": "not valid JSON",
+    "document.not_object": "not a JSON object",
+    "document.unknown_kind": "not a Capabilities, ModelSpec or Pricing",
+}
+"""``validate``'s summary, by rule id, for a file whose document kind could not be
+determined."""
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """``validate FILE``: print every violation as ``path: rule_id: message`` (a warning ends
     with `` (warning)``); exit 1 if any has error severity (warnings are printed but do not
@@ -565,6 +705,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{violation} (warning)" if violation.severity == "warning" else str(violation))
     errors = errors_only(violations)
     if errors:
+        if kind == "unknown":  # say why no document kind could be determined
+            kind = _UNDETERMINED.get(errors[0].rule, "document kind not determined")
         print(f"{args.file}: {kind}: {len(errors)} error(s)", file=sys.stderr)
         return EXIT_FAILURE
     print(f"{args.file}: valid {kind}", file=sys.stderr)
@@ -627,6 +769,17 @@ def _check_exact_rates(exact: Any, path: str) -> None:
                 )
 
 
+def _usage_rule_problems(usage: Usage, pruned: Sequence[str]) -> list[Any]:
+    """:func:`~protocol_py.pricing.validate_usage`'s violations with paths as the JSON problems
+    name them (``input_tokens``), leaving out fields that did not decode (already reported)."""
+    found = []
+    for violation in validate_usage(usage):
+        path = violation.path.removeprefix("usage.")
+        if path not in pruned:
+            found.append(replace(violation, path=path))
+    return found
+
+
 def cmd_cost(args: argparse.Namespace) -> int:
     """``cost``: price a proto3-JSON Usage with a proto3-JSON Pricing at ``--at`` (default
     now); the breakdown as text, or with ``--json`` one object ``{tier_index, terms,
@@ -645,7 +798,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
     usage_plain, _ = _read_json(args.usage, "--usage")
     _check_exact_rates(pricing_exact, args.pricing)
     pricing, problems = protojson.decode(Pricing, pricing_plain)
-    usage, usage_problems = protojson.decode(Usage, usage_plain)
+    usage, usage_problems, pruned = protojson.decode_lenient(Usage, usage_plain)
+    if usage is not None:  # the rules too, on the fields that decoded: every problem at once
+        usage_problems = [*usage_problems, *_usage_rule_problems(usage, pruned)]
     bad = [f"{args.pricing}: {v}" for v in problems] + [
         f"{args.usage}: {v}" for v in usage_problems
     ]

@@ -53,6 +53,7 @@ __all__ = [
     "parse_timestamp",
     "prompt_tokens",
     "validate_pricing",
+    "validate_usage",
 ]
 
 TERM_NAMES: tuple[str, ...] = (
@@ -820,6 +821,81 @@ def _usage(usage: object) -> Usage:
     return protojson.with_defaults(usage)
 
 
+def _check_consistent(usage: Usage, *, out: int, write: int, write_1h: int, reasoning: int) -> None:
+    """The Usage consistency rules between counts (tokens)."""
+    if write_1h > write:
+        raise InvalidValueError(
+            f"usage.cache_write_1h_tokens: {write_1h} exceeds cache_write_tokens {write} (the 1h "
+            "writes are a subset of all cache writes)",
+            path="usage.cache_write_1h_tokens",
+            rule="usage.cache_write_1h_exceeds_cache_write",
+        )
+    if usage.reasoning_already_counted is True and reasoning > out:
+        raise InvalidValueError(
+            f"usage.reasoning_tokens: {reasoning} exceeds output_tokens {out}, yet "
+            "reasoning_already_counted says the output includes them (inconsistent usage)",
+            path="usage.reasoning_tokens",
+            rule="usage.reasoning_exceeds_output",
+        )
+
+
+USAGE_COUNT_FIELDS: tuple[str, ...] = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+    "reasoning_tokens",
+)
+"""The token counts of a Usage that :func:`validate_usage` checks (tokens, each >= 0)."""
+
+
+def validate_usage(usage: Usage) -> list[Violation]:
+    """Every rule violation of a Usage that :func:`cost` would refuse, not only the first: a
+    negative or non-integer count (``usage.negative`` / ``usage.not_integer``, components
+    included), ``cache_write_1h_tokens`` above ``cache_write_tokens``
+    (``usage.cache_write_1h_exceeds_cache_write``), ``reasoning_tokens`` above
+    ``output_tokens`` with ``reasoning_already_counted`` (``usage.reasoning_exceeds_output``).
+    An absent count reads as 0. Paths start with ``usage.``; messages do not repeat the path.
+
+    Raises:
+        InvalidValueError: ``usage`` is not a Usage (``usage.type``).
+    """
+    usage = _usage(usage)
+    found: list[Violation] = []
+
+    def check(path: str, value: object) -> int:
+        try:
+            return _check_count(value, path)
+        except InvalidValueError as exc:
+            found.append(_as_violation(exc))
+            return 0
+
+    counts = {
+        name: check(f"usage.{name}", getattr(usage, name) or 0) for name in USAGE_COUNT_FIELDS
+    }
+    for i, item in enumerate(usage.components if isinstance(usage.components, list) else []):
+        if isinstance(item, UsageComponent):
+            check(f"usage.components[{i}].value", item.value)
+    if not found:
+        try:
+            _check_consistent(
+                usage,
+                out=counts["output_tokens"],
+                write=counts["cache_write_tokens"],
+                write_1h=counts["cache_write_1h_tokens"],
+                reasoning=counts["reasoning_tokens"],
+            )
+        except InvalidValueError as exc:
+            found.append(_as_violation(exc))
+    return found
+
+
+def _as_violation(exc: InvalidValueError) -> Violation:
+    message = str(exc).removeprefix(f"{exc.path}: ")
+    return Violation(exc.path, exc.rule, message)
+
+
 def prompt_tokens(usage: Usage) -> int:
     """The prompt size that selects a tier (DESIGN D9): ``input_tokens + cache_read_tokens +
     cache_write_tokens``, absent counts being 0. Unit: tokens.
@@ -907,9 +983,11 @@ class CostBreakdown:
 
     def render_text(self) -> str:
         """A human-readable table of the breakdown, for ``protocol-py cost``."""
-        tier = "free" if self.free else f"tier {self.tier_index}"
+        # human output numbers tiers and windows from 1 (``tier_index``/``window_index`` stay
+        # zero-based in to_json)
+        tier = "free" if self.free else f"tier {(self.tier_index or 0) + 1}"
         if self.window_index is not None:
-            tier += f", window {self.window_index}"
+            tier += f", window {self.window_index + 1}"
         rows = [(name, format_usd(self.terms[name])) for name in TERM_NAMES]
         rows.append(("total", self.total_usd()))
         width = max(len(name) for name, _ in rows)
@@ -1004,20 +1082,7 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
     write = _check_count(usage.cache_write_tokens or 0, "usage.cache_write_tokens")
     write_1h = _check_count(usage.cache_write_1h_tokens or 0, "usage.cache_write_1h_tokens")
     reasoning = _check_count(usage.reasoning_tokens or 0, "usage.reasoning_tokens")
-    if write_1h > write:
-        raise InvalidValueError(
-            f"usage.cache_write_1h_tokens: {write_1h} exceeds cache_write_tokens {write} (the 1h "
-            "writes are a subset of all cache writes)",
-            path="usage.cache_write_1h_tokens",
-            rule="usage.cache_write_1h_exceeds_cache_write",
-        )
-    if usage.reasoning_already_counted is True and reasoning > out:
-        raise InvalidValueError(
-            f"usage.reasoning_tokens: {reasoning} exceeds output_tokens {out}, yet "
-            "reasoning_already_counted says the output includes them (inconsistent usage)",
-            path="usage.reasoning_tokens",
-            rule="usage.reasoning_exceeds_output",
-        )
+    _check_consistent(usage, out=out, write=write, write_1h=write_1h, reasoning=reasoning)
     at = _check_aware(at, "at")
     components = _components(usage)
     if table.pricing.free:

@@ -322,8 +322,14 @@ def _json_scalar(kind: str, cls: Any, value: Any, path: str, out: list[Violation
         if isinstance(value, bool):
             bad("a number")
         elif isinstance(value, (int, float)):
-            if not math.isfinite(value):
-                bad('a finite number (proto3 JSON spells them "NaN", "Infinity", "-Infinity")')
+            if not math.isfinite(value):  # a JSON number only overflows (1e400)
+                out.append(
+                    Violation(
+                        path,
+                        "json.invalid",
+                        "not a finite number: the JSON number is beyond the range of a double",
+                    )
+                )
         elif isinstance(value, str):
             if value in _FLOAT_WORDS:
                 return

@@ -14,6 +14,7 @@ import abc
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from protocol_py.errors import ProtocolError
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext, PluginCategory, ProducerRef
 from protocol_py_gen.model.v1 import (
@@ -48,11 +49,19 @@ class ProviderError(Exception):
         self.error = error
 
 
+class ProviderStartError(ProtocolError):
+    """:meth:`Provider.start` cannot get the provider ready (for example ``--discover`` cannot
+    reach the upstream). :func:`protocol_py.serve` refuses to start with this message
+    (:class:`~protocol_py.serving.ServeError`; ``protocol-py serve`` exits 1); it must be one
+    line and hold no secret."""
+
+
 class Provider(abc.ABC):
     """A model provider: the vendor-specific half of a ModelService plugin.
 
     Class attributes:
-        name: The provider's declared name (``ProducerRef.name``), for example ``"reference"``.
+        name: The provider's declared name (``ProducerRef.name``), for example ``"reference"``;
+            default: the class name.
         version: The provider build's version (semver).
         source: Where the build comes from (registry source address or path); may be empty.
     """
@@ -60,6 +69,13 @@ class Provider(abc.ABC):
     name: str = "provider"
     version: str = "0.0.0"
     source: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that declares no ``name`` (neither itself nor a base other than
+        Provider) is named after its class, so Describe, logs and errors name it."""
+        super().__init_subclass__(**kwargs)
+        if cls.name == Provider.name and "name" not in cls.__dict__:
+            cls.name = cls.__name__
 
     def describe(self) -> ProducerRef:
         """Return this build's identity with the protocol version (spec: "Describe")."""
@@ -145,6 +161,9 @@ class Provider(abc.ABC):
         """Prepare before serving (for example read the upstream model list). Default: nothing.
 
         Called once by the server before it validates :meth:`capabilities` and starts listening.
+
+        Raises:
+            ProviderStartError: the provider cannot be made ready; the server does not start.
         """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, intentionally empty

@@ -13,7 +13,8 @@ optional ``--handshake`` line on stdout so a kernel can launch the plugin as a s
     serve(MyProvider(), port=0, handshake=True)
 
 Returns after a graceful shutdown. Refused start-up (invalid Capabilities, an address that
-cannot be bound) raises :class:`ServeError`; bad arguments raise
+cannot be bound, a provider whose ``start`` raised
+:class:`~protocol_py.provider.ProviderStartError`) raises :class:`ServeError`; bad arguments raise
 :class:`~protocol_py.errors.InvalidValueError` before anything starts.
 """
 
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from typing import Any, Final, TextIO
 
 from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
-from protocol_py.provider import Provider
+from protocol_py.provider import Provider, ProviderStartError
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -109,6 +110,7 @@ async def serve_async(
     handle_signals: bool = True,
     stop: asyncio.Event | None = None,
     on_started: Callable[[ModelServer], None] | None = None,
+    restore_signals: bool = True,
     **server_options: Any,
 ) -> None:
     """Serve ``provider`` until SIGINT/SIGTERM (or ``stop`` is set), then drain and return.
@@ -133,12 +135,20 @@ async def serve_async(
             leaves logging as the application set it up.
         handle_signals: Install SIGINT/SIGTERM handlers (main thread only); a first signal
             drains, a second stops waiting for in-flight streams.
+        restore_signals: After shutdown, put back the SIGINT/SIGTERM handlers found at start.
+            False (what :func:`serve` and ``protocol-py serve`` use): after a graceful
+            shutdown (not after a refused start-up) they are set to
+            ``SIG_IGN`` instead (kept through interpreter shutdown, and inherited by processes
+            started afterwards), so a duplicate signal while the process exits cannot turn its
+            status 0 into 143 or 130.
         stop: Set this event to shut down gracefully (as a signal would).
         on_started: Called with the server once it listens (before the handshake line).
         **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
 
     Raises:
-        ServeError: invalid Capabilities or the address cannot be bound (nothing is served).
+        ServeError: invalid Capabilities, the address cannot be bound, or the provider's
+            ``start`` raised :class:`~protocol_py.provider.ProviderStartError` (nothing is
+            served).
         InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
             or an unusable TLS file (``TLSConfigError``).
 
@@ -176,6 +186,7 @@ async def serve_async(
         loop.call_soon_threadsafe(on_signal)
 
     previous: dict[int, Any] = {}
+    stopped = False  # a graceful shutdown completed
     if handle_signals and threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -183,6 +194,8 @@ async def serve_async(
             await listen.start(server)
         except ValidationError as exc:
             raise ServeError(f"refusing to start: {exc}") from None
+        except ProviderStartError as exc:
+            raise ServeError(str(exc)) from None
         except OSError as exc:
             raise ServeError(
                 f"cannot listen on {listen.describe()}: {exc.strerror or exc}"
@@ -200,9 +213,13 @@ async def serve_async(
             await server.shutdown(grace_period=0)
             raise
         await _drain(server, force)
+        stopped = True
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            # Restoring SIG_DFL would let a late duplicate signal (coreutils ``timeout`` signals
+            # the child and its group) kill the process while it exits 0: ignore it instead.
+            # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
+            signal.signal(sig, signal.SIG_IGN if stopped and not restore_signals else old)
         listen.discard()
 
 
@@ -238,7 +255,9 @@ def serve(
 ) -> None:
     """Serve ``provider`` in a new event loop until SIGINT/SIGTERM; blocks, returns after a
     graceful shutdown. Arguments and errors as :func:`serve_async` (``protocol-py serve`` is
-    this call)."""
+    this call), with ``restore_signals=False``: after it returns, SIGINT and SIGTERM are
+    ignored (``SIG_IGN``; the process is expected to exit, and a second signal must not kill
+    it)."""
     asyncio.run(
         serve_async(
             provider,
@@ -252,6 +271,7 @@ def serve(
             grace_period=grace_period,
             max_message_size=max_message_size,
             log_level=log_level,
+            restore_signals=False,
             **server_options,
         )
     )

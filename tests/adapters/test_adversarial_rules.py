@@ -15,7 +15,7 @@ import pytest
 
 from protocol_py.accumulate import accumulate
 from protocol_py.errors import InvalidValueError
-from protocol_py.provider import ProviderError
+from protocol_py.provider import ProviderError, ProviderStartError
 from protocol_py.providers._anthropic_request import build_anthropic_body
 from protocol_py.providers._base import HTTPProvider
 from protocol_py.providers._http import (
@@ -862,7 +862,7 @@ async def test_api_key_echoed_to_discover_is_redacted() -> None:
         stub.queue(json_reply(401, _ECHO_401["openai"]))
         provider = OpenAIProvider(api_key=KEY, base_url=stub.url, discover=True)
         try:
-            with pytest.raises(RuntimeError) as info:
+            with pytest.raises(ProviderStartError) as info:
                 await provider.start()
         finally:
             await provider.aclose()

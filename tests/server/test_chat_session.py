@@ -98,12 +98,16 @@ def test_prompt_of_one_mebibyte_from_a_file_and_from_stdin(
     assert by_stdin.stdout.splitlines()[-1] == last  # one trailing newline of stdin dropped
 
 
-def test_prompt_file_problems_are_usage_errors(cli_server: Subprocess, tmp_path: Path) -> None:
+def test_prompt_input_problems_exit_1_like_every_bad_input_file(
+    cli_server: Subprocess, tmp_path: Path
+) -> None:
     missing = chat(cli_server.address, f"@{tmp_path / 'none.txt'}")
-    assert missing.returncode == 2
+    assert missing.returncode == 1
     assert missing.stderr.startswith("protocol-py chat: ") and "cannot read" in missing.stderr
     empty = chat(cli_server.address, "-", stdin="")
-    assert (empty.returncode, empty.stderr) == (2, "protocol-py chat: stdin: empty prompt\n")
+    assert (empty.returncode, empty.stderr) == (1, "protocol-py chat: stdin: empty prompt\n")
+    argument = chat(cli_server.address, " ")
+    assert (argument.returncode, argument.stderr) == (2, "protocol-py chat: PROMPT: empty prompt\n")
     literal = chat(cli_server.address, "--model", "reference-small", "@@home")
     assert literal.returncode == 0 and "You wrote: @home" in literal.stdout
 
@@ -119,7 +123,7 @@ def test_interactive_session_over_a_pipe_keeps_history_and_replays_thinking(
     assert done.returncode == 0, done.stderr
     summaries = [line for line in done.stdout.splitlines() if line.startswith("tokens: ")]
     assert [s.rsplit("stop: ", 1)[1] for s in summaries] == ["end_turn", "tool_use", "end_turn"]
-    assert '[tool call get_weather({"city":"use tool please"})]' in done.stdout
+    assert '[tool call get_weather({"city":"city"})]' in done.stdout
     assert "The tool returned: sunny 21C." in done.stdout
     assert "> " not in done.stdout  # no prompt without a terminal
     first, second, third = records(record)
@@ -199,11 +203,11 @@ def test_flags_the_model_cannot_take_are_refused_naming_the_field(
     bad_tools = tmp_path / "tools.json"
     bad_tools.write_text('[{"name": "x",}]')
     broken = chat(cli_server.address, "--tools", str(bad_tools), "hi")
-    assert broken.returncode == 2
+    assert broken.returncode == 1  # a bad input file, as in validate and cost
     assert "not valid JSON: line 1 column 15: expected a property name" in broken.stderr
     bad_tools.write_text('[{"name": "x", "inputSchema": 3}]')
     wrong = chat(cli_server.address, "--tools", str(bad_tools), "hi")
-    assert wrong.returncode == 2 and "[0].input_schema" in wrong.stderr, wrong.stderr
+    assert wrong.returncode == 1 and "[0].input_schema" in wrong.stderr, wrong.stderr
     negative = chat(cli_server.address, "--max-tokens", "-1", "hi")
     assert negative.returncode == 2 and "must be > 0" in negative.stderr
 
@@ -276,7 +280,11 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
         proc.stdin.flush()
         wait_for(proc.stdout, b"[thinking] ", out)
         proc.send_signal(signal.SIGINT)
-        wait_for(proc.stderr, b"protocol-py chat: cancelled (SIGINT); the turn was dropped\n", err)
+        wait_for(
+            proc.stderr,
+            b"protocol-py chat: cancelled (SIGINT); the turn was dropped; the session goes on\n",
+            err,
+        )
         configure(cli_server.address, {})  # full speed again
         proc.stdin.write(b"Second try\n")
         proc.stdin.flush()
@@ -294,3 +302,30 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
     cancelled_line = text.split("[thinking] ", 1)[1].split("\n", 1)[0]
     assert "You wrote" not in cancelled_line  # the first answer was cut and its line ended
     assert still_serving(cli_server.address)
+
+
+def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subprocess) -> None:
+    """The stdin reader thread never holds Python's buffered-reader lock while it waits, so
+    interpreter shutdown after Ctrl-C at the prompt never aborts ("could not acquire lock for
+    <_io.BufferedReader name='<stdin>'> at interpreter shutdown", exit -6)."""
+    for _ in range(5):
+        proc = subprocess.Popen(
+            [str(CONSOLE_SCRIPT), "chat", "--server", cli_server.address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        out = bytearray()
+        try:
+            proc.stdin.write(b"Hello there\n")
+            proc.stdin.flush()
+            wait_for(proc.stdout, b"stop: end_turn\n", out)
+            proc.send_signal(signal.SIGINT)  # at the prompt, the reader thread waiting on stdin
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 130, err.decode(errors="replace")
+        assert b"Fatal Python error" not in err

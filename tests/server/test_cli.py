@@ -78,7 +78,7 @@ def test_cost_worked_example(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert out["terms"]["input"] == "0.001236" and out["terms"]["output"] == "0.00042"
     assert main(["cost", "--pricing", pricing, "--usage", usage]) == 0
     text = capsys.readouterr().out
-    assert "0.001656 USD" in text and "tier 0" in text
+    assert "0.001656 USD" in text and "pricing: tier 1" in text
 
 
 def test_cost_c13_rates_parsed_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +21,8 @@ from pathlib import Path
 import pytest
 
 import protocol_py
-from protocol_py import ModelServer
-from protocol_py.conversation import tool
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.chat import load_tools
+from protocol_py.structs import from_struct
 
 from .conftest import REPO
 
@@ -148,7 +146,7 @@ def test_tool_loop_example_runs_the_tool_until_the_model_answers(readme_server: 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("step 1: stop TOOL_USE, cost 0.")
-    assert lines[1].startswith("  tool call get_weather({'city': ")
+    assert lines[1] == "  tool call get_weather({'city': 'Paris'})"  # a word of the prompt
     assert lines[2].startswith("step 2: stop END_TURN")
     assert lines[3].startswith("answer: The tool returned: ") and '"temperature_c": 21' in lines[3]
 
@@ -196,27 +194,25 @@ def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
     )
 
 
-async def test_building_requests_snippet_runs_as_written() -> None:
+def test_building_requests_script_runs_as_written(readme_server: int, tmp_path: Path) -> None:
     (snippet,) = code_blocks(section("### Building requests (kernel side)"), "python")
-    server = ModelServer(ReferenceProvider())
-    port = await server.start("127.0.0.1", 0)
-    namespace: dict[str, object] = {}
-    source = (
-        "async def snippet():\n"
-        + textwrap.indent(snippet.replace("127.0.0.1:50051", f"127.0.0.1:{port}"), "    ")
-        + "\n    return conv, done\n"
+    assert "weather_tool = tool(" in snippet and snippet.rstrip().endswith("asyncio.run(main())")
+    script = tmp_path / "kernel_turns.py"
+    script.write_text(snippet.replace("127.0.0.1:50051", f"127.0.0.1:{readme_server}"))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
     )
-    try:
-        namespace["weather_tool"] = tool(
-            "get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}}
-        )
-        exec(compile(source, "README.md", "exec"), namespace)
-        conv, done = await namespace["snippet"]()  # type: ignore[operator]
-    finally:
-        await server.shutdown(grace_period=0)
-    assert done.error is None and done.stop is not None
-    assert [m.role.name for m in conv.messages] == ["USER", "ASSISTANT", "USER"]
-    assert done.usage.cache_read_tokens > 0
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"stop: END_TURN; cost: 0\.\d+ USD\n", done.stdout), done.stdout
+
+
+def test_tools_file_format_of_the_readme_is_what_chat_reads(tmp_path: Path) -> None:
+    (example,) = code_blocks(section("### Building requests (kernel side)"), "json")
+    path = tmp_path / "tools.json"
+    path.write_text(example)
+    (declared,) = load_tools(str(path))
+    assert declared.name == "get_weather" and declared.input_schema is not None
+    assert from_struct(declared.input_schema)["properties"] == {"city": {"type": "string"}}
 
 
 def test_serve_snippet_names_the_real_api() -> None:

@@ -95,9 +95,15 @@ def _import_target(target: str, what: str) -> type[Provider]:
             module = importlib.import_module(location)
         except ModuleNotFoundError as exc:
             missing = exc.name or location
+            if missing != location and not location.startswith(missing + "."):
+                raise ProviderLoadError(
+                    f"{what}: no module named {_quote(missing)} (imported by {_quote(location)})"
+                ) from None
             raise ProviderLoadError(
-                f"{what}: no module named {_quote(missing)}"
-                + ("" if missing == location else f" (imported by {_quote(location)})")
+                f"{what}: no module named {_quote(missing)}: the module must be importable (on "
+                "sys.path, e.g. via PYTHONPATH, or installed); for a source file give "
+                f"path/to/file.py:Class (e.g. ./{location.replace('.', '/')[:MAX_SPEC_CHARS]}.py:"
+                f"{attr[:MAX_SPEC_CHARS]})"
             ) from None
     obj = module
     for part in attr.split("."):

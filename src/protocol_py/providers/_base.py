@@ -51,7 +51,7 @@ import httpx
 from protocol_py import wire
 from protocol_py.errors import InvalidValueError
 from protocol_py.offload import run_cpu
-from protocol_py.provider import JSONValue, Provider, ProviderError
+from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers import _events as ev
 from protocol_py.providers._body_memo import BodyMemo
 from protocol_py.providers._cancel import cancel_once, shielded
@@ -70,6 +70,7 @@ from protocol_py.providers._url import (
     install_log_redaction,
     join_url,
     parse_base_url,
+    redact_url,
     url_secrets,
 )
 from protocol_py.sse import SSEEvent, SSEParser
@@ -368,8 +369,9 @@ class HTTPProvider(Provider, abc.ABC):
                 client.get(join_url(self.base_url, self.models_path), headers=self.auth_headers())
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise RuntimeError(
-                f"--discover: GET {self.models_path} failed: {type(exc).__name__}"
+            raise ProviderStartError(
+                f"--discover: cannot reach upstream {redact_url(self.base_url)} "
+                f"(GET {self.models_path}: {type(exc).__name__})"
             ) from None
         if response.status_code >= 300:
             err = self.redact_error(
@@ -380,11 +382,13 @@ class HTTPProvider(Provider, abc.ABC):
                     request_id_header=self.request_id_header,
                 )
             )
-            raise RuntimeError(f"--discover: GET {self.models_path} failed: {err.message}")
+            raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
             payload = response.json()
         except ValueError:
-            raise RuntimeError(f"--discover: GET {self.models_path} did not return JSON") from None
+            raise ProviderStartError(
+                f"--discover: GET {self.models_path} did not return JSON"
+            ) from None
         entries = payload.get("data") if isinstance(payload, dict) else None
         official = self.base_url == parse_base_url(self.default_base_url)
         for entry in entries if isinstance(entries, list) else []:

@@ -523,7 +523,7 @@ def _example_value(schema: Mapping[str, Any], name: str, prompt: str) -> JSONVal
         return enum[0]
     kind = schema.get("type")
     if kind == "string":
-        return prompt[:40] if prompt else name
+        return _example_string(name, prompt)
     if kind == "integer":
         return 1
     if kind == "number":
@@ -536,6 +536,22 @@ def _example_value(schema: Mapping[str, Any], name: str, prompt: str) -> JSONVal
     if kind == "object":
         return _example_object(schema, prompt)
     return None
+
+
+_PROPER_NAME_RE = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][^\W_]*)")
+"""A capitalised word that does not start the text or a sentence (a name like ``Paris``)."""
+
+MAX_EXAMPLE_STRING_CHARS: Final = 40
+"""Longest string argument the reference provider makes up from the prompt, characters."""
+
+
+def _example_string(name: str, prompt: str) -> str:
+    """A plausible, deterministic string argument: the word after the property's name in the
+    prompt (``city Oslo`` -> ``Oslo``), else the first capitalised word that does not start a
+    sentence (``weather in Paris?`` -> ``Paris``), else the property's name itself."""
+    after = re.search(rf"\b{re.escape(name)}\b[\s:=]+([^\W_]+)", prompt, re.IGNORECASE)
+    found = after or _PROPER_NAME_RE.search(prompt)
+    return found.group(1)[:MAX_EXAMPLE_STRING_CHARS] if found else name
 
 
 def _example_object(schema: Mapping[str, Any], prompt: str) -> dict[str, JSONValue]:

@@ -60,8 +60,10 @@ The package is split by concept, each rule in one place: :mod:`~protocol_py.serv
 (Configure's JSON Schema and redaction), :mod:`~protocol_py.server.status` (exceptions to
 ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC log record),
 :mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
-(listening, health, drain), :mod:`~protocol_py.server.admission` (calls refused before
-dispatch), :mod:`~protocol_py.server.context_window` (the context-window check) and
+(listening, health, drain), :mod:`~protocol_py.server.connections` (cancellation checkpoints,
+flow control, memory release, receive and idle timeouts, grpclib issue 217),
+:mod:`~protocol_py.server.admission` (calls refused before dispatch),
+:mod:`~protocol_py.server.context_window` (the context-window check) and
 :mod:`~protocol_py.server.handlers` (the RPCs).
 """
 
@@ -76,6 +78,18 @@ from protocol_py.server.config_schema import (
     redact,
     validate_config,
 )
+from protocol_py.server.connections import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    LARGE_CALL_BYTES,
+    MEMORY_TRIM_INTERVAL,
+    SEND_CHECKPOINT_INTERVAL,
+    MemoryTrimmer,
+    TransportHandler,
+    TransportProtocol,
+    close_connection,
+    send_events,
+)
 from protocol_py.server.handlers import (
     SERVICE_NAME,
     ModelServer,
@@ -86,7 +100,6 @@ from protocol_py.server.lifecycle import (
     SHUTDOWN_LINGER,
     DrainableStatus,
     ServerLifecycle,
-    close_connection,
 )
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -118,21 +131,29 @@ from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "DEFAULT_HOST",
+    "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_PORT",
+    "DEFAULT_RECEIVE_TIMEOUT",
     "FINAL_EVENT_TIMEOUT",
+    "LARGE_CALL_BYTES",
+    "MEMORY_TRIM_INTERVAL",
     "PROTOBUF_MAX_DEPTH",
     "REQUEST_TYPES",
     "RPC_RECORD_ATTR",
     "SECRET_KEY_RE",
+    "SEND_CHECKPOINT_INTERVAL",
     "SERVICE_NAME",
     "SHUTDOWN_LINGER",
     "DrainableStatus",
     "LimitedCodec",
     "LogFormatter",
+    "MemoryTrimmer",
     "ModelServer",
     "RpcRecord",
     "ServerLifecycle",
+    "TransportHandler",
+    "TransportProtocol",
     "build_descriptor_pool",
     "classify_exception",
     "close_connection",
@@ -146,6 +167,7 @@ __all__ = [
     "parse_size",
     "receive_message",
     "redact",
+    "send_events",
     "strict_request_classes",
     "unary_error",
     "unknown_model",

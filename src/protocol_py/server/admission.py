@@ -21,9 +21,9 @@ from typing import Any, Final
 import grpclib.server
 from grpclib.const import Status
 from grpclib.metadata import decode_timeout
-from grpclib.protocol import H2Protocol
 
 from protocol_py.bounded_text import quote_value
+from protocol_py.server.connections import TransportHandler
 from protocol_py.server.records import RpcRecord
 
 MIN_USABLE_DEADLINE: Final = 0.001
@@ -70,8 +70,9 @@ def refusal(headers: Collection[tuple[str, str]]) -> tuple[Status, str] | None:
     return None
 
 
-class AdmissionHandler(grpclib.server.Handler):
-    """grpclib's connection handler, answering :func:`refusal`'s calls itself.
+class AdmissionHandler(TransportHandler):
+    """The server's connection handler (:class:`~protocol_py.server.connections.TransportHandler`),
+    answering :func:`refusal`'s calls itself.
 
     It also logs the one record of a ModelService call reset by the client before its
     handler task ever ran (the handler, which otherwise logs it, never starts then).
@@ -136,21 +137,9 @@ async def _refuse(
             record.emit()
 
 
-def admission_protocol(server: grpclib.server.Server) -> H2Protocol:
-    """``server``'s connection protocol with an :class:`AdmissionHandler` (what
-    ``grpclib.server.Server._protocol_factory`` builds, with this handler class)."""
-    server.__gc_step__()
-    handler = AdmissionHandler(
-        server._mapping, server._codec, server._status_details_codec, server.__dispatch__
-    )
-    server._handlers.add(handler)
-    return H2Protocol(handler, server._config, server._h2_config)
-
-
 __all__ = [
     "MIN_USABLE_DEADLINE",
     "MODEL_SERVICE_PREFIX",
     "AdmissionHandler",
-    "admission_protocol",
     "refusal",
 ]

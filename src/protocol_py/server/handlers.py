@@ -25,12 +25,17 @@ from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.offload import release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
-from protocol_py.server.batching import EventWriter
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
     loose_objects,
     validate_config,
+)
+from protocol_py.server.connections import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    cancel_outcome,
+    send_events,
 )
 from protocol_py.server.context_window import check_context_window
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
@@ -40,6 +45,7 @@ from protocol_py.server.limits import (
     receive_message,
     strict_request_classes,
 )
+from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
 from protocol_py.server.records import RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.status import (
@@ -105,6 +111,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         provider: The provider to serve.
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+        receive_timeout: Time a unary-request call gets to complete its request, seconds.
+        idle_timeout: Time a connection may stay without an open stream, seconds.
         descriptor_image: Path of the buf image for reflection; default: found next to the
             generated package (``gen/descriptor/protocol.binpb``) or via the
             ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
@@ -116,9 +124,16 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         grace_period: float = DEFAULT_GRACE_PERIOD,
+        receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         descriptor_image: Path | None = None,
     ) -> None:
-        super().__init__(max_message_size=max_message_size, grace_period=grace_period)
+        super().__init__(
+            max_message_size=max_message_size,
+            grace_period=grace_period,
+            receive_timeout=receive_timeout,
+            idle_timeout=idle_timeout,
+        )
         self.provider = provider
         self.descriptor_image = descriptor_image
         self._capabilities: Capabilities | None = None
@@ -217,7 +232,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 except Exception as exc:
                     error = unary_error(exc)
                     if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
-                        log.error("%s failed", rpc, exc_info=exc)
+                        log_provider_exception(self.provider.name, rpc, exc)
                     raise error from None
                 await stream.send_message(response)
             except GRPCError as exc:
@@ -229,7 +244,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise
                 raise error from None
             except (asyncio.CancelledError, GeneratorExit):
-                record.outcome = _cancel_outcome(stream)
+                record.outcome, record.detail = cancel_outcome(stream)
                 raise
             except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
                 log.error("%s failed", rpc, exc_info=exc)
@@ -455,7 +470,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.emit()
             raise error from None
         except (asyncio.CancelledError, GeneratorExit):
-            record.outcome = _cancel_outcome(stream)
+            record.outcome, record.detail = cancel_outcome(stream)
             record.emit()
             raise
 
@@ -478,21 +493,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         stream: grpclib.server.Stream[Any, Any],
         request: Any,
     ) -> None:
-        """Iterate the handler inside ``contextlib.aclosing`` so that, when the client cancels or
-        the deadline passes, the handler (and the provider's generator) is closed at once."""
-        events = handler(request)
-        writer = EventWriter(stream)  # events ready at once go out in one write
-        try:
-            if not hasattr(events, "aclose"):
-                async for event in events:
-                    await writer.send(event)
-            else:
-                async with contextlib.aclosing(events):
-                    async for event in events:
-                        await writer.send(event)
-            await writer.drain()
-        finally:
-            writer.close()
+        """Send the handler's events with cancellation checkpoints
+        (:func:`~protocol_py.server.connections.send_events`): when the client cancels or the
+        deadline passes, the handler (and the provider's generator) is closed at once."""
+        await send_events(stream, handler(request))
 
     def stream_completion(self, message: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
         """Validate, run the provider, check event order, classify failures (see the module)."""
@@ -556,12 +560,15 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     if event.stop is not None:
                         record.stop = event.stop.reason.name
                         yield event
+                        await warn_if_more_events(upstream, self.provider.name)
                         return
                     if event.error is not None:
                         record.error_kind = event.error.kind.name
                         record.outcome = "error"
                         bounded_model_error(event.error)
+                        record.detail = capped(event.error.message)
                         yield event
+                        await warn_if_more_events(upstream, self.provider.name)
                         return
                     yield event
                 else:
@@ -580,12 +587,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 _reraise_swallowed_cancellation()
                 failure = classify_exception(exc)
                 if not isinstance(exc, ProviderError):
-                    log.error(
-                        "provider %s raised %s",
-                        self.provider.name,
-                        type(exc).__name__,
-                        exc_info=exc,
-                    )
+                    log_provider_exception(self.provider.name, "StreamCompletion", exc)
             finally:
                 aclose = getattr(upstream, "aclose", None)
                 if aclose is not None:
@@ -593,6 +595,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             if failure is not None:
                 record.error_kind = failure.kind.name
                 record.outcome = "error"
+                record.detail = capped(failure.message)
                 record.events = (record.events or 0) + 1
                 yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
@@ -619,16 +622,6 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             raise error from None
         finally:
             record.emit()
-
-
-def _cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> str:
-    """``deadline_exceeded`` when the call's deadline has passed, else ``cancelled``."""
-    deadline = stream.deadline
-    return (
-        "deadline_exceeded"
-        if deadline is not None and deadline.time_remaining() <= 0
-        else ("cancelled")
-    )
 
 
 def _reraise_swallowed_cancellation() -> None:

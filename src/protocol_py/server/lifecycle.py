@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -26,7 +27,15 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
-from protocol_py.server.admission import admission_protocol
+from protocol_py.server.admission import AdmissionHandler
+from protocol_py.server.connections import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_RECEIVE_TIMEOUT,
+    MemoryTrimmer,
+    TransportProtocol,
+    close_connection,
+    protocol_factory,
+)
 from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT, SOCKET_MODE, remove_socket
 
@@ -69,6 +78,13 @@ class ServerLifecycle:
     Args:
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
+        receive_timeout: Time a unary-request call gets to complete its request, seconds
+            (:data:`~protocol_py.server.connections.DEFAULT_RECEIVE_TIMEOUT`).
+        idle_timeout: Time a connection may stay without an open stream before it is closed
+            with GOAWAY, seconds (:data:`~protocol_py.server.connections.DEFAULT_IDLE_TIMEOUT`).
+
+    Raises:
+        ValueError: a timeout that is not a positive number of seconds.
     """
 
     def __init__(
@@ -76,9 +92,17 @@ class ServerLifecycle:
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         grace_period: float = DEFAULT_GRACE_PERIOD,
+        receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
+        for name, value in (("receive_timeout", receive_timeout), ("idle_timeout", idle_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name}: must be a positive number of seconds, got {value!r}")
         self.max_message_size = max_message_size
         self.grace_period = grace_period
+        self.receive_timeout = receive_timeout
+        self.idle_timeout = idle_timeout
+        self._trimmer = MemoryTrimmer()
         self.health_status = DrainableStatus()
         self.draining = False
         self._server: grpclib.server.Server | None = None
@@ -150,14 +174,23 @@ class ServerLifecycle:
         if not self.prepared:
             await self.prepare()
         protocols = self._protocols
+        receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
+        trimmer = self._trimmer
 
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
-                protocol = admission_protocol(self)
-                if client_certificate is not None:
-                    protocol = PinnedH2Protocol(
-                        client_certificate, protocol.handler, protocol.config, protocol.h2_config
-                    )
+                protocol = protocol_factory(
+                    self,
+                    receive_timeout=receive_timeout,
+                    idle_timeout=idle_timeout,
+                    trimmer=trimmer,
+                    handler_class=AdmissionHandler,
+                    protocol_class=(
+                        functools.partial(PinnedH2Protocol, client_certificate)
+                        if client_certificate is not None
+                        else TransportProtocol
+                    ),
+                )
                 protocols.add(protocol)
                 return protocol
 
@@ -258,6 +291,7 @@ class ServerLifecycle:
                 close_connection(protocol)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+        self._trimmer.cancel()
         if self.socket_path is not None:
             remove_socket(self.socket_path, owns_dir=self._owns_socket_dir)
         with contextlib.suppress(Exception):
@@ -281,7 +315,7 @@ class ServerLifecycle:
             await asyncio.wait_for(self._idle.wait(), timeout=FINAL_EVENT_TIMEOUT)
 
 
-class PinnedH2Protocol(H2Protocol):
+class PinnedH2Protocol(TransportProtocol):
     """grpclib's server connection that accepts only one client certificate (AutoMTLS).
 
     The SSL context already required a client certificate that verifies against the pinned
@@ -302,15 +336,3 @@ class PinnedH2Protocol(H2Protocol):
         if peer != self.pinned_certificate:
             log.warning("refused a TLS connection: its client certificate is not the kernel's")
             cast(asyncio.Transport, transport).abort()
-
-
-def close_connection(protocol: H2Protocol) -> None:
-    """Send GOAWAY (best effort) and close the transport of one connection."""
-    connection = getattr(protocol, "connection", None)
-    if connection is None or connection.is_closing():
-        return
-    with contextlib.suppress(Exception):
-        connection._connection.close_connection()
-        connection.flush()
-    with contextlib.suppress(Exception):
-        protocol.processor.close("server shutting down")

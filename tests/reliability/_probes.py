@@ -1,0 +1,232 @@
+"""Probes of the transport tests of the reliability suite (issue 8): a raw HTTP/2 gRPC client
+(the ``h2`` package), google's grpcio client with upb classes from the buf image, test providers
+and /proc probes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from protocol_py.providers.reference import ReferenceProvider
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import (
+    Stop,
+    StopReason,
+    StreamCompletionRequest,
+    StreamEvent,
+    StreamStart,
+    TextDelta,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE = "/model.v1.ModelService/"
+
+
+def upb_class(full_name: str) -> Any:
+    """google's upb class for ``full_name``, from the committed buf image."""
+    return _POOL_CLASSES(full_name)
+
+
+def _load_pool() -> Any:
+    image = descriptor_pb2.FileDescriptorSet.FromString(
+        (REPO / "gen" / "descriptor" / "protocol.binpb").read_bytes()
+    )
+    pool = descriptor_pool.DescriptorPool()
+    for file in image.file:
+        pool.Add(file)
+
+    def get(name: str) -> Any:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+
+    return get
+
+
+_POOL_CLASSES = _load_pool()
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """One gRPC length-prefixed message (uncompressed)."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident set size of a process (default: this one), in bytes, from /proc."""
+    with open(f"/proc/{pid or 'self'}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def open_fds(pid: int | None = None) -> int:
+    """Number of open file descriptors of a process (default: this one)."""
+    return len(os.listdir(f"/proc/{pid or 'self'}/fd"))
+
+
+class RawH2:
+    """A minimal HTTP/2 gRPC client over a blocking socket: it sends what grpcio never would
+    (partial requests, HEADERS+DATA+RST_STREAM in one write) and, with ``auto_ack=False``,
+    never gives flow-control window back (a peer that reads nothing)."""
+
+    def __init__(self, port: int, *, auto_ack: bool = True) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        )
+        self.auto_ack = auto_ack
+        self.conn.initiate_connection()
+        self.flush()
+        self.terminated: h2.events.ConnectionTerminated | None = None
+        self.closed = False
+        self.streams: dict[int, dict[str, Any]] = {}
+        # wait for the server's preface (SETTINGS and the 4 MiB connection window)
+        deadline = time.monotonic() + 5
+        while self.conn.outbound_flow_control_window <= 65_535 and time.monotonic() < deadline:
+            if not self.pump(0.05):
+                break
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def headers(self, method: str, timeout: str | None = None) -> list[tuple[str, str]]:
+        headers = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", SERVICE + method if not method.startswith("/") else method),
+            (":authority", "127.0.0.1"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+        if timeout is not None:
+            headers.append(("grpc-timeout", timeout))
+        return headers
+
+    def open(
+        self,
+        method: str,
+        body: bytes | None = None,
+        *,
+        end: bool = True,
+        timeout: str | None = None,
+        flush: bool = True,
+    ) -> int:
+        """Start a call; ``body`` (already framed) is sent after HEADERS, with END_STREAM when
+        ``end``."""
+        stream_id: int = self.conn.get_next_available_stream_id()
+        self.streams[stream_id] = {"headers": {}, "data": b"", "reset": None, "ended": False}
+        self.conn.send_headers(stream_id, self.headers(method, timeout))
+        if body is not None:
+            self.send(stream_id, body, end=end, flush=False)
+        if flush:
+            self.flush()
+        return stream_id
+
+    def send(self, stream_id: int, data: bytes, *, end: bool = False, flush: bool = True) -> None:
+        """Send ``data`` as DATA frames of the largest size the server allows."""
+        size = self.conn.max_outbound_frame_size
+        for start in range(0, max(len(data), 1), size):
+            last = start + size >= len(data)
+            self.conn.send_data(stream_id, data[start : start + size], end_stream=end and last)
+        if flush:
+            self.flush()
+
+    def pump(self, wait: float) -> bool:
+        """Read and process what arrives within ``wait`` seconds; False once the socket is
+        closed."""
+        self.sock.settimeout(max(0.001, wait))
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except TimeoutError:
+            return True
+        except OSError:
+            self.closed = True
+            return False
+        if not chunk:
+            self.closed = True
+            return False
+        for event in self.conn.receive_data(chunk):
+            self._record(event)
+        self.flush()
+        return True
+
+    def _record(self, event: Any) -> None:
+        if isinstance(event, h2.events.ConnectionTerminated):
+            self.terminated = event
+            return
+        state = self.streams.get(getattr(event, "stream_id", 0) or 0)
+        if state is None:
+            return
+        if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+            state["headers"].update(dict(event.headers))
+        elif isinstance(event, h2.events.DataReceived):
+            state["data"] += event.data
+            if self.auto_ack:
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            state["ended"] = True
+        elif isinstance(event, h2.events.StreamReset):
+            state["reset"] = event.error_code
+
+    def outcome(self, stream_id: int, limit: float = 5.0) -> dict[str, Any]:
+        """Pump until the stream ends or is reset (or ``limit`` seconds pass); its state."""
+        deadline = time.monotonic() + limit
+        state = self.streams[stream_id]
+        while time.monotonic() < deadline and not (state["ended"] or state["reset"] is not None):
+            if not self.pump(deadline - time.monotonic()):
+                break
+        return state
+
+    def close(self) -> None:
+        with_socket = self.sock
+        with_socket.close()
+
+
+class UnpacedProvider(ReferenceProvider):
+    """Yields ``count`` text deltas of ``size`` characters without any await between them (or
+    with ``block`` seconds of blocking CPU-like work before each), then stop; records how far it
+    got and when it was closed."""
+
+    def __init__(self, count: int = 21_000, size: int = 8, block: float = 0.0) -> None:
+        super().__init__()
+        self.count = count
+        self.size = size
+        self.block = block
+        self.yielded = 0
+        self.yield_times: list[float] = []
+        self.stopped_at: float | None = None
+        self.stopped = asyncio.Event()
+        self.finished = False
+
+    async def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        self.yielded = 0
+        self.yield_times = []
+        self.stopped.clear()
+        self.finished = False
+        text = "x" * self.size
+        try:
+            yield StreamEvent(stream_start=StreamStart(provider_request_id="req_unpaced"))
+            for _ in range(self.count):
+                if self.block:
+                    time.sleep(self.block)  # noqa: ASYNC251 - CPU work the loop cannot interrupt
+                self.yielded += 1
+                self.yield_times.append(time.monotonic())
+                yield StreamEvent(text_delta=TextDelta(text=text))
+            self.finished = True
+            yield StreamEvent(stop=Stop(reason=StopReason.END_TURN, model_affirmed=True))
+        finally:
+            self.stopped_at = time.monotonic()
+            self.stopped.set()
