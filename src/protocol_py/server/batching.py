@@ -14,9 +14,11 @@ frame with its own socket write, which costs far more than producing the event. 
 * when flow control (or a paused transport) does not allow that write at once, writes the
   buffer from a background task that waits for the window as grpclib does (events are never
   held back waiting for the next upstream read); and
-* makes the handler wait for the writes when the buffer holds :data:`MAX_PENDING_BYTES` or
-  :data:`MAX_PENDING_EVENTS`, and at the end of the stream, so a client that reads slowly
-  slows the upstream read as before and memory stays bounded.
+* makes the handler wait for the writes when the buffer holds more than the peer's HTTP/2
+  flow-control window lets the stream send, :data:`MAX_PENDING_BYTES` or
+  :data:`MAX_PENDING_EVENTS`, while a background write waits, and at the end of the stream:
+  a peer that reads nothing pauses the provider as before (a window's worth of events, not
+  more), and memory stays bounded.
 
 The bytes on the wire are the same gRPC messages in the same order: a gRPC message stream may
 split or join messages across DATA frames freely (gRPC over HTTP/2, "Length-Prefixed-Message"),
@@ -85,8 +87,13 @@ class EventWriter:
         connection = stream._stream.connection
         connection.messages_sent += 1
         connection.last_message_sent = time.monotonic()
-        if self._pending_bytes >= MAX_PENDING_BYTES or len(self._pending) >= 2 * MAX_PENDING_EVENTS:
-            await self.drain()
+        if (
+            self._task is not None
+            or self._pending_bytes >= MAX_PENDING_BYTES
+            or len(self._pending) >= 2 * MAX_PENDING_EVENTS
+            or self._pending_bytes > self._window()
+        ):
+            await self.drain()  # never queue more than the peer's flow-control window takes
         elif not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._write_soon)
@@ -122,6 +129,15 @@ class EventWriter:
             self._failure = exc
         finally:
             self._task = None
+
+    def _window(self) -> int:
+        """Bytes HTTP/2 flow control lets this stream send now (0 when it is closed)."""
+        raw = self._stream._stream
+        try:
+            window: int = raw._h2_connection.local_flow_control_window(raw.id)
+        except Exception:  # the stream is closed: drain() raises grpclib's error
+            return 0
+        return window
 
     def _take(self) -> bytes:
         data = b"".join(self._pending)
