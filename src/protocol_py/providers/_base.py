@@ -45,10 +45,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import betterproto2
 import httpx
 
 from protocol_py import wire
+from protocol_py.accumulate import event_member
 from protocol_py.errors import InvalidValueError
 from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
@@ -674,7 +674,7 @@ class HTTPProvider(Provider, abc.ABC):
             for sse in parser.feed(chunk):
                 raw = None
                 for event in translator.on_event(sse):
-                    if betterproto2.which_one_of(event, "event")[0] in ev.PROGRESS_KINDS:
+                    if event_member(event)[0] in ev.PROGRESS_KINDS:
                         started = True
                         deadline = loop.time() + self.timeouts.idle_timeout_s
                     yield event

@@ -133,6 +133,8 @@ class EventWriter:
     def _window(self) -> int:
         """Bytes HTTP/2 flow control lets this stream send now (0 when it is closed)."""
         raw = self._stream._stream
+        if raw.id is None:
+            return 0
         try:
             window: int = raw._h2_connection.local_flow_control_window(raw.id)
         except Exception:  # the stream is closed: drain() raises grpclib's error
