@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from grpclib.exceptions import GRPCError
+from test_wire import conversation as wire_conversation
 
 from protocol_py import wire
 from protocol_py.providers._openai_request import (
@@ -27,36 +28,18 @@ from protocol_py.providers._translation_cache import TranslationCache
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.server import limits
 from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py.structs import from_struct, to_struct
-from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock, ToolUseBlock
+from protocol_py.structs import from_struct
+from protocol_py_gen.content.v1 import Message, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 
 MODEL = "gpt-6-sol"
 
 
 def conversation(pairs: int) -> StreamCompletionRequest:
-    messages = [Message(role=Role.USER, id="u0", content=[ContentBlock(text=TextBlock(text="go"))])]
-    for i in range(pairs):
-        messages.append(
-            Message(
-                role=Role.ASSISTANT,
-                id=f"a{i}",
-                content=[
-                    ContentBlock(text=TextBlock(text=f"step {i}")),
-                    ContentBlock(
-                        tool_use=ToolUseBlock(
-                            id=f"c{i}", name="shell", input=to_struct({"cmd": f"ls {i}", "n": i})
-                        )
-                    ),
-                ],
-            )
-        )
-        messages.append(
-            Message(
-                role=Role.USER, id=f"u{i + 1}", content=[ContentBlock(text=TextBlock(text="ok"))]
-            )
-        )
-    return StreamCompletionRequest(model_id=MODEL, messages=messages)
+    """test_wire's conversation (text, tool calls with Struct input, tool results) for MODEL."""
+    request = wire_conversation(pairs)
+    request.model_id = MODEL
+    return request
 
 
 @pytest.fixture(scope="module")

@@ -118,12 +118,14 @@ _marks: dict[int, tuple[weakref.ref[betterproto2.Message], int, bool]] = {}
 _marks_lock = threading.RLock()  # re-entered by a weakref callback run by GC
 
 
-def _forget(key: int) -> Callable[[Any], None]:
+def _forget(table: dict[int, Any], key: int) -> Callable[[Any], None]:
+    """The weakref callback removing ``table[key]`` when its message is gone."""
+
     def drop(ref: Any) -> None:
         with _marks_lock:
-            mark = _marks.get(key)
-            if mark is not None and mark[0] is ref:
-                del _marks[key]
+            entry = table.get(key)
+            if entry is not None and entry[0] is ref:
+                del table[key]
 
     return drop
 
@@ -139,7 +141,7 @@ def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
     """
     key = id(message)
     with _marks_lock:
-        _marks[key] = (weakref.ref(message, _forget(key)), size, clean)
+        _marks[key] = (weakref.ref(message, _forget(_marks, key)), size, clean)
 
 
 def _mark(message: betterproto2.Message) -> tuple[Any, int, bool] | None:
@@ -211,17 +213,7 @@ def keep_images(message: betterproto2.Message, field: str, data: bytes) -> None:
         return
     key = id(message)
     with _marks_lock:
-        _images[key] = (weakref.ref(message, _forget_images(key)), field, images)
-
-
-def _forget_images(key: int) -> Callable[[Any], None]:
-    def drop(ref: Any) -> None:
-        with _marks_lock:
-            kept = _images.get(key)
-            if kept is not None and kept[0] is ref:
-                del _images[key]
-
-    return drop
+        _images[key] = (weakref.ref(message, _forget(_images, key)), field, images)
 
 
 def take_images(message: betterproto2.Message, field: str) -> list[bytes] | None:
