@@ -595,34 +595,60 @@ def _rate(value: float | None) -> str:
     return format_usd(Decimal(repr(value)))
 
 
-def _pricing_summary(spec: Any) -> str:
+def _rates_summary(tier: Any, window: Any = None) -> str:
+    """``$IN in / $OUT out[ / $CR cache read] per Mtok`` (USD per million tokens) of a tier, or
+    of one of its windows: each rate the window declares, else the tier's."""
 
+    def rate(name: str) -> float | None:
+        own = None if window is None else getattr(window, name)
+        value: float | None = getattr(tier, name) if own is None else own
+        return value
+
+    text = f"${_rate(rate('input_per_mtok'))} in / ${_rate(rate('output_per_mtok'))} out"
+    if (cache_read := rate("cache_read_per_mtok")) is not None:
+        text += f" / ${_rate(cache_read)} cache read"
+    return text + " per Mtok"
+
+
+def _pricing_summary(spec: Any, at: datetime | None = None) -> str:
+    """The rates that apply at ``at`` (default now) to a prompt of 0 tokens: the tier's, or,
+    while one of the tier's recurring windows holds ``at`` (protocol 1.1), the window's over the
+    tier's, saying which window of how many (numbered from 1) and the tier's own rates."""
     pricing = spec.pricing
     if pricing is None:
         return "?"
     if pricing.free:
         return "free"
     try:
-        index, tier = PricingTable(pricing).resolve(datetime.now(UTC), 0)
+        index, window = PricingTable(pricing).resolve_window(at or datetime.now(UTC), 0)
     except (ValueError, ProtocolError):
         return "invalid"
-    text = f"${_rate(tier.input_per_mtok)} in / ${_rate(tier.output_per_mtok)} out"
-    if tier.cache_read_per_mtok is not None:
-        text += f" / ${_rate(tier.cache_read_per_mtok)} cache read"
-    text += " per Mtok"
-    if len(pricing.tiers) > 1:
-        text += f" (tier {index + 1} of {len(pricing.tiers)} now)"
-    return text
+    tier = pricing.tiers[index]
+    where = f"tier {index + 1} of {len(pricing.tiers)}" if len(pricing.tiers) > 1 else ""
+    if not tier.windows:
+        return _rates_summary(tier) + (f" ({where} now)" if where else "")
+    count = len(tier.windows)
+    if window is None:
+        where += f"{', ' if where else ''}outside its {count} recurring windows"
+        return f"now ({where}): {_rates_summary(tier)}"
+    where += f"{', ' if where else ''}window {window + 1} of {count} recurring windows"
+    return (
+        f"now ({where}): {_rates_summary(tier, tier.windows[window])}; "
+        f"outside: {_rates_summary(tier)}"
+    )
 
 
 TABLE_WIDTH: Final = 100
 """Columns ``capabilities`` fits its table into (characters)."""
 
 
-def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[str]:
+def capabilities_table(
+    models: Sequence[Any], width: int = TABLE_WIDTH, at: datetime | None = None
+) -> list[str]:
     """The ``capabilities`` table: one row per model (MODEL, CONTEXT and MAX OUT in tokens,
     CACHING, THINKING wrapped to the columns left), then an indented ``pricing:`` line (USD per
-    million tokens now, tiers numbered from 1), every line at most ``width`` characters."""
+    million tokens at ``at``, default now: a recurring window's rates while it applies; tiers and
+    windows numbered from 1), every line at most ``width`` characters."""
     head = ("MODEL", "CONTEXT", "MAX OUT", "CACHING")
     rows = [
         (m.id, str(m.context_window), str(m.max_output_tokens), _caching_summary(m)) for m in models
@@ -640,7 +666,7 @@ def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[
         thinking = textwrap.wrap(_thinking_summary(model), room, break_on_hyphens=False) or [""]
         out.append(line(row, thinking[0]).rstrip())
         out.extend((" " * indent + more).rstrip() for more in thinking[1:])
-        pricing = f"pricing (USD): {_pricing_summary(model)}"
+        pricing = f"pricing (USD): {_pricing_summary(model, at)}"
         out.extend(textwrap.wrap(pricing, width, initial_indent=pad, subsequent_indent=pad + "  "))
     return out
 
