@@ -6,14 +6,21 @@ bounding the TLS connect, ``chat`` continuing a paused turn."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from protocol_py import protojson
+from protocol_py.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
 from protocol_py.cli import TABLE_WIDTH, capabilities_table, main
 from protocol_py.providers.catalog import deepseek_models
+
+from .conftest import REPO, Subprocess, spawn_server
+from .test_chat_session import RECORDING, chat, records, still_serving
+
+PAUSING = REPO / "tests" / "server" / "pausing_provider.py"
 
 # A Tuesday: 11:00 UTC is in DeepSeek's off-peak window 10:00-24:00 Mon-Fri (window 3 of 4),
 # 02:00 UTC in the peak hours 01:00-04:00 (the tier's own rates).
@@ -61,10 +68,82 @@ def test_cost_json_names_the_window_that_applied_zero_based(
     total: str,
 ) -> None:
     pricing = tmp_path / "pricing.json"  # deepseek-flash: $0.3/$1.2, off-peak windows at half
-    pricing.write_text(protojson.dumps(deepseek_models()[0].pricing))
+    flash = deepseek_models()[0].pricing
+    assert flash is not None
+    pricing.write_text(protojson.dumps(flash))
     usage = tmp_path / "usage.json"
     usage.write_text(json.dumps({"inputTokens": 1_000_000, "outputTokens": 100_000}))
     argv = ["cost", "--pricing", str(pricing), "--usage", str(usage), "--at", at, "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["tier_index"], out["window_index"], out["total_usd"]) == (0, window_index, total)
+
+
+# -- chat continues a paused turn (protocol 1.1 STOP_REASON_PAUSE_TURN) ------------------------
+
+
+@pytest.fixture
+def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Subprocess, Path]]:
+    """The reference provider recording each request's roles and blocks (JSON lines)."""
+    record = tmp_path / "requests.jsonl"
+    monkeypatch.setenv("RECORD_FILE", str(record))
+    sub = spawn_server("--provider", f"{RECORDING}:RecordingProvider")
+    try:
+        yield sub, record
+    finally:
+        sub.proc.terminate()
+        sub.proc.communicate(timeout=15)
+
+
+def _stops(stdout: str) -> list[str]:
+    return [line.rsplit("stop: ", 1)[1] for line in stdout.splitlines() if "; stop: " in line]
+
+
+def test_one_shot_chat_continues_a_paused_turn_to_its_end(
+    recorded: tuple[Subprocess, Path],
+) -> None:
+    sub, record = recorded
+    done = chat(sub.address, "please pause turn now")
+    assert done.returncode == 0, done.stderr
+    assert _stops(done.stdout) == ["pause_turn", "end_turn"]
+    assert done.stderr.count(PAUSE_MARKER) == 1
+    first, second = records(record)
+    assert [m["role"] for m in second["messages"]] == ["USER", "ASSISTANT"]  # paused, sent back
+    assert second["turn_id"] == first["turn_id"]  # the same turn continues
+
+
+def test_interactive_history_holds_the_paused_and_continued_messages_of_the_turn(
+    recorded: tuple[Subprocess, Path],
+) -> None:
+    sub, record = recorded
+    done = chat(sub.address, stdin="please pause turn now\nand then hello\n")
+    assert done.returncode == 0, done.stderr
+    assert _stops(done.stdout) == ["pause_turn", "end_turn", "end_turn"]
+    assert done.stderr.count(PAUSE_MARKER) == 1 and "dropped" not in done.stderr
+    first, second, third = records(record)
+    assert [m["role"] for m in first["messages"]] == ["USER"]
+    assert [m["role"] for m in second["messages"]] == ["USER", "ASSISTANT"]
+    roles = [m["role"] for m in third["messages"]]
+    assert roles == ["USER", "ASSISTANT", "ASSISTANT", "USER"]
+    assert third["messages"][1] == second["messages"][1]  # the paused message, unmodified
+    assert first["turn_id"] == second["turn_id"] != third["turn_id"]
+
+
+def test_chat_stops_continuing_after_the_bound_and_the_session_goes_on() -> None:
+    sub = spawn_server("--provider", f"{PAUSING}:AlwaysPausingProvider")
+    try:
+        once = chat(sub.address, "hello")
+        assert once.returncode == 1
+        assert _stops(once.stdout) == ["pause_turn"] * (MAX_PAUSE_CONTINUATIONS + 1)
+        assert once.stderr.count(PAUSE_MARKER) == MAX_PAUSE_CONTINUATIONS
+        assert once.stderr.splitlines()[-1] == (
+            "protocol-py chat: the model paused the turn again after 8 continuations in a row; "
+            "stopped continuing; the answer above is incomplete"
+        )
+        session = chat(sub.address, stdin="hello\n")  # the turn is dropped, the session ends
+        assert session.returncode == 1
+        assert session.stderr.rstrip().endswith(f"incomplete; {TURN_DROPPED}")
+        assert sub.proc.poll() is None and still_serving(sub.address)
+    finally:
+        sub.proc.terminate()
+        sub.proc.communicate(timeout=15)
