@@ -436,8 +436,9 @@ DEFAULT_TIMEOUT: Final = 30.0
 
 CONNECT_TIMEOUT: Final = 10.0
 """Longest wait to open the connection of a client command (TCP or unix connect and TLS
-handshake), and the deadline of ``chat``'s first call (GetCapabilities) when ``--timeout`` is
-longer, so a listener that accepts but never answers the HTTP/2 preface fails fast; seconds."""
+handshake; ``--timeout`` when shorter), and the deadline of ``chat``'s first call
+(GetCapabilities) when ``--timeout`` is longer, so a listener that accepts but never answers the
+HTTP/2 preface fails fast; seconds."""
 
 _ADDRESS_FORMS: Final = "expected HOST:PORT, [IPv6]:PORT or unix:PATH"
 
@@ -448,12 +449,16 @@ def _client_for(address: str, args: argparse.Namespace) -> tuple[ModelClient, bo
     try:
         if unix_socket_path(address) is None and parse_address(address, default_port=0)[1] == 0:
             raise CliError(f"--server {address[:120]!r}: no port; {_ADDRESS_FORMS}", EXIT_USAGE)
+    except InvalidValueError as exc:
+        raise CliError(f"--server: {exc}; {_ADDRESS_FORMS}", EXIT_USAGE) from None
+    try:  # the TLS options' own problem, named alone (no --server prefix or address hint)
         context, server_name = client_ssl_from_options(args)
+    except ValueError as exc:  # TLSConfigError: a TLS file, or --tls-cert without --tls-key
+        raise CliError(str(exc), EXIT_USAGE) from None
+    try:
         client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
     except InvalidValueError as exc:
         raise CliError(f"--server: {exc}; {_ADDRESS_FORMS}", EXIT_USAGE) from None
-    except ValueError as exc:  # TLS files
-        raise CliError(str(exc), EXIT_USAGE) from None
     return client, context is not None
 
 
@@ -478,19 +483,23 @@ def _run_client(
     timeout: float,
 ) -> _T:
     """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
-    ``action``, always close. Opening the connection is bounded by :data:`CONNECT_TIMEOUT`;
-    ``action`` passes ``timeout`` (seconds) to its calls."""
+    ``action``, always close. Opening the connection (TCP or unix connect, and the TLS
+    handshake) is bounded by min(:data:`CONNECT_TIMEOUT`, ``--timeout``) seconds; ``action``
+    passes ``timeout`` (seconds) to its calls."""
     opened: list[tuple[ModelClient, bool]] = []
+    connect_within = min(CONNECT_TIMEOUT, args.timeout)
 
     async def run() -> _T:
         opened.append(_client_for(address, args))  # a grpclib Channel binds the running loop
-        client = opened[0][0]
+        client, tls = opened[0]
         try:
             try:
-                await asyncio.wait_for(client.channel.__connect__(), CONNECT_TIMEOUT)
+                async with asyncio.timeout(connect_within):
+                    await client.channel.__connect__()
             except TimeoutError:
+                what = "TLS handshake not completed" if tls else "not connected"
                 raise CliError(
-                    f"cannot connect to {address}: not connected within {CONNECT_TIMEOUT:g}s"
+                    f"cannot connect to {address}: {what} within {connect_within:g}s"
                 ) from None
             return await action(client)
         finally:
