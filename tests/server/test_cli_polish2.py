@@ -5,7 +5,9 @@ bounding the TLS connect, ``chat`` continuing a paused turn."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ import pytest
 
 from protocol_py import protojson
 from protocol_py.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
-from protocol_py.cli import CONNECT_TIMEOUT, TABLE_WIDTH, capabilities_table, main
+from protocol_py.cli import CONNECT_TIMEOUT, TABLE_WIDTH, build_parser, capabilities_table, main
 from protocol_py.providers.catalog import deepseek_models
 
 from ._security import CA, run_cli
@@ -197,3 +199,20 @@ def test_timeout_bounds_the_tls_connect_to_a_silent_listener(
         "completed within 1s\n"
     )
     assert elapsed < CONNECT_TIMEOUT  # interpreter start-up included; was 11.7 s before the fix
+
+
+def test_readme_client_option_list_names_every_client_tls_option() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    sentence = readme.split("Clients (`chat`, `capabilities`, `describe`, `ModelClient.connect`)")
+    listed = set(re.findall(r"--tls[\w-]*", sentence[1].split("\n- ", 1)[0]))
+    subparsers = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    for command in ("chat", "capabilities", "describe"):
+        parser = subparsers.choices[command]
+        options = {o for a in parser._actions for o in a.option_strings if o.startswith("--tls")}
+        assert (
+            options
+            == listed
+            == {"--tls", "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name"}
+        )
