@@ -20,6 +20,7 @@ from protocol_py import protojson
 from protocol_py.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
 from protocol_py.cli import CONNECT_TIMEOUT, TABLE_WIDTH, build_parser, capabilities_table, main
 from protocol_py.providers.catalog import deepseek_models
+from protocol_py.version import PACKAGE_VERSION
 
 from ._security import CA, run_cli
 from .conftest import REPO, Subprocess, spawn_server
@@ -216,3 +217,14 @@ def test_readme_client_option_list_names_every_client_tls_option() -> None:
             == listed
             == {"--tls", "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name"}
         )
+
+
+def test_readme_pinning_says_how_to_build_the_wheel_it_tells_users_to_install() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    pinning = readme.split("## Pinning the protocol version", 1)[1].split("\n## ", 1)[0]
+    wheel = f"protocol_py-{PACKAGE_VERSION}-py3-none-any.whl"  # the name tests/test_packaging.py
+    assert f"pip install {wheel}" in pinning  # builds with `python -m build`
+    assert f"# {wheel}" in pinning
+    assert f"git checkout v{PACKAGE_VERSION}\n" in pinning
+    assert "python -m build --wheel" in pinning and "pip wheel --no-deps -w dist ." in pinning
+    assert "Releases are tagged `vX.Y.Z`" in pinning
