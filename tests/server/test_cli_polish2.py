@@ -22,9 +22,10 @@ from protocol_py.cli import CONNECT_TIMEOUT, TABLE_WIDTH, build_parser, capabili
 from protocol_py.providers.catalog import deepseek_models
 from protocol_py.version import PACKAGE_VERSION
 
+from . import test_chat_session as chat_session
 from ._security import CA, run_cli
 from .conftest import REPO, Subprocess, spawn_server
-from .test_chat_session import RECORDING, chat, records, still_serving
+from .test_chat_session import chat, records, still_serving
 
 PAUSING = REPO / "tests" / "server" / "pausing_provider.py"
 
@@ -44,22 +45,27 @@ def _pricing_text(rows: list[str]) -> str:
     return " ".join(text)
 
 
-def test_capabilities_shows_the_window_rates_that_apply_now_and_the_window_count() -> None:
-    rows = capabilities_table(deepseek_models(), at=OFF_PEAK)
+@pytest.mark.parametrize(
+    ("at", "expected"),
+    [
+        (  # inside window 3 (10:00-24:00 Mon-Fri): its rates, then the tier's outside windows
+            OFF_PEAK,
+            "pricing (USD): now (window 3 of 4 recurring windows): $0.15 in / $0.6 out / $0.003 "
+            "cache read per Mtok; outside: $0.3 in / $1.2 out / $0.006 cache read per Mtok",
+        ),
+        (  # peak hours: the tier's own rates, and that the tier has 4 windows
+            PEAK,
+            "pricing (USD): now (outside its 4 recurring windows): $0.3 in / $1.2 out / $0.006 "
+            "cache read per Mtok",
+        ),
+    ],
+)
+def test_capabilities_shows_the_rates_that_apply_now_and_the_window_count(
+    at: datetime, expected: str
+) -> None:
+    rows = capabilities_table(deepseek_models(), at=at)
     assert max(len(r) for r in rows) <= TABLE_WIDTH
-    assert _pricing_text(rows) == (
-        "pricing (USD): now (window 3 of 4 recurring windows): $0.15 in / $0.6 out / $0.003 "
-        "cache read per Mtok; outside: $0.3 in / $1.2 out / $0.006 cache read per Mtok"
-    )
-
-
-def test_capabilities_outside_every_window_shows_the_tier_rates_and_the_window_count() -> None:
-    rows = capabilities_table(deepseek_models(), at=PEAK)
-    assert max(len(r) for r in rows) <= TABLE_WIDTH
-    assert _pricing_text(rows) == (
-        "pricing (USD): now (outside its 4 recurring windows): $0.3 in / $1.2 out / $0.006 "
-        "cache read per Mtok"
-    )
+    assert _pricing_text(rows) == expected
 
 
 @pytest.mark.parametrize(
@@ -88,17 +94,7 @@ def test_cost_json_names_the_window_that_applied_zero_based(
 # -- chat continues a paused turn (protocol 1.1 STOP_REASON_PAUSE_TURN) ------------------------
 
 
-@pytest.fixture
-def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Subprocess, Path]]:
-    """The reference provider recording each request's roles and blocks (JSON lines)."""
-    record = tmp_path / "requests.jsonl"
-    monkeypatch.setenv("RECORD_FILE", str(record))
-    sub = spawn_server("--provider", f"{RECORDING}:RecordingProvider")
-    try:
-        yield sub, record
-    finally:
-        sub.proc.terminate()
-        sub.proc.communicate(timeout=15)
+recorded = chat_session.recorded  # the recording provider fixture (requests as JSON lines)
 
 
 def _stops(stdout: str) -> list[str]:
