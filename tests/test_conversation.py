@@ -5,6 +5,7 @@ provider, end to end over gRPC."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,11 +13,11 @@ from ulid import ULID
 
 from protocol_py import Conversation, ModelClient, ModelServer
 from protocol_py.accumulate import accumulate
-from protocol_py.conversation import document, image, tool
+from protocol_py.conversation import document, image, text, tool
 from protocol_py.errors import InvalidValueError, ValidationError
 from protocol_py.providers.reference import ReferenceProvider, reference_models
 from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.content.v1 import Role
+from protocol_py_gen.content.v1 import Message, Role
 from protocol_py_gen.model.v1 import (
     GenerationParams,
     StopReason,
@@ -217,3 +218,23 @@ async def test_multi_turn_with_a_tool_call_against_the_reference_provider() -> N
     assert thinking and thinking[0].signature.startswith(b"refsig:")
     assert thinking == [b.thinking for b in first.message.content if b.thinking is not None]
     assert [len(r.messages) for r in provider.requests] == [1, 3, 5]
+
+
+def test_request_shares_the_history_messages_and_a_deepcopy_edits_safely() -> None:
+    """``Conversation.request()`` is read-only (documented): new lists, the history's own
+    Message objects; editing a ``copy.deepcopy`` of it leaves later turns unchanged."""
+    conv = Conversation("m")
+    conv.user("first question")
+    request = conv.request()
+    assert request.messages is not conv.messages
+    assert request.messages[0] is conv.messages[0]  # shared, not copied
+    request.messages.append(Message(role=Role.USER, id="x", content=[text("appended")]))
+    assert len(conv.messages) == 1  # the list itself is the request's own
+    edited = copy.deepcopy(request)
+    edited.messages[0].content[0].text.text = "edited"  # type: ignore[union-attr]
+    conv.user("second question")
+    later = conv.request()
+    assert [m.content[0].text.text for m in later.messages] == [  # type: ignore[union-attr]
+        "first question",
+        "second question",
+    ]

@@ -33,12 +33,14 @@ class FallbackError(Exception):
 
 class State:
     """Per-call decoding state: ``clean`` stays True while every enum number is a known member
-    and every map entry carries its message value."""
+    and every map entry carries its message value; ``unknown`` turns True at the first field
+    number the class does not know (kept in ``_unknown_fields``)."""
 
-    __slots__ = ("clean",)
+    __slots__ = ("clean", "unknown")
 
     def __init__(self) -> None:
         self.clean = True
+        self.unknown = False
 
 
 def varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -76,10 +78,11 @@ def varint_bytes(value: int) -> bytes:
 
 
 def skip_unknown(  # noqa: PLR0917  (called from generated code, positionally)
-    data: bytes, start: int, pos: int, tag: int, end: int, d: dict[str, Any]
+    data: bytes, start: int, pos: int, tag: int, end: int, d: dict[str, Any], st: State
 ) -> int:
     """Skip the unknown field whose tag ended at ``pos``; its raw bytes go to
-    ``_unknown_fields`` as betterproto2 keeps them."""
+    ``_unknown_fields`` as betterproto2 keeps them (``st.unknown`` is set)."""
+    st.unknown = True
     wire = tag & 7
     if wire == 0:
         _, pos = varint(data, pos)
@@ -291,7 +294,7 @@ class _Generator:
         lines.append("        else:" if branches else "        if True:")
         lines.append(f"{i3}if (tag >> 3) in {numbers_name}:")
         lines.append(f"{i4}raise FallbackError  # a known field with another wire type")
-        lines.append(f"{i3}pos = skip_unknown(data, start, pos, tag, end, d)")
+        lines.append(f"{i3}pos = skip_unknown(data, start, pos, tag, end, d, st)")
         lines += ["    if pos != end:", "        raise FallbackError", "    return obj", ""]
         return "\n".join(lines), needs
 
@@ -413,7 +416,7 @@ class _Generator:
             "        elif (tag >> 3) in (1, 2):",
             "            raise FallbackError",
             "        else:",
-            "            pos = skip_unknown(data, start, pos, tag, end, d)",
+            "            pos = skip_unknown(data, start, pos, tag, end, d, st)",
         ]
         return lines, needs
 

@@ -5,7 +5,10 @@ The prompt comes from the command line, from stdin (``-``) or from a file (``@FI
 terminal or a pipe) until end of input or ``/exit``, keeping the history in a
 :class:`~protocol_py.conversation.Conversation`: each assistant message, thinking blocks and
 their signatures included, is replayed on the next turn. When the model calls tools, the next
-line(s) answer the calls, one line per call, in order.
+line(s) answer the calls, one line per call, in order. A turn the model pauses (protocol 1.1
+STOP_REASON_PAUSE_TURN) is continued automatically: the paused assistant message stays in the
+history and goes back unmodified as the last message of the next request (:data:`PAUSE_MARKER`
+on stderr), at most :data:`MAX_PAUSE_CONTINUATIONS` times in a row.
 
 Output: thinking dim (``[thinking]`` prefix), answer text, tool calls in brackets, then one
 line ``tokens: ...; cost: ... USD; stop: ...`` on stdout. An in-band error ends the answer and
@@ -38,6 +41,7 @@ from protocol_py.client import ModelClient
 from protocol_py.conversation import Conversation
 from protocol_py.errors import ProtocolError, ValidationError, describe_json_error
 from protocol_py.pricing import cost
+from protocol_py.replay import is_paused
 from protocol_py_gen.model.v1 import (
     GenerationParams,
     ModelSpec,
@@ -48,8 +52,10 @@ from protocol_py_gen.model.v1 import (
 __all__ = [
     "CAPABILITIES_TIMEOUT",
     "EXIT_CANCELLED",
+    "MAX_PAUSE_CONTINUATIONS",
     "MAX_PROMPT_BYTES",
     "MAX_TOOLS_FILE_BYTES",
+    "PAUSE_MARKER",
     "ChatError",
     "ChatOptions",
     "chat_interactive",
@@ -78,6 +84,14 @@ listener that accepts but never answers (not even the HTTP/2 preface) fails with
 TURN_DROPPED: Final = "the turn was dropped; the session goes on"
 """Said on stderr after a failed turn of an interactive session (in-band error, deadline,
 Ctrl-C): the turn is left out of the history and the next line starts a new one."""
+
+MAX_PAUSE_CONTINUATIONS: Final = 8
+"""Most paused turns (protocol 1.1 STOP_REASON_PAUSE_TURN) ``chat`` continues in a row within
+one user turn, requests; a turn still paused after that many continuations fails (it is
+incomplete) and is dropped from an interactive session's history."""
+
+PAUSE_MARKER: Final = "[paused by the model; continuing]"
+"""Said on stderr each time ``chat`` continues a paused turn."""
 
 EXIT_COMMANDS: Final = ("/exit", "/quit")
 """Lines that end an interactive session (besides end of input)."""
@@ -369,22 +383,68 @@ def _finish(turn: _Turn, spec: ModelSpec, out: TextIO) -> str | None:
     return None
 
 
-async def chat_once(client: ModelClient, prompt: str, options: ChatOptions, out: TextIO) -> int:
-    """Stream one answer to ``prompt``; returns 0.
+async def _complete_turn(
+    client: ModelClient,
+    conv: Conversation,
+    spec: ModelSpec,
+    out: TextIO,
+    err: TextIO,
+    *,
+    timeout: float,  # noqa: ASYNC109 - the RPC deadline of each request, seconds
+) -> str | None:
+    """Stream the next answer and append it to ``conv``'s history; while the model pauses the
+    turn (protocol 1.1 STOP_REASON_PAUSE_TURN) the paused assistant message goes back unmodified
+    as the last message of the next request, which continues the turn (:data:`PAUSE_MARKER` on
+    ``err``), at most :data:`MAX_PAUSE_CONTINUATIONS` times in a row. Returns the problem (see
+    :func:`_finish`), or None when the turn ended.
 
     Raises:
-        ChatError: an in-band error or incomplete stream (status 1), an invalid request or
+        ChatError: as :func:`_stream_turn` (the history may hold paused messages of this turn).
+        _CancelledError: SIGINT during a stream.
+    """
+    for continuations in range(MAX_PAUSE_CONTINUATIONS + 1):
+        turn = await _stream_turn(client, conv, out, timeout)
+        problem = _finish(turn, spec, out)
+        if problem is not None:
+            return problem
+        paused = is_paused(turn.result.stop)
+        if paused and continuations == MAX_PAUSE_CONTINUATIONS:
+            break
+        conv.assistant(turn.result)
+        if not paused:
+            return None
+        print(PAUSE_MARKER, file=err, flush=True)
+    return (
+        f"the model paused the turn again after {MAX_PAUSE_CONTINUATIONS} continuations in a "
+        "row; stopped continuing; the answer above is incomplete"
+    )
+
+
+async def chat_once(
+    client: ModelClient,
+    prompt: str,
+    options: ChatOptions,
+    out: TextIO,
+    err: TextIO | None = None,
+) -> int:
+    """Stream one answer to ``prompt``, continuing a paused turn (:func:`_complete_turn`;
+    markers on ``err``, default stderr); returns 0.
+
+    Raises:
+        ChatError: an in-band error, an incomplete stream or a turn still paused after
+            :data:`MAX_PAUSE_CONTINUATIONS` continuations (status 1), an invalid request or
             unknown model (2), SIGINT (130).
     """
     conv, spec = await _open(client, options)
     conv.user(prompt)
     try:
-        turn = await _stream_turn(client, conv, out, options.timeout)
+        problem = await _complete_turn(
+            client, conv, spec, out, sys.stderr if err is None else err, timeout=options.timeout
+        )
     except _CancelledError:
         raise ChatError(
             "cancelled (SIGINT); the answer above is incomplete", EXIT_CANCELLED
         ) from None
-    problem = _finish(turn, spec, out)
     if problem is not None:
         raise ChatError(problem)
     return 0
@@ -485,7 +545,7 @@ async def chat_interactive(
         else:
             added = conv.user(text)
         try:
-            turn = await _stream_turn(client, conv, out, options.timeout)
+            problem = await _complete_turn(client, conv, spec, out, err, timeout=options.timeout)
         except _CancelledError:
             print(f"protocol-py chat: cancelled (SIGINT); {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
@@ -495,13 +555,11 @@ async def chat_interactive(
             _drop_from(conv, added)
             status = exc.status
             continue
-        problem = _finish(turn, spec, out)
         if problem is not None:
             print(f"protocol-py chat: {problem}; {TURN_DROPPED}", file=err)
             _drop_from(conv, added)
             status = 1
             continue
-        conv.assistant(turn.result)
         status = 0
 
 

@@ -436,8 +436,9 @@ DEFAULT_TIMEOUT: Final = 30.0
 
 CONNECT_TIMEOUT: Final = 10.0
 """Longest wait to open the connection of a client command (TCP or unix connect and TLS
-handshake), and the deadline of ``chat``'s first call (GetCapabilities) when ``--timeout`` is
-longer, so a listener that accepts but never answers the HTTP/2 preface fails fast; seconds."""
+handshake; ``--timeout`` when shorter), and the deadline of ``chat``'s first call
+(GetCapabilities) when ``--timeout`` is longer, so a listener that accepts but never answers the
+HTTP/2 preface fails fast; seconds."""
 
 _ADDRESS_FORMS: Final = "expected HOST:PORT, [IPv6]:PORT or unix:PATH"
 
@@ -448,12 +449,16 @@ def _client_for(address: str, args: argparse.Namespace) -> tuple[ModelClient, bo
     try:
         if unix_socket_path(address) is None and parse_address(address, default_port=0)[1] == 0:
             raise CliError(f"--server {address[:120]!r}: no port; {_ADDRESS_FORMS}", EXIT_USAGE)
+    except InvalidValueError as exc:
+        raise CliError(f"--server: {exc}; {_ADDRESS_FORMS}", EXIT_USAGE) from None
+    try:  # the TLS options' own problem, named alone (no --server prefix or address hint)
         context, server_name = client_ssl_from_options(args)
+    except ValueError as exc:  # TLSConfigError: a TLS file, or --tls-cert without --tls-key
+        raise CliError(str(exc), EXIT_USAGE) from None
+    try:
         client = ModelClient.connect(address, ssl=context, server_hostname=server_name)
     except InvalidValueError as exc:
         raise CliError(f"--server: {exc}; {_ADDRESS_FORMS}", EXIT_USAGE) from None
-    except ValueError as exc:  # TLS files
-        raise CliError(str(exc), EXIT_USAGE) from None
     return client, context is not None
 
 
@@ -478,19 +483,23 @@ def _run_client(
     timeout: float,
 ) -> _T:
     """Connect to ``address`` (TLS from ``args``' options) inside a fresh event loop, run
-    ``action``, always close. Opening the connection is bounded by :data:`CONNECT_TIMEOUT`;
-    ``action`` passes ``timeout`` (seconds) to its calls."""
+    ``action``, always close. Opening the connection (TCP or unix connect, and the TLS
+    handshake) is bounded by min(:data:`CONNECT_TIMEOUT`, ``--timeout``) seconds; ``action``
+    passes ``timeout`` (seconds) to its calls."""
     opened: list[tuple[ModelClient, bool]] = []
+    connect_within = min(CONNECT_TIMEOUT, args.timeout)
 
     async def run() -> _T:
         opened.append(_client_for(address, args))  # a grpclib Channel binds the running loop
-        client = opened[0][0]
+        client, tls = opened[0]
         try:
             try:
-                await asyncio.wait_for(client.channel.__connect__(), CONNECT_TIMEOUT)
+                async with asyncio.timeout(connect_within):
+                    await client.channel.__connect__()
             except TimeoutError:
+                what = "TLS handshake not completed" if tls else "not connected"
                 raise CliError(
-                    f"cannot connect to {address}: not connected within {CONNECT_TIMEOUT:g}s"
+                    f"cannot connect to {address}: {what} within {connect_within:g}s"
                 ) from None
             return await action(client)
         finally:
@@ -595,34 +604,60 @@ def _rate(value: float | None) -> str:
     return format_usd(Decimal(repr(value)))
 
 
-def _pricing_summary(spec: Any) -> str:
+def _rates_summary(tier: Any, window: Any = None) -> str:
+    """``$IN in / $OUT out[ / $CR cache read] per Mtok`` (USD per million tokens) of a tier, or
+    of one of its windows: each rate the window declares, else the tier's."""
 
+    def rate(name: str) -> float | None:
+        own = None if window is None else getattr(window, name)
+        value: float | None = getattr(tier, name) if own is None else own
+        return value
+
+    text = f"${_rate(rate('input_per_mtok'))} in / ${_rate(rate('output_per_mtok'))} out"
+    if (cache_read := rate("cache_read_per_mtok")) is not None:
+        text += f" / ${_rate(cache_read)} cache read"
+    return text + " per Mtok"
+
+
+def _pricing_summary(spec: Any, at: datetime | None = None) -> str:
+    """The rates that apply at ``at`` (default now) to a prompt of 0 tokens: the tier's, or,
+    while one of the tier's recurring windows holds ``at`` (protocol 1.1), the window's over the
+    tier's, saying which window of how many (numbered from 1) and the tier's own rates."""
     pricing = spec.pricing
     if pricing is None:
         return "?"
     if pricing.free:
         return "free"
     try:
-        index, tier = PricingTable(pricing).resolve(datetime.now(UTC), 0)
+        index, window = PricingTable(pricing).resolve_window(at or datetime.now(UTC), 0)
     except (ValueError, ProtocolError):
         return "invalid"
-    text = f"${_rate(tier.input_per_mtok)} in / ${_rate(tier.output_per_mtok)} out"
-    if tier.cache_read_per_mtok is not None:
-        text += f" / ${_rate(tier.cache_read_per_mtok)} cache read"
-    text += " per Mtok"
-    if len(pricing.tiers) > 1:
-        text += f" (tier {index + 1} of {len(pricing.tiers)} now)"
-    return text
+    tier = pricing.tiers[index]
+    where = f"tier {index + 1} of {len(pricing.tiers)}" if len(pricing.tiers) > 1 else ""
+    if not tier.windows:
+        return _rates_summary(tier) + (f" ({where} now)" if where else "")
+    count = len(tier.windows)
+    if window is None:
+        where += f"{', ' if where else ''}outside its {count} recurring windows"
+        return f"now ({where}): {_rates_summary(tier)}"
+    where += f"{', ' if where else ''}window {window + 1} of {count} recurring windows"
+    return (
+        f"now ({where}): {_rates_summary(tier, tier.windows[window])}; "
+        f"outside: {_rates_summary(tier)}"
+    )
 
 
 TABLE_WIDTH: Final = 100
 """Columns ``capabilities`` fits its table into (characters)."""
 
 
-def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[str]:
+def capabilities_table(
+    models: Sequence[Any], width: int = TABLE_WIDTH, at: datetime | None = None
+) -> list[str]:
     """The ``capabilities`` table: one row per model (MODEL, CONTEXT and MAX OUT in tokens,
     CACHING, THINKING wrapped to the columns left), then an indented ``pricing:`` line (USD per
-    million tokens now, tiers numbered from 1), every line at most ``width`` characters."""
+    million tokens at ``at``, default now: a recurring window's rates while it applies; tiers and
+    windows numbered from 1), every line at most ``width`` characters."""
     head = ("MODEL", "CONTEXT", "MAX OUT", "CACHING")
     rows = [
         (m.id, str(m.context_window), str(m.max_output_tokens), _caching_summary(m)) for m in models
@@ -640,7 +675,7 @@ def capabilities_table(models: Sequence[Any], width: int = TABLE_WIDTH) -> list[
         thinking = textwrap.wrap(_thinking_summary(model), room, break_on_hyphens=False) or [""]
         out.append(line(row, thinking[0]).rstrip())
         out.extend((" " * indent + more).rstrip() for more in thinking[1:])
-        pricing = f"pricing (USD): {_pricing_summary(model)}"
+        pricing = f"pricing (USD): {_pricing_summary(model, at)}"
         out.extend(textwrap.wrap(pricing, width, initial_indent=pad, subsequent_indent=pad + "  "))
     return out
 

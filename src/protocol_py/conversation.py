@@ -348,6 +348,13 @@ class Conversation:
         params (``params``/``tools`` override the conversation's for this request only),
         cache breakpoints and ``call_context``.
 
+        The request is read-only: its lists are new, but the Message (and ContextSection,
+        ToolDeclaration) objects in them are the conversation's own, not copied, so building a
+        request costs no copy of the whole history and its attachments. Mutating one changes
+        the history every later request carries; to send a modified request, edit a copy
+        (``copy.deepcopy(request)``: about 6 ms at 600 text messages, as long again as building
+        it; benchmarks/conversation_request_copy.py).
+
         Raises:
             ValidationError: the request breaks a rule against the ModelSpec (or, without one,
                 a rule that needs none); every violation is listed with its field path.

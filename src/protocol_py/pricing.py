@@ -964,7 +964,8 @@ class CostBreakdown:
         return format_usd(self.total)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: ``{"tier_index": int | None, "terms": {name: decimal string},
+        """A JSON-ready dict: ``{"tier_index": int | None, "window_index": int | None,
+        "terms": {name: decimal string},
         "total_usd": str, "free": bool, "vendor_cost": {"amount", "unit", "currency"?} | None,
         "components": [{"name": str, "value": int}]}``."""
         vendor: dict[str, Any] | None = None
@@ -974,6 +975,7 @@ class CostBreakdown:
                 vendor["currency"] = self.vendor_cost.currency
         return {
             "tier_index": self.tier_index,
+            "window_index": self.window_index,
             "terms": {name: format_usd(self.terms[name]) for name in TERM_NAMES},
             "total_usd": self.total_usd(),
             "free": self.free,

@@ -21,10 +21,12 @@ rules (the instant-to-local map is a function).
 Rule ids: ``pricing.tiers.window.too_many``, ``pricing.tiers.window.invalid_time``,
 ``pricing.tiers.window.empty``, ``pricing.tiers.window.invalid_day``,
 ``pricing.tiers.window.duplicate_day``, ``pricing.tiers.window.unknown_zone``,
-``pricing.tiers.window.mixed_zones`` (two zones in one tier) and
-``pricing.tiers.window.overlap`` (two windows of one tier hold one instant; the message names
-the instant, its local wall time and zone, and a prompt size). The window's rates are checked by
-:mod:`protocol_py.pricing` with the tier's rate rules.
+``pricing.tiers.window.mixed_zones`` (a window not in the tier's zone: the zone most of its
+windows follow, on a tie the one named first) and ``pricing.tiers.window.overlap`` (two windows
+of one tier hold one instant; the message names the instant, its local wall time and zone, and a
+prompt size). Overlap is checked among the windows that are valid on their own and follow the
+tier's zone even when another window of the tier breaks a rule, so every violation is reported.
+The window's rates are checked by :mod:`protocol_py.pricing` with the tier's rate rules.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import functools
 import re
 import zoneinfo
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Final
@@ -370,7 +373,7 @@ def parse_windows(
         return False, None
     ok = True
     zones: list[tuple[int, str]] = []
-    spans: list[tuple[int, int, int]] = []
+    own_spans: dict[int, list[tuple[int, int, int]]] = {}  # of the windows valid on their own
     for j, window in enumerate(windows):
         at = f"{where}.windows[{j}]"
         if not isinstance(window, PricingWindow):
@@ -391,21 +394,26 @@ def parse_windows(
         if not minutes_ok or days is None or zone is None:
             ok = False
             continue
-        spans.extend(_window_spans(window.start_minute, window.end_minute, days, j))
-    first_zone = zones[0][1] if zones else DEFAULT_TIME_ZONE
+        own_spans[j] = _window_spans(window.start_minute, window.end_minute, days, j)
+    # The tier's zone is the one most of its windows follow (a tie: the one named first); a
+    # window in another zone is mixed_zones, and the overlap check below still runs among the
+    # valid windows of the tier's zone, so one broken window never hides an overlap.
+    counts = Counter(zone for _, zone in zones)
+    tier_zone = max(counts, key=counts.__getitem__) if zones else DEFAULT_TIME_ZONE
+    first = next((j for j, zone in zones if zone == tier_zone), 0)
     for j, zone in zones:
-        if zone != first_zone:
+        if zone != tier_zone:
             ok = False
             out.append(
                 Violation(
                     f"{where}.windows[{j}].time_zone",
                     "pricing.tiers.window.mixed_zones",
-                    f"windows[{j}] follows {zone!r} but windows[{zones[0][0]}] follows "
-                    f"{first_zone!r}; every window of a tier uses one time zone",
+                    f"windows[{j}] follows {zone!r} but windows[{first}] follows "
+                    f"{tier_zone!r}; every window of a tier uses one time zone",
                 )
             )
-    if not ok:
-        return False, None
+    in_zone = {j for j, zone in zones if zone == tier_zone}
+    spans = [piece for j, pieces in own_spans.items() if j in in_zone for piece in pieces]
     spans.sort()
     reported: set[tuple[int, int]] = set()
     reach_end, reach_window = 0, -1
@@ -421,14 +429,14 @@ def parse_windows(
                 Violation(
                     f"{where}.windows[{pair[1]}]",
                     "pricing.tiers.window.overlap",
-                    f"{_point(lo, first_zone, span, size)}: windows[{pair[0]}] and "
+                    f"{_point(lo, tier_zone, span, size)}: windows[{pair[0]}] and "
                     f"windows[{pair[1]}] both hold local {both}; the windows of one tier must "
                     "not overlap (exactly one rate set per instant)",
                 )
             )
         if hi > reach_end:
             reach_end, reach_window = hi, j
-    return (True, _runs(first_zone, spans)) if ok else (False, None)
+    return (True, _runs(tier_zone, spans)) if ok else (False, None)
 
 
 # ---------------------------------------------------------------------------------------------

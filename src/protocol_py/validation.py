@@ -645,11 +645,21 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
 _TOOL_RESULT_KINDS = frozenset({"text", "image", "document"})
 
 
+_ONEOF_MEMBERS: dict[tuple[type[betterproto2.Message], str], tuple[str, ...]] = {}
+"""(class, oneof group) -> the group's member names in declaration order, built once."""
+
+
 def _set_members(message: betterproto2.Message, group: str) -> list[str]:
-    fields = _meta(type(message)).oneof_field_by_group.get(group, set())
-    names = [f.name for f in fields if getattr(message, f.name, None) is not None]
-    order = list(_meta(type(message)).meta_by_field_name)
-    return sorted(names, key=order.index)
+    """The members of oneof ``group`` set on ``message``, in declaration order."""
+    key = (type(message), group)
+    names = _ONEOF_MEMBERS.get(key)
+    if names is None:
+        meta = _meta(type(message))
+        order = list(meta.meta_by_field_name)
+        fields = meta.oneof_field_by_group.get(group, set())
+        names = tuple(sorted((f.name for f in fields), key=order.index))
+        _ONEOF_MEMBERS[key] = names
+    return [name for name in names if getattr(message, name, None) is not None]
 
 
 class _RequestChecker:

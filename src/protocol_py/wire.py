@@ -36,15 +36,25 @@ from typing import Any, TypeVar
 import betterproto2
 from grpclib.encoding.proto import ProtoCodec
 
-from protocol_py._wire_gen import GENERATOR, MAX_FAST_DEPTH, FallbackError, State, encode_any
+from protocol_py._wire_gen import (
+    GENERATOR,
+    MAX_FAST_DEPTH,
+    FallbackError,
+    State,
+    encode_any,
+    varint,
+)
 
 __all__ = [
     "MAX_FAST_DEPTH",
     "WireCodec",
     "decode",
     "decode_checked",
+    "decode_report",
     "encode",
+    "keep_images",
     "mark_decoded",
+    "take_images",
     "take_wire_clean",
     "wire_size",
 ]
@@ -70,14 +80,31 @@ def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
     Raises:
         Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
     """
+    message, clean, _ = decode_report(cls, data)
+    return message, clean
+
+
+def decode_report(cls: type[M], data: bytes) -> tuple[M, bool, bool]:
+    """:func:`decode_checked`, also saying whether every field was one ``cls`` knows.
+
+    Returns:
+        ``(message, clean, exact)``: ``exact`` is True when the fast path decoded the whole
+        message and met no field number its class does not know, i.e. every field of the
+        wire data is a known field with its declared wire type (a known field with another
+        wire type makes the fast path hand back to betterproto2: not exact). The server then
+        needs no walk of upb's unknown fields (:func:`protocol_py.server.limits.decode_request`).
+
+    Raises:
+        Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
+    """
     if not isinstance(data, bytes):
         data = bytes(data)
     st = State()
     try:
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
     except (FallbackError, IndexError, UnicodeDecodeError, struct.error, RecursionError):
-        return cls.parse(data), False
-    return message, st.clean
+        return cls.parse(data), False, False
+    return message, st.clean, not st.unknown
 
 
 def decode(cls: type[M], data: bytes) -> M:
@@ -91,12 +118,14 @@ _marks: dict[int, tuple[weakref.ref[betterproto2.Message], int, bool]] = {}
 _marks_lock = threading.RLock()  # re-entered by a weakref callback run by GC
 
 
-def _forget(key: int) -> Callable[[Any], None]:
+def _forget(table: dict[int, Any], key: int) -> Callable[[Any], None]:
+    """The weakref callback removing ``table[key]`` when its message is gone."""
+
     def drop(ref: Any) -> None:
         with _marks_lock:
-            mark = _marks.get(key)
-            if mark is not None and mark[0] is ref:
-                del _marks[key]
+            entry = table.get(key)
+            if entry is not None and entry[0] is ref:
+                del table[key]
 
     return drop
 
@@ -112,7 +141,7 @@ def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
     """
     key = id(message)
     with _marks_lock:
-        _marks[key] = (weakref.ref(message, _forget(key)), size, clean)
+        _marks[key] = (weakref.ref(message, _forget(_marks, key)), size, clean)
 
 
 def _mark(message: betterproto2.Message) -> tuple[Any, int, bool] | None:
@@ -135,6 +164,68 @@ def take_wire_clean(message: betterproto2.Message) -> bool:
             return False
         _marks[id(message)] = (mark[0], mark[1], False)
     return True
+
+
+# -- wire images of repeated sub-messages ---------------------------------------------------------
+
+_images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes]]] = {}
+
+
+def field_images(data: bytes, number: int) -> list[bytes] | None:
+    """The raw bytes of every top-level length-delimited field ``number`` of ``data``, in wire
+    order (for a repeated message field: each element's own serialization); None when
+    ``data`` does not scan as protobuf (never raised)."""
+    out: list[bytes] = []
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            tag, pos = varint(data, pos)
+            kind = tag & 7
+            if kind == 0:
+                _, pos = varint(data, pos)
+            elif kind == 1:
+                pos += 8
+            elif kind == 5:
+                pos += 4
+            elif kind == 2:
+                size, pos = varint(data, pos)
+                if tag >> 3 == number:
+                    out.append(data[pos : pos + size])
+                pos += size
+            else:
+                return None
+    except (FallbackError, IndexError):
+        return None
+    return out if pos == end else None
+
+
+def keep_images(message: betterproto2.Message, field: str, data: bytes) -> None:
+    """Keep, for one :func:`take_images`, the wire image of each element of the repeated
+    message field ``field`` of ``message``, just decoded exactly (:func:`decode_report`) from
+    ``data``; the images go with the message (weakly held). The server keeps those of a
+    request's ``messages``: the OpenAI-compatible adapter keys its translation cache with them
+    instead of encoding every message again (an image decodes to exactly the message)."""
+    cls: type[Any] = type(message)
+    meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
+    number = meta.meta_by_field_name[field].number
+    images = field_images(data, number)
+    if images is None or len(images) != len(getattr(message, field)):
+        return
+    key = id(message)
+    with _marks_lock:
+        _images[key] = (weakref.ref(message, _forget(_images, key)), field, images)
+
+
+def take_images(message: betterproto2.Message, field: str) -> list[bytes] | None:
+    """The images :func:`keep_images` kept for ``message``'s ``field`` (then forgotten), or
+    None; also None when the field no longer holds as many elements."""
+    with _marks_lock:
+        kept = _images.get(id(message))
+        if kept is None or kept[0]() is not message or kept[1] != field:
+            return None
+        del _images[id(message)]
+    images = kept[2]
+    return images if len(images) == len(getattr(message, field)) else None
 
 
 # -- encoding -----------------------------------------------------------------------------------

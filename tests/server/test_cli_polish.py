@@ -76,7 +76,15 @@ def test_cost_json_keys_are_exactly_those_the_readme_documents(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     keys, terms = documented_cost_keys()
-    assert keys == ["tier_index", "terms", "total_usd", "free", "vendor_cost", "components"]
+    assert keys == [
+        "tier_index",
+        "window_index",
+        "terms",
+        "total_usd",
+        "free",
+        "vendor_cost",
+        "components",
+    ]
     assert terms == list(TERM_NAMES)
     pricing = tmp_path / "pricing.json"
     pricing.write_text(
@@ -89,6 +97,7 @@ def test_cost_json_keys_are_exactly_those_the_readme_documents(
     assert list(out) == keys
     assert list(out["terms"]) == terms
     assert out["tier_index"] == 0 and out["total_usd"] == "0.00315"
+    assert out["window_index"] is None
 
 
 @pytest.mark.parametrize(

@@ -45,10 +45,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import betterproto2
 import httpx
 
 from protocol_py import wire
+from protocol_py.accumulate import event_member
 from protocol_py.errors import InvalidValueError
 from protocol_py.offload import run_cpu
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
@@ -59,6 +59,7 @@ from protocol_py.providers._body import (
     decoded_body,
     read_capped,
 )
+from protocol_py.providers._body_memo import BodyMemo
 from protocol_py.providers._cancel import cancel_once, shielded
 from protocol_py.providers._clients import ClientPool
 from protocol_py.providers._http import (
@@ -251,6 +252,7 @@ class HTTPProvider(Provider, abc.ABC):
         self._transport = transport
         self._clients = ClientPool(self._new_client)
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
+        self._bodies = BodyMemo()
         remember_secrets(self.secrets())  # never shown in any log record either
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -330,6 +332,7 @@ class HTTPProvider(Provider, abc.ABC):
                 max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
             )
         self.apply_extra_config(config)
+        self._bodies.clear()  # bodies built on the previous settings are not sent
         remember_secrets(self.secrets())
         # calls in flight keep the old client; it is closed when the last of them ends
         await self._clients.retire()
@@ -520,9 +523,11 @@ class HTTPProvider(Provider, abc.ABC):
         ):
             return None
         try:
-            body = dump_body(self.build_body(request, spec))
+            body = self.build_content(request, spec)
         except (InvalidValueError, ValueError, TypeError):
             return None
+        if wire.wire_size(request):
+            self._bodies.keep(request, spec, body)  # the stream of this request sends it
         return math.ceil(len(body) / 4)
 
     def count_tokens_body(
@@ -578,7 +583,11 @@ class HTTPProvider(Provider, abc.ABC):
             return
         try:
             size = wire.wire_size(request)
-            content = await run_cpu(size, self.build_content, request, spec)
+            content = self._bodies.take(request, spec)
+            if content is None:
+                # wire images are for the server's count only, before any provider code ran
+                wire.take_images(request, "messages")
+                content = await run_cpu(size, self.build_content, request, spec)
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))
             return
@@ -692,7 +701,7 @@ class HTTPProvider(Provider, abc.ABC):
             for sse in completed:
                 raw = None
                 for event in translator.on_event(sse):
-                    if betterproto2.which_one_of(event, "event")[0] in ev.PROGRESS_KINDS:
+                    if event_member(event)[0] in ev.PROGRESS_KINDS:
                         started = True
                         deadline = loop.time() + self.timeouts.idle_timeout_s
                     yield event

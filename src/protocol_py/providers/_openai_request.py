@@ -337,11 +337,13 @@ def build_openai_content(
     spec: ModelSpec,
     compat: OpenAICompat,
     cache: TranslationCache,
+    images: list[bytes] | None = None,
 ) -> bytes:
     """The serialized Chat Completions body: exactly
     ``dump_body(build_openai_body(request, spec, compat))``, with each message's JSON fragment
     reused from ``cache`` when the same message (same id, same content, same settings) was
-    translated before.
+    translated before. ``images``: the wire bytes of each of ``request.messages``, when the
+    server just decoded it (:func:`protocol_py.wire.take_images`), used as cache keys.
 
     Raises:
         InvalidValueError: as :func:`build_openai_body`.
@@ -358,7 +360,7 @@ def build_openai_content(
                 dump_body(m) for m in _translate_message(message, path, replay, compat)
             )
 
-        fragment = cache.fragment(settings, message, translate)
+        fragment = cache.fragment(settings, message, translate, images[i] if images else None)
         if fragment:
             fragments.append(fragment)
     return b"".join((head[:-2], b",".join(fragments), b"]}"))

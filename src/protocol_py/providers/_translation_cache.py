@@ -3,8 +3,8 @@
 An agent kernel resends the whole conversation every turn, so turn N's messages are a prefix
 of turn N+1's. Translating each message to vendor JSON from scratch every turn costs time that
 grows with the conversation; this cache keeps each message's serialized JSON fragment, keyed
-by the message's id *and its whole content* (a structural key holding every field value of the
-message and its blocks, compared exactly: no hash of the content stands in for it), plus the
+by the message's id *and its whole content* (its protobuf encoding, compared exactly: no hash
+of the content stands in for it), plus the
 translation settings that shape the fragment. A hit therefore yields exactly the bytes a fresh
 translation would: the bytes sent never depend on the cache (tests compare both).
 
@@ -18,10 +18,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, Final
+from typing import Final
 
-import betterproto2
-
+from protocol_py import wire
 from protocol_py_gen.content.v1 import Message
 
 MAX_ENTRIES: Final = 16_384
@@ -34,43 +33,15 @@ besides, about the same size again."""
 MAX_FRAGMENT_BYTES: Final = 1024 * 1024
 """Largest fragment stored, bytes (1 MiB): a bigger message is translated every turn."""
 
-_fields_by_class: dict[type[Any], tuple[str, ...]] = {}
-
-
-def _fields(cls: type[Any]) -> tuple[str, ...]:
-    names = _fields_by_class.get(cls)
-    if names is None:
-        names = tuple(getattr(cls, "_betterproto").sorted_field_names)  # noqa: B009
-        _fields_by_class[cls] = names
-    return names
-
-
-def _key(value: Any) -> Hashable:
-    """An exact, hashable image of a field value (messages, lists, maps included)."""
-    kind = type(value)
-    if kind is str or kind is bytes or kind is int or kind is bool or value is None:
-        plain: Hashable = value
-        return plain
-    if kind is float:
-        return ("f", value.hex())  # -0.0 and 0.0 differ; NaN equals itself
-    if kind is list:
-        return tuple([_key(item) for item in value])
-    if kind is dict:
-        return ("m", tuple([(k, _key(v)) for k, v in value.items()]))
-    if isinstance(value, betterproto2.Message):
-        d = value.__dict__
-        return (kind, tuple([_key(d[name]) for name in _fields(kind)]))
-    if isinstance(value, int):  # enums
-        return int(value)
-    raise TypeError(type(value).__name__)
-
 
 def message_key(message: Message) -> Hashable | None:
-    """The cache key of ``message``: its id and an exact image of every field; None when the
-    message holds a value the key cannot represent (it is then translated uncached)."""
+    """The cache key of ``message``: its id and its protobuf encoding (:func:`wire.encode`,
+    byte for byte what betterproto2 writes), an exact image of every field value (two messages
+    with the same encoding decode to equal messages); None when the message holds a value that
+    cannot be encoded (it is then translated uncached)."""
     try:
-        return (message.id, _key(message))
-    except (TypeError, KeyError, AttributeError):
+        return (message.id, wire.encode(message))
+    except Exception:  # a value of the wrong Python type: betterproto2 refuses to encode it
         return None
 
 
@@ -95,14 +66,21 @@ class TranslationCache:
         return self._bytes
 
     def fragment(
-        self, settings: Hashable, message: Message, translate: Callable[[Message], bytes]
+        self,
+        settings: Hashable,
+        message: Message,
+        translate: Callable[[Message], bytes],
+        image: bytes | None = None,
     ) -> bytes:
         """The fragment of ``message``: cached, or ``translate(message)`` (then stored).
+
+        ``image``: the wire bytes ``message`` was just decoded from, unchanged since
+        (:func:`protocol_py.wire.take_images`); it stands in for the encoding in the key.
 
         Raises:
             Whatever ``translate`` raises (nothing is stored then).
         """
-        key = message_key(message)
+        key = message_key(message) if image is None else (message.id, image)
         if key is None:
             return translate(message)
         full = (settings, key)

@@ -126,7 +126,8 @@ class OpenAIProvider(HTTPProvider):
         own = type(self).build_body is OpenAIProvider.build_body and "build_body" not in vars(self)
         if not own:
             return super().build_content(request, spec)
-        return build_openai_content(request, spec, self.compat, self._translations)
+        images = wire.take_images(request, "messages")  # only the first build after decoding
+        return build_openai_content(request, spec, self.compat, self._translations, images)
 
     def make_translator(self, headers: Mapping[str, str]) -> Translator:
         """An OpenAI-compatible stream translator with this endpoint's settings."""

@@ -58,6 +58,8 @@ from protocol_py.bounded_text import bounded_message
 
 log = logging.getLogger("protocol_py.server")
 
+from protocol_py.server.batching import EventWriter
+
 log = logging.getLogger("protocol_py.server")
 
 SEND_CHECKPOINT_INTERVAL: Final = 0.01
@@ -125,13 +127,18 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
     closing: contextlib.AbstractAsyncContextManager[Any] = (
         contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()
     )
-    async with closing:
-        due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
-        async for event in events:
-            if time.monotonic() >= due:
-                await checkpoint()
-                due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
-            await stream.send_message(event)
+    writer = EventWriter(stream)  # events ready at once go out in one write (issue 12)
+    try:
+        async with closing:
+            due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
+            async for event in events:
+                if time.monotonic() >= due:
+                    await checkpoint()
+                    due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
+                await writer.send(event)
+        await writer.drain()
+    finally:
+        writer.close()
 
 
 def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | None]:

@@ -365,16 +365,24 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
         parsed = strict.FromString(data) if strict is not None else None
     except Exception as exc:  # DecodeError from upb
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
-    mismatch = wrong_wire_type(parsed) if parsed is not None else None
+    failure: Exception | None = None
+    try:
+        message, clean, exact = wire.decode_report(kind, data)
+    except Exception as exc:  # anything from the lenient parser
+        failure, clean, exact = exc, False, False
+    # a wrong wire type is reported first; it can only be there when the fast decode was not
+    # exact (every field known, with its wire type), so an exact decode skips the walk
+    mismatch = wrong_wire_type(parsed) if parsed is not None and not exact else None
     if mismatch is not None:
         raise GRPCError(
             Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
         )
-    try:
-        message, clean = wire.decode_checked(kind, data)
-    except Exception as exc:  # anything from the lenient parser
-        raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
-    fill_struct_gaps(message)
+    if failure is not None:
+        raise GRPCError(Status.INVALID_ARGUMENT, what + _why(failure)) from None
+    if not clean:  # a clean decode met no map entry without its value: no Struct gaps
+        fill_struct_gaps(message)
+    elif exact and isinstance(message, StreamCompletionRequest):
+        wire.keep_images(message, "messages", data)  # translation cache keys (adapters)
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
