@@ -55,9 +55,6 @@ from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError
 
 from protocol_py.bounded_text import bounded_message
-
-log = logging.getLogger("protocol_py.server")
-
 from protocol_py.server.batching import EventWriter
 
 log = logging.getLogger("protocol_py.server")
