@@ -7,11 +7,13 @@ deadline is now recorded as ``deadline_exceeded``; an earlier reset stays ``canc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from types import SimpleNamespace
 from typing import Any
 
+import h2.exceptions
 import pytest
 from server.conftest import make_request, start_server
 
@@ -45,16 +47,25 @@ def test_cancel_outcome_counts_a_reset_at_the_deadline_as_deadline_exceeded(
 
 
 def reset_after(port: int, timeout: str, seconds: float) -> float:
-    """Open a StreamCompletion with ``grpc-timeout: timeout``, read for ``seconds``, then reset
-    it the way a client's deadline timer does; the seconds actually waited."""
+    """Open a StreamCompletion with ``grpc-timeout: timeout``, read until its first response
+    data (so the server has the call and started its deadline clock), then for ``seconds``
+    more, and reset it the way a client's deadline timer does; the seconds waited after the
+    first data. Timing from the first data, not from the send, keeps the reset within the
+    server's deadline margin however late the headers reached a busy server."""
     raw = RawH2(port)
     try:
-        started = time.monotonic()
         sid = raw.open("StreamCompletion", grpc_frame(bytes(make_request())), timeout=timeout)
+        first_by = time.monotonic() + 10
+        while not raw.streams[sid]["data"] and time.monotonic() < first_by:
+            raw.pump(0.005)
+        assert raw.streams[sid]["data"], "no response data within 10 s"
+        started = time.monotonic()
         while time.monotonic() - started < seconds:
             raw.pump(0.01)
         waited = time.monotonic() - started
-        raw.conn.reset_stream(sid, error_code=8)  # CANCEL
+        # the server's own deadline timer may have ended the stream first: also deadline_exceeded
+        with contextlib.suppress(h2.exceptions.StreamClosedError):
+            raw.conn.reset_stream(sid, error_code=8)  # CANCEL
         raw.flush()
         raw.pump(0.2)
         return waited
@@ -68,10 +79,12 @@ async def test_a_client_reset_at_its_deadline_is_recorded_as_deadline_exceeded(
     caplog.set_level(logging.INFO)
     run = await start_server(UnpacedProvider(count=50_000_000, block=0.0005))
     try:
-        waited = await asyncio.to_thread(reset_after, run.port, "400m", 0.39)
+        waited = await asyncio.to_thread(
+            reset_after, run.port, "400m", 0.4 - DEADLINE_RESET_MARGIN / 2
+        )
         early = await asyncio.to_thread(reset_after, run.port, "10S", 0.2)
         await asyncio.sleep(0.3)
-        print(f"resets sent {waited:.3f} s into a 0.4 s deadline and {early:.3f} s into 10 s")
+        print(f"resets {waited:.3f} s after the first data (0.4 s deadline), {early:.3f} s (10 s)")
         outcomes = [record["outcome"] for record in records(caplog)]
         assert outcomes == ["deadline_exceeded", "cancelled"]
         await still_serving(run)
