@@ -9,6 +9,7 @@ test session (a temporary directory), never in the package.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,3 +69,40 @@ def upb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpbClasses]:
     finally:
         sys.path.remove(str(out_dir))
     yield UpbClasses(modules)
+
+
+class _SecretWatch(logging.Handler):
+    """Sees every log record that reaches the root logger and notes any that holds a secret the
+    vendor adapters registered (API keys and their encoded forms, ``remember_secrets``)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.leaks: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from protocol_py.providers import _http  # noqa: PLC0415
+
+        secrets = list(_http._remembered)
+        if not secrets:
+            return
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record is not this check's business
+            return
+        for secret in secrets:
+            if secret in text:
+                self.leaks.append(f"{record.name} {record.levelname}: holds {secret[:3]}...")
+                return
+
+
+@pytest.fixture(autouse=True)
+def no_registered_secret_in_any_log_record() -> Iterator[None]:
+    """Issue 9: the API key never appears in a log line, at any level, in the whole suite."""
+    watch = _SecretWatch()
+    root = logging.getLogger()
+    root.addHandler(watch)
+    try:
+        yield
+    finally:
+        root.removeHandler(watch)
+    assert not watch.leaks, watch.leaks
