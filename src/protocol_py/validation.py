@@ -46,6 +46,13 @@ from protocol_py import protojson, wire
 from protocol_py.errors import InvalidValueError, Violation, describe_json_error
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
+from protocol_py.validation_memo import (
+    VALIDATED,
+    CleanMessage,
+    clean_message,
+    settings_of,
+    take_request_images,
+)
 from protocol_py.vendor_data import vendor_data_problems
 from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import HookPoint
@@ -833,11 +840,15 @@ class _RequestChecker:
                 "message, not a ROLE_ASSISTANT one",
             )
 
-    def messages(self, messages: Sequence[Message]) -> None:
+    def messages(self, messages: Sequence[Message], images: Sequence[bytes] | None = None) -> None:
+        """Check the messages; ``images``: each message's wire image, for a request just
+        decoded cleanly from them, so a message validated before is not walked again
+        (:mod:`protocol_py.validation_memo`)."""
         if not messages:
             self.add("messages", "request.messages.empty", "messages MUST be non-empty")
         earlier_ids: set[str] = set()
         message_ids: dict[str, int] = {}
+        settings = settings_of(self.spec if self.has_spec else None)
         for i, message in enumerate(messages):
             mpath = f"messages[{i}]"
             if message.id == "":
@@ -855,6 +866,12 @@ class _RequestChecker:
                 )
             else:
                 message_ids[message.id] = i
+            image = images[i] if images is not None else None
+            if image is not None:
+                known = VALIDATED.get(settings, image)
+                if known is not None and self._reuse(known, mpath, earlier_ids):
+                    continue
+            before = len(self.out)
             if message.role == Role.UNSPECIFIED:
                 self.add(
                     _join(mpath, "role"),
@@ -871,8 +888,26 @@ class _RequestChecker:
                 bpath = f"{mpath}.content[{j}]"
                 self._role_fits(message.role, block, bpath)
                 self.block(block, bpath, "message", earlier_ids)
+            if image is not None and len(self.out) == before:
+                VALIDATED.put(settings, image, clean_message(message))
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
+
+    def _reuse(self, known: CleanMessage, mpath: str, earlier_ids: set[str]) -> bool:
+        """Account for a message that passed every message-local rule before (``known``):
+        True when its tool_use ids are new and its tool_results answer earlier calls, as a
+        full walk would find; False (nothing changed) when the message must be walked."""
+        uses, seen = known.uses, self.tool_use_ids
+        for _, use in uses:
+            if use in seen:
+                return False
+        for answer in known.answers:
+            if answer not in earlier_ids:
+                return False
+        for j, use in uses:
+            seen[use] = f"{mpath}.content[{j}].tool_use"
+            earlier_ids.add(use)
+        return True
 
     def context(self, sections: Sequence[ContextSection]) -> None:
         for i, section in enumerate(sections):
@@ -1150,9 +1185,11 @@ def _validate_request(
     """One pass over the request. ``spec`` None runs only the model-independent rules."""
     _require(request, StreamCompletionRequest, "request")
     out: list[Violation] = []
+    images = take_request_images(request)
     try:
         if not wire.take_wire_clean(request):  # a request fresh and clean from the wire is
             request = _walk(request, "", out)  # well-typed by construction
+            images = None  # only a clean request's messages are those of their images
     except InvalidValueError as exc:
         if exc.rule != "value.too_deep":
             raise
@@ -1174,7 +1211,7 @@ def _validate_request(
                 )
             )
     checker = _RequestChecker(spec, out)
-    checker.messages(request.messages)
+    checker.messages(request.messages, images)
     checker.tools(request.tools)
     if request.params is not None:
         checker.params(request.params, request.tools)

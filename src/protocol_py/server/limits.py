@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py import wire
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.server.config_schema import fill_missing_values
+from protocol_py.validation_memo import keep_request_images
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
@@ -383,6 +384,8 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
         fill_struct_gaps(message)
     elif exact and isinstance(message, StreamCompletionRequest):
         wire.keep_images(message, "messages", data)  # translation cache keys (adapters)
+        if strict is not None:  # validation memo keys (only a clean request's images are used)
+            keep_request_images(message, data)
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message

@@ -1,0 +1,210 @@
+"""Per-message request validation reused across turns (issue 12, turn latency).
+
+An agent kernel resends the whole conversation every turn: turn N's messages are a prefix of
+turn N+1's, byte for byte on the wire. :func:`protocol_py.validation.validate_request` walks
+every message every turn; for a request the server just decoded cleanly from the wire
+(:func:`protocol_py.wire.take_wire_clean`), a message whose exact wire image already passed
+every message-local rule under the same model settings need not be walked again.
+
+What is reused: for a message that raised *no* violation (no error, no warning), its wire image
+(the exact bytes: no hash of the content stands in for it) and the model settings the rules
+read (:func:`settings_of`) map to a :class:`CleanMessage`: the tool_use ids it introduces and
+the tool_use ids its tool_results answer. Those are the only facts the rules read across
+messages, so on a hit the validator checks them against the conversation so far (a duplicated
+tool_use id, a tool_result answering no earlier call) and falls back to the full walk of that
+message when either fails: the violations reported are always exactly those of a full walk.
+Message id checks (missing, duplicate) are never skipped.
+
+Bounds: :data:`MAX_ENTRIES` messages and :data:`MAX_BYTES` bytes of images per memo, the least
+recently used dropped first; an image larger than :data:`MAX_IMAGE_BYTES` is never stored (such
+a message is walked every turn). The memo is safe to use from several worker threads at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import betterproto2
+
+from protocol_py import wire
+from protocol_py_gen.content.v1 import Message
+from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest, ThinkingSpec
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_ENTRIES",
+    "MAX_IMAGE_BYTES",
+    "CleanMessage",
+    "ValidatedMessages",
+    "clean_message",
+    "keep_request_images",
+    "settings_of",
+    "take_request_images",
+]
+
+MAX_ENTRIES: Final = 16_384
+"""Most messages one memo remembers as valid (entries)."""
+
+MAX_BYTES: Final = 32 * 1024 * 1024
+"""Most bytes of message wire images one memo holds as keys (32 MiB)."""
+
+MAX_IMAGE_BYTES: Final = 1024 * 1024
+"""Largest message wire image remembered, bytes (1 MiB): a bigger message is walked every
+turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleanMessage:
+    """What a message that passed every message-local rule contributes to the rules that span
+    messages.
+
+    Attributes:
+        uses: ``(content index, tool_use id)`` of each tool_use block, in order.
+        answers: The ``tool_use_id`` of each tool_result block, in order.
+    """
+
+    uses: tuple[tuple[int, str], ...]
+    answers: tuple[str, ...]
+
+
+def clean_message(message: Message) -> CleanMessage:
+    """The :class:`CleanMessage` of ``message`` (read from its top-level content blocks)."""
+    return CleanMessage(
+        uses=tuple(
+            (j, block.tool_use.id)
+            for j, block in enumerate(message.content)
+            if block.tool_use is not None
+        ),
+        answers=tuple(
+            block.tool_result.tool_use_id
+            for block in message.content
+            if block.tool_result is not None
+        ),
+    )
+
+
+def settings_of(spec: ModelSpec | None) -> Hashable:
+    """The ModelSpec settings the message rules read: whether a spec is given, and
+    ``supports_vision``, ``supports_documents``, ``supports_tool_use`` and
+    ``thinking.supported`` (a message valid under one set may not be under another)."""
+    if spec is None:
+        return (False,)
+    thinking = spec.thinking if spec.thinking is not None else ThinkingSpec()
+    return (
+        True,
+        spec.supports_vision,
+        spec.supports_documents,
+        spec.supports_tool_use,
+        thinking.supported,
+    )
+
+
+class ValidatedMessages:
+    """LRU map ``(settings, message wire image) -> CleanMessage`` within the bounds above."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[Hashable, bytes], CleanMessage] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of wire images held as keys."""
+        return self._bytes
+
+    def get(self, settings: Hashable, image: bytes) -> CleanMessage | None:
+        """The entry for this exact image under ``settings``, or None (counted as a miss)."""
+        key = (settings, image)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def put(self, settings: Hashable, image: bytes, entry: CleanMessage) -> None:
+        """Remember that the message of ``image`` passed every message-local rule."""
+        if len(image) > MAX_IMAGE_BYTES:
+            return
+        key = (settings, image)
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = entry
+            self._bytes += len(image)
+            while self._entries and (
+                len(self._entries) > self.max_entries or self._bytes > self.max_bytes
+            ):
+                (_, dropped), _ = self._entries.popitem(last=False)
+                self._bytes -= len(dropped)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+# -- wire images of a request just decoded -----------------------------------------------------
+
+_images: dict[int, tuple[weakref.ref[StreamCompletionRequest], list[bytes]]] = {}
+_images_lock = threading.RLock()  # re-entered by a weakref callback run by GC
+
+
+def _messages_field_number() -> int:
+    meta: Any = getattr(StreamCompletionRequest, "_betterproto")  # noqa: B009 (classproperty)
+    number: int = meta.meta_by_field_name["messages"].number
+    return number
+
+
+_MESSAGES_FIELD: Final = _messages_field_number()
+
+
+def keep_request_images(request: StreamCompletionRequest, data: bytes) -> None:
+    """Keep, for one :func:`take_request_images`, the wire image of each of
+    ``request.messages``, just decoded exactly and cleanly from ``data`` (the server calls
+    this right after decoding; weakly held, so it goes with the request)."""
+    images = wire.field_images(data, _MESSAGES_FIELD)
+    if images is None or len(images) != len(request.messages):
+        return
+    key = id(request)
+
+    def drop(ref: object) -> None:
+        with _images_lock:
+            entry = _images.get(key)
+            if entry is not None and entry[0] is ref:
+                del _images[key]
+
+    with _images_lock:
+        _images[key] = (weakref.ref(request, drop), images)
+
+
+def take_request_images(request: betterproto2.Message) -> Sequence[bytes] | None:
+    """The images kept for ``request`` (then forgotten), or None; also None when its message
+    list no longer has as many elements."""
+    with _images_lock:
+        kept = _images.get(id(request))
+        if kept is None or kept[0]() is not request:
+            return None
+        del _images[id(request)]
+    images = kept[1]
+    messages = getattr(request, "messages", None)
+    return images if messages is not None and len(images) == len(messages) else None
+
+
+VALIDATED: Final = ValidatedMessages()
+"""The process-wide memo :func:`protocol_py.validation.validate_request` uses."""
