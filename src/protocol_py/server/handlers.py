@@ -38,7 +38,7 @@ from protocol_py.server.connections import (
     cancel_outcome,
     send_events,
 )
-from protocol_py.server.context_window import check_context_window
+from protocol_py.server.context_window import checked_request
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -529,8 +529,12 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 if not any(v.path == "model_id" for v in violations):
                     violations.insert(0, unknown_model(request.model_id, self._models))
             else:
+                # validation, then token counting (CPU work on the whole prompt, issue 8.4):
+                # one step off the event loop
                 size = wire.wire_size(request)
-                violations = errors_only(await run_cpu(size, validate_request, request, spec))
+                violations, overflow = await run_cpu(
+                    size, checked_request, self.provider, request, spec, validate_request
+                )
             if violations or spec is None:
                 event = invalid_request_event(violations)
                 record.error_kind = ErrorKind.INVALID_REQUEST.name
@@ -538,8 +542,6 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = 1
                 yield event
                 return
-            # token counting is CPU work on the whole prompt: off the event loop (issue 8.4)
-            overflow = await run_cpu(size, check_context_window, self.provider, request, spec)
             if overflow is not None:
                 record.error_kind = ErrorKind.CONTEXT_OVERFLOW.name
                 record.outcome = "error"
