@@ -213,10 +213,13 @@ def check_api_key(value: str, what: str) -> str:
 
 
 def _has_image(blocks: Any) -> bool:
-    return any(
-        b.image is not None or (b.tool_result is not None and _has_image(b.tool_result.content))
-        for b in blocks
-    )
+    for b in blocks:  # a plain loop: this walks every block of the conversation every turn
+        if b.image is not None:
+            return True
+        result = b.tool_result
+        if result is not None and _has_image(result.content):
+            return True
+    return False
 
 
 class HTTPProvider(Provider, abc.ABC):

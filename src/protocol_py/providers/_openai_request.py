@@ -353,14 +353,12 @@ def build_openai_content(
     head = dump_body(body)  # ends with "messages":[]} since messages is the last key
     fragments = [dump_body(m) for m in _system_messages(request)]
     settings = (replay, compat.reasoning_replay_field)
-    for i, message in enumerate(request.messages):
 
-        def translate(message: Message, path: str = f"messages[{i}]") -> bytes:
-            return b",".join(
-                dump_body(m) for m in _translate_message(message, path, replay, compat)
-            )
+    def translate(i: int, message: Message) -> bytes:
+        return b",".join(
+            dump_body(m) for m in _translate_message(message, f"messages[{i}]", replay, compat)
+        )
 
-        fragment = cache.fragment(settings, message, translate, images[i] if images else None)
-        if fragment:
-            fragments.append(fragment)
+    found = cache.fragments(settings, request.messages, translate, images or None)
+    fragments.extend(fragment for fragment in found if fragment)
     return b"".join((head[:-2], b",".join(fragments), b"]}"))
