@@ -159,20 +159,23 @@ def test_only_a_clean_request_from_the_wire_uses_the_memo(
     assert take_request_images(request) is None
 
 
-def test_bounds_evict_the_least_recently_used() -> None:
+def test_bounds_evict_the_least_recently_used_and_an_id_holds_one_entry() -> None:
     entry = CleanMessage(uses=((0, "c"),), answers=())
     by_count = ValidatedMessages(max_entries=2)
-    for image in (b"a", b"b", b"c"):
-        by_count.put("s", image, entry)
+    for message_id in ("a", "b", "c"):
+        by_count.put("s", message_id, b"image", entry)
     assert len(by_count) == 2
-    assert by_count.get("s", b"a") is None
-    assert by_count.get("s", b"c") == entry
+    assert by_count.get("s", "a", b"image") is None
+    assert by_count.get("s", "c", b"image") == entry
+    assert by_count.get("s", "c", b"other") is None  # same id, other content: a miss
+    by_count.put("s", "c", b"other", entry)  # replaces the entry of "c"
+    assert len(by_count) == 2 and by_count.get("s", "c", b"image") is None
     by_bytes = ValidatedMessages(max_bytes=10)
-    by_bytes.put("s", b"x" * 6, entry)
-    by_bytes.get("s", b"x" * 6)
-    by_bytes.put("s", b"y" * 6, entry)  # 12 bytes: the oldest goes
+    by_bytes.put("s", "x", b"x" * 6, entry)
+    by_bytes.get("s", "x", b"x" * 6)
+    by_bytes.put("s", "y", b"y" * 6, entry)  # 12 bytes: the oldest goes
     assert len(by_bytes) == 1 and by_bytes.size_bytes == 6
-    assert by_bytes.get("s", b"y" * 6) == entry
+    assert by_bytes.get("s", "y", b"y" * 6) == entry
     large = ValidatedMessages()
-    large.put("s", b"z" * (MAX_IMAGE_BYTES + 1), entry)
+    large.put("s", "z", b"z" * (MAX_IMAGE_BYTES + 1), entry)
     assert len(large) == 0

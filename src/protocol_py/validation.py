@@ -868,7 +868,7 @@ class _RequestChecker:
                 message_ids[message.id] = i
             image = images[i] if images is not None else None
             if image is not None:
-                known = VALIDATED.get(settings, image)
+                known = VALIDATED.get(settings, message.id, image)
                 if known is not None and self._reuse(known, mpath, earlier_ids):
                     continue
             before = len(self.out)
@@ -889,7 +889,7 @@ class _RequestChecker:
                 self._role_fits(message.role, block, bpath)
                 self.block(block, bpath, "message", earlier_ids)
             if image is not None and len(self.out) == before:
-                VALIDATED.put(settings, image, clean_message(message))
+                VALIDATED.put(settings, message.id, image, clean_message(message))
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
 

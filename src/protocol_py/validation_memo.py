@@ -6,9 +6,10 @@ every message every turn; for a request the server just decoded cleanly from the
 (:func:`protocol_py.wire.take_wire_clean`), a message whose exact wire image already passed
 every message-local rule under the same model settings need not be walked again.
 
-What is reused: for a message that raised *no* violation (no error, no warning), its wire image
-(the exact bytes: no hash of the content stands in for it) and the model settings the rules
-read (:func:`settings_of`) map to a :class:`CleanMessage`: the tool_use ids it introduces and
+What is reused: for a message that raised *no* violation (no error, no warning), its id, its
+wire image (the exact bytes, compared in full: no hash of the content stands in for it) and the
+model settings the rules read (:func:`settings_of`) map to a :class:`CleanMessage`: the
+tool_use ids it introduces and
 the tool_use ids its tool_results answer. Those are the only facts the rules read across
 messages, so on a hit the validator checks them against the conversation so far (a duplicated
 tool_use id, a tool_result answering no earlier call) and falls back to the full walk of that
@@ -105,12 +106,15 @@ def settings_of(spec: ModelSpec | None) -> Hashable:
 
 
 class ValidatedMessages:
-    """LRU map ``(settings, message wire image) -> CleanMessage`` within the bounds above."""
+    """LRU map ``(settings, message id) -> (wire image, CleanMessage)`` within the bounds
+    above: one entry per message id and settings (a message edited under its id replaces its
+    entry). A lookup compares the stored image with the message's byte for byte, so the image
+    is never hashed (the id is)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[Hashable, bytes], CleanMessage] = OrderedDict()
+        self._entries: OrderedDict[tuple[Hashable, str], tuple[bytes, CleanMessage]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -121,35 +125,38 @@ class ValidatedMessages:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of wire images held as keys."""
+        """Bytes of wire images held."""
         return self._bytes
 
-    def get(self, settings: Hashable, image: bytes) -> CleanMessage | None:
-        """The entry for this exact image under ``settings``, or None (counted as a miss)."""
-        key = (settings, image)
+    def get(self, settings: Hashable, message_id: str, image: bytes) -> CleanMessage | None:
+        """The entry of message ``message_id`` under ``settings`` when its image is exactly
+        ``image``, or None (counted as a miss)."""
+        key = (settings, message_id)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
+            if entry is None or entry[0] != image:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-            return entry
+            return entry[1]
 
-    def put(self, settings: Hashable, image: bytes, entry: CleanMessage) -> None:
-        """Remember that the message of ``image`` passed every message-local rule."""
+    def put(self, settings: Hashable, message_id: str, image: bytes, entry: CleanMessage) -> None:
+        """Remember that message ``message_id``, of wire image ``image``, passed every
+        message-local rule under ``settings`` (replacing what was known of that id)."""
         if len(image) > MAX_IMAGE_BYTES:
             return
-        key = (settings, image)
+        key = (settings, message_id)
         with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = entry
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old[0])
+            self._entries[key] = (image, entry)
             self._bytes += len(image)
             while self._entries and (
                 len(self._entries) > self.max_entries or self._bytes > self.max_bytes
             ):
-                (_, dropped), _ = self._entries.popitem(last=False)
+                _, (dropped, _) = self._entries.popitem(last=False)
                 self._bytes -= len(dropped)
 
     def clear(self) -> None:
