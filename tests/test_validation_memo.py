@@ -23,6 +23,8 @@ from protocol_py.validation_memo import (
     MAX_IMAGE_BYTES,
     CleanMessage,
     ValidatedMessages,
+    ValidPrefix,
+    ValidPrefixes,
     take_request_images,
 )
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
@@ -35,7 +37,14 @@ def strict() -> Any:
 
 
 @pytest.fixture
-def memo(monkeypatch: pytest.MonkeyPatch) -> ValidatedMessages:
+def prefixes(monkeypatch: pytest.MonkeyPatch) -> ValidPrefixes:
+    fresh = ValidPrefixes()
+    monkeypatch.setattr(validation, "PREFIXES", fresh)
+    return fresh
+
+
+@pytest.fixture
+def memo(monkeypatch: pytest.MonkeyPatch, prefixes: ValidPrefixes) -> ValidatedMessages:
     fresh = ValidatedMessages()
     monkeypatch.setattr(validation, "VALIDATED", fresh)
     return fresh
@@ -61,14 +70,70 @@ def full_walk(request: StreamCompletionRequest, spec: ModelSpec | None) -> list[
     return validate_request(plain, spec)
 
 
-def test_turns_hit_for_every_unchanged_message_and_report_nothing(
-    strict: Any, memo: ValidatedMessages, spec: ModelSpec
+def test_turns_resume_after_the_unchanged_messages_and_report_nothing(
+    strict: Any, memo: ValidatedMessages, prefixes: ValidPrefixes, spec: ModelSpec
 ) -> None:
     for pairs in (1, 2, 3):
         assert validate_request(decoded(conversation(pairs), strict), spec) == []
-    # turn 1: 3 messages walked; turn 2: 3 hits, 2 new; turn 3: 5 hits, 2 new
-    assert (memo.hits, memo.misses) == (8, 7)
-    assert len(memo) == 7
+    # turn 1: 3 messages walked; turns 2 and 3: the previous list is resumed, 2 new each
+    assert (prefixes.hits, prefixes.misses) == (2, 1)
+    assert (memo.hits, memo.misses) == (0, 7)
+    assert len(memo) == 7 and len(prefixes) == 1
+    # the same conversation resent (a retry): nothing walked
+    assert validate_request(decoded(conversation(3), strict), spec) == []
+    assert (prefixes.hits, memo.misses) == (3, 7)
+    # an edited earlier message: no resuming; the unchanged messages still hit one by one
+    edited = conversation(3)
+    edited.messages[3].content[0].text = TextBlock(text="edited")
+    assert validate_request(decoded(edited, strict), spec) == []
+    assert prefixes.misses == 2
+    assert (memo.hits, memo.misses) == (6, 8)
+
+
+def test_a_resumed_list_still_checks_the_new_messages_against_it(
+    strict: Any, memo: ValidatedMessages, prefixes: ValidPrefixes, spec: ModelSpec
+) -> None:
+    validate_request(decoded(conversation(2), strict), spec)
+    # the next turn repeats an id and a tool_use id of the kept list, and answers a call
+    # nobody made: all three found although the first 5 messages are not walked
+    bad = conversation(2)
+    again = Message().from_dict(bad.messages[3].to_dict())
+    again.content[1].tool_use.id = "c1"  # type: ignore[union-attr]
+    bad.messages.append(again)
+    stray = Message().from_dict(bad.messages[4].to_dict())
+    stray.id = "u9"
+    stray.content[0].tool_result.tool_use_id = "nobody"  # type: ignore[union-attr]
+    bad.messages.append(stray)
+    got = validate_request(decoded(bad, strict), spec)
+    assert prefixes.hits == 1
+    assert [v.rule for v in got] == [
+        "request.message.id_duplicate",
+        "request.content.tool_use_id_duplicate",
+        "request.content.tool_result_unknown_id",
+    ]
+    assert got == full_walk(bad, spec)
+    assert len(prefixes) == 1  # a list with violations is never kept
+
+
+def test_kept_lists_stay_within_their_bounds() -> None:
+    def prefix(size: int) -> ValidPrefix:
+        return ValidPrefix(
+            images=(b"i" * size,), message_ids={}, tool_use_ids={}, answered=frozenset()
+        )
+
+    by_count = ValidPrefixes(max_entries=2)
+    for first in ("a", "b", "c"):
+        by_count.put("s", first, prefix(1))
+    assert len(by_count) == 2
+    assert by_count.match("s", [b"i"], "a") is None
+    assert by_count.match("s", [b"i", b"more"], "c") is not None
+    assert by_count.match("s", [b"j"], "c") is None  # other bytes: no match
+    by_bytes = ValidPrefixes(max_bytes=10)
+    by_bytes.put("s", "a", prefix(6))
+    by_bytes.put("s", "b", prefix(6))
+    assert len(by_bytes) == 1 and by_bytes.size_bytes == 6
+    by_bytes.put("s", "c", prefix(11))  # larger than the whole bound: not kept
+    assert len(by_bytes) == 1
 
 
 def test_a_changed_message_with_the_same_id_misses_and_its_violation_is_reported(

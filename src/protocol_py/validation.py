@@ -47,8 +47,10 @@ from protocol_py.errors import InvalidValueError, Violation, describe_json_error
 from protocol_py.pricing import validate_pricing
 from protocol_py.structs import from_struct
 from protocol_py.validation_memo import (
+    PREFIXES,
     VALIDATED,
     CleanMessage,
+    ValidPrefix,
     clean_message,
     settings_of,
     take_request_images,
@@ -849,7 +851,18 @@ class _RequestChecker:
         earlier_ids: set[str] = set()
         message_ids: dict[str, int] = {}
         settings = settings_of(self.spec if self.has_spec else None)
-        for i, message in enumerate(messages):
+        start = 0
+        kept: tuple[bytes, ...] = ()
+        if images is not None and messages:
+            prefix = PREFIXES.match(settings, images, messages[0].id)
+            if prefix is not None:  # the same messages as a valid list seen before
+                kept, start = prefix.images, len(prefix.images)
+                message_ids = dict(prefix.message_ids)
+                self.tool_use_ids.update(prefix.tool_use_ids)
+                earlier_ids = set(prefix.answered)
+        first = len(self.out)
+        for i in range(start, len(messages)):
+            message = messages[i]
             mpath = f"messages[{i}]"
             if message.id == "":
                 self.add(
@@ -892,6 +905,17 @@ class _RequestChecker:
                 VALIDATED.put(settings, message.id, image, clean_message(message))
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
+        if images is not None and messages and len(self.out) == first and start < len(messages):
+            PREFIXES.put(
+                settings,
+                messages[0].id,
+                ValidPrefix(
+                    images=(*kept, *images[start:]),  # the images kept already are reused
+                    message_ids=dict(message_ids),
+                    tool_use_ids=dict(self.tool_use_ids),
+                    answered=frozenset(earlier_ids),
+                ),
+            )
 
     def _reuse(self, known: CleanMessage, mpath: str, earlier_ids: set[str]) -> bool:
         """Account for a message that passed every message-local rule before (``known``):
