@@ -15,17 +15,20 @@ from test_turn_path import MODEL, conversation
 
 from protocol_py import validation, wire
 from protocol_py.errors import Violation
+from protocol_py.prefix_memo import ConversationPrefixes
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.server import limits
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.validation import validate_request, validate_request_shape
 from protocol_py.validation_memo import (
     MAX_IMAGE_BYTES,
+    MAX_PREFIX_BYTES,
+    MAX_PREFIXES,
     CleanMessage,
     ValidatedMessages,
-    ValidPrefix,
-    ValidPrefixes,
+    ValidState,
     take_request_images,
+    valid_prefixes,
 )
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
@@ -37,14 +40,16 @@ def strict() -> Any:
 
 
 @pytest.fixture
-def prefixes(monkeypatch: pytest.MonkeyPatch) -> ValidPrefixes:
-    fresh = ValidPrefixes()
+def prefixes(monkeypatch: pytest.MonkeyPatch) -> ConversationPrefixes[ValidState]:
+    fresh = valid_prefixes()
     monkeypatch.setattr(validation, "PREFIXES", fresh)
     return fresh
 
 
 @pytest.fixture
-def memo(monkeypatch: pytest.MonkeyPatch, prefixes: ValidPrefixes) -> ValidatedMessages:
+def memo(
+    monkeypatch: pytest.MonkeyPatch, prefixes: ConversationPrefixes[ValidState]
+) -> ValidatedMessages:
     fresh = ValidatedMessages()
     monkeypatch.setattr(validation, "VALIDATED", fresh)
     return fresh
@@ -71,7 +76,10 @@ def full_walk(request: StreamCompletionRequest, spec: ModelSpec | None) -> list[
 
 
 def test_turns_resume_after_the_unchanged_messages_and_report_nothing(
-    strict: Any, memo: ValidatedMessages, prefixes: ValidPrefixes, spec: ModelSpec
+    strict: Any,
+    memo: ValidatedMessages,
+    prefixes: ConversationPrefixes[ValidState],
+    spec: ModelSpec,
 ) -> None:
     for pairs in (1, 2, 3):
         assert validate_request(decoded(conversation(pairs), strict), spec) == []
@@ -91,7 +99,10 @@ def test_turns_resume_after_the_unchanged_messages_and_report_nothing(
 
 
 def test_a_resumed_list_still_checks_the_new_messages_against_it(
-    strict: Any, memo: ValidatedMessages, prefixes: ValidPrefixes, spec: ModelSpec
+    strict: Any,
+    memo: ValidatedMessages,
+    prefixes: ConversationPrefixes[ValidState],
+    spec: ModelSpec,
 ) -> None:
     validate_request(decoded(conversation(2), strict), spec)
     # the next turn repeats an id and a tool_use id of the kept list, and answers a call
@@ -116,24 +127,22 @@ def test_a_resumed_list_still_checks_the_new_messages_against_it(
 
 
 def test_kept_lists_stay_within_their_bounds() -> None:
-    def prefix(size: int) -> ValidPrefix:
-        return ValidPrefix(
-            images=(b"i" * size,), message_ids={}, tool_use_ids={}, answered=frozenset()
-        )
-
-    by_count = ValidPrefixes(max_entries=2)
-    for first in ("a", "b", "c"):
-        by_count.put("s", first, prefix(1))
+    by_count: ConversationPrefixes[str] = ConversationPrefixes(max_entries=2, max_bytes=100)
+    for key in ("a", "b", "c"):
+        by_count.put(key, (b"i",), key)
     assert len(by_count) == 2
-    assert by_count.match("s", [b"i"], "a") is None
-    assert by_count.match("s", [b"i", b"more"], "c") is not None
-    assert by_count.match("s", [b"j"], "c") is None  # other bytes: no match
-    by_bytes = ValidPrefixes(max_bytes=10)
-    by_bytes.put("s", "a", prefix(6))
-    by_bytes.put("s", "b", prefix(6))
+    assert by_count.match("a", [b"i"]) is None
+    assert by_count.match("c", [b"i", b"more"]) == ((b"i",), "c")
+    assert by_count.match("c", [b"j"]) is None  # other bytes: no match
+    assert by_count.match("c", []) is None  # shorter than the kept list: no match
+    by_bytes: ConversationPrefixes[str] = ConversationPrefixes(max_entries=10, max_bytes=10)
+    by_bytes.put("a", (b"x" * 6,), "a")
+    by_bytes.put("b", (b"y" * 4,), "b", value_bytes=2)
     assert len(by_bytes) == 1 and by_bytes.size_bytes == 6
-    by_bytes.put("s", "c", prefix(11))  # larger than the whole bound: not kept
-    assert len(by_bytes) == 1
+    by_bytes.put("c", (b"z" * 11,), "c")  # larger than the whole bound: not kept
+    assert len(by_bytes) == 1 and by_bytes.match("b", [b"y" * 4]) == ((b"y" * 4,), "b")
+    assert valid_prefixes().max_entries == MAX_PREFIXES
+    assert valid_prefixes().max_bytes == MAX_PREFIX_BYTES
 
 
 def test_a_changed_message_with_the_same_id_misses_and_its_violation_is_reported(

@@ -50,7 +50,7 @@ from protocol_py.validation_memo import (
     PREFIXES,
     VALIDATED,
     CleanMessage,
-    ValidPrefix,
+    ValidState,
     clean_message,
     settings_of,
     take_request_images,
@@ -854,12 +854,13 @@ class _RequestChecker:
         start = 0
         kept: tuple[bytes, ...] = ()
         if images is not None and messages:
-            prefix = PREFIXES.match(settings, images, messages[0].id)
-            if prefix is not None:  # the same messages as a valid list seen before
-                kept, start = prefix.images, len(prefix.images)
-                message_ids = dict(prefix.message_ids)
-                self.tool_use_ids.update(prefix.tool_use_ids)
-                earlier_ids = set(prefix.answered)
+            found = PREFIXES.match((settings, messages[0].id), images)
+            if found is not None:  # the same messages as a valid list seen before
+                kept, state = found
+                start = len(kept)
+                message_ids = dict(state.message_ids)
+                self.tool_use_ids.update(state.tool_use_ids)
+                earlier_ids = set(state.answered)
         first = len(self.out)
         for i in range(start, len(messages)):
             message = messages[i]
@@ -907,10 +908,9 @@ class _RequestChecker:
             self.new_tool_use_ids.clear()
         if images is not None and messages and len(self.out) == first and start < len(messages):
             PREFIXES.put(
-                settings,
-                messages[0].id,
-                ValidPrefix(
-                    images=(*kept, *images[start:]),  # the images kept already are reused
+                (settings, messages[0].id),
+                (*kept, *images[start:]),  # the images kept already are reused
+                ValidState(
                     message_ids=dict(message_ids),
                     tool_use_ids=dict(self.tool_use_ids),
                     answered=frozenset(earlier_ids),

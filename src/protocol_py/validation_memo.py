@@ -18,9 +18,10 @@ Message id checks (missing, duplicate) are never skipped.
 
 A second, cheaper level serves the usual turn: the state the cross-message rules build (message
 ids, tool_use ids, answered calls) after a whole message list that raised no violation is kept
-per conversation (:class:`ValidPrefixes`, keyed by the settings and the first message's id);
-when the next request's messages start with exactly those images, compared byte for byte, the
-validator resumes from that state and walks only the messages after them.
+per conversation (:data:`PREFIXES`, a :class:`~protocol_py.prefix_memo.ConversationPrefixes`
+keyed by the settings and the first message's id); when the next request's messages start with
+exactly those images, compared byte for byte, the validator resumes from that state and walks
+only the messages after them.
 
 Bounds: :data:`MAX_PREFIXES` conversations and :data:`MAX_PREFIX_BYTES` bytes of their images;
 :data:`MAX_ENTRIES` messages and :data:`MAX_BYTES` bytes of images per memo, the least
@@ -40,6 +41,7 @@ from typing import Any, Final
 import betterproto2
 
 from protocol_py import wire
+from protocol_py.prefix_memo import ConversationPrefixes
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest, ThinkingSpec
 
@@ -50,13 +52,13 @@ __all__ = [
     "MAX_PREFIXES",
     "MAX_PREFIX_BYTES",
     "CleanMessage",
-    "ValidPrefix",
-    "ValidPrefixes",
+    "ValidState",
     "ValidatedMessages",
     "clean_message",
     "keep_request_images",
     "settings_of",
     "take_request_images",
+    "valid_prefixes",
 ]
 
 MAX_ENTRIES: Final = 16_384
@@ -79,86 +81,24 @@ by the per-message memo is the same object, counted here too."""
 
 
 @dataclass(frozen=True, slots=True)
-class ValidPrefix:
+class ValidState:
     """The cross-message state after a message list that raised no violation.
 
     Attributes:
-        images: The wire image of each message, in order.
         message_ids: Message id -> index.
         tool_use_ids: tool_use id -> the field path of its block.
         answered: The tool_use ids a later tool_result may answer.
     """
 
-    images: tuple[bytes, ...]
     message_ids: dict[str, int]
     tool_use_ids: dict[str, str]
     answered: frozenset[str]
 
 
-class ValidPrefixes:
-    """LRU map ``(settings, first message id) -> ValidPrefix`` within the bounds above."""
-
-    def __init__(self, max_entries: int = MAX_PREFIXES, max_bytes: int = MAX_PREFIX_BYTES) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[Hashable, str], tuple[ValidPrefix, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def size_bytes(self) -> int:
-        """Bytes of wire images held."""
-        return self._bytes
-
-    def match(
-        self, settings: Hashable, images: Sequence[bytes], first_id: str
-    ) -> ValidPrefix | None:
-        """The kept list of this conversation when ``images`` starts with exactly its images
-        (compared byte for byte), else None."""
-        key = (settings, first_id)
-        with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-        prefix = found[0] if found is not None else None
-        fits = (
-            prefix is not None
-            and len(prefix.images) <= len(images)
-            and all(kept == image for kept, image in zip(prefix.images, images, strict=False))
-        )
-        with self._lock:
-            if fits:
-                self.hits += 1
-            else:
-                self.misses += 1
-        return prefix if fits else None
-
-    def put(self, settings: Hashable, first_id: str, prefix: ValidPrefix) -> None:
-        """Keep ``prefix`` as this conversation's last valid message list."""
-        size = sum(len(image) for image in prefix.images)
-        if size > self.max_bytes:
-            return
-        key = (settings, first_id)
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._entries[key] = (prefix, size)
-            self._bytes += size
-            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._bytes -= dropped
-
-    def clear(self) -> None:
-        """Forget every entry."""
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+def valid_prefixes() -> ConversationPrefixes[ValidState]:
+    """A memo of valid message lists within :data:`MAX_PREFIXES` and :data:`MAX_PREFIX_BYTES`,
+    keyed by ``(settings, first message id)``."""
+    return ConversationPrefixes(MAX_PREFIXES, MAX_PREFIX_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +258,6 @@ def take_request_images(request: betterproto2.Message) -> Sequence[bytes] | None
 VALIDATED: Final = ValidatedMessages()
 """The process-wide memo :func:`protocol_py.validation.validate_request` uses."""
 
-PREFIXES: Final = ValidPrefixes()
+PREFIXES: Final = valid_prefixes()
 """The process-wide message lists :func:`protocol_py.validation.validate_request` resumes
 from."""

@@ -75,3 +75,23 @@ def test_has_image_finds_images_in_messages_and_tool_results() -> None:
     assert _has_image([text, nested])
     plain = ContentBlock(tool_result=ToolResultBlock(tool_use_id="c", content=[text]))
     assert not _has_image([plain])
+
+
+def test_a_conversations_unchanged_start_is_reused_whole_and_equals_a_fresh_lookup() -> None:
+    cache = TranslationCache()
+    first = turn(2).messages
+    cache.fragments("s", first, translate, [wire.encode(m) for m in first])
+    later = turn(4).messages  # the same start, then four more messages
+    images = [wire.encode(m) for m in later]
+    got = cache.fragments("s", later, translate, images)
+    assert got == [translate(i, m) for i, m in enumerate(later)]
+    assert (cache._lists.hits, cache.misses) == (1, len(first) + 4)
+    # an edited message of the start: the list does not match, each message is looked up
+    edited = turn(4).messages
+    edited[1].content[0].text = TextBlock(text="edited")
+    got = cache.fragments("s", edited, translate, [wire.encode(m) for m in edited])
+    assert got == [translate(i, m) for i, m in enumerate(edited)]
+    assert cache._lists.hits == 1 and cache.misses == len(first) + 5
+    # without images (a request built in Python) no list is used
+    assert cache.fragments("s", later, translate) == [translate(i, m) for i, m in enumerate(later)]
+    assert cache._lists.hits == 1

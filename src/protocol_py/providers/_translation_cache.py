@@ -8,6 +8,12 @@ of the content stands in for it), plus the
 translation settings that shape the fragment. A hit therefore yields exactly the bytes a fresh
 translation would: the bytes sent never depend on the cache (tests compare both).
 
+For a request the server just decoded (message wire images known), the last message list of
+each conversation (keyed by the settings and the first message's id) is also kept: a turn whose
+messages start with exactly those images (compared byte for byte) takes their fragments in one
+step (:class:`~protocol_py.prefix_memo.ConversationPrefixes`, :data:`MAX_LISTS`,
+:data:`MAX_LIST_BYTES`).
+
 Bounds: :data:`MAX_ENTRIES` fragments and :data:`MAX_BYTES` bytes of fragments per cache, the
 least recently used dropped first; a fragment larger than :data:`MAX_FRAGMENT_BYTES` is never
 stored. The cache is safe to use from several worker threads at once.
@@ -21,6 +27,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Final
 
 from protocol_py import wire
+from protocol_py.prefix_memo import ConversationPrefixes
 from protocol_py_gen.content.v1 import Message
 
 MAX_ENTRIES: Final = 16_384
@@ -29,6 +36,14 @@ MAX_ENTRIES: Final = 16_384
 MAX_BYTES: Final = 64 * 1024 * 1024
 """Most bytes of fragments one cache holds (64 MiB); keys hold the message's own strings
 besides, about the same size again."""
+
+MAX_LISTS: Final = 64
+"""Most conversations whose last message list (wire images and fragments) one cache keeps, so
+a turn reuses the unchanged start of its conversation without a lookup per message."""
+
+MAX_LIST_BYTES: Final = 128 * 1024 * 1024
+"""Most bytes those lists hold (128 MiB: images and fragments; a fragment is the same object as
+in the per-message entries)."""
 
 MAX_FRAGMENT_BYTES: Final = 1024 * 1024
 """Largest fragment stored, bytes (1 MiB): a bigger message is translated every turn."""
@@ -52,6 +67,9 @@ class TranslationCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._entries: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._lists: ConversationPrefixes[tuple[bytes, ...]] = ConversationPrefixes(
+            MAX_LISTS, MAX_LIST_BYTES
+        )
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -112,9 +130,40 @@ class TranslationCache:
         Raises:
             Whatever ``translate`` raises (the fragments translated before it are stored).
         """
+        start = 0
+        kept: tuple[bytes, ...] = ()
+        head: tuple[bytes, ...] = ()
+        if images is not None and messages:
+            found_list = self._lists.match((settings, messages[0].id), images)
+            if found_list is not None:  # this conversation's last list, unchanged: reused
+                kept, head = found_list
+                start = len(kept)
+                with self._lock:
+                    self.hits += start
+        out = self._lookup(settings, messages, translate, images, start)
+        if images is not None and messages and start < len(messages):
+            out[:0] = head
+            self._lists.put(
+                (settings, messages[0].id),
+                (*kept, *images[start:]),  # the images kept already are reused
+                tuple(out),
+                sum(len(fragment) for fragment in out),
+            )
+            return out
+        return [*head, *out]
+
+    def _lookup(
+        self,
+        settings: Hashable,
+        messages: Sequence[Message],
+        translate: Callable[[int, Message], bytes],
+        images: Sequence[bytes] | None,
+        start: int,
+    ) -> list[bytes]:
+        """:meth:`fragments` of ``messages[start:]``, one by one."""
         keys = [
-            (m.id, images[i]) if images is not None else message_key(m)
-            for i, m in enumerate(messages)
+            (messages[i].id, images[i]) if images is not None else message_key(messages[i])
+            for i in range(start, len(messages))
         ]
         found: list[bytes | None] = []
         with self._lock:
@@ -130,12 +179,12 @@ class TranslationCache:
         new: list[tuple[Hashable, bytes]] = []
         out: list[bytes] = []
         try:
-            for i, cached in enumerate(found):
+            for n, cached in enumerate(found):
                 if cached is not None:
                     out.append(cached)
                     continue
-                fragment = translate(i, messages[i])
-                key = keys[i]
+                fragment = translate(start + n, messages[start + n])
+                key = keys[n]
                 if key is not None and len(fragment) <= MAX_FRAGMENT_BYTES:
                     new.append(((settings, key), fragment))
                 out.append(fragment)
@@ -158,6 +207,7 @@ class TranslationCache:
 
     def clear(self) -> None:
         """Drop every fragment (e.g. after the translation settings changed)."""
+        self._lists.clear()
         with self._lock:
             self._entries.clear()
             self._bytes = 0

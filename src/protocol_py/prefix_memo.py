@@ -1,0 +1,87 @@
+"""What was derived from a conversation's last message list, kept for the next turn (issue 12).
+
+An agent kernel resends the whole conversation every turn, so turn N+1's messages start with
+exactly turn N's, byte for byte on the wire. :class:`ConversationPrefixes` keeps, per
+conversation (a key such as the settings and the first message's id), the wire images of the
+last message list and a value derived from it (a validation state, the vendor JSON of each
+message); :meth:`ConversationPrefixes.match` hands the value back only when the new list starts
+with exactly those images, compared byte for byte (no hash of the content stands in for them),
+so what is reused is what a fresh computation over those messages would give.
+
+Bounds: ``max_entries`` conversations and ``max_bytes`` bytes (the images and whatever size
+the caller states for the value), the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["ConversationPrefixes"]
+
+T = TypeVar("T")
+
+
+class ConversationPrefixes(Generic[T]):
+    """LRU map ``key -> (message images, value)`` within ``max_entries`` and ``max_bytes``.
+    Safe to use from several threads at once."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, tuple[tuple[bytes, ...], T, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held (images plus the stated size of each value)."""
+        return self._bytes
+
+    def match(self, key: Hashable, images: Sequence[bytes]) -> tuple[tuple[bytes, ...], T] | None:
+        """``(kept images, value)`` when ``images`` starts with exactly the images kept under
+        ``key`` (compared byte for byte), else None."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+        fits = (
+            found is not None
+            and len(found[0]) <= len(images)
+            and all(kept == image for kept, image in zip(found[0], images, strict=False))
+        )
+        with self._lock:
+            if fits:
+                self.hits += 1
+            else:
+                self.misses += 1
+        return (found[0], found[1]) if fits and found is not None else None
+
+    def put(self, key: Hashable, images: tuple[bytes, ...], value: T, value_bytes: int = 0) -> None:
+        """Keep ``images`` and ``value`` (about ``value_bytes`` bytes) under ``key``, replacing
+        what was kept there; nothing is kept when they alone exceed ``max_bytes``."""
+        size = sum(len(image) for image in images) + value_bytes
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[2]
+            self._entries[key] = (images, value, size)
+            self._bytes += size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, _, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
