@@ -19,19 +19,24 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["ConversationPrefixes"]
+__all__ = ["BoundedLRU", "ConversationPrefixes"]
 
 T = TypeVar("T")
 
 
-class ConversationPrefixes(Generic[T]):
-    """LRU map ``key -> (message images, value)`` within ``max_entries`` and ``max_bytes``.
-    Safe to use from several threads at once."""
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class BoundedLRU(Generic[K, V]):
+    """The bookkeeping of a least-recently-used map bounded by ``max_entries`` entries and
+    ``max_bytes`` bytes (each entry's size stated when stored), safe to use from several threads
+    at once; subclasses add their lookup. ``hits`` and ``misses`` count lookups."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, tuple[tuple[bytes, ...], T, int]] = OrderedDict()
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -42,42 +47,39 @@ class ConversationPrefixes(Generic[T]):
 
     @property
     def size_bytes(self) -> int:
-        """Bytes held (images plus the stated size of each value)."""
+        """Bytes held (the sizes stated when storing)."""
         return self._bytes
 
-    def match(self, key: Hashable, images: Sequence[bytes]) -> tuple[tuple[bytes, ...], T] | None:
-        """``(kept images, value)`` when ``images`` starts with exactly the images kept under
-        ``key`` (compared byte for byte), else None."""
+    def _get(self, key: K) -> V | None:
+        """The value under ``key`` (now the most recently used), or None."""
         with self._lock:
             found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-        fits = (
-            found is not None
-            and len(found[0]) <= len(images)
-            and all(kept == image for kept, image in zip(found[0], images, strict=False))
-        )
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def _count(self, hit: bool) -> None:
         with self._lock:
-            if fits:
+            if hit:
                 self.hits += 1
             else:
                 self.misses += 1
-        return (found[0], found[1]) if fits and found is not None else None
 
-    def put(self, key: Hashable, images: tuple[bytes, ...], value: T, value_bytes: int = 0) -> None:
-        """Keep ``images`` and ``value`` (about ``value_bytes`` bytes) under ``key``, replacing
-        what was kept there; nothing is kept when they alone exceed ``max_bytes``."""
-        size = sum(len(image) for image in images) + value_bytes
+    def _put(self, key: K, value: V, size: int) -> None:
+        """Store ``value`` (``size`` bytes) under ``key``, replacing what was there; then drop
+        the least recently used entries until within the bounds. A value larger than
+        ``max_bytes`` is not stored."""
         if size > self.max_bytes:
             return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._bytes -= old[2]
-            self._entries[key] = (images, value, size)
+                self._bytes -= old[1]
+            self._entries[key] = (value, size)
             self._bytes += size
             while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-                _, (_, _, dropped) = self._entries.popitem(last=False)
+                _, (_, dropped) = self._entries.popitem(last=False)
                 self._bytes -= dropped
 
     def clear(self) -> None:
@@ -85,3 +87,24 @@ class ConversationPrefixes(Generic[T]):
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+
+class ConversationPrefixes(BoundedLRU[Hashable, tuple[tuple[bytes, ...], T]]):
+    """LRU map ``key -> (message images, value)`` within ``max_entries`` and ``max_bytes``."""
+
+    def match(self, key: Hashable, images: Sequence[bytes]) -> tuple[tuple[bytes, ...], T] | None:
+        """``(kept images, value)`` when ``images`` starts with exactly the images kept under
+        ``key`` (compared byte for byte), else None."""
+        found = self._get(key)
+        fits = (
+            found is not None
+            and len(found[0]) <= len(images)
+            and all(kept == image for kept, image in zip(found[0], images, strict=False))
+        )
+        self._count(fits)
+        return found if fits else None
+
+    def put(self, key: Hashable, images: tuple[bytes, ...], value: T, value_bytes: int = 0) -> None:
+        """Keep ``images`` and ``value`` (about ``value_bytes`` bytes) under ``key``, replacing
+        what was kept there; nothing is kept when they alone exceed ``max_bytes``."""
+        self._put(key, (images, value), sum(len(image) for image in images) + value_bytes)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -41,7 +40,7 @@ from typing import Any, Final
 import betterproto2
 
 from protocol_py import wire
-from protocol_py.prefix_memo import ConversationPrefixes
+from protocol_py.prefix_memo import BoundedLRU, ConversationPrefixes
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest, ThinkingSpec
 
@@ -147,65 +146,28 @@ def settings_of(spec: ModelSpec | None) -> Hashable:
     )
 
 
-class ValidatedMessages:
+class ValidatedMessages(BoundedLRU[tuple[Hashable, str], tuple[bytes, CleanMessage]]):
     """LRU map ``(settings, message id) -> (wire image, CleanMessage)`` within the bounds
     above: one entry per message id and settings (a message edited under its id replaces its
     entry). A lookup compares the stored image with the message's byte for byte, so the image
     is never hashed (the id is)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[Hashable, str], tuple[bytes, CleanMessage]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def size_bytes(self) -> int:
-        """Bytes of wire images held."""
-        return self._bytes
+        super().__init__(max_entries, max_bytes)
 
     def get(self, settings: Hashable, message_id: str, image: bytes) -> CleanMessage | None:
         """The entry of message ``message_id`` under ``settings`` when its image is exactly
         ``image``, or None (counted as a miss)."""
-        key = (settings, message_id)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry[0] != image:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry[1]
+        found = self._get((settings, message_id))
+        hit = found is not None and found[0] == image
+        self._count(hit)
+        return found[1] if hit and found is not None else None
 
     def put(self, settings: Hashable, message_id: str, image: bytes, entry: CleanMessage) -> None:
         """Remember that message ``message_id``, of wire image ``image``, passed every
         message-local rule under ``settings`` (replacing what was known of that id)."""
-        if len(image) > MAX_IMAGE_BYTES:
-            return
-        key = (settings, message_id)
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old[0])
-            self._entries[key] = (image, entry)
-            self._bytes += len(image)
-            while self._entries and (
-                len(self._entries) > self.max_entries or self._bytes > self.max_bytes
-            ):
-                _, (dropped, _) = self._entries.popitem(last=False)
-                self._bytes -= len(dropped)
-
-    def clear(self) -> None:
-        """Forget every entry."""
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+        if len(image) <= MAX_IMAGE_BYTES:
+            self._put((settings, message_id), (image, entry), len(image))
 
 
 # -- wire images of a request just decoded -----------------------------------------------------
