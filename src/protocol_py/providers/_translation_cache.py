@@ -21,13 +21,11 @@ stored. The cache is safe to use from several worker threads at once.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Final
 
 from protocol_py import wire
-from protocol_py.prefix_memo import ConversationPrefixes
+from protocol_py.prefix_memo import BoundedLRU, ConversationPrefixes
 from protocol_py_gen.content.v1 import Message
 
 MAX_ENTRIES: Final = 16_384
@@ -60,28 +58,14 @@ def message_key(message: Message) -> Hashable | None:
         return None
 
 
-class TranslationCache:
+class TranslationCache(BoundedLRU[Hashable, bytes]):
     """LRU map ``(settings, message key) -> serialized fragment`` within the bounds above."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, bytes] = OrderedDict()
+        super().__init__(max_entries, max_bytes)
         self._lists: ConversationPrefixes[tuple[bytes, ...]] = ConversationPrefixes(
             MAX_LISTS, MAX_LIST_BYTES
         )
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def size_bytes(self) -> int:
-        """Bytes of fragments held."""
-        return self._bytes
 
     def fragment(
         self,
@@ -102,16 +86,12 @@ class TranslationCache:
         if key is None:
             return translate(message)
         full = (settings, key)
-        with self._lock:
-            cached = self._entries.get(full)
-            if cached is not None:
-                self._entries.move_to_end(full)
-                self.hits += 1
-                return cached
-            self.misses += 1
+        cached = self._get(full)
+        self._count(cached is not None)
+        if cached is not None:
+            return cached
         fragment = translate(message)
-        if len(fragment) <= MAX_FRAGMENT_BYTES:
-            self._store([(full, fragment)])
+        self._store([(full, fragment)])
         return fragment
 
     def fragments(
@@ -169,13 +149,13 @@ class TranslationCache:
         with self._lock:
             entries = self._entries
             for key in keys:
-                cached = entries.get((settings, key)) if key is not None else None
-                if cached is not None:
+                entry = entries.get((settings, key)) if key is not None else None
+                if entry is not None:
                     entries.move_to_end((settings, key))
                     self.hits += 1
                 elif key is not None:
                     self.misses += 1
-                found.append(cached)
+                found.append(entry[0] if entry is not None else None)
         new: list[tuple[Hashable, bytes]] = []
         out: list[bytes] = []
         try:
@@ -185,7 +165,7 @@ class TranslationCache:
                     continue
                 fragment = translate(start + n, messages[start + n])
                 key = keys[n]
-                if key is not None and len(fragment) <= MAX_FRAGMENT_BYTES:
+                if key is not None:
                     new.append(((settings, key), fragment))
                 out.append(fragment)
         finally:
@@ -194,20 +174,12 @@ class TranslationCache:
         return out
 
     def _store(self, new: list[tuple[Hashable, bytes]]) -> None:
-        with self._lock:
-            for full, fragment in new:
-                if full not in self._entries:
-                    self._entries[full] = fragment
-                    self._bytes += len(fragment)
-            while self._entries and (
-                len(self._entries) > self.max_entries or self._bytes > self.max_bytes
-            ):
-                _, dropped = self._entries.popitem(last=False)
-                self._bytes -= len(dropped)
+        """Store each ``(full key, fragment)`` no larger than :data:`MAX_FRAGMENT_BYTES`."""
+        for full, fragment in new:
+            if len(fragment) <= MAX_FRAGMENT_BYTES:
+                self._put(full, fragment, len(fragment))
 
     def clear(self) -> None:
         """Drop every fragment (e.g. after the translation settings changed)."""
         self._lists.clear()
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+        super().clear()
