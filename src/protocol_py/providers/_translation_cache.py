@@ -39,8 +39,8 @@ MAX_LISTS: Final = 64
 """Most conversations whose last message list (wire images and fragments) one cache keeps, so
 a turn reuses the unchanged start of its conversation without a lookup per message."""
 
-MAX_LIST_BYTES: Final = 128 * 1024 * 1024
-"""Most bytes those lists hold (128 MiB: images and fragments; a fragment is the same object as
+MAX_LIST_BYTES: Final = 64 * 1024 * 1024
+"""Most bytes those lists hold (64 MiB: images and fragments; a fragment is the same object as
 in the per-message entries)."""
 
 MAX_FRAGMENT_BYTES: Final = 1024 * 1024
