@@ -1288,7 +1288,9 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
     :func:`protocol_py.structs.from_struct`, so a request that passes never makes a provider fail on
     it. The rules that need no ModelSpec are :func:`validate_request_shape`, computed by the same
     pass. ``None`` in a field without proto3 presence reads as its default. The spec itself is not
-    validated here; use :func:`validate_model_spec`.
+    validated here; use :func:`validate_model_spec`. For a request the server just decoded
+    cleanly, messages whose exact wire images were validated before are not walked again
+    (:mod:`protocol_py.validation_memo`); the result is the same.
 
     Returns:
         Errors and warnings together, in request order. Warnings (``severity == "warning"``):
