@@ -159,6 +159,7 @@ _LENGTH: Final = (
 
 
 _UNPACK: Final = {fmt: struct.Struct(fmt).unpack_from for fmt, _, _ in _FIXED.values()}
+_PACK: Final = {fmt: struct.Struct(fmt).pack for fmt, _, _ in _FIXED.values()}
 
 
 class _Scope(NamedTuple):
@@ -218,6 +219,7 @@ class _Generator:
         self.encoders: dict[type[Any], Any] = {}
         self.names: dict[Any, str] = {}
         self.inlined = 0
+        self.heads: dict[int, str] = {}
 
     def const(self, value: Any, hint: str) -> str:
         """A namespace name bound to ``value`` (classes, tables, formats)."""
@@ -511,7 +513,10 @@ class _Generator:
     # -- encoding ------------------------------------------------------------------------------
 
     def encoder(self, cls: type[Any]) -> Any:
-        """The generated encoder of ``cls`` (built on first use)."""
+        """The generated encoder of ``cls`` (built on first use): ``encoder(message, out)``
+        appends the message's serialization to the list ``out`` in parts and returns its size
+        in bytes, so nested messages are written once into one list (joined once at the top,
+        :func:`encode_any`) instead of being joined again at every level."""
         return self._get(cls, self.encoders, self._build_encoder)
 
     def _encoder_name(self, cls: type[Any]) -> str:
@@ -520,39 +525,25 @@ class _Generator:
     def _build_encoder(self, cls: type[Any]) -> Any:
         return self._build(cls, self.encoders, self._encoder_source, self._encoder_name, "encoder")
 
-    def _value_code(
-        self, ptype: str, unwrap: Any, field_cls: Any, var: str, needs: list[Any]
-    ) -> tuple[list[str], int]:
-        """Lines computing ``b`` (the encoded value; without the length prefix) from ``var``,
-        raising FallbackError for a value betterproto2 may treat otherwise; plus the wire type."""
-        if ptype == betterproto2.TYPE_STRING:
-            return [
-                f"if type({var}) is not str:",
-                "    raise FallbackError",
-                f"b = {var}.encode()",
-            ], 2
-        if ptype == betterproto2.TYPE_BYTES:
-            return [f"if type({var}) is not bytes:", "    raise FallbackError", f"b = {var}"], 2
-        if ptype == betterproto2.TYPE_MESSAGE:
-            if unwrap is not None:
-                return [f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"], 2
-            needs.append(field_cls)
-            own = self._encoder_name(field_cls)
-            cls_name = self.const(field_cls, "cls")
-            return [
-                f"if type({var}) is {cls_name}:",
-                f"    b = {own}({var})",
-                f"elif isinstance({var}, Message):",
-                f"    b = encode_any({var})",
-                "else:",
-                "    raise FallbackError",
-            ], 2
+    def _heads(self, tag: int) -> str:
+        """Name of a namespace tuple holding, for each value 0-127, the bytes of ``tag``
+        followed by that one-byte varint (a length or a small scalar)."""
+        name = self.heads.get(tag)
+        if name is None:
+            prefix = varint_bytes(tag)
+            name = self.const(tuple(prefix + bytes([i]) for i in range(128)), f"h{tag}_")
+            self.heads[tag] = name
+        return name
+
+    def _scalar_code(self, ptype: str, var: str) -> tuple[list[str], int]:
+        """Lines computing ``b`` (the encoded scalar, without tag) from ``var``, raising
+        FallbackError for a value betterproto2 may treat otherwise; plus the wire type."""
         if ptype in _FIXED:
             fmt, wire, _ = _FIXED[ptype]
             return [
                 f"if not isinstance({var}, (int, float)):",
                 "    raise FallbackError",
-                f"b = {self.const(struct.Struct(fmt).pack, 'pack')}({var})",
+                f"b = {self.const(_PACK[fmt], 'pack')}({var})",
             ], wire
         check = [f"if not isinstance({var}, int):", "    raise FallbackError"]
         if ptype in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
@@ -562,78 +553,139 @@ class _Generator:
             ], 0
         return [*check, f"b = SMALL[{var}] if 0 <= {var} < 128 else varint_bytes({var})"], 0
 
+    def _emit(  # noqa: PLR0917
+        self,
+        ptype: str,
+        unwrap: Any,
+        field_cls: Any,
+        number: int,
+        var: str,
+        size: str,
+        needs: list[Any],
+    ) -> list[str]:
+        """Lines appending field ``number`` holding ``var`` (tag, length when delimited, value)
+        to ``out`` and adding its byte count to the local ``size``; FallbackError for a value
+        betterproto2 may treat otherwise."""
+        if ptype in _LEN:
+            tag = (number << 3) | 2
+            heads, head = self._heads(tag), varint_bytes(tag)
+            length = [
+                "if n < 128:",
+                f"    out[i] = {heads}[n]",
+                f"    {size} += n + {len(head) + 1}",
+                "else:",
+                f"    h = {head!r} + varint_bytes(n)",
+                "    out[i] = h",
+                f"    {size} += n + len(h)",
+            ]
+            if ptype == betterproto2.TYPE_MESSAGE and unwrap is None:
+                needs.append(field_cls)
+                return [
+                    "i = len(out)",
+                    "put(None)",
+                    f"if type({var}) is {self.const(field_cls, 'cls')}:",
+                    f"    n = {self._encoder_name(field_cls)}({var}, out)",
+                    f"elif isinstance({var}, Message):",
+                    f"    n = encode_into({var}, out)",
+                    "else:",
+                    "    raise FallbackError",
+                    *length,
+                ]
+            if ptype == betterproto2.TYPE_STRING:
+                value = [f"if type({var}) is not str:", "    raise FallbackError"]
+                value.append(f"b = {var}.encode()")
+            elif ptype == betterproto2.TYPE_BYTES:
+                value = [f"if type({var}) is not bytes:", "    raise FallbackError", f"b = {var}"]
+            else:
+                value = [f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"]
+            return [*value, "n = len(b)", "i = len(out)", "put(None)", *length, "put(b)"]
+        code, wire = self._scalar_code(ptype, var)
+        tag = (number << 3) | wire
+        head = varint_bytes(tag)
+        if wire == 0 and ptype not in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
+            return [
+                *code[:2],  # the type check
+                f"if 0 <= {var} < 128:",
+                f"    put({self._heads(tag)}[{var}])",
+                f"    {size} += {len(head) + 1}",
+                "else:",
+                f"    b = varint_bytes({var})",
+                f"    put({head!r})",
+                "    put(b)",
+                f"    {size} += {len(head)} + len(b)",
+            ]
+        return [*code, f"put({head!r})", "put(b)", f"{size} += {len(head)} + len(b)"]
+
     def _encoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
         meta_all = _meta(cls)
         fname = self._encoder_name(cls)
         needs: list[type[Any]] = []
-        lines = [
-            f"def {fname}(msg):",
-            "    d = msg.__dict__",
-            "    out = []",
-            "    put = out.append",
-        ]
+        lines = [f"def {fname}(msg, out):", "    put = out.append", "    size = 0"]
         for name, meta in meta_all.meta_by_field_name.items():
             field_cls = meta_all.cls_by_field.get(name)
-            lines.append(f"    v = d[{name!r}]")
+            lines.append(f"    v = msg.{name}")
             lines.append("    if v is not None:")
             body: list[str] = []
             if meta.map_meta is not None:
                 key_meta, value_meta = meta.map_meta
                 value_cls = meta_all.cls_by_field[f"{name}.value"]
-                k_code, k_wire = self._value_code(key_meta.proto_type, None, None, "k", needs)
-                v_code, v_wire = self._value_code(
-                    value_meta.proto_type, value_meta.unwrap, value_cls, "x", needs
+                tag = (meta.number << 3) | 2
+                heads, head = self._heads(tag), varint_bytes(tag)
+                key = self._emit(key_meta.proto_type, None, None, 1, "k", "es", needs)
+                value = self._emit(
+                    value_meta.proto_type, value_meta.unwrap, value_cls, 2, "x", "es", needs
                 )
-                tag = varint_bytes((meta.number << 3) | 2)
                 body += [
                     "if type(v) is not dict:",
                     "    raise FallbackError",
                     "for k, x in v.items():",
-                    *("    " + line for line in k_code),
-                    "    kb = b",
-                    *("    " + line for line in v_code),
-                    "    entry = b''.join((",
-                    f"        {bytes([(1 << 3) | k_wire])!r},",
-                    "        varint_bytes(len(kb)), kb," if k_wire == 2 else "        kb,",
-                    f"        {bytes([(2 << 3) | v_wire])!r},",
-                    "        varint_bytes(len(b)), b))" if v_wire == 2 else "        b))",
-                    f"    put({tag!r})",
-                    "    put(varint_bytes(len(entry)))",
-                    "    put(entry)",
+                    "    j = len(out)",
+                    "    put(None)",
+                    "    es = 0",
+                    *("    " + line for line in (*key, *value)),
+                    "    if es < 128:",
+                    f"        out[j] = {heads}[es]",
+                    f"        size += es + {len(head) + 1}",
+                    "    else:",
+                    f"        h = {head!r} + varint_bytes(es)",
+                    "        out[j] = h",
+                    "        size += es + len(h)",
                 ]
                 lines.extend("        " + line for line in body)
                 continue
-            code, wire = self._value_code(meta.proto_type, meta.unwrap, field_cls, "v", needs)
             if meta.repeated:
-                packed = wire != 2
-                tag = varint_bytes((meta.number << 3) | 2)
                 body += ["if type(v) is not list:", "    raise FallbackError", "if v:"]
-                if packed:
-                    body += ["    parts = []", "    for item in v:"]
-                    code_item, _ = self._value_code(
-                        meta.proto_type, meta.unwrap, field_cls, "item", needs
-                    )
-                    body += [*("        " + line for line in code_item), "        parts.append(b)"]
+                if meta.proto_type not in _LEN:  # packed
+                    code_item, _ = self._scalar_code(meta.proto_type, "item")
                     body += [
-                        "    b = b''.join(parts)",
-                        f"    put({tag!r})",
-                        "    put(varint_bytes(len(b)))",
-                        "    put(b)",
-                    ]
-                else:
-                    code_item, _ = self._value_code(
-                        meta.proto_type, meta.unwrap, field_cls, "item", needs
-                    )
-                    body += [
+                        "    parts = []",
                         "    for item in v:",
                         *("        " + line for line in code_item),
-                        f"        put({tag!r})",
-                        "        put(SMALL[len(b)] if len(b) < 128 else varint_bytes(len(b)))",
-                        "        put(b)",
+                        "        parts.append(b)",
+                        "    packed = b''.join(parts)",
+                        *(
+                            "    " + line
+                            for line in self._emit(
+                                betterproto2.TYPE_BYTES,
+                                None,
+                                None,
+                                meta.number,
+                                "packed",
+                                "size",
+                                needs,
+                            )
+                        ),
                     ]
+                else:
+                    emit = self._emit(
+                        meta.proto_type, meta.unwrap, field_cls, meta.number, "item", "size", needs
+                    )
+                    body += ["    for item in v:", *("        " + line for line in emit)]
                 lines.extend("        " + line for line in body)
                 continue
-            tag = varint_bytes((meta.number << 3) | wire)
+            emit = self._emit(
+                meta.proto_type, meta.unwrap, field_cls, meta.number, "v", "size", needs
+            )
             plain = (
                 not (meta.optional or meta.group) and meta.proto_type != betterproto2.TYPE_MESSAGE
             )
@@ -646,21 +698,16 @@ class _Generator:
                 if py is not None:
                     body += [f"if type(v) is not {py}:", "    raise FallbackError"]
                 default = self.const(meta_all.default_gen[name](), "default")
-                body += [f"if v != {default}:"]
-                indent = "    "
+                body += [f"if v != {default}:", *("    " + line for line in emit)]
             else:
-                indent = ""
-            body += [indent + line for line in code]
-            body += [indent + f"put({tag!r})"]
-            if wire == 2:
-                body += [indent + "put(SMALL[len(b)] if len(b) < 128 else varint_bytes(len(b)))"]
-            body += [indent + "put(b)"]
+                body += emit
             lines.extend("        " + line for line in body)
         lines += [
-            "    u = d.get('_unknown_fields')",
+            "    u = msg._unknown_fields",
             "    if u:",
             "        put(u)",
-            "    return b''.join(out)",
+            "        size += len(u)",
+            "    return size",
             "",
         ]
         return "\n".join(lines), needs
@@ -669,10 +716,18 @@ class _Generator:
 GENERATOR: Final = _Generator()
 
 
+def encode_into(message: betterproto2.Message, out: list[Any]) -> int:
+    """Append the serialization of a message of any generated class to ``out`` in parts;
+    return its size in bytes."""
+    size: int = GENERATOR.encoder(type(message))(message, out)
+    return size
+
+
 def encode_any(message: betterproto2.Message) -> bytes:
     """Encode a message of any generated class with its generated encoder."""
-    encoded: bytes = GENERATOR.encoder(type(message))(message)
-    return encoded
+    out: list[bytes] = []
+    encode_into(message, out)
+    return b"".join(out)
 
 
-GENERATOR.ns["encode_any"] = encode_any
+GENERATOR.ns["encode_into"] = encode_into
