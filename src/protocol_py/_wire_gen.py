@@ -154,7 +154,7 @@ _LENGTH: Final = (
     "    pos += 2",
     "else:",
     "    n, pos = varint(data, pos)",
-    "nxt = pos + n",
+    "nxt = pos + n",  # last: a caller may set its own end instead
 )
 
 
@@ -213,7 +213,6 @@ class _Generator:
             "unpack_from": struct.unpack_from,
             "new": object.__new__,
             "Message": betterproto2.Message,
-            "MAX_DEPTH": MAX_FAST_DEPTH,
         }
         self.decoders: dict[type[Any], Any] = {}
         self.encoders: dict[type[Any], Any] = {}
@@ -285,7 +284,7 @@ class _Generator:
         body = self._body(cls, _Scope("end", "", 0, (cls,)), needs)
         lines = [
             f"def {self._decoder_name(cls)}(data, pos, end, st, depth):",
-            "    if depth > MAX_DEPTH:",
+            f"    if depth > {MAX_FAST_DEPTH}:",
             "        raise FallbackError",
             *("    " + line for line in body),
             "    return o",
@@ -409,9 +408,9 @@ class _Generator:
         tag = f"i{self.inlined}_"
         inner = _Scope(f"{tag}end", tag, level, (*scope.stack, field_cls))
         lines = [
+            f"{inner.end} = pos + n",
             f"if depth > {MAX_FAST_DEPTH - level}:",
             "    raise FallbackError",
-            f"{inner.end} = nxt",
             *self._body(field_cls, inner, needs),
         ]
         return lines, f"{tag}o", True
@@ -444,8 +443,9 @@ class _Generator:
                 ]
             else:
                 lines, expr, inline = self._message_value(field.cls, scope, needs)
-                after = [] if inline else ["pos = nxt"]
-                return [((field.number << 3) | 2, [*length, *lines, store(expr), *after])]
+                if inline:  # the inline lines set their own end from ``n``
+                    return [((field.number << 3) | 2, [*length[:-1], *lines, store(expr)])]
+                return [((field.number << 3) | 2, [*length, store(expr), "pos = nxt"])]
             return [((field.number << 3) | 2, [*length, *value, "pos = nxt"])]
         if ptype in _FIXED:
             fmt, wire, width = _FIXED[ptype]
@@ -454,6 +454,7 @@ class _Generator:
             packed = ["while pos < nxt:", f"    items.append({read})", f"    pos += {width}"]
         else:
             wide, always = _VARINT_DECODE[ptype]
+            names: dict[str, str] = {}
             if ptype == betterproto2.TYPE_ENUM:
                 names = {"members": self.const({int(m): m for m in field.cls}, "members")}
                 names["enum"] = self.const(field.cls, "enum")
@@ -461,7 +462,15 @@ class _Generator:
             wire = 0
             one = ["v = data[pos]", "if v < 128:", "    pos += 1", "else:"]
             one += ["    v, pos = varint(data, pos)", *("    " + line for line in wide)]
-            one += [*always, store("v")]
+            if ptype == betterproto2.TYPE_ENUM and not field.repeated:  # straight to the local
+                one += [
+                    f"{local} = {names['members']}.get(v)",
+                    f"if {local} is None:",
+                    "    st.clean = False",
+                    f"    {local} = {names['enum']}(v)",
+                ]
+            else:
+                one += [*always, store("v")]
             packed = ["while pos < nxt:", "    v, pos = varint(data, pos)"]
             packed += [*("    " + line for line in (*wide, *always)), "    items.append(v)"]
         branches = [((field.number << 3) | wire, one)]
@@ -496,10 +505,10 @@ class _Generator:
             needs,
         )
         return [
-            *_LENGTH,
+            *_LENGTH[:-1],
+            f"{end} = pos + n",
             f"if depth > {MAX_FAST_DEPTH - level}:",
             "    raise FallbackError",
-            f"{end} = nxt",
             f"{key} = {self._literal(entry_meta.default_gen['key']())}",
             f"{value} = {self._literal(entry_meta.default_gen['value']())}",
             *self._loop(branches, "(1, 2)", end, None),
