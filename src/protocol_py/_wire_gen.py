@@ -14,13 +14,17 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import betterproto2
 
 MAX_FAST_DEPTH: Final = 64
 """Deepest message nesting, in message levels, decoded by the generated functions; a deeper
 message goes to betterproto2 (same result) and is reported as not clean."""
+
+INLINE_LEVELS: Final = 2
+"""Sub-message levels decoded inline in their parent's generated function (no call per
+sub-message); deeper levels, and a class inside itself, call that class's decoder."""
 
 LARGE_STRING: Final = 1 << 20
 """Strings of this many bytes or more (1 MiB) are decoded from a memoryview, without the
@@ -77,11 +81,9 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def skip_unknown(  # noqa: PLR0917  (called from generated code, positionally)
-    data: bytes, start: int, pos: int, tag: int, end: int, d: dict[str, Any], st: State
-) -> int:
-    """Skip the unknown field whose tag ended at ``pos``; its raw bytes go to
-    ``_unknown_fields`` as betterproto2 keeps them (``st.unknown`` is set)."""
+def skip_field(data: bytes, pos: int, tag: int, end: int, st: State) -> int:
+    """Position after the unknown field whose tag ended at ``pos`` (``st.unknown`` is set);
+    the caller keeps its raw bytes as betterproto2 does (``_unknown_fields``)."""
     st.unknown = True
     wire = tag & 7
     if wire == 0:
@@ -97,7 +99,6 @@ def skip_unknown(  # noqa: PLR0917  (called from generated code, positionally)
         raise FallbackError  # groups
     if pos > end:
         raise FallbackError
-    d["_unknown_fields"] += data[start:pos]
     return pos
 
 
@@ -108,18 +109,28 @@ def decode_str(data: bytes, pos: int, nxt: int) -> str:
     return str(memoryview(data)[pos:nxt], "utf-8")
 
 
+_MASK64: Final = "v &= 0xFFFFFFFFFFFFFFFF"
+_SIGN64: Final = "if v >= 0x8000000000000000: v -= 0x10000000000000000"
 _VARINT_DECODE: Final = {
-    betterproto2.TYPE_INT32: "v &= 0xFFFFFFFF\n{i}if v >= 0x80000000: v -= 0x100000000",
-    betterproto2.TYPE_INT64: "v &= 0xFFFFFFFFFFFFFFFF\n{i}if v >= 0x8000000000000000: "
-    "v -= 0x10000000000000000",
-    betterproto2.TYPE_UINT32: "v &= 0xFFFFFFFF",
-    betterproto2.TYPE_UINT64: "v &= 0xFFFFFFFFFFFFFFFF",
-    betterproto2.TYPE_SINT32: "v &= 0xFFFFFFFF\n{i}v = (v >> 1) ^ (-(v & 1))",
-    betterproto2.TYPE_SINT64: "v &= 0xFFFFFFFFFFFFFFFF\n{i}v = (v >> 1) ^ (-(v & 1))",
-    betterproto2.TYPE_BOOL: "v = v > 0",
-    betterproto2.TYPE_ENUM: "v &= 0xFFFFFFFFFFFFFFFF\n{i}if v >= 0x8000000000000000: "
-    "v -= 0x10000000000000000\n{i}e = {members}.get(v)\n{i}if e is None:\n{i}    "
-    "st.clean = False\n{i}    e = {enum}(v)\n{i}v = e",
+    # proto type: (steps for a varint of 2+ bytes, steps for every varint); a one-byte
+    # varint (0-127) needs no masking nor sign
+    betterproto2.TYPE_INT32: (["v &= 0xFFFFFFFF", "if v >= 0x80000000: v -= 0x100000000"], []),
+    betterproto2.TYPE_INT64: ([_MASK64, _SIGN64], []),
+    betterproto2.TYPE_UINT32: (["v &= 0xFFFFFFFF"], []),
+    betterproto2.TYPE_UINT64: ([_MASK64], []),
+    betterproto2.TYPE_SINT32: (["v &= 0xFFFFFFFF"], ["v = (v >> 1) ^ (-(v & 1))"]),
+    betterproto2.TYPE_SINT64: ([_MASK64], ["v = (v >> 1) ^ (-(v & 1))"]),
+    betterproto2.TYPE_BOOL: ([], ["v = v > 0"]),
+    betterproto2.TYPE_ENUM: (
+        [_MASK64, _SIGN64],
+        [
+            "e = {members}.get(v)",
+            "if e is None:",
+            "    st.clean = False",
+            "    e = {enum}(v)",
+            "v = e",
+        ],
+    ),
 }
 _FIXED: Final = {
     betterproto2.TYPE_DOUBLE: ("<d", 1, 8),
@@ -130,16 +141,57 @@ _FIXED: Final = {
     betterproto2.TYPE_SFIXED64: ("<q", 1, 8),
 }
 _LEN = (betterproto2.TYPE_STRING, betterproto2.TYPE_BYTES, betterproto2.TYPE_MESSAGE)
+
+
 _LENGTH: Final = (
+    # a length prefix at ``pos`` (one- and two-byte varints inline) into ``n``, leaving ``pos``
+    # at the payload and ``nxt`` after it
     "n = data[pos]",
     "if n < 128:",
     "    pos += 1",
+    "elif data[pos + 1] < 128:",
+    "    n = (n & 127) | (data[pos + 1] << 7)",
+    "    pos += 2",
     "else:",
     "    n, pos = varint(data, pos)",
-    "nxt = pos + n",
-    "if nxt > end:",
-    "    raise FallbackError",
+    "nxt = pos + n",  # last: a caller may set its own end instead
 )
+
+
+_UNPACK: Final = {fmt: struct.Struct(fmt).unpack_from for fmt, _, _ in _FIXED.values()}
+_PACK: Final = {fmt: struct.Struct(fmt).pack for fmt, _, _ in _FIXED.values()}
+
+
+class _Scope(NamedTuple):
+    """Where generated decoding lines run: the name of the end position, the prefix of their
+    locals, the message level below the function's own (``depth + level``), and the classes
+    being decoded inline (outermost first)."""
+
+    end: str
+    prefix: str
+    depth: int
+    stack: tuple[type[Any], ...]
+
+
+class _Field(NamedTuple):
+    """One non-map field to decode into the local variable ``local``."""
+
+    number: int
+    ptype: str
+    unwrap: Any
+    cls: Any
+    local: str
+    repeated: bool
+
+
+class _EntryField(NamedTuple):
+    """One map field: its entry class, key and value metadata, value class, local dict."""
+
+    entry_cls: Any
+    key: Any
+    value: Any
+    value_cls: Any
+    local: str
 
 
 def _meta(cls: type[Any]) -> Any:
@@ -156,16 +208,17 @@ class _Generator:
             "varint": varint,
             "varint_bytes": varint_bytes,
             "SMALL": SMALL,
-            "skip_unknown": skip_unknown,
+            "skip_field": skip_field,
             "decode_str": decode_str,
             "unpack_from": struct.unpack_from,
             "new": object.__new__,
             "Message": betterproto2.Message,
-            "MAX_DEPTH": MAX_FAST_DEPTH,
         }
         self.decoders: dict[type[Any], Any] = {}
         self.encoders: dict[type[Any], Any] = {}
         self.names: dict[Any, str] = {}
+        self.inlined = 0
+        self.heads: dict[int, str] = {}
 
     def const(self, value: Any, hint: str) -> str:
         """A namespace name bound to ``value`` (classes, tables, formats)."""
@@ -226,204 +279,253 @@ class _Generator:
         return table[cls]
 
     def _decoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
-        meta_all = _meta(cls)
-        fname = self._decoder_name(cls)
+        """Source of the decoder function of ``cls`` (see :meth:`_body`)."""
         needs: list[type[Any]] = []
-        defaults: dict[str, Any] = {"_unknown_fields": b""}
-        fresh: list[str] = []
+        body = self._body(cls, _Scope("end", "", 0, (cls,)), needs)
+        lines = [
+            f"def {self._decoder_name(cls)}(data, pos, end, st, depth):",
+            f"    if depth > {MAX_FAST_DEPTH}:",
+            "        raise FallbackError",
+            *("    " + line for line in body),
+            "    return o",
+            "",
+        ]
+        return "\n".join(lines), needs
+
+    def _body(self, cls: type[Any], scope: _Scope, needs: list[type[Any]]) -> list[str]:
+        """Lines decoding one ``cls`` message from ``data[pos:<scope.end>]`` into the local
+        ``<scope.prefix>o``, leaving ``pos`` at the end.
+
+        Every field is read into a local variable; the instance is made at the end by setting
+        its attributes in the order betterproto2's own constructor sets them (the fields, then
+        ``_unknown_fields``), so CPython stores them as it does for a constructed instance
+        (shared keys, no separate ``__dict__`` until one is asked for). Sub-messages of a class
+        not already being decoded are decoded inline, :data:`INLINE_LEVELS` levels deep; deeper
+        ones, and recursive ones, call their class's decoder (appended to ``needs``)."""
+        meta_all = _meta(cls)
+        p = scope.prefix
+        init: list[str] = []
         branches: list[tuple[int, list[str]]] = []
         numbers = set()
-        i3, i4 = " " * 12, " " * 16
-        for name, meta in meta_all.meta_by_field_name.items():
+        entries: list[str] = []
+        for index, (name, meta) in enumerate(meta_all.meta_by_field_name.items()):
             numbers.add(meta.number)
+            local = f"{p}f{index}"
+            entries.append(f"{p}o.{name} = {local}")
             field_cls = meta_all.cls_by_field.get(name)
             if meta.repeated:
-                fresh.append(f"d[{name!r}] = []")
+                init.append(f"{local} = []")
             elif meta.map_meta is not None:
-                fresh.append(f"d[{name!r}] = {{}}")
+                init.append(f"{local} = {{}}")
             else:
                 default = meta_all.default_gen[name]()
                 if isinstance(default, (list, dict)):
                     raise TypeError(f"{cls.__name__}.{name}: mutable default")
-                defaults[name] = default
+                init.append(f"{local} = {self._literal(default)}")
             if meta.map_meta is not None:
                 key_meta, value_meta = meta.map_meta
                 value_cls = meta_all.cls_by_field[f"{name}.value"]
-                entry = self._map_entry(field_cls, key_meta, value_meta, value_cls, needs)
-                body = [
-                    *_LENGTH,
-                    f"k, v = {entry}(data, pos, nxt, st, depth + 1)",
-                    f"d[{name!r}][k] = v",
-                    "pos = nxt",
-                ]
+                body = self._map_entry(
+                    _EntryField(field_cls, key_meta, value_meta, value_cls, local), scope, needs
+                )
                 branches.append(((meta.number << 3) | 2, body))
                 continue
             branches += self._field_branches(
-                meta.number,
-                meta.proto_type,
-                meta.unwrap,
-                field_cls,
-                name,
-                repeated=meta.repeated,
-                needs=needs,
+                _Field(meta.number, meta.proto_type, meta.unwrap, field_cls, local, meta.repeated),
+                scope,
+                needs,
             )
-        defaults_name = self.const(defaults, "defaults")
         numbers_name = self.const(frozenset(numbers), "numbers")
-        cls_name = self.const(cls, "cls")
-        lines = [
-            f"def {fname}(data, pos, end, st, depth):",
-            "    if depth > MAX_DEPTH:",
-            "        raise FallbackError",
-            f"    obj = new({cls_name})",
-            "    d = obj.__dict__",
-            f"    d.update({defaults_name})",
-            *("    " + line for line in fresh),
-            "    while pos < end:",
-            "        start = pos",
-            "        tag = data[pos]",
-            "        if tag < 128:",
-            "            pos += 1",
-            "        else:",
-            "            tag, pos = varint(data, pos)",
+        entries.append(f"{p}o._unknown_fields = {p}u")
+        return [
+            *init,
+            f"{p}u = b''",
+            *self._loop(branches, numbers_name, scope.end, f"{p}u"),
+            f"if pos != {scope.end}:",
+            "    raise FallbackError",
+            f"{p}o = new({self.const(cls, 'cls')})",
+            *entries,
+        ]
+
+    def _literal(self, value: Any) -> str:
+        """Source text for the immutable default ``value`` (a literal when exact, else a
+        namespace constant: enum members, floats, wrapped values)."""
+        if value is None or type(value) in (str, bytes, int, bool):
+            return repr(value)
+        return self.const(value, "default")
+
+    @staticmethod
+    def _loop(
+        branches: list[tuple[int, list[str]]], numbers: str, end: str, unknown: str | None
+    ) -> list[str]:
+        """The field loop over ``data[pos:end]``: a one-byte tag (field numbers 1-15) is
+        dispatched at once; a longer one is read as a varint first. A known number with
+        another wire type (or a tag in a longer encoding than needed) falls back; an unknown
+        field's raw bytes are appended to the local ``unknown`` (betterproto2's
+        ``_unknown_fields``), or skipped when it is None."""
+        short = [(tag, body) for tag, body in branches if tag < 128]
+        long = [(tag, body) for tag, body in branches if tag >= 128]
+        lines = [f"while pos < {end}:", "    tag = data[pos]", "    pos += 1"]
+        keyword = "if"
+        for tag, body in short:
+            lines.append(f"    {keyword} tag == {tag}:")
+            lines.extend("        " + line for line in body)
+            keyword = "elif"
+        rest = [
+            "start = pos - 1",
+            "if tag > 127:",
+            "    tag, pos = varint(data, start)",
         ]
         keyword = "if"
-        for tag, body in branches:
-            lines.append(f"        {keyword} tag == {tag}:")
-            lines.extend(i3 + line for line in body)
+        for tag, body in long:
+            rest.append(f"{keyword} tag == {tag}:")
+            rest.extend("    " + line for line in body)
             keyword = "elif"
-        lines.append("        else:" if branches else "        if True:")
-        lines.append(f"{i3}if (tag >> 3) in {numbers_name}:")
-        lines.append(f"{i4}raise FallbackError  # a known field with another wire type")
-        lines.append(f"{i3}pos = skip_unknown(data, start, pos, tag, end, d, st)")
-        lines += ["    if pos != end:", "        raise FallbackError", "    return obj", ""]
-        return "\n".join(lines), needs
+        rest += [
+            f"{keyword} (tag >> 3) in {numbers}:",
+            "    raise FallbackError  # a known field with another wire type or tag encoding",
+            "else:",
+            f"    pos = skip_field(data, pos, tag, {end}, st)",
+        ]
+        if unknown is not None:
+            rest.append(f"    {unknown} += data[start:pos]")
+        lines.append("    else:" if short else "    if True:")
+        lines.extend("        " + line for line in rest)
+        return lines
+
+    def _message_value(
+        self, field_cls: type[Any], scope: _Scope, needs: list[type[Any]]
+    ) -> tuple[list[str], str, bool]:
+        """``(lines, expression, inline)`` decoding the sub-message ``data[pos:nxt]``: inline
+        (see :meth:`_body`; ``pos`` is then left at its end) or by a call to its class's
+        decoder (the expression)."""
+        level = scope.depth + 1
+        if field_cls in scope.stack or len(scope.stack) > INLINE_LEVELS:
+            needs.append(field_cls)
+            call = f"{self._decoder_name(field_cls)}(data, pos, nxt, st, depth + {level})"
+            return [], call, False
+        self.inlined += 1
+        tag = f"i{self.inlined}_"
+        inner = _Scope(f"{tag}end", tag, level, (*scope.stack, field_cls))
+        lines = [
+            f"{inner.end} = pos + n",
+            f"if depth > {MAX_FAST_DEPTH - level}:",
+            "    raise FallbackError",
+            *self._body(field_cls, inner, needs),
+        ]
+        return lines, f"{tag}o", True
 
     def _field_branches(
-        self,
-        number: int,
-        ptype: str,
-        unwrap: Any,
-        field_cls: Any,
-        name: str,
-        *,
-        repeated: bool,
-        needs: list[Any],
+        self, field: _Field, scope: _Scope, needs: list[type[Any]]
     ) -> list[tuple[int, list[str]]]:
-        """``(tag, lines)`` decoding one non-map field into ``d[name]`` (appending when
-        ``repeated``; packed encoding accepted for repeated scalars)."""
-        store = f"d[{name!r}].append(v)" if repeated else f"d[{name!r}] = v"
+        """``(tag, lines)`` decoding one non-map field of ``data[pos:<scope.end>]`` into its
+        local variable (appending when repeated; packed encoding accepted for repeated
+        scalars). A length or fixed-width value running past the end is not checked here:
+        ``pos`` then ends past the end and the message's final check falls back."""
+        local, ptype = field.local, field.ptype
+
+        def store(expr: str) -> str:
+            return f"{local}.append({expr})" if field.repeated else f"{local} = {expr}"
+
+        length = _LENGTH
         if ptype in _LEN:
             if ptype == betterproto2.TYPE_STRING:
-                value = "v = decode_str(data, pos, nxt)"
+                large = "decode_str(data, pos, nxt)"
+                value = [store(f"data[pos:nxt].decode() if n < {LARGE_STRING} else {large}")]
             elif ptype == betterproto2.TYPE_BYTES:
-                value = "v = data[pos:nxt]"
-            elif unwrap is not None:
-                value = f"v = {self.const(unwrap, 'unwrap')}().parse(data[pos:nxt]).to_wrapped()"
+                value = [store("data[pos:nxt]")]
+            elif field.unwrap is not None:
+                unwrap = self.const(field.unwrap, "unwrap")
+                value = [
+                    f"if nxt > {scope.end}:",
+                    "    raise FallbackError",
+                    store(f"{unwrap}().parse(data[pos:nxt]).to_wrapped()"),
+                ]
             else:
-                needs.append(field_cls)
-                value = f"v = {self._decoder_name(field_cls)}(data, pos, nxt, st, depth + 1)"
-            return [((number << 3) | 2, [*_LENGTH, value, store, "pos = nxt"])]
+                lines, expr, inline = self._message_value(field.cls, scope, needs)
+                if inline:  # the inline lines set their own end from ``n``
+                    return [((field.number << 3) | 2, [*length[:-1], *lines, store(expr)])]
+                return [((field.number << 3) | 2, [*length, store(expr), "pos = nxt"])]
+            return [((field.number << 3) | 2, [*length, *value, "pos = nxt"])]
         if ptype in _FIXED:
             fmt, wire, width = _FIXED[ptype]
-            read = f"unpack_from({fmt!r}, data, pos)[0]"
-            one = [f"nxt = pos + {width}", "if nxt > end:", "    raise FallbackError"]
-            one += [f"v = {read}", "pos = nxt", store]
+            read = f"{self.const(_UNPACK[fmt], 'unpack')}(data, pos)[0]"
+            one = [store(read), f"pos += {width}"]
             packed = ["while pos < nxt:", f"    items.append({read})", f"    pos += {width}"]
         else:
-            convert = _VARINT_DECODE[ptype]
+            wide, always = _VARINT_DECODE[ptype]
+            names: dict[str, str] = {}
             if ptype == betterproto2.TYPE_ENUM:
-                members = self.const({int(m): m for m in field_cls}, "members")
-                convert = convert.format(
-                    i="{i}", members=members, enum=self.const(field_cls, "enum")
-                )
-            steps = convert.format(i="").split("\n")
+                names = {"members": self.const({int(m): m for m in field.cls}, "members")}
+                names["enum"] = self.const(field.cls, "enum")
+                always = [line.format(**names) for line in always]
             wire = 0
             one = ["v = data[pos]", "if v < 128:", "    pos += 1", "else:"]
-            one += ["    v, pos = varint(data, pos)", *steps, store]
+            one += ["    v, pos = varint(data, pos)", *("    " + line for line in wide)]
+            if ptype == betterproto2.TYPE_ENUM and not field.repeated:  # straight to the local
+                one += [
+                    f"{local} = {names['members']}.get(v)",
+                    f"if {local} is None:",
+                    "    st.clean = False",
+                    f"    {local} = {names['enum']}(v)",
+                ]
+            else:
+                one += [*always, store("v")]
             packed = ["while pos < nxt:", "    v, pos = varint(data, pos)"]
-            packed += [*("    " + line for line in steps), "    items.append(v)"]
-        branches = [((number << 3) | wire, one)]
-        if repeated:
+            packed += [*("    " + line for line in (*wide, *always)), "    items.append(v)"]
+        branches = [((field.number << 3) | wire, one)]
+        if field.repeated:
             body = [
-                *_LENGTH,
-                f"items = d[{name!r}]",
+                *length,
+                f"items = {local}",
                 *packed,
                 "if pos != nxt:",
                 "    raise FallbackError",
             ]
-            branches.append(((number << 3) | 2, body))
+            branches.append(((field.number << 3) | 2, body))
         return branches
 
-    def _map_entry(
-        self, entry_cls: Any, key_meta: Any, value_meta: Any, value_cls: Any, needs: list[Any]
-    ) -> str:
-        """Name of a function decoding one map entry to ``(key, value)`` (betterproto2's
-        defaults for a missing key or value; a missing message value marks the state unclean)."""
-        fname = self.const(entry_cls, "entry") + "_e"
-        if fname in self.ns:
-            return fname
-        entry_meta = _meta(entry_cls)
-        key_default = entry_meta.default_gen["key"]()
-        value_default = entry_meta.default_gen["value"]()
-        lines = [
-            f"def {fname}(data, pos, end, st, depth):",
-            "    if depth > MAX_DEPTH:",
-            "        raise FallbackError",
-            f"    d = {{'key': {self.const(key_default, 'kdef')}, "
-            f"'value': {self.const(value_default, 'vdef')}, '_unknown_fields': b''}}",
-        ]
-        # decode with a tiny generated decoder for the two fields
-        fake = _EntryShape(key_meta, value_meta, value_cls)
-        source, sub_needs = self._entry_body(fake)
-        needs.extend(sub_needs)
-        lines.extend(source)
-        lines += [
-            "    if pos != end:",
-            "        raise FallbackError",
-            "    if d['value'] is None:",
-            "        st.clean = False",
-            "    return d['key'], d['value']",
-            "",
-        ]
-        exec(compile("\n".join(lines), "<protocol_py.wire map entry>", "exec"), self.ns)
-        return fname
-
-    def _entry_body(self, shape: _EntryShape) -> tuple[list[str], list[Any]]:
-        needs: list[Any] = []
-        lines = [
-            "    while pos < end:",
-            "        start = pos",
-            "        tag = data[pos]",
-            "        if tag < 128:",
-            "            pos += 1",
-            "        else:",
-            "            tag, pos = varint(data, pos)",
-        ]
-        keyword = "if"
-        fields: tuple[tuple[int, Any, Any], ...] = (
-            (1, shape.key, None),
-            (2, shape.value, shape.value_cls),
+    def _map_entry(self, field: _EntryField, scope: _Scope, needs: list[type[Any]]) -> list[str]:
+        """Lines decoding one map entry (a length-delimited field at ``pos``) inline into the
+        field's dict: betterproto2's defaults for a missing key or value (a missing message
+        value marks the state unclean); the entry's own unknown fields are skipped (as
+        betterproto2 drops them) but reported in ``st.unknown``; nesting counts the entry as
+        one message level, as betterproto2's entry class is."""
+        entry_meta = _meta(field.entry_cls)
+        p = scope.prefix
+        key, value, end = f"{p}k", f"{p}x", f"{p}ee"
+        level = scope.depth + 1
+        inner = _Scope(end, p, level, scope.stack)
+        branches = self._field_branches(
+            _Field(1, field.key.proto_type, field.key.unwrap, None, key, False), inner, needs
         )
-        for number, meta, field_cls in fields:
-            name = "key" if number == 1 else "value"
-            for tag, body in self._field_branches(
-                number, meta.proto_type, meta.unwrap, field_cls, name, repeated=False, needs=needs
-            ):
-                lines.append(f"        {keyword} tag == {tag}:")
-                lines.extend(" " * 12 + line for line in body)
-                keyword = "elif"
-        lines += [
-            "        elif (tag >> 3) in (1, 2):",
-            "            raise FallbackError",
-            "        else:",
-            "            pos = skip_unknown(data, start, pos, tag, end, d, st)",
+        branches += self._field_branches(
+            _Field(2, field.value.proto_type, field.value.unwrap, field.value_cls, value, False),
+            inner,
+            needs,
+        )
+        return [
+            *_LENGTH[:-1],
+            f"{end} = pos + n",
+            f"if depth > {MAX_FAST_DEPTH - level}:",
+            "    raise FallbackError",
+            f"{key} = {self._literal(entry_meta.default_gen['key']())}",
+            f"{value} = {self._literal(entry_meta.default_gen['value']())}",
+            *self._loop(branches, "(1, 2)", end, None),
+            f"if pos != {end}:",
+            "    raise FallbackError",
+            f"if {value} is None:",
+            "    st.clean = False",
+            f"{field.local}[{key}] = {value}",
         ]
-        return lines, needs
 
     # -- encoding ------------------------------------------------------------------------------
 
     def encoder(self, cls: type[Any]) -> Any:
-        """The generated encoder of ``cls`` (built on first use)."""
+        """The generated encoder of ``cls`` (built on first use): ``encoder(message, out)``
+        appends the message's serialization to the list ``out`` in parts and returns its size
+        in bytes, so nested messages are written once into one list (joined once at the top,
+        :func:`encode_any`) instead of being joined again at every level."""
         return self._get(cls, self.encoders, self._build_encoder)
 
     def _encoder_name(self, cls: type[Any]) -> str:
@@ -432,39 +534,25 @@ class _Generator:
     def _build_encoder(self, cls: type[Any]) -> Any:
         return self._build(cls, self.encoders, self._encoder_source, self._encoder_name, "encoder")
 
-    def _value_code(
-        self, ptype: str, unwrap: Any, field_cls: Any, var: str, needs: list[Any]
-    ) -> tuple[list[str], int]:
-        """Lines computing ``b`` (the encoded value; without the length prefix) from ``var``,
-        raising FallbackError for a value betterproto2 may treat otherwise; plus the wire type."""
-        if ptype == betterproto2.TYPE_STRING:
-            return [
-                f"if type({var}) is not str:",
-                "    raise FallbackError",
-                f"b = {var}.encode()",
-            ], 2
-        if ptype == betterproto2.TYPE_BYTES:
-            return [f"if type({var}) is not bytes:", "    raise FallbackError", f"b = {var}"], 2
-        if ptype == betterproto2.TYPE_MESSAGE:
-            if unwrap is not None:
-                return [f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"], 2
-            needs.append(field_cls)
-            own = self._encoder_name(field_cls)
-            cls_name = self.const(field_cls, "cls")
-            return [
-                f"if type({var}) is {cls_name}:",
-                f"    b = {own}({var})",
-                f"elif isinstance({var}, Message):",
-                f"    b = encode_any({var})",
-                "else:",
-                "    raise FallbackError",
-            ], 2
+    def _heads(self, tag: int) -> str:
+        """Name of a namespace tuple holding, for each value 0-127, the bytes of ``tag``
+        followed by that one-byte varint (a length or a small scalar)."""
+        name = self.heads.get(tag)
+        if name is None:
+            prefix = varint_bytes(tag)
+            name = self.const(tuple(prefix + bytes([i]) for i in range(128)), f"h{tag}_")
+            self.heads[tag] = name
+        return name
+
+    def _scalar_code(self, ptype: str, var: str) -> tuple[list[str], int]:
+        """Lines computing ``b`` (the encoded scalar, without tag) from ``var``, raising
+        FallbackError for a value betterproto2 may treat otherwise; plus the wire type."""
         if ptype in _FIXED:
             fmt, wire, _ = _FIXED[ptype]
             return [
                 f"if not isinstance({var}, (int, float)):",
                 "    raise FallbackError",
-                f"b = {self.const(struct.Struct(fmt).pack, 'pack')}({var})",
+                f"b = {self.const(_PACK[fmt], 'pack')}({var})",
             ], wire
         check = [f"if not isinstance({var}, int):", "    raise FallbackError"]
         if ptype in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
@@ -474,78 +562,139 @@ class _Generator:
             ], 0
         return [*check, f"b = SMALL[{var}] if 0 <= {var} < 128 else varint_bytes({var})"], 0
 
+    def _emit(  # noqa: PLR0917
+        self,
+        ptype: str,
+        unwrap: Any,
+        field_cls: Any,
+        number: int,
+        var: str,
+        size: str,
+        needs: list[Any],
+    ) -> list[str]:
+        """Lines appending field ``number`` holding ``var`` (tag, length when delimited, value)
+        to ``out`` and adding its byte count to the local ``size``; FallbackError for a value
+        betterproto2 may treat otherwise."""
+        if ptype in _LEN:
+            tag = (number << 3) | 2
+            heads, head = self._heads(tag), varint_bytes(tag)
+            length = [
+                "if n < 128:",
+                f"    out[i] = {heads}[n]",
+                f"    {size} += n + {len(head) + 1}",
+                "else:",
+                f"    h = {head!r} + varint_bytes(n)",
+                "    out[i] = h",
+                f"    {size} += n + len(h)",
+            ]
+            if ptype == betterproto2.TYPE_MESSAGE and unwrap is None:
+                needs.append(field_cls)
+                return [
+                    "i = len(out)",
+                    "put(None)",
+                    f"if type({var}) is {self.const(field_cls, 'cls')}:",
+                    f"    n = {self._encoder_name(field_cls)}({var}, out)",
+                    f"elif isinstance({var}, Message):",
+                    f"    n = encode_into({var}, out)",
+                    "else:",
+                    "    raise FallbackError",
+                    *length,
+                ]
+            if ptype == betterproto2.TYPE_STRING:
+                value = [f"if type({var}) is not str:", "    raise FallbackError"]
+                value.append(f"b = {var}.encode()")
+            elif ptype == betterproto2.TYPE_BYTES:
+                value = [f"if type({var}) is not bytes:", "    raise FallbackError", f"b = {var}"]
+            else:
+                value = [f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"]
+            return [*value, "n = len(b)", "i = len(out)", "put(None)", *length, "put(b)"]
+        code, wire = self._scalar_code(ptype, var)
+        tag = (number << 3) | wire
+        head = varint_bytes(tag)
+        if wire == 0 and ptype not in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
+            return [
+                *code[:2],  # the type check
+                f"if 0 <= {var} < 128:",
+                f"    put({self._heads(tag)}[{var}])",
+                f"    {size} += {len(head) + 1}",
+                "else:",
+                f"    b = varint_bytes({var})",
+                f"    put({head!r})",
+                "    put(b)",
+                f"    {size} += {len(head)} + len(b)",
+            ]
+        return [*code, f"put({head!r})", "put(b)", f"{size} += {len(head)} + len(b)"]
+
     def _encoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
         meta_all = _meta(cls)
         fname = self._encoder_name(cls)
         needs: list[type[Any]] = []
-        lines = [
-            f"def {fname}(msg):",
-            "    d = msg.__dict__",
-            "    out = []",
-            "    put = out.append",
-        ]
+        lines = [f"def {fname}(msg, out):", "    put = out.append", "    size = 0"]
         for name, meta in meta_all.meta_by_field_name.items():
             field_cls = meta_all.cls_by_field.get(name)
-            lines.append(f"    v = d[{name!r}]")
+            lines.append(f"    v = msg.{name}")
             lines.append("    if v is not None:")
             body: list[str] = []
             if meta.map_meta is not None:
                 key_meta, value_meta = meta.map_meta
                 value_cls = meta_all.cls_by_field[f"{name}.value"]
-                k_code, k_wire = self._value_code(key_meta.proto_type, None, None, "k", needs)
-                v_code, v_wire = self._value_code(
-                    value_meta.proto_type, value_meta.unwrap, value_cls, "x", needs
+                tag = (meta.number << 3) | 2
+                heads, head = self._heads(tag), varint_bytes(tag)
+                key = self._emit(key_meta.proto_type, None, None, 1, "k", "es", needs)
+                value = self._emit(
+                    value_meta.proto_type, value_meta.unwrap, value_cls, 2, "x", "es", needs
                 )
-                tag = varint_bytes((meta.number << 3) | 2)
                 body += [
                     "if type(v) is not dict:",
                     "    raise FallbackError",
                     "for k, x in v.items():",
-                    *("    " + line for line in k_code),
-                    "    kb = b",
-                    *("    " + line for line in v_code),
-                    "    entry = b''.join((",
-                    f"        {bytes([(1 << 3) | k_wire])!r},",
-                    "        varint_bytes(len(kb)), kb," if k_wire == 2 else "        kb,",
-                    f"        {bytes([(2 << 3) | v_wire])!r},",
-                    "        varint_bytes(len(b)), b))" if v_wire == 2 else "        b))",
-                    f"    put({tag!r})",
-                    "    put(varint_bytes(len(entry)))",
-                    "    put(entry)",
+                    "    j = len(out)",
+                    "    put(None)",
+                    "    es = 0",
+                    *("    " + line for line in (*key, *value)),
+                    "    if es < 128:",
+                    f"        out[j] = {heads}[es]",
+                    f"        size += es + {len(head) + 1}",
+                    "    else:",
+                    f"        h = {head!r} + varint_bytes(es)",
+                    "        out[j] = h",
+                    "        size += es + len(h)",
                 ]
                 lines.extend("        " + line for line in body)
                 continue
-            code, wire = self._value_code(meta.proto_type, meta.unwrap, field_cls, "v", needs)
             if meta.repeated:
-                packed = wire != 2
-                tag = varint_bytes((meta.number << 3) | 2)
                 body += ["if type(v) is not list:", "    raise FallbackError", "if v:"]
-                if packed:
-                    body += ["    parts = []", "    for item in v:"]
-                    code_item, _ = self._value_code(
-                        meta.proto_type, meta.unwrap, field_cls, "item", needs
-                    )
-                    body += [*("        " + line for line in code_item), "        parts.append(b)"]
+                if meta.proto_type not in _LEN:  # packed
+                    code_item, _ = self._scalar_code(meta.proto_type, "item")
                     body += [
-                        "    b = b''.join(parts)",
-                        f"    put({tag!r})",
-                        "    put(varint_bytes(len(b)))",
-                        "    put(b)",
-                    ]
-                else:
-                    code_item, _ = self._value_code(
-                        meta.proto_type, meta.unwrap, field_cls, "item", needs
-                    )
-                    body += [
+                        "    parts = []",
                         "    for item in v:",
                         *("        " + line for line in code_item),
-                        f"        put({tag!r})",
-                        "        put(SMALL[len(b)] if len(b) < 128 else varint_bytes(len(b)))",
-                        "        put(b)",
+                        "        parts.append(b)",
+                        "    packed = b''.join(parts)",
+                        *(
+                            "    " + line
+                            for line in self._emit(
+                                betterproto2.TYPE_BYTES,
+                                None,
+                                None,
+                                meta.number,
+                                "packed",
+                                "size",
+                                needs,
+                            )
+                        ),
                     ]
+                else:
+                    emit = self._emit(
+                        meta.proto_type, meta.unwrap, field_cls, meta.number, "item", "size", needs
+                    )
+                    body += ["    for item in v:", *("        " + line for line in emit)]
                 lines.extend("        " + line for line in body)
                 continue
-            tag = varint_bytes((meta.number << 3) | wire)
+            emit = self._emit(
+                meta.proto_type, meta.unwrap, field_cls, meta.number, "v", "size", needs
+            )
             plain = (
                 not (meta.optional or meta.group) and meta.proto_type != betterproto2.TYPE_MESSAGE
             )
@@ -558,42 +707,36 @@ class _Generator:
                 if py is not None:
                     body += [f"if type(v) is not {py}:", "    raise FallbackError"]
                 default = self.const(meta_all.default_gen[name](), "default")
-                body += [f"if v != {default}:"]
-                indent = "    "
+                body += [f"if v != {default}:", *("    " + line for line in emit)]
             else:
-                indent = ""
-            body += [indent + line for line in code]
-            body += [indent + f"put({tag!r})"]
-            if wire == 2:
-                body += [indent + "put(SMALL[len(b)] if len(b) < 128 else varint_bytes(len(b)))"]
-            body += [indent + "put(b)"]
+                body += emit
             lines.extend("        " + line for line in body)
         lines += [
-            "    u = d.get('_unknown_fields')",
+            "    u = msg._unknown_fields",
             "    if u:",
             "        put(u)",
-            "    return b''.join(out)",
+            "        size += len(u)",
+            "    return size",
             "",
         ]
         return "\n".join(lines), needs
 
 
-class _EntryShape:
-    __slots__ = ("key", "value", "value_cls")
-
-    def __init__(self, key: Any, value: Any, value_cls: Any) -> None:
-        self.key = key
-        self.value = value
-        self.value_cls = value_cls
-
-
 GENERATOR: Final = _Generator()
+
+
+def encode_into(message: betterproto2.Message, out: list[Any]) -> int:
+    """Append the serialization of a message of any generated class to ``out`` in parts;
+    return its size in bytes."""
+    size: int = GENERATOR.encoder(type(message))(message, out)
+    return size
 
 
 def encode_any(message: betterproto2.Message) -> bytes:
     """Encode a message of any generated class with its generated encoder."""
-    encoded: bytes = GENERATOR.encoder(type(message))(message)
-    return encoded
+    out: list[bytes] = []
+    encode_into(message, out)
+    return b"".join(out)
 
 
-GENERATOR.ns["encode_any"] = encode_any
+GENERATOR.ns["encode_into"] = encode_into

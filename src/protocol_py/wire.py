@@ -2,8 +2,12 @@
 
 betterproto2's own codec is generic pure Python that copies every nested field several times;
 it decodes a long conversation about 300x slower than google's upb. This module encodes and
-decodes the *same* generated classes (plugin authors and kernels keep them) with per-class field
-tables built once from betterproto2's own metadata, reading the buffer in place:
+decodes the *same* generated classes (plugin authors and kernels keep them) with per-class
+functions generated once from betterproto2's own metadata (:mod:`protocol_py._wire_gen`), reading
+the buffer in place: each decoder reads fields into locals, decodes sub-messages and Struct map
+entries inline (:data:`protocol_py._wire_gen.INLINE_LEVELS` levels) and sets the instance's
+attributes once, in the order betterproto2's constructor sets them; each encoder appends every
+part of a message and its sub-messages to one list, joined once.
 
 * :func:`decode` returns exactly what ``cls.parse(data)`` returns, field for field, including
   ``_unknown_fields`` (the raw bytes of fields the class does not know, in wire order), a
