@@ -28,7 +28,10 @@ __all__ = [
     "GC_QUIET_MIN_BYTES",
     "MAX_CPU_JOBS",
     "OFFLOAD_MIN_BYTES",
+    "POOL_START_TIMEOUT_S",
+    "RELEASE_STEP_ITEMS",
     "SWITCH_INTERVAL_S",
+    "release_in_steps",
     "release_large",
     "run_cpu",
 ]
@@ -62,12 +65,31 @@ _executor_lock = threading.Lock()
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
 
+POOL_START_TIMEOUT_S: Final = 5.0
+"""Longest wait for the :data:`MAX_CPU_JOBS` worker threads to start when the pool is made,
+seconds (they start in microseconds on an idle interpreter)."""
+
+
 def _pool() -> ThreadPoolExecutor:
+    """The process-wide pool, its :data:`MAX_CPU_JOBS` threads all started on first use.
+
+    ``ThreadPoolExecutor`` starts a thread when a job finds none idle, and ``Thread.start``
+    waits (on the event loop) until the new thread has run: while another worker held the
+    interpreter in one long C call (upb parsing a 60 MiB body) that wait stalled the loop for
+    the whole call (measured with ``benchmarks/loop_stall.py --trace-stalls``). Starting every
+    thread up front, while no job runs, takes that wait off the request path.
+    """
     with _executor_lock:
         if not _executor:
-            _executor.append(
-                ThreadPoolExecutor(max_workers=MAX_CPU_JOBS, thread_name_prefix="protocol-py-cpu")
+            pool = ThreadPoolExecutor(
+                max_workers=MAX_CPU_JOBS, thread_name_prefix="protocol-py-cpu"
             )
+            started = threading.Barrier(MAX_CPU_JOBS, timeout=POOL_START_TIMEOUT_S)
+            waits = [pool.submit(started.wait) for _ in range(MAX_CPU_JOBS)]
+            for wait in waits:  # each job holds a thread until all have one: all are started
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    wait.result()
+            _executor.append(pool)
             if sys.getswitchinterval() > SWITCH_INTERVAL_S:
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
         return _executor[0]
@@ -100,11 +122,63 @@ def _quiet(func: Callable[[], T]) -> T:
                     gc.enable()
 
 
+RELEASE_STEP_ITEMS: Final = 1000
+"""Most items of one list (with the objects only they hold) freed by one C call when a large
+request is released (:func:`release_in_steps`): 1,000 small messages take about a millisecond."""
+
+
+def _sole(obj: object, others: int) -> bool:
+    """True when nothing but the ``others`` references known to the caller holds ``obj``."""
+    return sys.getrefcount(obj) - 2 <= others  # minus this parameter and getrefcount's argument
+
+
+def _long_lists(obj: object) -> list[list[Any]]:
+    """The attribute values of ``obj`` that are lists of more than :data:`RELEASE_STEP_ITEMS`
+    items held by ``obj`` alone."""
+    fields = getattr(obj, "__dict__", None)
+    if not isinstance(fields, dict):
+        return []
+    # references to each list: ``fields``, the comprehension's variable
+    return [
+        v
+        for v in fields.values()
+        if type(v) is list and len(v) > RELEASE_STEP_ITEMS and _sole(v, 2)
+    ]
+
+
+def release_in_steps(held: list[Any]) -> None:
+    """Free the objects in ``held`` (``held`` ends empty) a bounded step at a time.
+
+    Freeing a request of 100,000 messages was one C call (the last reference dropped, every
+    object deallocated in one cascade) that held the interpreter, and so the event loop, for
+    about 100 ms (``benchmarks/loop_stall.py --trace-stalls``). Here each list attribute of
+    more than :data:`RELEASE_STEP_ITEMS` items (at any depth) is emptied from its end,
+    :data:`RELEASE_STEP_ITEMS` at a time, between which the interpreter can switch threads.
+    Only objects and lists nothing else refers to are emptied: one still shared (a cache, the
+    caller) is just let go of, unchanged.
+    """
+    pending = list(held)
+    held.clear()
+    while pending:
+        obj = pending.pop()
+        # references to ``obj``: the variable; any other means it is shared: not emptied
+        lists = _long_lists(obj) if _sole(obj, 1) else []
+        for items in lists:
+            while items:
+                step = items[-RELEASE_STEP_ITEMS:]
+                del items[-RELEASE_STEP_ITEMS:]
+                # references to ``item``: ``step``, the loop variable
+                pending.extend(item for item in step if _sole(item, 2) and _long_lists(item))
+                del step
+        del lists, obj
+
+
 async def release_large(size: int, held: list[Any]) -> None:
     """Free the objects in ``held`` (a large request) in a worker thread when ``size`` is at
-    least :data:`OFFLOAD_MIN_BYTES`; after a :data:`GC_QUIET_MIN_BYTES` one, objects frozen by
-    earlier large jobs go back to the collector when none is running."""
-    await run_cpu(size, held.clear)
+    least :data:`OFFLOAD_MIN_BYTES`, a step at a time (:func:`release_in_steps`); after a
+    :data:`GC_QUIET_MIN_BYTES` one, objects frozen by earlier large jobs go back to the
+    collector when none is running."""
+    await run_cpu(size, release_in_steps, held)
     if size >= GC_QUIET_MIN_BYTES:
         with _gc_lock:
             if _gc_quiet[0] == 0:

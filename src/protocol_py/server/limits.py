@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py import wire
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.server.config_schema import fill_missing_values
+from protocol_py.server.large_body import receive_body
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
@@ -203,10 +204,12 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
 
 
 async def _recv_exactly(raw: Any, size: int, problem: str) -> bytes:
-    """``size`` bytes of the request body; INVALID_ARGUMENT ``problem`` when the stream ends
-    first (grpclib's buffer raises AssertionError "Received less data than expected")."""
+    """``size`` bytes of the request body (a large one assembled piece by piece as it
+    arrives: :func:`~protocol_py.server.large_body.receive_body`); INVALID_ARGUMENT
+    ``problem`` when the stream ends first (grpclib's buffer raises AssertionError "Received
+    less data than expected")."""
     try:
-        data: bytes = await raw.recv_data(size)
+        data = await receive_body(raw.recv_data, size)
     except AssertionError:
         data = b""
     if len(data) != size:
