@@ -36,7 +36,7 @@ from typing import Any
 import grpclib.const
 from grpclib.client import Channel
 from server import RawCodec
-from stall_trace import StallTracer, summarize
+from stall_trace import StallTracer, summarize, trace_gc
 
 from protocol_py import wire
 from protocol_py.client import ModelClient
@@ -91,8 +91,10 @@ def rss_kib(pid: int, field: str) -> int:
     return 0
 
 
-def _serve(port_queue: Any, worst: Any, trace: str | None = None) -> None:
+def _serve(port_queue: Any, worst: Any, trace: str | None = None, gc_trace: bool = False) -> None:
     logging.disable(logging.WARNING)
+    if gc_trace:
+        trace_gc(sys.stdout)
 
     async def probe() -> None:
         loop = asyncio.get_running_loop()
@@ -178,14 +180,17 @@ class Observer:
 
 
 async def one_run(
-    ctx: Any, kind: str, trace: str | None = None
+    ctx: Any, kind: str, trace: str | None = None, gc_trace: bool = False
 ) -> tuple[float, float, float, float, float, float]:
     """(worst stream gap s, worst probe gap s, the same two over an idle control period of
     :data:`CONTROL_S`, huge request s, peak RSS growth MiB); with ``trace``, the server
-    writes its stall samples there (:mod:`stall_trace`)."""
+    writes its stall samples there (:mod:`stall_trace`); with ``gc_trace``, it prints its
+    long garbage collections."""
     worst_probe = ctx.Value("d", 0.0)
     port_queue = ctx.Queue()
-    server = ctx.Process(target=_serve, args=(port_queue, worst_probe, trace), daemon=True)
+    server = ctx.Process(
+        target=_serve, args=(port_queue, worst_probe, trace, gc_trace), daemon=True
+    )
     server.start()
     port = int(port_queue.get(timeout=60))
     observer = Observer(port)
@@ -226,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         "print the stalls longer than --trace-ms after each run (slows the server a little)",
     )
     parser.add_argument("--trace-ms", type=float, default=20.0, help="stalls printed, ms")
+    parser.add_argument(
+        "--trace-gc", action="store_true", help="the server prints its garbage collections >= 2 ms"
+    )
     args = parser.parse_args(argv)
     ctx = multiprocessing.get_context("spawn")
     print(
@@ -244,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.trace_stalls:
                 os.makedirs(args.trace_stalls, exist_ok=True)
                 trace = os.path.join(args.trace_stalls, f"{kind}-{i + 1}.txt")
-            runs.append(asyncio.run(one_run(ctx, kind, trace)))
+            runs.append(asyncio.run(one_run(ctx, kind, trace, args.trace_gc)))
             if trace:
                 print(f"--- {kind} run {i + 1}: {trace}")
                 summarize(trace, args.trace_ms, sys.stdout)

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Final, TextIO
 
-SAMPLE_S: Final = 0.005
+SAMPLE_S: Final = 0.01
 """Interval between two dumps of all threads' frames while the loop has not ticked, seconds."""
 
 FRAMES: Final = 4
@@ -111,3 +111,33 @@ def summarize(path: str, threshold_ms: float, out: TextIO) -> None:
     )
     for where, count in tally.most_common(20):
         print(f"  {count:4d}  {where}", file=out)
+
+
+GC_REPORT_MS: Final = 2.0
+"""Garbage collections at least this long are reported by :func:`trace_gc`, milliseconds."""
+
+
+def trace_gc(out: TextIO) -> None:
+    """Report every cyclic garbage collection of at least :data:`GC_REPORT_MS` to ``out``
+    (generation, duration, objects collected, the thread that ran it): Python-level, so it
+    cannot crash the process the way :class:`StallTracer`'s dumps occasionally do."""
+    import gc  # noqa: PLC0415 - only when tracing
+
+    started: dict[int, float] = {}
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        ident = threading.get_ident()
+        if phase == "start":
+            started[ident] = time.perf_counter()
+            return
+        took = (time.perf_counter() - started.pop(ident, time.perf_counter())) * 1000
+        if took >= GC_REPORT_MS:
+            name = threading.current_thread().name
+            print(
+                f"### gc generation {info['generation']} {took:.1f} ms, "
+                f"{info['collected']} collected, in {name}",
+                file=out,
+                flush=True,
+            )
+
+    gc.callbacks.append(callback)

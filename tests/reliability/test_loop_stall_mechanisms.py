@@ -7,7 +7,9 @@ mechanism and the same statuses and messages as before for every input:
   frames), and a body cut short or holding invalid UTF-8 across a piece boundary is still
   refused with the same status and message;
 * a large request is freed a bounded step at a time, and a request still shared is left alone;
-* the CPU worker threads are all started before any job needs them.
+* the CPU worker threads are all started before any job needs them;
+* upb's strict check of a large body sees it with its large strings elided (their UTF-8
+  checked a chunk at a time) and gives the same answer as on the whole body.
 """
 
 from __future__ import annotations
@@ -18,22 +20,33 @@ import weakref
 from typing import Any
 
 import pytest
+from hypothesis import given
 
 from protocol_py import offload
 from protocol_py.offload import MAX_CPU_JOBS, RELEASE_STEP_ITEMS, release_in_steps, run_cpu
+from protocol_py.server import strict_parse as strict_parse_module
 from protocol_py.server.large_body import (
     ASSEMBLE_MIN_BYTES,
     RECEIVE_PIECE_BYTES,
     BytesBuilder,
     receive_body,
 )
-from protocol_py.server.limits import decode_request
+from protocol_py.server.limits import decode_request, wrong_wire_type
+from protocol_py.server.strict_parse import STRICT_ELIDE_MIN_BYTES, strict_parse
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
 from ._probes import upb_class
-from .conftest import Served, acall, raw_call, still_serving
+from .conftest import (
+    Served,
+    acall,
+    fuzz_examples,
+    fuzz_settings,
+    mutated,
+    raw_call,
+    still_serving,
+)
 
 MIB = 1024 * 1024
 
@@ -236,3 +249,103 @@ async def test_every_cpu_worker_thread_is_started_before_a_job_needs_one() -> No
     names = [t.name for t in threading.enumerate() if t.name.startswith("protocol-py-cpu")]
     assert len(names) == MAX_CPU_JOBS, names
     assert await run_cpu(offload.OFFLOAD_MIN_BYTES, sum, [4, 5]) == 9
+
+
+# -- the strict (upb) check of a large body with its large strings elided ----------------------
+
+
+def seed_bodies() -> list[bytes]:
+    """Valid StreamCompletionRequest encodings (upb) with long strings and bytes at several
+    depths: a text block, an image, a tool result's text, a Struct string, a system prompt."""
+    cls = upb_class("model.v1.StreamCompletionRequest")
+    request = cls(model_id="reference-large")
+    message = request.messages.add(role=1, id="01J" + "0" * 23)
+    message.content.add().text.text = "long text é " * 8
+    image = message.content.add().image
+    image.media_type = "img/png"
+    image.data = bytes(range(256))[:90]
+    result = message.content.add().tool_result
+    result.tool_use_id = "call-1"
+    result.content.add().text.text = "résultat " * 9
+    use = request.messages.add(role=2, id="01J" + "1" * 23).content.add().tool_use
+    use.id, use.name = "call-1", "search"
+    use.input.update({"query": "ü" * 60, "n": 3})
+    request.call_context.session_id = "s"
+    request.call_context.turn_id = "t"
+    first = bytes(request.SerializeToString())
+    request.messages.add(role=1, id="01J" + "2" * 23).content.add().text.text = "x" * 70
+    return [first, bytes(request.SerializeToString())]
+
+
+def outcome(parse: Any, data: bytes) -> tuple[str, str | None]:
+    """What a parse gave: its error (type and text), or OK and the wrong-wire-type finding."""
+    try:
+        parsed = parse(data)
+    except Exception as exc:  # DecodeError
+        return f"{type(exc).__name__}: {exc}", None
+    return "OK", wrong_wire_type(parsed)
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Elision from 64-byte bodies and 8-byte fields, UTF-8 checked 3 bytes at a time, so
+    small examples take the large-body path (and split characters between chunks)."""
+    monkeypatch.setattr(strict_parse_module, "STRICT_ELIDE_MIN_BYTES", 64)
+    monkeypatch.setattr(strict_parse_module, "STRICT_ELIDE_FIELD_BYTES", 8)
+    monkeypatch.setattr(strict_parse_module, "UTF8_CHECK_CHUNK_BYTES", 3)
+
+
+STRICT = type(upb_class("model.v1.StreamCompletionRequest")())
+
+
+@pytest.mark.usefixtures("small_thresholds")
+@fuzz_settings(fuzz_examples(300))
+@given(mutated(seed_bodies()))
+def test_strict_check_with_elided_strings_gives_upbs_answer_for_every_body(data: bytes) -> None:
+    assert outcome(lambda d: strict_parse(STRICT, d), data) == outcome(STRICT.FromString, data)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_strict_check_elides_the_large_strings_and_bytes() -> None:
+    body = seed_bodies()[1]
+    parsed = strict_parse(STRICT, body)
+    whole = STRICT.FromString(body)
+    assert parsed.ByteSize() < whole.ByteSize()
+    assert parsed.messages[0].content[0].text.text == ""
+    assert parsed.messages[0].content[1].image.data == b""
+    assert parsed.messages[0].content[1].image.media_type == "img/png"  # under 8 bytes: kept
+    assert parsed.messages[1].content[0].tool_use.input["n"] == 3
+    assert len(parsed.messages) == len(whole.messages) == 3
+
+
+@pytest.mark.usefixtures("small_thresholds")
+@pytest.mark.parametrize(
+    ("bad", "what"),
+    [
+        (b"\xc3\x28 ", "invalid continuation byte"),
+        (b"\xed\xa0\x80", "surrogate"),
+        (b"\xc3  ", "truncated sequence"),
+        (b"\xc0\xaf ", "overlong form"),
+    ],
+)
+def test_invalid_utf8_in_an_elided_string_is_refused_with_upbs_error(bad: bytes, what: str) -> None:
+    body = seed_bodies()[0]
+    at = body.index("é ".encode())  # three bytes replaced by ``bad``
+    broken = body[:at] + bad + body[at + len(bad) :]
+    assert len(broken) == len(body), what
+    expected = outcome(STRICT.FromString, broken)
+    assert expected[0].startswith("DecodeError"), what
+    assert outcome(lambda d: strict_parse(STRICT, d), broken) == expected
+
+
+async def test_server_refuses_a_large_body_with_invalid_utf8_deep_inside(served: Served) -> None:
+    text = "a" * (STRICT_ELIDE_MIN_BYTES + MIB)
+    good = large_request_body(text)
+    at = good.index(b"a" * 64) + len(text) // 2
+    bad = good[:at] + b"\xff" + good[at + 1 :]
+    refused = await acall(served.address, "StreamCompletion", bad, stream=True, timeout=60)
+    assert refused.code == "INVALID_ARGUMENT", refused
+    assert refused.details == (
+        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes)"
+    )
+    await still_serving(served)
