@@ -353,10 +353,10 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     betterproto2's parser is lenient (it reads corrupt bytes as a partly empty message), so
     the body is first parsed with ``strict``, protobuf's upb class for the same message (see
     :func:`strict_request_classes`; a large body without one long hold of the interpreter:
-    :func:`~protocol_py.server.strict_parse.strict_parse`); a ``DecodeError`` there (corrupt wire format, truncated
-    field, invalid UTF-8 in a string, nesting beyond :data:`PROTOBUF_MAX_DEPTH` message levels,
-    which is about 33 JSON levels inside a Struct since each object or array level costs
-    three) is INVALID_ARGUMENT and nothing is applied; so is a known field sent with the
+    :func:`~protocol_py.server.strict_parse.strict_parse`); a ``DecodeError`` there (corrupt
+    wire format, truncated field, invalid UTF-8 in a string, nesting beyond
+    :data:`PROTOBUF_MAX_DEPTH` message levels, which is about 33 JSON levels inside a Struct
+    since each object or array level costs three) is INVALID_ARGUMENT and nothing is applied; so is a known field sent with the
     wrong wire type (:func:`wrong_wire_type`). Unknown fields stay legal (forward
     compatibility). A Struct map entry without a value becomes JSON null
     (:func:`fill_struct_gaps`).

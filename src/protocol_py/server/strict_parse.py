@@ -56,7 +56,7 @@ _BYTES: Final = FieldDescriptor.TYPE_BYTES
 _MESSAGE: Final = FieldDescriptor.TYPE_MESSAGE
 
 
-class _Whole(Exception):
+class _WholeBodyError(Exception):
     """Something the walk does not handle: upb parses the whole body instead."""
 
 
@@ -85,7 +85,7 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
         if shift >= 64:
             break
-    raise _Whole
+    raise _WholeBodyError
 
 
 def _varint_bytes(value: int) -> bytes:
@@ -100,17 +100,18 @@ def _varint_bytes(value: int) -> bytes:
 def _elide(
     descriptor: Any,
     data: bytes,
-    view: memoryview,
     span: tuple[int, int],
     out: list[Any],
+    *,
     strings: list[tuple[int, int]],
-    depth: int,
+    depth: int = 0,
 ) -> bool:
     """Append to ``out`` the pieces of the message ``data[span]`` with its large strings and
     bytes emptied (their spans added to ``strings`` when strings); True when anything was
-    elided. Raises :class:`_Whole` for anything it does not handle."""
+    elided. Raises :class:`_WholeBodyError` for anything it does not handle."""
     if depth > _MAX_NESTING:
-        raise _Whole
+        raise _WholeBodyError
+    view = memoryview(data)
     known = _fields(descriptor)
     pos, end = span
     run = pos  # start of the bytes not yet appended
@@ -132,7 +133,9 @@ def _elide(
             if field is not None and pos <= end and field[0] in (_STRING, _BYTES, _MESSAGE):
                 if field[1] is not None:  # a message: its large fields elided, length redone
                     inner: list[Any] = []
-                    if not _elide(field[1], data, view, (body, pos), inner, strings, depth + 1):
+                    if not _elide(
+                        field[1], data, (body, pos), inner, strings=strings, depth=depth + 1
+                    ):
                         continue  # nothing inside is large: kept as it is
                     sub = b"".join(inner)
                     out.extend((view[run:start], _varint_bytes(tag), _varint_bytes(len(sub)), sub))
@@ -143,9 +146,9 @@ def _elide(
                 run = pos
                 elided = True
         else:
-            raise _Whole  # groups (3, 4) and invalid wire types
+            raise _WholeBodyError  # groups (3, 4) and invalid wire types
         if pos > end:
-            raise _Whole
+            raise _WholeBodyError
     out.append(view[run:end])
     return elided
 
@@ -179,8 +182,8 @@ def strict_parse(strict: Any, data: bytes) -> Any:
     out: list[Any] = []
     strings: list[tuple[int, int]] = []
     try:
-        elided = _elide(strict.DESCRIPTOR, data, view, (0, len(data)), out, strings, 0)
-    except _Whole:
+        elided = _elide(strict.DESCRIPTOR, data, (0, len(data)), out, strings=strings)
+    except _WholeBodyError:
         elided = False
     if not elided or not all(_valid_utf8(view, span) for span in strings):
         return strict.FromString(data)
