@@ -356,10 +356,10 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     :func:`~protocol_py.server.strict_parse.strict_parse`); a ``DecodeError`` there (corrupt
     wire format, truncated field, invalid UTF-8 in a string, nesting beyond
     :data:`PROTOBUF_MAX_DEPTH` message levels, which is about 33 JSON levels inside a Struct
-    since each object or array level costs three) is INVALID_ARGUMENT and nothing is applied; so is a known field sent with the
-    wrong wire type (:func:`wrong_wire_type`). Unknown fields stay legal (forward
-    compatibility). A Struct map entry without a value becomes JSON null
-    (:func:`fill_struct_gaps`).
+    since each object or array level costs three) is INVALID_ARGUMENT and nothing is applied;
+    so is a known field sent with the wrong wire type (:func:`wrong_wire_type`). Unknown
+    fields stay legal (forward compatibility). A Struct map entry without a value becomes
+    JSON null (:func:`fill_struct_gaps`).
 
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
