@@ -24,6 +24,7 @@ from hypothesis import given
 
 from protocol_py import offload
 from protocol_py.offload import MAX_CPU_JOBS, RELEASE_STEP_ITEMS, release_in_steps, run_cpu
+from protocol_py.providers import reference
 from protocol_py.server import strict_parse as strict_parse_module
 from protocol_py.server.large_body import (
     ASSEMBLE_MIN_BYTES,
@@ -349,3 +350,23 @@ async def test_server_refuses_a_large_body_with_invalid_utf8_deep_inside(served:
         f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes)"
     )
     await still_serving(served)
+
+
+# -- the reference provider's case-insensitive prompt checks, a chunk at a time ---------------
+
+
+@pytest.mark.parametrize("offset", [0, -9, -5, -1, 1])
+def test_pause_turn_is_found_across_a_lowering_chunk_boundary(offset: int) -> None:
+    chunk = reference.TOKEN_COUNT_CHUNK_CHARS
+    at = 2 * chunk + offset
+    text = "x" * at + "PAUSE Turn" + "y" * (chunk + 3)
+    assert reference._contains_lowered(text, "pause turn") is True
+    assert reference._contains_lowered(text.replace("Turn", "Tur n"), "pause turn") is False
+
+
+def test_lowering_a_chunk_at_a_time_agrees_with_lowering_the_whole_text() -> None:
+    chunk = reference.TOKEN_COUNT_CHUNK_CHARS
+    # characters whose lower case is longer (İ) or depends on context (final Σ)
+    text = ("ΣΣ " + "İ" * 7 + " pause") * (chunk // 8) + " SIGNED TOOL"
+    for needle in ("pause turn", "signed tool", "i̇i̇", "σς"):
+        assert reference._contains_lowered(text, needle) == (needle in text.lower()), needle
