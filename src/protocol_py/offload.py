@@ -21,7 +21,7 @@ import gc
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, ParamSpec, TypeVar
 
 __all__ = [
@@ -60,39 +60,63 @@ that would hold the interpreter (and so the event loop) for hundreds of millisec
 _gc_lock = threading.Lock()
 _gc_quiet = [0, True]  # [large jobs running, collector enabled before the first]
 
-_executor: list[ThreadPoolExecutor] = []  # the process-wide pool, made on first use
-_executor_lock = threading.Lock()
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
-
 POOL_START_TIMEOUT_S: Final = 5.0
-"""Longest wait for the :data:`MAX_CPU_JOBS` worker threads to start when the pool is made,
-seconds (they start in microseconds on an idle interpreter)."""
+"""Longest wait for a worker thread to start when the pool is made, seconds (a thread starts
+in microseconds on an idle interpreter)."""
 
 
-def _pool() -> ThreadPoolExecutor:
-    """The process-wide pool, its :data:`MAX_CPU_JOBS` threads all started on first use.
+class _Workers:
+    """:data:`MAX_CPU_JOBS` worker threads, all started up front, a job going to the first
+    idle one.
 
     ``ThreadPoolExecutor`` starts a thread when a job finds none idle, and ``Thread.start``
     waits (on the event loop) until the new thread has run: while another worker held the
     interpreter in one long C call (upb parsing a 60 MiB body) that wait stalled the loop for
-    the whole call (measured with ``benchmarks/loop_stall.py --trace-stalls``). Starting every
-    thread up front, while no job runs, takes that wait off the request path.
+    the whole call (``benchmarks/loop_stall.py --trace-stalls``). Here every thread starts when
+    the pool is made, while no job runs. Jobs go to the lowest-numbered idle thread (one
+    single-thread executor each), not to whichever wakes first, so one-at-a-time jobs all run
+    on the same thread and allocate from one C allocator arena: spreading them over two threads
+    raised the peak RSS of a 4 MB request by about 20 MiB.
     """
-    with _executor_lock:
-        if not _executor:
-            pool = ThreadPoolExecutor(
-                max_workers=MAX_CPU_JOBS, thread_name_prefix="protocol-py-cpu"
-            )
-            started = threading.Barrier(MAX_CPU_JOBS, timeout=POOL_START_TIMEOUT_S)
-            waits = [pool.submit(started.wait) for _ in range(MAX_CPU_JOBS)]
-            for wait in waits:  # each job holds a thread until all have one: all are started
-                with contextlib.suppress(threading.BrokenBarrierError):
-                    wait.result()
-            _executor.append(pool)
+
+    def __init__(self) -> None:
+        self._threads = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"protocol-py-cpu-{i}")
+            for i in range(MAX_CPU_JOBS)
+        ]
+        for thread in self._threads:  # start each thread now
+            thread.submit(int).result(timeout=POOL_START_TIMEOUT_S)
+        self._busy = [0] * MAX_CPU_JOBS
+        self._lock = threading.Lock()
+
+    def submit(self, func: Callable[[], T]) -> Future[T]:
+        """Run ``func()`` on the first idle thread (the least busy when none is idle)."""
+        with self._lock:
+            index = self._busy.index(min(self._busy))
+            self._busy[index] += 1
+        job = self._threads[index].submit(func)
+        job.add_done_callback(lambda _: self._done(index))
+        return job
+
+    def _done(self, index: int) -> None:
+        with self._lock:
+            self._busy[index] -= 1
+
+
+_workers: list[_Workers] = []  # the process-wide pool, made on first use
+_workers_lock = threading.Lock()
+
+
+def _pool() -> _Workers:
+    """The process-wide pool (:class:`_Workers`), made on first use."""
+    with _workers_lock:
+        if not _workers:
+            _workers.append(_Workers())
             if sys.getswitchinterval() > SWITCH_INTERVAL_S:
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
-        return _executor[0]
+        return _workers[0]
 
 
 def _slot(loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
@@ -202,7 +226,7 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
     await slot.acquire()
     try:
         if size >= GC_QUIET_MIN_BYTES:
-            job = _pool().submit(_quiet, lambda: func(*args, **kwargs))
+            job = _pool().submit(lambda: _quiet(lambda: func(*args, **kwargs)))
         else:
             job = _pool().submit(lambda: func(*args, **kwargs))
     except BaseException:
