@@ -36,7 +36,7 @@ from typing import Any
 import grpclib.const
 from grpclib.client import Channel
 from server import RawCodec
-from stall_trace import StallTracer, summarize, trace_gc
+from stall_trace import PySampler, StallTracer, summarize, trace_gc
 
 from protocol_py import wire
 from protocol_py.client import ModelClient
@@ -91,17 +91,21 @@ def rss_kib(pid: int, field: str) -> int:
     return 0
 
 
-def _serve(port_queue: Any, worst: Any, trace: str | None = None, gc_trace: bool = False) -> None:
+def _serve(port_queue: Any, worst: Any, trace: dict[str, Any] | None = None) -> None:
     logging.disable(logging.WARNING)
-    if gc_trace:
+    trace = trace or {}
+    if trace.get("gc"):
         trace_gc(sys.stdout)
 
     async def probe() -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
-        tracer = StallTracer(trace) if trace else None
-        if trace:
+        tracer: StallTracer | PySampler | None = None
+        if trace.get("frames"):
+            tracer = StallTracer(trace["frames"])
             faulthandler.enable()
+        elif trace.get("python_ms"):
+            tracer = PySampler(sys.stdout, trace["python_ms"])
         while True:
             await asyncio.sleep(0.001)
             now = loop.time()
@@ -180,17 +184,16 @@ class Observer:
 
 
 async def one_run(
-    ctx: Any, kind: str, trace: str | None = None, gc_trace: bool = False
+    ctx: Any, kind: str, trace: dict[str, Any] | None = None
 ) -> tuple[float, float, float, float, float, float]:
     """(worst stream gap s, worst probe gap s, the same two over an idle control period of
-    :data:`CONTROL_S`, huge request s, peak RSS growth MiB); with ``trace``, the server
-    writes its stall samples there (:mod:`stall_trace`); with ``gc_trace``, it prints its
-    long garbage collections."""
+    :data:`CONTROL_S`, huge request s, peak RSS growth MiB); ``trace`` (see :func:`main`'s
+    ``--trace-*`` flags): ``frames`` (a file for :class:`stall_trace.StallTracer`),
+    ``python_ms`` (:class:`stall_trace.PySampler`'s threshold), ``gc`` (print long garbage
+    collections)."""
     worst_probe = ctx.Value("d", 0.0)
     port_queue = ctx.Queue()
-    server = ctx.Process(
-        target=_serve, args=(port_queue, worst_probe, trace, gc_trace), daemon=True
-    )
+    server = ctx.Process(target=_serve, args=(port_queue, worst_probe, trace), daemon=True)
     server.start()
     port = int(port_queue.get(timeout=60))
     observer = Observer(port)
@@ -234,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--trace-gc", action="store_true", help="the server prints its garbage collections >= 2 ms"
     )
+    parser.add_argument(
+        "--trace-python",
+        action="store_true",
+        help="sample all threads' frames from a Python thread and print those taken during "
+        "stalls longer than --trace-ms (pure-Python stalls; never crashes the server)",
+    )
     args = parser.parse_args(argv)
     ctx = multiprocessing.get_context("spawn")
     print(
@@ -248,14 +257,16 @@ def main(argv: list[str] | None = None) -> int:
         size = len(huge_request(kind))
         runs = []
         for i in range(args.repeat):
-            trace = None
+            trace: dict[str, Any] = {"gc": args.trace_gc}
+            if args.trace_python:
+                trace["python_ms"] = args.trace_ms
             if args.trace_stalls:
                 os.makedirs(args.trace_stalls, exist_ok=True)
-                trace = os.path.join(args.trace_stalls, f"{kind}-{i + 1}.txt")
-            runs.append(asyncio.run(one_run(ctx, kind, trace, args.trace_gc)))
-            if trace:
-                print(f"--- {kind} run {i + 1}: {trace}")
-                summarize(trace, args.trace_ms, sys.stdout)
+                trace["frames"] = os.path.join(args.trace_stalls, f"{kind}-{i + 1}.txt")
+            runs.append(asyncio.run(one_run(ctx, kind, trace)))
+            if trace.get("frames"):
+                print(f"--- {kind} run {i + 1}: {trace['frames']}")
+                summarize(trace["frames"], args.trace_ms, sys.stdout)
         gap, probe, c_gap, c_probe = (
             statistics.median(r[i] for r in runs) * 1000 for i in range(4)
         )

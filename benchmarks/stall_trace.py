@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import time
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 SAMPLE_S: Final = 0.01
 """Interval between two dumps of all threads' frames while the loop has not ticked, seconds."""
@@ -141,3 +141,63 @@ def trace_gc(out: TextIO) -> None:
             )
 
     gc.callbacks.append(callback)
+
+
+PY_SAMPLE_S: Final = 0.002
+"""Interval between two samples of :class:`PySampler`, seconds."""
+
+
+class PySampler:
+    """A Python thread sampling every thread's innermost frames every :data:`PY_SAMPLE_S`
+    (``sys._current_frames``), and :meth:`tick`, called by the loop's probe, printing the
+    samples taken during a gap longer than ``threshold_ms``. It runs only when it gets the
+    interpreter, so it sees stalls of pure-Python work (in the loop or a worker), not a single
+    long C call (see :class:`StallTracer` for those); it cannot crash the process."""
+
+    def __init__(self, out: TextIO, threshold_ms: float) -> None:
+        import collections as _collections  # noqa: PLC0415
+        import sys as _sys  # noqa: PLC0415
+
+        self.out = out
+        self.threshold = threshold_ms / 1000
+        self.samples: _collections.deque[tuple[float, list[str]]] = _collections.deque(
+            maxlen=20_000
+        )
+        self.loop = threading.get_ident()
+        self.last = time.perf_counter()
+        self._frames = _sys._current_frames
+        threading.Thread(target=self._run, name="stall-sampler", daemon=True).start()
+
+    def _describe(self, ident: int, frame: Any) -> str:
+        names = {t.ident: t.name for t in threading.enumerate()}
+        who = "loop" if ident == self.loop else names.get(ident, str(ident))
+        parts = []
+        while frame is not None and len(parts) < FRAMES:
+            code = frame.f_code
+            parts.append(f"{_short(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+            frame = frame.f_back
+        return f"{who}: " + " <- ".join(parts)
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while True:
+            time.sleep(PY_SAMPLE_S)
+            now = time.perf_counter()
+            frames = self._frames()
+            self.samples.append((now, [self._describe(i, f) for i, f in frames.items() if i != me]))
+
+    def tick(self) -> None:
+        """The loop ran: print the samples of the gap that just ended if it was long."""
+        now = time.perf_counter()
+        if now - self.last > self.threshold:
+            inside = [s for s in list(self.samples) if self.last <= s[0] <= now]
+            print(
+                f"### gap {(now - self.last) * 1000:.1f} ms, {len(inside)} samples", file=self.out
+            )
+            for at, lines in inside:
+                print(f"  +{(at - self.last) * 1000:.1f} ms", file=self.out)
+                for line in lines:
+                    if "_feed" not in line and "stall_trace" not in line:
+                        print(f"    {line}", file=self.out)
+            self.out.flush()
+        self.last = now

@@ -156,18 +156,30 @@ def _sole(obj: object, others: int) -> bool:
     return sys.getrefcount(obj) - 2 <= others  # minus this parameter and getrefcount's argument
 
 
-def _long_lists(obj: object) -> list[list[Any]]:
-    """The attribute values of ``obj`` that are lists of more than :data:`RELEASE_STEP_ITEMS`
-    items held by ``obj`` alone."""
+def _own_lists(obj: object) -> list[list[Any]]:
+    """The non-empty list attributes of ``obj`` that ``obj`` alone holds."""
     fields = getattr(obj, "__dict__", None)
     if not isinstance(fields, dict):
         return []
     # references to each list: ``fields``, the comprehension's variable
-    return [
-        v
-        for v in fields.values()
-        if type(v) is list and len(v) > RELEASE_STEP_ITEMS and _sole(v, 2)
-    ]
+    return [v for v in fields.values() if type(v) is list and v and _sole(v, 2)]
+
+
+_LIST_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _may_hold_long_list(item: object) -> bool:
+    """Whether ``item`` has a list attribute of more than :data:`RELEASE_STEP_ITEMS` items,
+    looking only at the attributes that held lists in the first object of its type (a
+    message's repeated fields), so an item costs a few attribute reads."""
+    kind = type(item)
+    names = _LIST_FIELDS.get(kind)
+    if names is None:
+        fields = getattr(item, "__dict__", None)
+        if not isinstance(fields, dict):
+            return False
+        names = _LIST_FIELDS[kind] = tuple(k for k, v in fields.items() if type(v) is list)
+    return any(len(getattr(item, name, ())) > RELEASE_STEP_ITEMS for name in names)
 
 
 def release_in_steps(held: list[Any]) -> None:
@@ -176,8 +188,10 @@ def release_in_steps(held: list[Any]) -> None:
     Freeing a request of 100,000 messages was one C call (the last reference dropped, every
     object deallocated in one cascade) that held the interpreter, and so the event loop, for
     about 100 ms (``benchmarks/loop_stall.py --trace-stalls``). Here each list attribute of
-    more than :data:`RELEASE_STEP_ITEMS` items (at any depth) is emptied from its end,
-    :data:`RELEASE_STEP_ITEMS` at a time, between which the interpreter can switch threads.
+    more than :data:`RELEASE_STEP_ITEMS` items is emptied from its end,
+    :data:`RELEASE_STEP_ITEMS` at a time, between which the interpreter can switch threads;
+    items of any list that themselves hold such a list are taken apart the same way (a
+    request of one message of 100,000 content blocks).
     Only objects and lists nothing else refers to are emptied: one still shared (a cache, the
     caller) is just let go of, unchanged.
     """
@@ -186,14 +200,21 @@ def release_in_steps(held: list[Any]) -> None:
     while pending:
         obj = pending.pop()
         # references to ``obj``: the variable; any other means it is shared: not emptied
-        lists = _long_lists(obj) if _sole(obj, 1) else []
+        lists = _own_lists(obj) if _sole(obj, 1) else []
         for items in lists:
-            while items:
-                step = items[-RELEASE_STEP_ITEMS:]
-                del items[-RELEASE_STEP_ITEMS:]
-                # references to ``item``: ``step``, the loop variable
-                pending.extend(item for item in step if _sole(item, 2) and _long_lists(item))
-                del step
+            if len(items) > RELEASE_STEP_ITEMS:
+                while items:
+                    step = items[-RELEASE_STEP_ITEMS:]
+                    del items[-RELEASE_STEP_ITEMS:]
+                    # references to ``item``: ``step``, the generator's variable
+                    pending.extend(i for i in step if _may_hold_long_list(i) and _sole(i, 2))
+                    del step
+            else:  # a short list (a request's few messages): look inside its items
+                nested = [i for i in items if _may_hold_long_list(i)]
+                if nested:
+                    items.clear()  # the others, at most RELEASE_STEP_ITEMS small ones
+                    pending.extend(nested)  # each checked for other owners when popped
+                    del nested
         del lists, obj
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 import threading
 import weakref
+from collections import deque
 from typing import Any
 
 import pytest
@@ -176,7 +177,7 @@ class Tracked:
     """An item that logs, when freed, how many items its holder's list still had (-1 once the
     holder itself is gone)."""
 
-    def __init__(self, log: list[int], holder: Holder) -> None:
+    def __init__(self, log: deque[int], holder: Holder) -> None:
         self.log = log
         self.holder = weakref.ref(holder)
 
@@ -185,14 +186,14 @@ class Tracked:
         self.log.append(-1 if holder is None else len(holder.items))
 
 
-def holder_of(count: int, log: list[int]) -> Holder:
+def holder_of(count: int, log: deque[int]) -> Holder:
     holder = Holder()
     holder.items.extend(Tracked(log, holder) for _ in range(count))
     return holder
 
 
 def test_large_request_is_freed_from_its_end_a_bounded_step_at_a_time() -> None:
-    log: list[int] = []
+    log: deque[int] = deque()  # not a list: the release looks at list attributes
     count = 5 * RELEASE_STEP_ITEMS + 17
     held: list[Any] = [holder_of(count, log)]
     release_in_steps(held)
@@ -207,17 +208,20 @@ def test_large_request_is_freed_from_its_end_a_bounded_step_at_a_time() -> None:
 
 def test_dropping_the_last_reference_frees_everything_in_one_cascade() -> None:
     """The contrast the test above relies on: a plain ``clear`` frees the holder first."""
-    log: list[int] = []
+    log: deque[int] = deque()  # not a list: the release looks at list attributes
     held: list[Any] = [holder_of(2 * RELEASE_STEP_ITEMS, log)]
     held.clear()
     assert set(log) == {-1}
 
 
-def test_nested_long_lists_are_freed_in_steps_too() -> None:
-    log: list[int] = []
+@pytest.mark.parametrize("siblings", [0, RELEASE_STEP_ITEMS])
+def test_nested_long_lists_are_freed_in_steps_too(siblings: int) -> None:
+    """A long list inside an item of a short list (one message of many content blocks) or
+    of a long one."""
+    log: deque[int] = deque()
     inner = holder_of(3 * RELEASE_STEP_ITEMS, log)
     outer = Holder()
-    outer.items.extend([inner] + [Holder() for _ in range(RELEASE_STEP_ITEMS)])
+    outer.items.extend([inner] + [Holder() for _ in range(siblings)])
     held: list[Any] = [outer]
     del inner, outer
     release_in_steps(held)
