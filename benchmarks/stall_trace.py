@@ -171,7 +171,7 @@ class PySampler:
     def _describe(self, ident: int, frame: Any) -> str:
         names = {t.ident: t.name for t in threading.enumerate()}
         who = "loop" if ident == self.loop else names.get(ident, str(ident))
-        parts = []
+        parts: list[str] = []
         while frame is not None and len(parts) < FRAMES:
             code = frame.f_code
             parts.append(f"{_short(code.co_filename)}:{frame.f_lineno} {code.co_name}")
