@@ -219,10 +219,14 @@ def release_in_steps(held: list[Any]) -> None:
 
 
 async def release_large(size: int, held: list[Any]) -> None:
-    """Free the objects in ``held`` (a large request) in a worker thread when ``size`` is at
-    least :data:`OFFLOAD_MIN_BYTES`, a step at a time (:func:`release_in_steps`); after a
+    """Free the objects in ``held`` (a request of ``size`` bytes) in a worker thread when
+    ``size`` is at least :data:`OFFLOAD_MIN_BYTES`, a step at a time
+    (:func:`release_in_steps`); a smaller one is simply dropped, on the loop. After a
     :data:`GC_QUIET_MIN_BYTES` one, objects frozen by earlier large jobs go back to the
     collector when none is running."""
+    if size < OFFLOAD_MIN_BYTES:
+        held.clear()
+        return
     await run_cpu(size, release_in_steps, held)
     if size >= GC_QUIET_MIN_BYTES:
         with _gc_lock:
