@@ -34,6 +34,7 @@ __all__ = [
     "release_in_steps",
     "release_large",
     "run_cpu",
+    "run_released",
 ]
 
 P = ParamSpec("P")
@@ -216,6 +217,16 @@ def release_in_steps(held: list[Any]) -> None:
                     pending.extend(nested)  # each checked for other owners when popped
                     del nested
         del lists, obj
+
+
+def run_released(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+    """Start ``func(*args, **kwargs)`` on one of the already started worker threads, without
+    taking a CPU-job slot: for a C call that releases the interpreter (glibc's
+    ``malloc_trim``). asyncio's default executor would start a thread for it, and the event
+    loop waits in ``Thread.start`` until that thread gets the interpreter, which a worker in
+    a long C call held for tens of milliseconds (``benchmarks/loop_stall.py --trace-python``).
+    """
+    return _pool().submit(lambda: func(*args, **kwargs))
 
 
 async def release_large(size: int, held: list[Any]) -> None:

@@ -14,6 +14,7 @@ mechanism and the same statuses and messages as before for every input:
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 import weakref
@@ -27,6 +28,7 @@ from protocol_py import offload
 from protocol_py.offload import MAX_CPU_JOBS, RELEASE_STEP_ITEMS, release_in_steps, run_cpu
 from protocol_py.providers import reference
 from protocol_py.server import strict_parse as strict_parse_module
+from protocol_py.server.connections import MemoryTrimmer
 from protocol_py.server.large_body import (
     ASSEMBLE_MIN_BYTES,
     RECEIVE_PIECE_BYTES,
@@ -374,3 +376,18 @@ def test_lowering_a_chunk_at_a_time_agrees_with_lowering_the_whole_text() -> Non
     text = ("ΣΣ " + "İ" * 7 + " pause") * (chunk // 8) + " SIGNED TOOL"
     for needle in ("pause turn", "signed tool", "i̇i̇", "σς"):
         assert reference._contains_lowered(text, needle) == (needle in text.lower()), needle
+
+
+async def test_memory_trim_runs_on_a_started_worker_thread_not_a_new_one() -> None:
+    ran: list[str] = []
+    trimmer = MemoryTrimmer()
+    trimmer._trim = lambda pad: ran.append(threading.current_thread().name) or 0
+    await run_cpu(offload.OFFLOAD_MIN_BYTES, int)  # the pool is started
+    before = {t.ident for t in threading.enumerate()}
+    trimmer._run(asyncio.get_running_loop())
+    for _ in range(200):
+        if ran:
+            break
+        await asyncio.sleep(0.01)
+    assert ran and ran[0].startswith("protocol-py-cpu"), ran
+    assert {t.ident for t in threading.enumerate()} <= before  # no thread was started
