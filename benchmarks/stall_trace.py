@@ -190,14 +190,19 @@ class PySampler:
         """The loop ran: print the samples of the gap that just ended if it was long."""
         now = time.perf_counter()
         if now - self.last > self.threshold:
-            inside = [s for s in list(self.samples) if self.last <= s[0] <= now]
+            inside = []
+            for sample in reversed(self.samples):  # newest first, back to the gap's start
+                if sample[0] < self.last:
+                    break
+                inside.append(sample)
+            inside.reverse()
             print(
                 f"### gap {(now - self.last) * 1000:.1f} ms, {len(inside)} samples", file=self.out
             )
             for at, lines in inside:
                 print(f"  +{(at - self.last) * 1000:.1f} ms", file=self.out)
                 for line in lines:
-                    if "_feed" not in line and "stall_trace" not in line:
+                    if "_feed" not in line:
                         print(f"    {line}", file=self.out)
             self.out.flush()
         self.last = now
