@@ -14,7 +14,9 @@ server's peak RSS growth over its idle RSS (VmHWM - VmRSS before the request). A
 period of the same measurements without any huge request, just before it, shows the noise
 of the machine itself (other processes preempting the server on a shared 2-core machine).
 
-Usage: ``python benchmarks/loop_stall.py [--kinds 4mb,60mib] [--repeat 3]``
+Usage: ``python benchmarks/loop_stall.py [--kinds 4mb,60mib] [--repeat 3]
+[--trace-stalls DIR [--trace-ms 20]]``: the trace shows which line (in the loop thread or a
+worker) holds the interpreter during each stall longer than ``--trace-ms`` (``stall_trace.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -32,6 +36,7 @@ from typing import Any
 import grpclib.const
 from grpclib.client import Channel
 from server import RawCodec
+from stall_trace import PySampler, StallTracer, summarize, trace_gc
 
 from protocol_py import wire
 from protocol_py.client import ModelClient
@@ -86,17 +91,28 @@ def rss_kib(pid: int, field: str) -> int:
     return 0
 
 
-def _serve(port_queue: Any, worst: Any) -> None:
+def _serve(port_queue: Any, worst: Any, trace: dict[str, Any] | None = None) -> None:
     logging.disable(logging.WARNING)
+    trace = trace or {}
+    if trace.get("gc"):
+        trace_gc(sys.stdout)
 
     async def probe() -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
+        tracer: StallTracer | PySampler | None = None
+        if trace.get("frames"):
+            tracer = StallTracer(trace["frames"])
+            faulthandler.enable()
+        elif trace.get("python_ms"):
+            tracer = PySampler(sys.stdout, trace["python_ms"])
         while True:
             await asyncio.sleep(0.001)
             now = loop.time()
             worst.value = max(worst.value, now - last)
             last = now
+            if tracer is not None:
+                tracer.tick()
 
     async def main() -> None:
         server = ModelServer(ReferenceProvider(), max_message_size=64 * 1024 * 1024)
@@ -167,12 +183,17 @@ class Observer:
             client.close()
 
 
-async def one_run(ctx: Any, kind: str) -> tuple[float, float, float, float, float, float]:
+async def one_run(
+    ctx: Any, kind: str, trace: dict[str, Any] | None = None
+) -> tuple[float, float, float, float, float, float]:
     """(worst stream gap s, worst probe gap s, the same two over an idle control period of
-    :data:`CONTROL_S`, huge request s, peak RSS growth MiB)."""
+    :data:`CONTROL_S`, huge request s, peak RSS growth MiB); ``trace`` (see :func:`main`'s
+    ``--trace-*`` flags): ``frames`` (a file for :class:`stall_trace.StallTracer`),
+    ``python_ms`` (:class:`stall_trace.PySampler`'s threshold), ``gc`` (print long garbage
+    collections)."""
     worst_probe = ctx.Value("d", 0.0)
     port_queue = ctx.Queue()
-    server = ctx.Process(target=_serve, args=(port_queue, worst_probe), daemon=True)
+    server = ctx.Process(target=_serve, args=(port_queue, worst_probe, trace), daemon=True)
     server.start()
     port = int(port_queue.get(timeout=60))
     observer = Observer(port)
@@ -206,6 +227,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default="4mb,60mib", help="huge requests: 4mb, 60mib")
     parser.add_argument("--repeat", type=int, default=3, help="runs per kind (median)")
+    parser.add_argument(
+        "--trace-stalls",
+        metavar="DIR",
+        help="sample every thread's frames during loop stalls (stall_trace.py) into DIR and "
+        "print the stalls longer than --trace-ms after each run (slows the server a little)",
+    )
+    parser.add_argument("--trace-ms", type=float, default=20.0, help="stalls printed, ms")
+    parser.add_argument(
+        "--trace-gc", action="store_true", help="the server prints its garbage collections >= 2 ms"
+    )
+    parser.add_argument(
+        "--trace-python",
+        action="store_true",
+        help="sample all threads' frames from a Python thread and print those taken during "
+        "stalls longer than --trace-ms (pure-Python stalls; never crashes the server)",
+    )
     args = parser.parse_args(argv)
     ctx = multiprocessing.get_context("spawn")
     print(
@@ -218,7 +255,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     for kind in args.kinds.split(","):
         size = len(huge_request(kind))
-        runs = [asyncio.run(one_run(ctx, kind)) for _ in range(args.repeat)]
+        runs = []
+        for i in range(args.repeat):
+            trace: dict[str, Any] = {"gc": args.trace_gc}
+            if args.trace_python:
+                trace["python_ms"] = args.trace_ms
+            if args.trace_stalls:
+                os.makedirs(args.trace_stalls, exist_ok=True)
+                trace["frames"] = os.path.join(args.trace_stalls, f"{kind}-{i + 1}.txt")
+            runs.append(asyncio.run(one_run(ctx, kind, trace)))
+            if trace.get("frames"):
+                print(f"--- {kind} run {i + 1}: {trace['frames']}")
+                summarize(trace["frames"], args.trace_ms, sys.stdout)
         gap, probe, c_gap, c_probe = (
             statistics.median(r[i] for r in runs) * 1000 for i in range(4)
         )

@@ -21,16 +21,20 @@ import gc
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, ParamSpec, TypeVar
 
 __all__ = [
     "GC_QUIET_MIN_BYTES",
     "MAX_CPU_JOBS",
     "OFFLOAD_MIN_BYTES",
+    "POOL_START_TIMEOUT_S",
+    "RELEASE_STEP_ITEMS",
     "SWITCH_INTERVAL_S",
+    "release_in_steps",
     "release_large",
     "run_cpu",
+    "run_released",
 ]
 
 P = ParamSpec("P")
@@ -57,20 +61,63 @@ that would hold the interpreter (and so the event loop) for hundreds of millisec
 _gc_lock = threading.Lock()
 _gc_quiet = [0, True]  # [large jobs running, collector enabled before the first]
 
-_executor: list[ThreadPoolExecutor] = []  # the process-wide pool, made on first use
-_executor_lock = threading.Lock()
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
+POOL_START_TIMEOUT_S: Final = 5.0
+"""Longest wait for a worker thread to start when the pool is made, seconds (a thread starts
+in microseconds on an idle interpreter)."""
 
-def _pool() -> ThreadPoolExecutor:
-    with _executor_lock:
-        if not _executor:
-            _executor.append(
-                ThreadPoolExecutor(max_workers=MAX_CPU_JOBS, thread_name_prefix="protocol-py-cpu")
-            )
+
+class _Workers:
+    """:data:`MAX_CPU_JOBS` worker threads, all started up front, a job going to the first
+    idle one.
+
+    ``ThreadPoolExecutor`` starts a thread when a job finds none idle, and ``Thread.start``
+    waits (on the event loop) until the new thread has run: while another worker held the
+    interpreter in one long C call (upb parsing a 60 MiB body) that wait stalled the loop for
+    the whole call (``benchmarks/loop_stall.py --trace-stalls``). Here every thread starts when
+    the pool is made, while no job runs. Jobs go to the lowest-numbered idle thread (one
+    single-thread executor each), not to whichever wakes first, so one-at-a-time jobs all run
+    on the same thread and allocate from one C allocator arena: spreading them over two threads
+    raised the peak RSS of a 4 MB request by about 20 MiB.
+    """
+
+    def __init__(self) -> None:
+        self._threads = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"protocol-py-cpu-{i}")
+            for i in range(MAX_CPU_JOBS)
+        ]
+        for thread in self._threads:  # start each thread now
+            thread.submit(int).result(timeout=POOL_START_TIMEOUT_S)
+        self._busy = [0] * MAX_CPU_JOBS
+        self._lock = threading.Lock()
+
+    def submit(self, func: Callable[[], T]) -> Future[T]:
+        """Run ``func()`` on the first idle thread (the least busy when none is idle)."""
+        with self._lock:
+            index = self._busy.index(min(self._busy))
+            self._busy[index] += 1
+        job = self._threads[index].submit(func)
+        job.add_done_callback(lambda _: self._done(index))
+        return job
+
+    def _done(self, index: int) -> None:
+        with self._lock:
+            self._busy[index] -= 1
+
+
+_workers: list[_Workers] = []  # the process-wide pool, made on first use
+_workers_lock = threading.Lock()
+
+
+def _pool() -> _Workers:
+    """The process-wide pool (:class:`_Workers`), made on first use."""
+    with _workers_lock:
+        if not _workers:
+            _workers.append(_Workers())
             if sys.getswitchinterval() > SWITCH_INTERVAL_S:
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
-        return _executor[0]
+        return _workers[0]
 
 
 def _slot(loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
@@ -100,11 +147,98 @@ def _quiet(func: Callable[[], T]) -> T:
                     gc.enable()
 
 
+RELEASE_STEP_ITEMS: Final = 1000
+"""Most items of one list (with the objects only they hold) freed by one C call when a large
+request is released (:func:`release_in_steps`): 1,000 small messages take about a millisecond."""
+
+
+def _sole(obj: object, others: int) -> bool:
+    """True when nothing but the ``others`` references known to the caller holds ``obj``."""
+    return sys.getrefcount(obj) - 2 <= others  # minus this parameter and getrefcount's argument
+
+
+def _own_lists(obj: object) -> list[list[Any]]:
+    """The non-empty list attributes of ``obj`` that ``obj`` alone holds."""
+    fields = getattr(obj, "__dict__", None)
+    if not isinstance(fields, dict):
+        return []
+    # references to each list: ``fields``, the comprehension's variable
+    return [v for v in fields.values() if type(v) is list and v and _sole(v, 2)]
+
+
+_LIST_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _may_hold_long_list(item: object) -> bool:
+    """Whether ``item`` has a list attribute of more than :data:`RELEASE_STEP_ITEMS` items,
+    looking only at the attributes that held lists in the first object of its type (a
+    message's repeated fields), so an item costs a few attribute reads."""
+    kind = type(item)
+    names = _LIST_FIELDS.get(kind)
+    if names is None:
+        fields = getattr(item, "__dict__", None)
+        if not isinstance(fields, dict):
+            return False
+        names = _LIST_FIELDS[kind] = tuple(k for k, v in fields.items() if type(v) is list)
+    return any(len(getattr(item, name, ())) > RELEASE_STEP_ITEMS for name in names)
+
+
+def release_in_steps(held: list[Any]) -> None:
+    """Free the objects in ``held`` (``held`` ends empty) a bounded step at a time.
+
+    Freeing a request of 100,000 messages was one C call (the last reference dropped, every
+    object deallocated in one cascade) that held the interpreter, and so the event loop, for
+    about 100 ms (``benchmarks/loop_stall.py --trace-stalls``). Here each list attribute of
+    more than :data:`RELEASE_STEP_ITEMS` items is emptied from its end,
+    :data:`RELEASE_STEP_ITEMS` at a time, between which the interpreter can switch threads;
+    items of any list that themselves hold such a list are taken apart the same way (a
+    request of one message of 100,000 content blocks).
+    Only objects and lists nothing else refers to are emptied: one still shared (a cache, the
+    caller) is just let go of, unchanged.
+    """
+    pending = list(held)
+    held.clear()
+    while pending:
+        obj = pending.pop()
+        # references to ``obj``: the variable; any other means it is shared: not emptied
+        lists = _own_lists(obj) if _sole(obj, 1) else []
+        for items in lists:
+            if len(items) > RELEASE_STEP_ITEMS:
+                while items:
+                    step = items[-RELEASE_STEP_ITEMS:]
+                    del items[-RELEASE_STEP_ITEMS:]
+                    # references to ``item``: ``step``, the generator's variable
+                    pending.extend(i for i in step if _may_hold_long_list(i) and _sole(i, 2))
+                    del step
+            else:  # a short list (a request's few messages): look inside its items
+                nested = [i for i in items if _may_hold_long_list(i)]
+                if nested:
+                    items.clear()  # the others, at most RELEASE_STEP_ITEMS small ones
+                    pending.extend(nested)  # each checked for other owners when popped
+                    del nested
+        del lists, obj
+
+
+def run_released(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+    """Start ``func(*args, **kwargs)`` on one of the already started worker threads, without
+    taking a CPU-job slot: for a C call that releases the interpreter (glibc's
+    ``malloc_trim``). asyncio's default executor would start a thread for it, and the event
+    loop waits in ``Thread.start`` until that thread gets the interpreter, which a worker in
+    a long C call held for tens of milliseconds (``benchmarks/loop_stall.py --trace-python``).
+    """
+    return _pool().submit(lambda: func(*args, **kwargs))
+
+
 async def release_large(size: int, held: list[Any]) -> None:
-    """Free the objects in ``held`` (a large request) in a worker thread when ``size`` is at
-    least :data:`OFFLOAD_MIN_BYTES`; after a :data:`GC_QUIET_MIN_BYTES` one, objects frozen by
-    earlier large jobs go back to the collector when none is running."""
-    await run_cpu(size, held.clear)
+    """Free the objects in ``held`` (a request of ``size`` bytes) in a worker thread when
+    ``size`` is at least :data:`OFFLOAD_MIN_BYTES`, a step at a time
+    (:func:`release_in_steps`); a smaller one is simply dropped, on the loop. After a
+    :data:`GC_QUIET_MIN_BYTES` one, objects frozen by earlier large jobs go back to the
+    collector when none is running."""
+    if size < OFFLOAD_MIN_BYTES:
+        held.clear()
+        return
+    await run_cpu(size, release_in_steps, held)
     if size >= GC_QUIET_MIN_BYTES:
         with _gc_lock:
             if _gc_quiet[0] == 0:
@@ -128,7 +262,7 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
     await slot.acquire()
     try:
         if size >= GC_QUIET_MIN_BYTES:
-            job = _pool().submit(_quiet, lambda: func(*args, **kwargs))
+            job = _pool().submit(lambda: _quiet(lambda: func(*args, **kwargs)))
         else:
             job = _pool().submit(lambda: func(*args, **kwargs))
     except BaseException:

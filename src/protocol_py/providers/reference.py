@@ -350,7 +350,24 @@ def _tools_text(tools: list[ToolDeclaration]) -> str:
 
 def _message_text(message: Message) -> str:
     role = "assistant" if message.role is Role.ASSISTANT else "user"
-    return f"[{role}]\n" + "".join(_block_text(b) for b in message.content) + "\n"
+    # one join: a 60 MiB text is copied once (``a + b + c`` copied it twice, each copy one
+    # long hold of the interpreter: issue 8 item 4)
+    return "".join([f"[{role}]\n", *(_block_text(b) for b in message.content), "\n"])
+
+
+def _contains_lowered(text: str, needle: str) -> bool:
+    """``needle in text.lower()`` for an ASCII ``needle``, lowered
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time, consecutive chunks overlapping by
+    ``len(needle) - 1`` (a match spans at most ``len(needle)`` characters of ``text``; lowering
+    depends on context only for a final sigma, which never lowers to ASCII), so no single call
+    holds the interpreter for long (issue 8 item 4)."""
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return needle in text.lower()
+    overlap = len(needle) - 1
+    return any(
+        needle in text[max(0, at - overlap) : at + TOKEN_COUNT_CHUNK_CHARS].lower()
+        for at in range(0, len(text), TOKEN_COUNT_CHUNK_CHARS)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -901,7 +918,7 @@ class ReferenceProvider(Provider):
                 cut, matched = pos, seq
         answer = answer[:cut]
         pausing = False
-        if "pause turn" in prompt.lower() and tool is None and matched is None:
+        if _contains_lowered(prompt, "pause turn") and tool is None and matched is None:
             last_message = request.messages[-1] if request.messages else None
             if (
                 last_message is not None and last_message.role is Role.ASSISTANT
@@ -944,7 +961,7 @@ class ReferenceProvider(Provider):
             if count_text_tokens(args) > budget_left:
                 plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
                 return plan
-            plan.signed = "signed tool" in prompt.lower()
+            plan.signed = _contains_lowered(prompt, "signed tool")
             call_id = (SIGNED_CALL_PREFIX if plan.signed else "toolu_ref_") + hashlib.sha256(
                 (tool.name + args + str(len(request.messages))).encode()
             ).hexdigest()[:16]

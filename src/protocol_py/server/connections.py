@@ -55,6 +55,7 @@ from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError
 
 from protocol_py.bounded_text import bounded_message
+from protocol_py.offload import run_released
 from protocol_py.server.batching import EventWriter
 
 log = logging.getLogger("protocol_py.server")
@@ -202,7 +203,7 @@ class MemoryTrimmer:
         self._scheduled = None
         self._last = time.monotonic()
         if self._trim is not None:
-            loop.run_in_executor(None, self._trim, 0)
+            run_released(self._trim, 0)  # a started thread: none started on the loop
 
     def cancel(self) -> None:
         """Drop a scheduled trim (the server is closing)."""

@@ -28,6 +28,8 @@ from grpclib.exceptions import GRPCError
 from protocol_py import wire
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.server.config_schema import fill_missing_values
+from protocol_py.server.large_body import receive_body
+from protocol_py.server.strict_parse import strict_parse
 from protocol_py.validation_memo import keep_request_images
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
@@ -204,10 +206,12 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
 
 
 async def _recv_exactly(raw: Any, size: int, problem: str) -> bytes:
-    """``size`` bytes of the request body; INVALID_ARGUMENT ``problem`` when the stream ends
-    first (grpclib's buffer raises AssertionError "Received less data than expected")."""
+    """``size`` bytes of the request body (a large one assembled piece by piece as it
+    arrives: :func:`~protocol_py.server.large_body.receive_body`); INVALID_ARGUMENT
+    ``problem`` when the stream ends first (grpclib's buffer raises AssertionError "Received
+    less data than expected")."""
     try:
-        data: bytes = await raw.recv_data(size)
+        data = await receive_body(raw.recv_data, size)
     except AssertionError:
         data = b""
     if len(data) != size:
@@ -349,13 +353,14 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
 
     betterproto2's parser is lenient (it reads corrupt bytes as a partly empty message), so
     the body is first parsed with ``strict``, protobuf's upb class for the same message (see
-    :func:`strict_request_classes`); a ``DecodeError`` there (corrupt wire format, truncated
-    field, invalid UTF-8 in a string, nesting beyond :data:`PROTOBUF_MAX_DEPTH` message levels,
-    which is about 33 JSON levels inside a Struct since each object or array level costs
-    three) is INVALID_ARGUMENT and nothing is applied; so is a known field sent with the
-    wrong wire type (:func:`wrong_wire_type`). Unknown fields stay legal (forward
-    compatibility). A Struct map entry without a value becomes JSON null
-    (:func:`fill_struct_gaps`).
+    :func:`strict_request_classes`; a large body without one long hold of the interpreter:
+    :func:`~protocol_py.server.strict_parse.strict_parse`); a ``DecodeError`` there (corrupt
+    wire format, truncated field, invalid UTF-8 in a string, nesting beyond
+    :data:`PROTOBUF_MAX_DEPTH` message levels, which is about 33 JSON levels inside a Struct
+    since each object or array level costs three) is INVALID_ARGUMENT and nothing is applied;
+    so is a known field sent with the wrong wire type (:func:`wrong_wire_type`). Unknown
+    fields stay legal (forward compatibility). A Struct map entry without a value becomes
+    JSON null (:func:`fill_struct_gaps`).
 
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
@@ -363,7 +368,7 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     """
     what = f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)"
     try:
-        parsed = strict.FromString(data) if strict is not None else None
+        parsed = strict_parse(strict, data) if strict is not None else None
     except Exception as exc:  # DecodeError from upb
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
     failure: Exception | None = None
