@@ -27,8 +27,8 @@ MAX_ENTRIES: Final = 16_384
 """Most fragments one cache holds (messages)."""
 
 MAX_BYTES: Final = 64 * 1024 * 1024
-"""Most bytes of fragments one cache holds (64 MiB); keys hold the message's own strings
-besides, about the same size again."""
+"""Most bytes one cache holds (64 MiB): each entry counts its fragment and its key's message
+encoding (the protobuf bytes that identify the message)."""
 
 MAX_FRAGMENT_BYTES: Final = 1024 * 1024
 """Largest fragment stored, bytes (1 MiB): a bigger message is translated every turn."""
@@ -43,6 +43,15 @@ def message_key(message: Message) -> Hashable | None:
         return (message.id, wire.encode(message))
     except Exception:  # a value of the wrong Python type: betterproto2 refuses to encode it
         return None
+
+
+def _image_bytes(full: Hashable) -> int:
+    """Bytes of the message encoding in a cache key ``(settings, (id, encoding))``."""
+    if isinstance(full, tuple) and isinstance(full[1], tuple):
+        image = full[1][1]
+        if isinstance(image, bytes | bytearray | memoryview):
+            return len(image)
+    return 0
 
 
 class TranslationCache:
@@ -62,7 +71,7 @@ class TranslationCache:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of fragments held."""
+        """Bytes held: fragments and the message encodings of their keys."""
         return self._bytes
 
     def fragment(
@@ -92,16 +101,17 @@ class TranslationCache:
                 return cached
             self.misses += 1
         fragment = translate(message)
+        size = len(fragment) + _image_bytes(full)
         if len(fragment) <= MAX_FRAGMENT_BYTES:
             with self._lock:
                 if full not in self._entries:
                     self._entries[full] = fragment
-                    self._bytes += len(fragment)
+                    self._bytes += size
                     while self._entries and (
                         len(self._entries) > self.max_entries or self._bytes > self.max_bytes
                     ):
-                        _, dropped = self._entries.popitem(last=False)
-                        self._bytes -= len(dropped)
+                        gone, dropped = self._entries.popitem(last=False)
+                        self._bytes -= len(dropped) + _image_bytes(gone)
         return fragment
 
     def clear(self) -> None:
