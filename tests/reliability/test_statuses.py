@@ -21,6 +21,7 @@ import pytest
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest
 
+from ._probes import request_headers
 from .conftest import (
     Captured,
     Served,
@@ -28,7 +29,6 @@ from .conftest import (
     frame,
     raw_call,
     request,
-    request_headers,
     serve,
     still_serving,
 )
