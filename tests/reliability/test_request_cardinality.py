@@ -168,3 +168,31 @@ async def test_stream_with_request_side_left_open_is_served_past_the_receive_tim
         await still_serving(run)
     finally:
         await run.server.shutdown(grace_period=0)
+
+
+def reset_while_request_side_open(port: int) -> dict[str, Any]:
+    """Send the one message without END_STREAM, then reset the stream within the half-close
+    wait; a Describe on the same connection afterwards."""
+    raw = RawH2(port)
+    try:
+        sid = raw.open("CountTokens", grpc_frame(BODIES["CountTokens"]), end=False)
+        time.sleep(0.1)
+        raw.conn.reset_stream(sid)
+        raw.flush()
+        describe = raw.open("Describe", grpc_frame(b""))
+        return raw.outcome(describe, limit=5)
+    finally:
+        raw.close()
+
+
+async def test_reset_during_the_half_close_wait_leaves_no_watcher_behind(
+    served: Served, logs: Captured
+) -> None:
+    before = {t for t in asyncio.all_tasks() if "_watch" in repr(t.get_coro())}
+    state = await asyncio.to_thread(reset_while_request_side_open, served.port)
+    assert state["headers"].get("grpc-status") == "0", state
+    await asyncio.sleep(0.1)
+    left = {t for t in asyncio.all_tasks() if "_watch" in repr(t.get_coro())} - before
+    assert left == set()
+    assert (await one_record(logs, "CountTokens"))["outcome"] == "cancelled"
+    await still_serving(served)

@@ -133,8 +133,13 @@ class SingleRequest:
         if self._stream._stream.buffer._eof:
             return  # END_STREAM came with the message (grpclib, grpc-go): nothing can follow
         self._task = asyncio.current_task()
-        self._watcher = asyncio.ensure_future(self._watch())
-        await asyncio.wait({self._watcher}, timeout=HALF_CLOSE_WAIT)
+        self._watcher = watcher = asyncio.ensure_future(self._watch())
+        try:
+            await asyncio.wait({watcher}, timeout=HALF_CLOSE_WAIT)
+        except BaseException:  # cancelled (client reset, deadline, shutdown): stop watching
+            self._watcher = None
+            watcher.cancel()
+            raise
         if self.error is not None:
             self._watcher = None
             raise self.error
