@@ -31,20 +31,49 @@ LARGE_STRING: Final = 1 << 20
 intermediate bytes copy."""
 
 
+MAX_DECODED_OBJECTS: Final = 1_000_000
+"""Most elements of repeated message, string and bytes fields plus map entries one decode may
+create (all fields of the message, at any depth, counted together), in elements. Every other
+object hangs from one of these, the top-level message or a chain of singular sub-messages
+(at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded request's objects whatever its
+shape: a body of tiny elements (two bytes each: ``0a 00``) otherwise turns each wire byte into
+over 100 bytes of Python objects (issue 8: 1 MiB of empty ``messages`` cost over 1 GiB). The
+largest legitimate request measured, 100,000 one-block messages (4.4 MB), counts 200,000."""
+
+
 class FallbackError(Exception):
     """The generated code does not cover this input: betterproto2 handles the whole message."""
+
+
+class DecodeBudgetError(ValueError):
+    """The message holds more than the decode's budget of elements
+    (:data:`MAX_DECODED_OBJECTS` by default); never handed to betterproto2 (which has no
+    budget)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} repeated elements and map entries")
+        self.limit = limit
 
 
 class State:
     """Per-call decoding state: ``clean`` stays True while every enum number is a known member
     and every map entry carries its message value; ``unknown`` turns True at the first field
-    number the class does not know (kept in ``_unknown_fields``)."""
+    number the class does not know (kept in ``_unknown_fields``); ``left`` counts down the
+    repeated elements and map entries the decode may still create
+    (:class:`DecodeBudgetError` past zero)."""
 
-    __slots__ = ("clean", "unknown")
+    __slots__ = ("clean", "left", "limit", "unknown")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_DECODED_OBJECTS) -> None:
         self.clean = True
         self.unknown = False
+        self.left = limit
+        self.limit = limit
+
+
+def over_budget(st: State) -> None:
+    """Raise :class:`DecodeBudgetError` for ``st`` (called by the generated code)."""
+    raise DecodeBudgetError(st.limit)
 
 
 def varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -158,6 +187,13 @@ _LENGTH: Final = (
 )
 
 
+_SPEND: Final = (
+    # one more repeated element or map entry (see MAX_DECODED_OBJECTS)
+    "st.left -= 1",
+    "if st.left < 0:",
+    "    over_budget(st)",
+)
+
 _UNPACK: Final = {fmt: struct.Struct(fmt).unpack_from for fmt, _, _ in _FIXED.values()}
 _PACK: Final = {fmt: struct.Struct(fmt).pack for fmt, _, _ in _FIXED.values()}
 
@@ -212,6 +248,7 @@ class _Generator:
             "decode_str": decode_str,
             "unpack_from": struct.unpack_from,
             "new": object.__new__,
+            "over_budget": over_budget,
             "Message": betterproto2.Message,
         }
         self.decoders: dict[type[Any], Any] = {}
@@ -423,6 +460,7 @@ class _Generator:
         scalars). A length or fixed-width value running past the end is not checked here:
         ``pos`` then ends past the end and the message's final check falls back."""
         local, ptype = field.local, field.ptype
+        spend = _SPEND if field.repeated else []
 
         def store(expr: str) -> str:
             return f"{local}.append({expr})" if field.repeated else f"{local} = {expr}"
@@ -444,9 +482,10 @@ class _Generator:
             else:
                 lines, expr, inline = self._message_value(field.cls, scope, needs)
                 if inline:  # the inline lines set their own end from ``n``
-                    return [((field.number << 3) | 2, [*length[:-1], *lines, store(expr)])]
-                return [((field.number << 3) | 2, [*length, store(expr), "pos = nxt"])]
-            return [((field.number << 3) | 2, [*length, *value, "pos = nxt"])]
+                    body = [*length[:-1], *lines, *spend, store(expr)]
+                    return [((field.number << 3) | 2, body)]
+                return [((field.number << 3) | 2, [*length, *spend, store(expr), "pos = nxt"])]
+            return [((field.number << 3) | 2, [*length, *spend, *value, "pos = nxt"])]
         if ptype in _FIXED:
             fmt, wire, width = _FIXED[ptype]
             read = f"{self.const(_UNPACK[fmt], 'unpack')}(data, pos)[0]"
@@ -516,6 +555,7 @@ class _Generator:
             "    raise FallbackError",
             f"if {value} is None:",
             "    st.clean = False",
+            *_SPEND,
             f"{field.local}[{key}] = {value}",
         ]
 

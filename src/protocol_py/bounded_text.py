@@ -105,18 +105,24 @@ def listed(
     noun: str,
     items: Sequence[str],
     limit: int = MAX_ERROR_MESSAGE_BYTES,
+    *,
+    more: bool = False,
 ) -> str:
     """``"<prefix>: <N> <noun>(s): a; b; c"``, with as many items as fit in ``limit`` bytes.
 
     Each item is first cut to :data:`MAX_LISTED_ITEM_CHARS`. When not every item fits, the
     count says how many are listed: ``"invalid config: 5000 error(s), first 3 listed: a; b; c"``.
-    At least one item is always listed (cut if need be); the result fits in ``limit``.
+    ``more`` says ``items`` are only the first of more (a capped collection): the count then
+    reads ``"more than <N>"``. At least one item is always listed (cut if need be); the result
+    fits in ``limit``.
     """
-    total = len(items)
+    total: int | str = len(items)
+    if more:
+        total = f"more than {total}"
     head_all = f"{prefix}: {total} {noun}(s): "
     cut = [bounded_message(item, MAX_LISTED_ITEM_CHARS) for item in items]
     whole = head_all + "; ".join(cut)
-    if encoded_size(whole) <= limit:
+    if encoded_size(whole) <= limit and not more:
         return whole
     size = encoded_size(f"{prefix}: {total} {noun}(s), first {total} listed: ")
     count = 0

@@ -91,6 +91,7 @@ __all__ = [
     "validate_model_spec",
     "validate_request",
     "validate_request_shape",
+    "violations_capped",
 ]
 
 M = TypeVar("M", bound=betterproto2.Message)
@@ -689,6 +690,49 @@ def _set_members(message: betterproto2.Message, group: str) -> list[str]:
     return [name for name in names if getattr(message, name, None) is not None]
 
 
+MAX_VIOLATIONS: Final = 1000
+"""Most violations (errors and warnings) one request validation collects, in violations: it
+stops walking the request at the next one and appends a last violation of rule
+:data:`TOO_MANY_VIOLATIONS_RULE` saying more were found (a request of 500,000 empty messages
+would otherwise build 1.5 million violation objects)."""
+
+TOO_MANY_VIOLATIONS_RULE: Final = "request.too_many_violations"
+"""Rule of the last violation of a capped validation (see :data:`MAX_VIOLATIONS`)."""
+
+
+class _CappedError(Exception):
+    """The request already broke :data:`MAX_VIOLATIONS` rules: stop walking it."""
+
+
+class _Violations(list[Violation]):
+    """A violation list that raises :class:`_CappedError` instead of growing past
+    :data:`MAX_VIOLATIONS` items."""
+
+    def append(self, item: Violation) -> None:
+        if len(self) >= MAX_VIOLATIONS:
+            raise _CappedError
+        super().append(item)
+
+    def extend(self, items: Any) -> None:
+        for item in items:
+            self.append(item)
+
+
+def _capped_note() -> Violation:
+    return Violation(
+        "",
+        TOO_MANY_VIOLATIONS_RULE,
+        f"more than {MAX_VIOLATIONS} violations: validation stopped after the first "
+        f"{MAX_VIOLATIONS} (bound MAX_VIOLATIONS)",
+    )
+
+
+def violations_capped(violations: Sequence[Violation]) -> bool:
+    """True when ``violations`` ends with the note of a capped validation
+    (:data:`MAX_VIOLATIONS`): the others are the first of more."""
+    return bool(violations) and violations[-1].rule == TOO_MANY_VIOLATIONS_RULE
+
+
 class _RequestChecker:
     """One pass over a request; collects violations in ``out``."""
 
@@ -1226,7 +1270,22 @@ def _validate_request(
 ) -> list[Violation]:
     """One pass over the request. ``spec`` None runs only the model-independent rules."""
     _require(request, StreamCompletionRequest, "request")
-    out: list[Violation] = []
+    out = _Violations()
+    try:
+        _check_request(request, spec, out, check_model_id=check_model_id)
+    except _CappedError:
+        return [*out, _capped_note()]
+    return list(out)
+
+
+def _check_request(
+    request: StreamCompletionRequest,
+    spec: ModelSpec | None,
+    out: list[Violation],
+    *,
+    check_model_id: bool,
+) -> list[Violation]:
+    """The pass of :func:`_validate_request`, collecting into ``out``."""
     images = take_request_images(request)
     try:
         if not wire.take_wire_clean(request):  # a request fresh and clean from the wire is
@@ -1236,7 +1295,9 @@ def _validate_request(
         if exc.rule != "value.too_deep":
             raise
         # reachable from the wire (betterproto2 decodes any depth): a violation, not an error
-        return [Violation(exc.path, "request.too_deep", str(exc))]
+        out.clear()
+        out.append(Violation(exc.path, "request.too_deep", str(exc)))
+        return out
     if spec is not None:
         _require(spec, ModelSpec, "spec")
         # type check only; spec rules are validate_model_spec's job

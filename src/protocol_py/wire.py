@@ -42,7 +42,9 @@ from grpclib.encoding.proto import ProtoCodec
 
 from protocol_py._wire_gen import (
     GENERATOR,
+    MAX_DECODED_OBJECTS,
     MAX_FAST_DEPTH,
+    DecodeBudgetError,
     FallbackError,
     State,
     encode_any,
@@ -50,7 +52,10 @@ from protocol_py._wire_gen import (
 )
 
 __all__ = [
+    "MAX_DECODED_OBJECTS",
     "MAX_FAST_DEPTH",
+    "DecodeBudgetError",
+    "FallbackError",
     "WireCodec",
     "decode",
     "decode_checked",
@@ -88,8 +93,15 @@ def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
     return message, clean
 
 
-def decode_report(cls: type[M], data: bytes) -> tuple[M, bool, bool]:
+def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[M, bool, bool]:
     """:func:`decode_checked`, also saying whether every field was one ``cls`` knows.
+
+    Args:
+        cls: A generated message class.
+        data: The serialized message.
+        fallback: When False, input the fast path does not cover raises
+            :class:`FallbackError` instead of going to betterproto2 (whose parse has no
+            budget: the server decides first, :func:`protocol_py.server.limits.decode_request`).
 
     Returns:
         ``(message, clean, exact)``: ``exact`` is True when the fast path decoded the whole
@@ -99,6 +111,9 @@ def decode_report(cls: type[M], data: bytes) -> tuple[M, bool, bool]:
         needs no walk of upb's unknown fields (:func:`protocol_py.server.limits.decode_request`).
 
     Raises:
+        DecodeBudgetError: the message holds more than :data:`MAX_DECODED_OBJECTS` repeated
+            elements and map entries.
+        FallbackError: ``fallback`` is False and the fast path does not cover ``data``.
         Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
     """
     if not isinstance(data, bytes):
@@ -107,6 +122,8 @@ def decode_report(cls: type[M], data: bytes) -> tuple[M, bool, bool]:
     try:
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
     except (FallbackError, IndexError, UnicodeDecodeError, struct.error, RecursionError):
+        if not fallback:
+            raise FallbackError from None
         return cls.parse(data), False, False
     return message, st.clean, not st.unknown
 

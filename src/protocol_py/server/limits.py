@@ -360,11 +360,16 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     since each object or array level costs three) is INVALID_ARGUMENT and nothing is applied;
     so is a known field sent with the wrong wire type (:func:`wrong_wire_type`). Unknown
     fields stay legal (forward compatibility). A Struct map entry without a value becomes
-    JSON null (:func:`fill_struct_gaps`).
+    JSON null (:func:`fill_struct_gaps`). The fast decoder creates at most
+    :data:`protocol_py.wire.MAX_DECODED_OBJECTS` repeated elements and map entries
+    (RESOURCE_EXHAUSTED past it, as for an oversized message: the body is well-formed but
+    exceeds a size bound); a body it does not cover goes to betterproto2 only after the
+    wire-type check and only up to :data:`MAX_FALLBACK_BYTES`.
 
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
-            (<n> bytes)"``, followed by the reason where known.
+            (<n> bytes)"``, followed by the reason where known; RESOURCE_EXHAUSTED ``"request
+            too large: <Message> (<n> bytes) holds more than <N> repeated elements ..."``.
     """
     what = f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)"
     try:
@@ -373,9 +378,15 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
     failure: Exception | None = None
     try:
-        message, clean, exact = wire.decode_report(kind, data)
-    except Exception as exc:  # anything from the lenient parser
-        failure, clean, exact = exc, False, False
+        message, clean, exact = wire.decode_report(kind, data, fallback=False)
+    except wire.DecodeBudgetError as exc:
+        raise GRPCError(
+            Status.RESOURCE_EXHAUSTED,
+            f"request too large: {kind.__name__} ({len(data)} bytes) {_budget(exc.limit)}",
+        ) from None
+    except wire.FallbackError:  # checks the wire types itself, before any parse
+        message, clean, exact, failure = _fallback_decode(data, kind, parsed, what)
+        parsed = None
     # a wrong wire type is reported first; it can only be there when the fast decode was not
     # exact (every field known, with its wire type), so an exact decode skips the walk
     mismatch = wrong_wire_type(parsed) if parsed is not None and not exact else None
@@ -394,6 +405,45 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
+
+
+MAX_FALLBACK_BYTES: Final = 64 * 1024
+"""Largest request body, in bytes (64 KiB), decoded by betterproto2's parser when the fast
+decoder does not cover its encoding (an over-long tag, a group, nesting beyond
+:data:`protocol_py.wire.MAX_FAST_DEPTH` levels: legal protobuf no ordinary encoder writes for
+a large request). That parser has no object budget (:data:`protocol_py.wire.MAX_DECODED_OBJECTS`):
+a larger such body is refused (INVALID_ARGUMENT), not parsed."""
+
+
+def _budget(limit: int) -> str:
+    return (
+        f"holds more than {limit} repeated elements and map entries (messages, content "
+        "blocks, Struct fields and list values, strings; bound MAX_DECODED_OBJECTS)"
+    )
+
+
+def _fallback_decode(
+    data: bytes, kind: type[_Req], parsed: Any | None, what: str
+) -> tuple[_Req, bool, bool, Exception | None]:
+    """``(message, clean, exact, failure)`` of a body the fast decoder does not cover: a
+    known field with a wrong wire type is refused first (upb's parse, no decode), a body
+    over :data:`MAX_FALLBACK_BYTES` next; betterproto2 parses the rest."""
+    mismatch = wrong_wire_type(parsed) if parsed is not None else None
+    if mismatch is not None:
+        raise GRPCError(
+            Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
+        )
+    if len(data) > MAX_FALLBACK_BYTES:
+        raise GRPCError(
+            Status.INVALID_ARGUMENT,
+            f"{what}: non-canonical encoding (an over-long tag, a group or nesting deeper than "
+            f"{wire.MAX_FAST_DEPTH} message levels) is accepted only in bodies of at most "
+            f"{MAX_FALLBACK_BYTES} bytes (bound MAX_FALLBACK_BYTES)",
+        )
+    try:
+        return kind.parse(data), False, False, None
+    except Exception as exc:  # anything from the lenient parser
+        return kind(), False, False, exc
 
 
 def _why(exc: Exception) -> str:
