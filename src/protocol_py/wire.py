@@ -113,7 +113,8 @@ def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[
     Raises:
         DecodeBudgetError: the message holds more than :data:`MAX_DECODED_OBJECTS` repeated
             elements and map entries.
-        FallbackError: ``fallback`` is False and the fast path does not cover ``data``.
+        FallbackError: ``fallback`` is False and the fast path does not cover ``data``
+            (UnicodeDecodeError for invalid UTF-8 in a string field).
         Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
     """
     if not isinstance(data, bytes):
@@ -121,11 +122,19 @@ def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[
     st = State()
     try:
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
-    except (FallbackError, IndexError, UnicodeDecodeError, struct.error, RecursionError):
+    except DecodeBudgetError:
+        pass  # raised again below: this one's traceback holds the partial message
+    except UnicodeDecodeError:
+        if not fallback:
+            raise
+        return cls.parse(data), False, False
+    except (FallbackError, IndexError, struct.error, RecursionError):
         if not fallback:
             raise FallbackError from None
         return cls.parse(data), False, False
-    return message, st.clean, not st.unknown
+    else:
+        return message, st.clean, not st.unknown
+    raise DecodeBudgetError(st.limit)
 
 
 def decode(cls: type[M], data: bytes) -> M:

@@ -123,9 +123,9 @@ def test_validation_stops_at_max_violations_and_says_so() -> None:
     assert TOO_MANY_VIOLATIONS_RULE not in {v.rule for v in validate_request_shape(small)}
 
 
-def _wrong_wire_type_body(blocks: int) -> bytes:
+def _wrong_wire_type_body(ids: int) -> bytes:
     # Message.role (field 1, an enum) sent length-delimited, then many empty ids
-    return ld(2, MODEL) + ld(1, ld(1, b"id") + b"\x10\x01" + b"\x1a\x00" * blocks)
+    return ld(2, MODEL) + ld(1, ld(1, b"id") + b"\x10\x01" + b"\x1a\x00" * ids)
 
 
 def test_a_wrong_wire_type_is_refused_from_upbs_parse_before_any_fallback_parse(
@@ -136,19 +136,31 @@ def test_a_wrong_wire_type_is_refused_from_upbs_parse_before_any_fallback_parse(
 
     monkeypatch.setattr(StreamCompletionRequest, "parse", classmethod(never))
     strict = upb_class("model.v1.StreamCompletionRequest")
+    body = _wrong_wire_type_body(1000)
+    assert len(body) <= MAX_FALLBACK_BYTES
     with pytest.raises(GRPCError) as caught:
-        decode_request(_wrong_wire_type_body(1 << 20), StreamCompletionRequest, strict)
-    assert "messages[0].role has wire type length-delimited, expected varint" in str(
-        caught.value.message
+        decode_request(body, StreamCompletionRequest, strict)
+    assert caught.value.message == (
+        f"malformed request: StreamCompletionRequest could not be decoded ({len(body)} bytes): "
+        "StreamCompletionRequest.messages[0].role has wire type length-delimited, expected varint"
     )
 
 
-async def test_a_2_mib_wrong_wire_type_body_is_refused_and_the_server_serves(
-    served: Served,
+async def test_a_2_mib_wrong_wire_type_body_is_refused_unparsed_and_the_server_serves(
+    served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = await _timed(served, "StreamCompletion", _wrong_wire_type_body(1 << 20), stream=True)
+    strict = upb_class("model.v1.StreamCompletionRequest")
+    parsed: list[int] = []
+    monkeypatch.setattr(strict, "FromString", lambda data: parsed.append(len(data)))
+    body = _wrong_wire_type_body(1 << 20)
+    with pytest.raises(GRPCError) as caught:
+        decode_request(body, StreamCompletionRequest, strict)
+    assert parsed == []  # neither upb nor betterproto2 parsed it
+    result = await _timed(served, "StreamCompletion", body, stream=True)
     assert result.code == "INVALID_ARGUMENT", result
-    assert "role has wire type length-delimited, expected varint" in result.details
+    assert result.details == caught.value.message
+    assert "a known field with the wrong wire type" in result.details
+    assert f"a body over {MAX_FALLBACK_BYTES} bytes must be" in result.details
     await still_serving(served)
 
 
@@ -172,8 +184,11 @@ async def test_a_non_canonical_body_over_the_fallback_bound_is_refused_naming_it
     assert len(body) > MAX_FALLBACK_BYTES
     result = await _timed(served, "StreamCompletion", body, stream=True)
     assert result.code == "INVALID_ARGUMENT", result
-    assert "non-canonical encoding" in result.details
-    assert f"at most {MAX_FALLBACK_BYTES} bytes (bound MAX_FALLBACK_BYTES)" in result.details
+    assert "not canonical well-formed protobuf (" in result.details
+    assert "an over-long tag" in result.details
+    assert f"a body over {MAX_FALLBACK_BYTES} bytes must be (bound MAX_FALLBACK_BYTES)" in (
+        result.details
+    )
     await still_serving(served)
 
 
@@ -204,6 +219,22 @@ def test_exactly_the_budget_is_decoded_one_more_is_refused() -> None:
     assert len(decoded.messages) == wire.MAX_DECODED_OBJECTS
     with pytest.raises(wire.DecodeBudgetError, match=f"more than {wire.MAX_DECODED_OBJECTS}"):
         wire.decode(StreamCompletionRequest, body + b"\x0a\x00\x0a\x00")
+
+
+def test_the_budget_error_keeps_no_partial_message_alive() -> None:
+    # a refused request's objects are freed at once (they were kept by the traceback)
+    try:
+        wire.decode_report(StreamCompletionRequest, empty_messages(wire.MAX_DECODED_OBJECTS + 1))
+    except wire.DecodeBudgetError as exc:
+        assert exc.__context__ is None and exc.__cause__ is None
+        frames = []
+        tb = exc.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        assert frames == ["test_the_budget_error_keeps_no_partial_message_alive", "decode_report"]
+    else:
+        raise AssertionError("not refused")
 
 
 def test_configure_body_helper_is_a_configure_request() -> None:

@@ -35,7 +35,7 @@ from protocol_py.server.large_body import (
     BytesBuilder,
     receive_body,
 )
-from protocol_py.server.limits import decode_request, wrong_wire_type
+from protocol_py.server.limits import MAX_FALLBACK_BYTES, decode_request, wrong_wire_type
 from protocol_py.server.strict_parse import STRICT_ELIDE_MIN_BYTES, strict_parse
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
@@ -147,7 +147,9 @@ async def test_invalid_utf8_across_a_piece_boundary_is_refused_as_before(
     refused = await acall(served.address, "StreamCompletion", bad, stream=True, timeout=60)
     assert refused.code == "INVALID_ARGUMENT", refused
     assert refused.details == (
-        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes)"
+        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes): "
+        "not canonical well-formed protobuf (invalid UTF-8 in a string field); a body over "
+        f"{MAX_FALLBACK_BYTES} bytes must be (bound MAX_FALLBACK_BYTES)"
     )
     assert refused.details == str(getattr(direct.value, "message", direct.value))
     ok = await acall(served.address, "StreamCompletion", good, stream=True, timeout=60)
@@ -353,7 +355,9 @@ async def test_server_refuses_a_large_body_with_invalid_utf8_deep_inside(served:
     refused = await acall(served.address, "StreamCompletion", bad, stream=True, timeout=60)
     assert refused.code == "INVALID_ARGUMENT", refused
     assert refused.details == (
-        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes)"
+        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes): "
+        "not canonical well-formed protobuf (invalid UTF-8 in a string field); a body over "
+        f"{MAX_FALLBACK_BYTES} bytes must be (bound MAX_FALLBACK_BYTES)"
     )
     await still_serving(served)
 

@@ -363,8 +363,8 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     JSON null (:func:`fill_struct_gaps`). The fast decoder creates at most
     :data:`protocol_py.wire.MAX_DECODED_OBJECTS` repeated elements and map entries
     (RESOURCE_EXHAUSTED past it, as for an oversized message: the body is well-formed but
-    exceeds a size bound); a body it does not cover goes to betterproto2 only after the
-    wire-type check and only up to :data:`MAX_FALLBACK_BYTES`.
+    exceeds a size bound), before upb's parse; a body it does not cover is parsed by upb and
+    betterproto2 (after the wire-type check) only up to :data:`MAX_FALLBACK_BYTES`.
 
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
@@ -372,19 +372,21 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
             too large: <Message> (<n> bytes) holds more than <N> repeated elements ..."``.
     """
     what = f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)"
+    failure: Exception | None = None
+    fell_back = False
+    try:  # first: the budget bounds upb's parse too (about 40 bytes per tiny message)
+        message, clean, exact = wire.decode_report(kind, data, fallback=False)
+    except wire.DecodeBudgetError:
+        raise GRPCError(Status.RESOURCE_EXHAUSTED, _too_many(kind, len(data))) from None
+    except (wire.FallbackError, UnicodeDecodeError) as exc:
+        if len(data) > MAX_FALLBACK_BYTES:  # no unbudgeted parse of a large body, even upb's
+            raise GRPCError(Status.INVALID_ARGUMENT, what + _not_canonical(exc)) from None
+        fell_back = True
     try:
         parsed = strict_parse(strict, data) if strict is not None else None
     except Exception as exc:  # DecodeError from upb
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
-    failure: Exception | None = None
-    try:
-        message, clean, exact = wire.decode_report(kind, data, fallback=False)
-    except wire.DecodeBudgetError as exc:
-        raise GRPCError(
-            Status.RESOURCE_EXHAUSTED,
-            f"request too large: {kind.__name__} ({len(data)} bytes) {_budget(exc.limit)}",
-        ) from None
-    except wire.FallbackError:  # checks the wire types itself, before any parse
+    if fell_back:  # checks the wire types itself, before any parse
         message, clean, exact, failure = _fallback_decode(data, kind, parsed, what)
         parsed = None
     # a wrong wire type is reported first; it can only be there when the fast decode was not
@@ -408,16 +410,18 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
 
 
 MAX_FALLBACK_BYTES: Final = 64 * 1024
-"""Largest request body, in bytes (64 KiB), decoded by betterproto2's parser when the fast
-decoder does not cover its encoding (an over-long tag, a group, nesting beyond
-:data:`protocol_py.wire.MAX_FAST_DEPTH` levels: legal protobuf no ordinary encoder writes for
-a large request). That parser has no object budget (:data:`protocol_py.wire.MAX_DECODED_OBJECTS`):
-a larger such body is refused (INVALID_ARGUMENT), not parsed."""
+"""Largest request body, in bytes (64 KiB), parsed by upb and betterproto2 when the fast
+decoder does not cover it (malformed, a known field with the wrong wire type, or legal protobuf
+no ordinary encoder writes for a large request: an over-long tag, a group, nesting beyond
+:data:`protocol_py.wire.MAX_FAST_DEPTH` levels). Neither parser has an object budget
+(:data:`protocol_py.wire.MAX_DECODED_OBJECTS`; upb takes about 40 bytes per two-byte empty
+message): a larger such body is refused (INVALID_ARGUMENT) without being parsed."""
 
 
-def _budget(limit: int) -> str:
+def _too_many(kind: type[betterproto2.Message], size: int) -> str:
     return (
-        f"holds more than {limit} repeated elements and map entries (messages, content "
+        f"request too large: {kind.__name__} ({size} bytes) holds more than "
+        f"{wire.MAX_DECODED_OBJECTS} repeated elements and map entries (messages, content "
         "blocks, Struct fields and list values, strings; bound MAX_DECODED_OBJECTS)"
     )
 
@@ -425,25 +429,33 @@ def _budget(limit: int) -> str:
 def _fallback_decode(
     data: bytes, kind: type[_Req], parsed: Any | None, what: str
 ) -> tuple[_Req, bool, bool, Exception | None]:
-    """``(message, clean, exact, failure)`` of a body the fast decoder does not cover: a
-    known field with a wrong wire type is refused first (upb's parse, no decode), a body
-    over :data:`MAX_FALLBACK_BYTES` next; betterproto2 parses the rest."""
+    """``(message, clean, exact, failure)`` of a body of at most :data:`MAX_FALLBACK_BYTES`
+    the fast decoder does not cover: a known field with a wrong wire type is refused first
+    (from upb's parse), betterproto2 parses the rest."""
     mismatch = wrong_wire_type(parsed) if parsed is not None else None
     if mismatch is not None:
         raise GRPCError(
             Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
         )
-    if len(data) > MAX_FALLBACK_BYTES:
-        raise GRPCError(
-            Status.INVALID_ARGUMENT,
-            f"{what}: non-canonical encoding (an over-long tag, a group or nesting deeper than "
-            f"{wire.MAX_FAST_DEPTH} message levels) is accepted only in bodies of at most "
-            f"{MAX_FALLBACK_BYTES} bytes (bound MAX_FALLBACK_BYTES)",
-        )
     try:
         return kind.parse(data), False, False, None
     except Exception as exc:  # anything from the lenient parser
         return kind(), False, False, exc
+
+
+def _not_canonical(exc: Exception) -> str:
+    found = (
+        "invalid UTF-8 in a string field"
+        if isinstance(exc, UnicodeDecodeError)
+        else (
+            "a truncated field, a known field with the wrong wire type, an over-long tag, a group "
+            f"or nesting deeper than {wire.MAX_FAST_DEPTH} message levels"
+        )
+    )
+    return (
+        f": not canonical well-formed protobuf ({found}); a body over {MAX_FALLBACK_BYTES} "
+        "bytes must be (bound MAX_FALLBACK_BYTES)"
+    )
 
 
 def _why(exc: Exception) -> str:
