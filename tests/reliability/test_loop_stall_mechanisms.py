@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
-from protocol_py import offload
+from protocol_py import offload, wire
 from protocol_py.offload import MAX_CPU_JOBS, RELEASE_STEP_ITEMS, release_in_steps, run_cpu
 from protocol_py.providers import reference
 from protocol_py.server import strict_parse as strict_parse_module
@@ -312,6 +313,105 @@ STRICT = type(upb_class("model.v1.StreamCompletionRequest")())
 @given(mutated(seed_bodies()))
 def test_strict_check_with_elided_strings_gives_upbs_answer_for_every_body(data: bytes) -> None:
     assert outcome(lambda d: strict_parse(STRICT, d), data) == outcome(STRICT.FromString, data)
+
+
+def _varint_of(value: int, extra: int = 0) -> bytes:
+    """``value`` as a varint, ``extra`` bytes longer than its shortest form."""
+    out = bytearray()
+    while value >= 0x80 or extra:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+        if value == 0 and extra:
+            extra -= 1
+            if not extra:
+                break
+    out.append(value)
+    return bytes(out)
+
+
+def _fields_of(data: bytes) -> list[tuple[int, int, int, int]] | None:
+    """(tag, start, payload start, end) of each field of ``data``; None if it does not scan."""
+    found, pos = [], 0
+    try:
+        while pos < len(data):
+            start = pos
+            tag, pos = wire.varint(data, pos)
+            kind = tag & 7
+            if kind == 2:
+                size, pos = wire.varint(data, pos)
+                found.append((tag, start, pos, pos + size))
+                pos += size
+            elif kind == 0:
+                _, pos = wire.varint(data, pos)
+            elif kind in (1, 5):
+                pos += 8 if kind == 1 else 4
+            else:
+                return None
+    except Exception:
+        return None
+    return found if pos == len(data) else None
+
+
+@st.composite
+def overlong_varints(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    """A seed body with one length-delimited field's tag or length (at any depth) written
+    1 to 6 bytes longer than its shortest form (6 to 10 bytes is over upb's limit)."""
+
+    def rewrite(data: bytes) -> bytes:
+        fields = _fields_of(data)
+        if not fields:
+            return data
+        tag, start, payload, end = draw(st.sampled_from(fields))
+        inner = data[payload:end]
+        if draw(st.booleans()) and _fields_of(inner):
+            inner = rewrite(inner)  # deeper; this field's tag and length stay canonical
+            head = _varint_of(tag) + _varint_of(len(inner))
+        else:
+            extra = draw(st.integers(1, 6))
+            if draw(st.booleans()):
+                head = _varint_of(tag, extra) + _varint_of(len(inner))
+            else:
+                head = _varint_of(tag) + _varint_of(len(inner), extra)
+        return data[:start] + head + inner + data[end:]
+
+    return rewrite(draw(st.sampled_from(seeds)))
+
+
+def test_overlong_varint_helper_writes_longer_forms_of_the_same_value() -> None:
+    assert _varint_of(10) == b"\x0a"
+    assert _varint_of(10, 5) == b"\x8a\x80\x80\x80\x80\x00"
+    assert wire.varint(_varint_of(300, 3), 0) == (300, 5)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+@fuzz_settings(fuzz_examples(300))
+@given(overlong_varints(seed_bodies()))
+def test_strict_check_gives_upbs_answer_for_overlong_tags_and_lengths(data: bytes) -> None:
+    assert outcome(lambda d: strict_parse(STRICT, d), data) == outcome(STRICT.FromString, data)
+
+
+def test_a_9_mib_render_request_with_a_6_byte_tag_is_refused_as_upb_does() -> None:
+    strict = type(upb_class("model.v1.RenderRequest")())
+    text = b"a" * (9 * MIB)
+    for head in (
+        b"\x8a\x80\x80\x80\x80\x00" + _varint_of(len(text)),  # 6-byte tag
+        b"\x0a" + _varint_of(len(text), 3),  # 7-byte length
+    ):
+        body = head + text
+        assert len(body) >= STRICT_ELIDE_MIN_BYTES
+        expected = outcome(strict.FromString, body)
+        assert expected[0].startswith("DecodeError")
+        assert outcome(lambda d: strict_parse(strict, d), body) == expected
+
+
+async def test_server_refuses_a_9_mib_render_with_a_6_byte_tag(served: Served) -> None:
+    body = b"\x8a\x80\x80\x80\x80\x00" + _varint_of(9 * MIB) + b"a" * (9 * MIB)
+    refused = await acall(served.address, "Render", body, timeout=60)
+    assert refused.code == "INVALID_ARGUMENT", refused
+    assert refused.details.startswith(
+        f"malformed request: RenderRequest could not be decoded ({len(body)} bytes)"
+    )
+    await still_serving(served)
 
 
 @pytest.mark.usefixtures("small_thresholds")

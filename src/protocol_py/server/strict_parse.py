@@ -16,9 +16,10 @@ lengths rewritten); each elided string's UTF-8 is checked separately,
 upb refuses: overlong forms, surrogates, truncated sequences); upb then parses the small body.
 Every field keeps its number, wire type and nesting, so wire types, unknown fields and nesting
 depth are checked by upb exactly as before. Anything unusual (a framing error, a group, an
-invalid string, upb refusing the small body, nesting deeper than
-:data:`~protocol_py.server.limits.PROTOBUF_MAX_DEPTH`) makes upb parse the whole body as
-before, so a malformed request gets the very same error.
+invalid string, a re-written field whose tag or length is not in its shortest varint form
+(upb refuses one over 5 bytes, which the canonical re-write would hide), upb refusing the
+small body, nesting deeper than :data:`~protocol_py.server.limits.PROTOBUF_MAX_DEPTH`) makes
+upb parse the whole body as before, so a malformed request gets the very same error.
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def _varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
+def _canonical(data: bytes, start: int, stop: int, value: int) -> bool:
+    """True when the varint ``data[start:stop]`` (of ``value``) is in its shortest form."""
+    return stop - start == len(_varint_bytes(value))
+
+
 def _elide(
     descriptor: Any,
     data: bytes,
@@ -127,10 +133,15 @@ def _elide(
         elif kind == 5:
             pos += 4
         elif kind == 2:
+            head = pos  # the length's first byte
             size, body = _varint(data, pos, end)
             pos = body + size
             field = known.get(tag >> 3) if size >= STRICT_ELIDE_FIELD_BYTES else None
             if field is not None and pos <= end and field[0] in (_STRING, _BYTES, _MESSAGE):
+                if not _canonical(data, start, head, tag) or not _canonical(data, head, body, size):
+                    # re-written below in canonical form, which would hide an over-long tag or
+                    # length (upb refuses one over 5 bytes) from upb: it parses the whole body
+                    raise _WholeBodyError
                 if field[1] is not None:  # a message: its large fields elided, length redone
                     inner: list[Any] = []
                     if not _elide(
