@@ -6,9 +6,14 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from protocol_py.bounded_text import MAX_ECHOED_VALUE_CHARS, bounded_message, quote_value
+from protocol_py.bounded_text import (
+    MAX_ECHOED_VALUE_CHARS,
+    MAX_LISTED_ITEM_CHARS,
+    bounded_message,
+    quote_value,
+)
 
 log = logging.getLogger("protocol_py.server")
 
@@ -21,7 +26,8 @@ class RpcRecord:
     detail and config_keys (Configure's top-level keys, never their values). Caller text is
     capped (:mod:`protocol_py.bounded_text`): ids and keys to ``MAX_ECHOED_VALUE_CHARS``
     characters, ``detail`` to ``MAX_ERROR_MESSAGE_BYTES``, at most
-    :data:`MAX_LOGGED_CONFIG_KEYS` keys (then ``config_keys_total`` counts them all)."""
+    :data:`MAX_LOGGED_CONFIG_KEYS` keys (then ``config_keys_total`` counts them all), the
+    whole line to :data:`MAX_LOG_LINE_BYTES` bytes."""
 
     rpc: str
     started: float = field(default_factory=time.monotonic)
@@ -42,7 +48,7 @@ class RpcRecord:
         if self.outcome == "deadline_exceeded" and self.error_kind is None:
             self.error_kind = "DEADLINE_EXCEEDED"
         keys = self.config_keys
-        line = {
+        line: dict[str, Any] = {
             "rpc": self.rpc,
             "session_id": _logged(self.session_id),
             "turn_id": _logged(self.turn_id),
@@ -60,10 +66,31 @@ class RpcRecord:
                 len(keys) if keys is not None and len(keys) > MAX_LOGGED_CONFIG_KEYS else None
             ),
         }
-        log.info(
-            json.dumps({k: v for k, v in line.items() if v is not None}, sort_keys=False),
-            extra={RPC_RECORD_ATTR: True},
-        )
+        log.info(_bounded_line(line, keys), extra={RPC_RECORD_ATTR: True})
+
+
+MAX_LOG_LINE_BYTES: Final = 4096
+"""Largest per-RPC JSON log line, in bytes of its UTF-8 encoding. The line is written with
+non-ASCII characters as themselves (not 6-byte ``\\u00e9`` escapes); one still longer (long
+non-ASCII Configure keys) names fewer ``config_keys`` (``config_keys_total`` counts them all),
+then cuts ``detail`` to :data:`MAX_LISTED_ITEM_CHARS` bytes (percent-encoded, as a status)."""
+
+
+def _dumps(line: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in line.items() if v is not None}, ensure_ascii=False)
+
+
+def _bounded_line(line: dict[str, Any], keys: list[str] | None) -> str:
+    """The JSON text of ``line``, at most :data:`MAX_LOG_LINE_BYTES` bytes (UTF-8)."""
+    text = _dumps(line)
+    while len(text.encode()) > MAX_LOG_LINE_BYTES and line["config_keys"]:
+        line["config_keys"] = line["config_keys"][: len(line["config_keys"]) // 2]
+        line["config_keys_total"] = len(keys or ())
+        text = _dumps(line)
+    if len(text.encode()) > MAX_LOG_LINE_BYTES and line["detail"] is not None:
+        line["detail"] = bounded_message(line["detail"], MAX_LISTED_ITEM_CHARS)
+        text = _dumps(line)
+    return text
 
 
 MAX_LOGGED_CONFIG_KEYS: Final = 32
