@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import logging
 import multiprocessing
+import os
+import pstats
+import signal
 import statistics
 import time
 from typing import Any
@@ -135,15 +139,33 @@ def _serve_stub(port_queue: Any, chunks: int) -> None:
     asyncio.run(run())
 
 
-def _serve_plugin(port_queue: Any, url: str) -> None:
+def _serve_plugin(port_queue: Any, url: str, profile: str | None = None) -> None:
     logging.disable(logging.INFO)
+    profiler = cProfile.Profile() if profile else None
 
     async def run() -> None:
         server = ModelServer(OpenAIProvider(api_key="bench", base_url=url))
         port_queue.put(await server.start("127.0.0.1", 0))
-        await asyncio.Event().wait()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        if profiler is not None:
+            profiler.enable()
+        await stop.wait()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{profile}/server.prof")
 
     asyncio.run(run())
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` in seconds (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start(target: Any, *args: Any) -> tuple[Any, Any]:
@@ -154,21 +176,42 @@ def _start(target: Any, *args: Any) -> tuple[Any, Any]:
     return proc, queue.get(timeout=60)
 
 
-async def main_processes(chunks: int, repeat: int) -> None:
-    """Stub, server and client each in their own process: full path vs bare read."""
+async def main_processes(chunks: int, repeat: int, profile: str | None = None) -> None:
+    """Stub, server and client each in their own process: full path vs bare read.
+
+    With ``profile`` (a directory), the server process and this process's full-path runs are
+    profiled with cProfile: ``server.prof`` and ``client.prof`` there (``python -m pstats``).
+    """
     stub_proc, url = _start(_serve_stub, chunks)
-    server_proc, port = _start(_serve_plugin, url)
+    server_proc, port = _start(_serve_plugin, url, profile)
     client = ModelClient.connect(f"127.0.0.1:{port}")
+    profiler = cProfile.Profile() if profile else None
     try:
         bares: list[float] = []
         fulls: list[float] = []
+        cpu: list[tuple[float, float, float]] = []  # server, client CPU and wall, us/event
         for _ in range(repeat):
             n_bare, t_bare = await bare(url)
+            if profiler is not None:
+                profiler.enable()
+            server_cpu, client_cpu = _cpu_seconds(server_proc.pid), time.process_time()
             n_full, t_full = await full(client)
+            server_cpu = _cpu_seconds(server_proc.pid) - server_cpu
+            client_cpu = time.process_time() - client_cpu
+            if profiler is not None:
+                profiler.disable()
             bares.append(n_bare / t_bare)
             fulls.append(n_full / t_full)
+            cpu.append(
+                (server_cpu / n_full * 1e6, client_cpu / n_full * 1e6, t_full / n_full * 1e6)
+            )
         median_bare, median_full = statistics.median(bares), statistics.median(fulls)
         print(f"chunks upstream: {chunks}, separate processes, median of {repeat} runs")
+        server_us, client_us, wall_us = (statistics.median(c[i] for c in cpu) for i in range(3))
+        print(
+            f"full path per event: server CPU {server_us:.1f} us, client CPU {client_us:.1f} us, "
+            f"wall {wall_us:.1f} us"
+        )
         print(f"bare httpx + SSE + json.loads : {median_bare:12,.0f} events/s ({n_bare} events)")
         print(f"stub->adapter->grpclib->client: {median_full:12,.0f} events/s ({n_full} events)")
         print(f"ratio full/bare: {median_full / median_bare:.3f}")
@@ -177,6 +220,11 @@ async def main_processes(chunks: int, repeat: int) -> None:
         for proc in (server_proc, stub_proc):
             proc.terminate()
             proc.join(5)
+        if profiler is not None and profile is not None:
+            profiler.dump_stats(f"{profile}/client.prof")
+            for name in ("server", "client"):
+                print(f"--- {name} process, top functions by own time ---")
+                pstats.Stats(f"{profile}/{name}.prof").sort_stats("tottime").print_stats(25)
 
 
 async def main(chunks: int, repeat: int) -> None:
@@ -226,5 +274,14 @@ if __name__ == "__main__":
         action="store_true",
         help="run the stub and the server in their own processes (the client runs here)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="with --processes: cProfile the server process and the client's full-path runs "
+        "into DIR/server.prof and DIR/client.prof and print the top functions",
+    )
     args = parser.parse_args()
-    asyncio.run((main_processes if args.processes else main)(args.chunks, args.repeat))
+    if args.processes:
+        asyncio.run(main_processes(args.chunks, args.repeat, args.profile))
+    else:
+        asyncio.run(main(args.chunks, args.repeat))
