@@ -64,6 +64,7 @@ the number of events: fragments are collected in lists and joined once.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +141,10 @@ def _event_members() -> tuple[str, ...]:
 _EVENT_MEMBERS = _event_members()
 """The members of StreamEvent's ``event`` oneof, in declaration order (deltas first)."""
 
+_first_member = operator.attrgetter(_EVENT_MEMBERS[0])
+_other_members = operator.attrgetter(*_EVENT_MEMBERS[1:])
+_ALL_UNSET = (None,) * (len(_EVENT_MEMBERS) - 1)
+
 
 def event_member(event: StreamEvent) -> tuple[str, Any]:
     """``betterproto2.which_one_of(event, "event")``: the set member's name and value, or
@@ -148,6 +153,9 @@ def event_member(event: StreamEvent) -> tuple[str, Any]:
     Raises:
         RuntimeError: several members are set (betterproto2's own error, naming two of them).
     """
+    first = _first_member(event)
+    if first is not None and _other_members(event) == _ALL_UNSET:
+        return _EVENT_MEMBERS[0], first  # a text delta (most events): two C-level reads
     found_name, found = "", None
     for name in _EVENT_MEMBERS:
         value = getattr(event, name)

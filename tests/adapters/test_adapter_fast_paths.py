@@ -4,6 +4,7 @@
   ``data:`` lines inline; the CR path (line by line) is the reference.
 * :func:`protocol_py.providers._events.text` / ``thinking`` build the event from a copied
   template instead of the dataclass constructor.
+* :func:`protocol_py.accumulate.event_member` reads a text delta with two C-level reads.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import pytest
 
 from protocol_py import wire
+from protocol_py.accumulate import StreamOrderChecker, event_member
+from protocol_py.errors import StreamOrderError
 from protocol_py.providers import _events as ev
 from protocol_py.sse import MAX_SSE_EVENT_BYTES, SSEEvent, SSELimitError, SSEParser
-from protocol_py_gen.model.v1 import StreamEvent, TextDelta, ThinkingDelta, ToolCallStart
+from protocol_py_gen.model.v1 import StreamEvent, TextDelta, ThinkingDelta, ToolCallStart, Usage
 
 # Every kind of line a block can hold: data with and without the space, a field without a colon,
 # comments, event/id/retry (valid and not), multi-line data, an empty data line, invalid UTF-8,
@@ -99,3 +102,19 @@ def test_delta_events_equal_constructor_built_ones(
 def test_template_refuses_a_message_with_mutable_defaults() -> None:
     with pytest.raises(TypeError, match=r"ToolCallStart: mutable defaults \['vendor_data'\]"):
         ev._blank(ToolCallStart)
+
+
+def test_event_member_text_delta_fast_path_still_rejects_a_second_member() -> None:
+    assert event_member(ev.text("a")) == ("text_delta", TextDelta(text="a"))
+    assert event_member(StreamEvent(usage=Usage(output_tokens=3))) == (
+        "usage",
+        Usage(output_tokens=3),
+    )
+    assert event_member(StreamEvent()) == ("", None)
+    both = StreamEvent(text_delta=TextDelta(text="a"), usage=Usage())
+    with pytest.raises(RuntimeError, match="more than one field set in oneof"):
+        event_member(both)
+    checker = StreamOrderChecker()
+    with pytest.raises(StreamOrderError) as raised:
+        checker.check(both)
+    assert raised.value.rule == "stream.event.multiple"
