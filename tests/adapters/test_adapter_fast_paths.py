@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from protocol_py import wire
@@ -89,7 +91,8 @@ def test_delta_events_equal_constructor_built_ones(
 ) -> None:
     assert callable(build)
     built = build("h\u00e9llo \U0001f600")
-    reference = cls(**{field: delta_cls(text="h\u00e9llo \U0001f600")})
+    delta: Any = delta_cls(text="h\u00e9llo \U0001f600")
+    reference = cls(**{field: delta})
     assert built == reference
     assert vars(built).keys() == vars(reference).keys()
     assert vars(getattr(built, field)) == vars(getattr(reference, field))
