@@ -96,6 +96,7 @@ from protocol_py_gen.model.v1 import (
     StopReason,
     StreamEvent,
     StreamMetadata,
+    TextDelta,
     Usage,
 )
 
@@ -141,8 +142,8 @@ def _event_members() -> tuple[str, ...]:
 _EVENT_MEMBERS = _event_members()
 """The members of StreamEvent's ``event`` oneof, in declaration order (deltas first)."""
 
-_first_member = operator.attrgetter(_EVENT_MEMBERS[0])
-_other_members = operator.attrgetter(*_EVENT_MEMBERS[1:])
+_first_member = operator.attrgetter("text_delta")
+_other_members = operator.attrgetter(*(m for m in _EVENT_MEMBERS if m != "text_delta"))
 _ALL_UNSET = (None,) * (len(_EVENT_MEMBERS) - 1)
 
 
@@ -155,7 +156,7 @@ def event_member(event: StreamEvent) -> tuple[str, Any]:
     """
     first = _first_member(event)
     if first is not None and _other_members(event) == _ALL_UNSET:
-        return _EVENT_MEMBERS[0], first  # a text delta (most events): two C-level reads
+        return "text_delta", first  # a text delta (most events): two C-level reads
     found_name, found = "", None
     for name in _EVENT_MEMBERS:
         value = getattr(event, name)
@@ -253,6 +254,16 @@ class StreamOrderChecker:
             raise StreamOrderError(
                 index, "stream.order.after_terminal", "no event may follow stop or error"
             )
+        if type(event) is StreamEvent and not self._usage_seen:
+            # A text delta (most events): the checks below reduced to what applies to it.
+            value = _first_member(event)
+            if (
+                type(value) is TextDelta
+                and type(value.text) is str
+                and value.text
+                and _other_members(event) == _ALL_UNSET
+            ):
+                return "text_delta", value
         name, value = _event_member(event, index)
         if name in CONTENT_EVENT_KINDS:
             if self._usage_seen:

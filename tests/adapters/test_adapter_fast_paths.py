@@ -121,3 +121,23 @@ def test_event_member_text_delta_fast_path_still_rejects_a_second_member() -> No
     with pytest.raises(StreamOrderError) as raised:
         checker.check(both)
     assert raised.value.rule == "stream.event.multiple"
+
+
+def test_order_checker_text_delta_fast_path_keeps_every_rule() -> None:
+    checker = StreamOrderChecker()
+    checker.check(ev.start("req_1"))
+    checker.check(ev.text("fine"))
+    assert checker.index == 2
+    cases: list[tuple[StreamEvent, str]] = [
+        (StreamEvent(text_delta=TextDelta(text="")), "stream.text_delta.empty"),
+        (StreamEvent(text_delta=TextDelta(text=b"bytes")), "stream.event.invalid"),  # type: ignore[arg-type]
+        (StreamEvent(text_delta=TextDelta(text="a"), usage=Usage()), "stream.event.multiple"),
+    ]
+    for event, rule in cases:
+        with pytest.raises(StreamOrderError) as raised:
+            StreamOrderChecker().check(event)
+        assert raised.value.rule == rule
+    checker.check(StreamEvent(usage=Usage(output_tokens=1)))
+    with pytest.raises(StreamOrderError) as raised:
+        checker.check(ev.text("late"))
+    assert raised.value.rule == "stream.order.content_after_usage"
