@@ -358,7 +358,8 @@ class OpenAIStreamTranslator:
             )
         if not isinstance(chunk, dict):
             return []
-        self._decide_start(out, chunk)
+        if not self._start_decided:
+            self._decide_start(out, chunk)
         usage = chunk.get("usage")
         if not isinstance(usage, dict):
             xg = chunk.get("x_groq")
@@ -369,14 +370,18 @@ class OpenAIStreamTranslator:
             return self._fail(out, self._error_from_obj(chunk))
         if self._pending_error is not None:
             return out  # after an error finish reason only the usage chunk still counts
-        self._decide_metadata(out, chunk)
+        if not self._meta_decided:
+            self._decide_metadata(out, chunk)
         moderation = chunk.get("moderation")
         if isinstance(moderation, dict):
             self._moderation(out, moderation)
         choices = chunk.get("choices")
         if isinstance(choices, list):
             for choice in choices:
-                if isinstance(choice, dict) and ev.as_int(choice.get("index")) in (0, None):
+                if not isinstance(choice, dict):
+                    continue
+                index = choice.get("index")
+                if (type(index) is int and index == 0) or ev.as_int(index) in (0, None):
                     self._choice(out, choice)
                     if self.finished:
                         break
