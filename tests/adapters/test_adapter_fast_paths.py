@@ -17,8 +17,16 @@ from protocol_py import wire
 from protocol_py.accumulate import StreamOrderChecker, event_member
 from protocol_py.errors import StreamOrderError
 from protocol_py.providers import _events as ev
+from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.sse import MAX_SSE_EVENT_BYTES, SSEEvent, SSELimitError, SSEParser
-from protocol_py_gen.model.v1 import StreamEvent, TextDelta, ThinkingDelta, ToolCallStart, Usage
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStart,
+    Usage,
+)
 
 # Every kind of line a block can hold: data with and without the space, a field without a colon,
 # comments, event/id/retry (valid and not), multi-line data, an empty data line, invalid UTF-8,
@@ -141,3 +149,22 @@ def test_order_checker_text_delta_fast_path_keeps_every_rule() -> None:
     with pytest.raises(StreamOrderError) as raised:
         checker.check(ev.text("late"))
     assert raised.value.rule == "stream.order.content_after_usage"
+
+
+@pytest.mark.parametrize(
+    "data", ['{"id": "c1", "choices": []} x', '{"id": "c1"}{}', "{\"id\": 'c1'}", "\ufeff{}"]
+)
+def test_translator_json_fast_path_rejects_what_json_loads_rejects(data: str) -> None:
+    translator = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9").make_translator({})
+    events = translator.on_event(SSEEvent(event="message", data=data))
+    assert events[-1].error is not None
+    assert events[-1].error.kind == ErrorKind.TRANSIENT
+    assert events[-1].error.message == "malformed JSON in an SSE data line"
+    assert translator.finished
+
+
+def test_translator_json_fast_path_reads_a_chunk_with_surrounding_whitespace() -> None:
+    translator = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9").make_translator({})
+    data = ' \t{"id": "c1", "choices": [{"index": 0, "delta": {"content": "hi"}}]}\r\n '
+    events = translator.on_event(SSEEvent(event="message", data=data))
+    assert events == [ev.start("c1"), ev.text("hi")]

@@ -126,6 +126,8 @@ __all__ = ["OpenAIStreamTranslator", "map_openai_finish", "map_openai_usage"]
 
 _log = logging.getLogger("protocol_py.providers")
 
+_JSON = json.JSONDecoder()
+
 _FINISH: Mapping[str, StopReason] = {
     "stop": StopReason.END_TURN,
     "eos": StopReason.END_TURN,
@@ -349,7 +351,11 @@ class OpenAIStreamTranslator:
                 )
             return self._succeed(out)
         try:
-            chunk = json.loads(data)
+            # json.loads without its whitespace scans: ``data`` is already stripped (JSON's
+            # whitespace is a subset of str.strip's), so only trailing data can remain
+            chunk, end = _JSON.raw_decode(data)
+            if end != len(data):
+                raise ValueError("extra data after the JSON value")
         except ValueError:
             self._decide_start(out, None)
             return self._fail(
