@@ -81,6 +81,23 @@ class SSEEvent:
     retry: int | None = None
 
 
+_set_event = vars(SSEEvent)["event"].__set__
+_set_data = vars(SSEEvent)["data"].__set__
+_set_id = vars(SSEEvent)["id"].__set__
+_set_retry = vars(SSEEvent)["retry"].__set__
+
+
+def _new_event(event: str, data: str, last_id: str, retry: int | None) -> SSEEvent:
+    """``SSEEvent(event, data, last_id, retry)`` through its slots' descriptors: the same frozen
+    instance, about twice as fast as the frozen dataclass's ``__init__`` (one per event)."""
+    new = object.__new__(SSEEvent)
+    _set_event(new, event)
+    _set_data(new, data)
+    _set_id(new, last_id)
+    _set_retry(new, retry)
+    return new
+
+
 class SSEParser:
     """Push parser: feed it body bytes in any chunking, get whole events back.
 
@@ -218,11 +235,11 @@ class SSEParser:
                 if self._has_data:
                     data = self._data
                     out.append(
-                        SSEEvent(
-                            event=self._event or "message",
-                            data=data[0] if len(data) == 1 else "\n".join(data),
-                            id=self._last_id,
-                            retry=self._retry,
+                        _new_event(
+                            self._event or "message",
+                            data[0] if len(data) == 1 else "\n".join(data),
+                            self._last_id,
+                            self._retry,
                         )
                     )
                     self._data = []

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -168,3 +169,14 @@ def test_translator_json_fast_path_reads_a_chunk_with_surrounding_whitespace() -
     data = ' \t{"id": "c1", "choices": [{"index": 0, "delta": {"content": "hi"}}]}\r\n '
     events = translator.on_event(SSEEvent(event="message", data=data))
     assert events == [ev.start("c1"), ev.text("hi")]
+
+
+def test_sse_events_of_the_fast_path_are_ordinary_frozen_sse_events() -> None:
+    (event,) = SSEParser().feed(b"event: e\nid: 4\nretry: 9\ndata: x\n\n")
+    reference = SSEEvent(event="e", data="x", id="4", retry=9)
+    assert type(event) is SSEEvent
+    assert event == reference
+    assert hash(event) == hash(reference)
+    assert repr(event) == repr(reference)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.data = "changed"  # type: ignore[misc]
