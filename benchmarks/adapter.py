@@ -29,13 +29,15 @@ from typing import Any
 
 import httpx
 
+from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.client import ModelClient
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.server import ModelServer
+from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.sse import SSEParser
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
-from protocol_py_gen.model.v1 import StreamCompletionRequest
+from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
 
 def build_body(chunks: int) -> bytes:
@@ -265,6 +267,47 @@ async def main(chunks: int, repeat: int) -> None:
         await stub.wait_closed()
 
 
+def stages(chunks: int, repeat: int) -> None:
+    """Per-event CPU of each server step on the benchmark body, in process (best of ``repeat``):
+    SSE parse, translation (JSON read included), event-order check, gRPC encode."""
+    body = build_body(chunks)
+    pieces = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+    provider = OpenAIProvider(api_key="bench", base_url="http://127.0.0.1:9")
+    codec = LimitedCodec(DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGE_SIZE)
+    sses: list[Any] = []
+    events: list[StreamEvent] = []
+
+    def parse() -> None:
+        parser = SSEParser()
+        sses[:] = [event for piece in pieces for event in parser.feed(piece)]
+
+    def translate() -> None:
+        translator = provider.make_translator({})
+        events[:] = [event for sse in sses for event in translator.on_event(sse)]
+
+    def check() -> None:
+        checker = StreamOrderChecker()
+        for event in events:
+            checker.check(event)
+
+    def encode() -> None:
+        for event in events:
+            codec.encode(event, StreamEvent)
+
+    for name, step in (
+        ("SSE parse", parse),
+        ("translation", translate),
+        ("order check", check),
+        ("gRPC encode", encode),
+    ):
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.process_time()
+            step()
+            best = min(best, time.process_time() - start)
+        print(f"{name:12s}: {best / chunks * 1e6:6.2f} us per event (CPU, best of {repeat})")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20_000)
@@ -280,8 +323,16 @@ if __name__ == "__main__":
         help="with --processes: cProfile the server process and the client's full-path runs "
         "into DIR/server.prof and DIR/client.prof and print the top functions",
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="print the per-event CPU of each server step (SSE, translation, order check, "
+        "encode) measured in process, and exit",
+    )
     args = parser.parse_args()
-    if args.processes:
+    if args.stages:
+        stages(args.chunks, args.repeat)
+    elif args.processes:
         asyncio.run(main_processes(args.chunks, args.repeat, args.profile))
     else:
         asyncio.run(main(args.chunks, args.repeat))
