@@ -263,3 +263,40 @@ async def test_server_digest_and_answer_for_a_large_message_then_still_serving(
         assert "the offline reference model. You wrote: and then Here is" in text
         assert events[-1].stop is not None
     await still_serving(served)
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("[user]\n", "hello", "\n"),
+        ("[user]\n", "  leading space", " trailing ", "\n"),
+        ("[user]\n", "word", "glued", "\n"),
+        ("[assistant]\n", "a.", ".b", "", "\t\n", "\n"),
+        ("[user]\n", "é" * 10, "ß" * 3, "_x", "\n"),
+        ("[user]\n", ("w " * (CHUNK // 2 + 7)) + "end", "\n"),
+    ],
+)
+def test_tokens_of_message_parts_equal_tokens_of_the_joined_text(parts: tuple[str, ...]) -> None:
+    assert reference.count_parts_tokens(parts) == reference.count_text_tokens("".join(parts))
+    pieces = list(reference._utf8_pieces(parts))
+    assert b"".join(pieces) == "".join(parts).encode("utf-8")
+
+
+def test_prompt_cache_digests_are_those_of_the_joined_texts() -> None:
+    texts = ["first " * 50, "x" * (CHUNK + 3) + " second", "third"]
+    request = StreamCompletionRequest(
+        model_id="reference-large",
+        messages=[user(t, f"01J0000000000000000000000{i}") for i, t in enumerate(texts)],
+        call_context=CallContext(session_id="s", turn_id="t"),
+    )
+    provider = reference.ReferenceProvider()
+    spec = provider._spec("reference-large")
+    segments = reference.prompt_segments(list(request.messages), [], [])
+    assert [s.text for s in segments] == [f"[user]\n{t}\n" for t in texts]
+    provider._cache_usage(request, spec, segments)
+    digest = b""
+    expected = []
+    for segment in segments[:-1]:  # the last message is not cached
+        digest = hashlib.sha256(digest + segment.text.encode("utf-8")).digest()
+        expected.append((spec.id, digest))
+    assert list(provider._cache) == expected

@@ -414,11 +414,36 @@ def _tools_text(tools: list[ToolDeclaration]) -> str:
     return "[tools]\n" + "\n".join(lines) + "\n"
 
 
-def _message_text(message: Message) -> str:
+def _message_parts(message: Message) -> tuple[str, ...]:
+    """The rendered message as parts, never joined: a 60 MiB text block stays the block's own
+    string (one join copied it whole, one long hold of the interpreter: issue 8 item 4)."""
     role = "assistant" if message.role is Role.ASSISTANT else "user"
-    # one join: a 60 MiB text is copied once (``a + b + c`` copied it twice, each copy one
-    # long hold of the interpreter: issue 8 item 4)
-    return "".join([f"[{role}]\n", *(_block_text(b) for b in message.content), "\n"])
+    return (f"[{role}]\n", *(_block_text(b) for b in message.content), "\n")
+
+
+def count_parts_tokens(parts: Sequence[str]) -> int:
+    """:func:`count_text_tokens` of ``"".join(parts)``, without joining: each part counted on
+    its own, less one wherever a part's last character and the next part's first form one
+    token (both word characters or both whitespace: the run continues across the seam)."""
+    total = 0
+    last = ""
+    for part in parts:
+        if not part:
+            continue
+        total += count_text_tokens(part)
+        if last and _TOKEN_RE.fullmatch(last + part[0]) is not None:
+            total -= 1
+        last = part[-1]
+    return total
+
+
+def _utf8_pieces(parts: Sequence[str]) -> Iterator[bytes]:
+    """The UTF-8 bytes of ``"".join(parts)``, :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a
+    time (for hashing without one long encode)."""
+    step = TOKEN_COUNT_CHUNK_CHARS
+    for part in parts:
+        for at in range(0, len(part), step):
+            yield part[at : at + step].encode("utf-8")
 
 
 def _contains_lowered(text: str, needle: str) -> bool:
@@ -443,14 +468,19 @@ class PromptSegment:
     Attributes:
         kind: ``"context"``, ``"tools"`` or ``"message"``.
         index: Index of the section or message (0 for the tool list).
-        text: The rendered text.
+        parts: The rendered text, in parts (a message's text blocks are not joined).
         tokens: Its reference token count.
     """
 
     kind: str
     index: int
-    text: str
+    parts: tuple[str, ...]
     tokens: int
+
+    @property
+    def text(self) -> str:
+        """The rendered text (the parts joined: one copy of them all)."""
+        return "".join(self.parts)
 
 
 def prompt_segments(
@@ -460,15 +490,15 @@ def prompt_segments(
 ) -> list[PromptSegment]:
     """Render a request's input as segments: context sections, the tool list, each message."""
     segments = [
-        PromptSegment("context", i, text, count_text_tokens(text))
+        PromptSegment("context", i, (text,), count_text_tokens(text))
         for i, text in enumerate(_section_text(s) for s in assembled_context)
     ]
     if tools:
         text = _tools_text(tools)
-        segments.append(PromptSegment("tools", 0, text, count_text_tokens(text)))
+        segments.append(PromptSegment("tools", 0, (text,), count_text_tokens(text)))
     segments.extend(
-        PromptSegment("message", i, text, count_text_tokens(text))
-        for i, text in enumerate(_message_text(m) for m in messages)
+        PromptSegment("message", i, parts, count_parts_tokens(parts))
+        for i, parts in enumerate(_message_parts(m) for m in messages)
     )
     return segments
 
@@ -896,7 +926,11 @@ class ReferenceProvider(Provider):
         prefix_tokens = 0
         hit = True
         for segment in segments[:end]:
-            digest = hashlib.sha256(digest + segment.text.encode("utf-8")).digest()
+            # sha256(digest + text as UTF-8), hashed a piece at a time (no 60 MB encode)
+            chain = hashlib.sha256(digest)
+            for piece in _utf8_pieces(segment.parts):
+                chain.update(piece)
+            digest = chain.digest()
             prefix_tokens += segment.tokens
             key = (spec.id, digest)
             if hit and key in self._cache:
