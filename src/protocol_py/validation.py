@@ -37,7 +37,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import betterproto2
 from jsonschema import Draft202012Validator
@@ -155,10 +155,25 @@ _METASCHEMA_FORMATS = Draft202012Validator(
 )
 
 
-@functools.lru_cache(maxsize=1024)
+SCHEMA_MEMO_ENTRIES: Final = 1024
+"""Most JSON Schemas whose metaschema check is memoised (entries, LRU)."""
+
+SCHEMA_MEMO_MAX_CHARS: Final = 16 * 1024
+"""Longest schema JSON text whose metaschema check is memoised (characters): a longer one is
+checked every time, so the memo holds at most :data:`SCHEMA_MEMO_ENTRIES` x 16 Ki characters
+(16 Mi) of keys."""
+
+
 def _metaschema_errors(schema_json: str, formats: bool = False) -> tuple[tuple[str, str], ...]:
-    """(relative path, message) per offending location of one schema, memoised on its JSON text:
-    the same tool declarations arrive with every request of a session."""
+    """(relative path, message) per offending location of one schema, memoised on its JSON text
+    up to :data:`SCHEMA_MEMO_MAX_CHARS` characters: the same tool declarations arrive with
+    every request of a session."""
+    if len(schema_json) > SCHEMA_MEMO_MAX_CHARS:
+        return _metaschema_check(schema_json, formats)
+    return _memoised_metaschema_check(schema_json, formats)
+
+
+def _metaschema_check(schema_json: str, formats: bool) -> tuple[tuple[str, str], ...]:
     found: dict[str, str] = {}
     checker = _METASCHEMA_FORMATS if formats else _METASCHEMA
     for err in checker.iter_errors(json.loads(schema_json)):
@@ -166,6 +181,9 @@ def _metaschema_errors(schema_json: str, formats: bool = False) -> tuple[tuple[s
         # the metaschema's dynamic references repeat the same error several times
         found.setdefault(where, err.message)
     return tuple(found.items())
+
+
+_memoised_metaschema_check = functools.lru_cache(maxsize=SCHEMA_MEMO_ENTRIES)(_metaschema_check)
 
 
 def _schema_violations(

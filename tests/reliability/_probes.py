@@ -73,13 +73,32 @@ def open_fds(pid: int | None = None) -> int:
     return len(os.listdir(f"/proc/{pid or 'self'}/fd"))
 
 
-class RawH2:
-    """A minimal HTTP/2 gRPC client over a blocking socket: it sends what grpcio never would
-    (partial requests, HEADERS+DATA+RST_STREAM in one write) and, with ``auto_ack=False``,
-    never gives flow-control window back (a peer that reads nothing)."""
+def request_headers(port: int, method: str, timeout: str | None = None) -> list[tuple[str, str]]:
+    """The HTTP/2 request headers of a gRPC call of ``method`` (a ModelService method name or a
+    full ``/package.Service/Method`` path), with a ``grpc-timeout`` when ``timeout`` is given."""
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", SERVICE + method if not method.startswith("/") else method),
+        (":authority", f"127.0.0.1:{port}"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    if timeout is not None:
+        headers.append(("grpc-timeout", timeout))
+    return headers
 
-    def __init__(self, port: int, *, auto_ack: bool = True) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+
+class RawH2:
+    """The suite's raw HTTP/2 gRPC client (the ``h2`` package) over a blocking socket: it sends
+    what grpcio never would (partial requests, unframed bytes, HEADERS+DATA+RST_STREAM in one
+    write) and, with ``auto_ack=False``, never gives flow-control window back (a peer that
+    reads nothing). Each stream's state: ``headers`` (response headers and trailers merged),
+    ``response`` and ``trailers`` apart, ``data``, ``ended`` and ``reset`` (the error code)."""
+
+    def __init__(self, port: int, *, auto_ack: bool = True, timeout: float = 5.0) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.conn = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         )
@@ -100,19 +119,6 @@ class RawH2:
         if data:
             self.sock.sendall(data)
 
-    def headers(self, method: str, timeout: str | None = None) -> list[tuple[str, str]]:
-        headers = [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", SERVICE + method if not method.startswith("/") else method),
-            (":authority", "127.0.0.1"),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-        ]
-        if timeout is not None:
-            headers.append(("grpc-timeout", timeout))
-        return headers
-
     def open(
         self,
         method: str,
@@ -121,12 +127,21 @@ class RawH2:
         end: bool = True,
         timeout: str | None = None,
         flush: bool = True,
+        extra_headers: list[tuple[str, str]] | None = None,
     ) -> int:
-        """Start a call; ``body`` (already framed) is sent after HEADERS, with END_STREAM when
-        ``end``."""
+        """Start a call; ``body`` (already framed, or any bytes) is sent after HEADERS, with
+        END_STREAM when ``end``."""
         stream_id: int = self.conn.get_next_available_stream_id()
-        self.streams[stream_id] = {"headers": {}, "data": b"", "reset": None, "ended": False}
-        self.conn.send_headers(stream_id, self.headers(method, timeout))
+        self.streams[stream_id] = {
+            "headers": {},
+            "response": {},
+            "trailers": {},
+            "data": b"",
+            "reset": None,
+            "ended": False,
+        }
+        headers = request_headers(self.port, method, timeout)
+        self.conn.send_headers(stream_id, [*headers, *(extra_headers or [])])
         if body is not None:
             self.send(stream_id, body, end=end, flush=False)
         if flush:
@@ -170,6 +185,8 @@ class RawH2:
             return
         if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
             state["headers"].update(dict(event.headers))
+            part = "response" if isinstance(event, h2.events.ResponseReceived) else "trailers"
+            state[part].update(dict(event.headers))
         elif isinstance(event, h2.events.DataReceived):
             state["data"] += event.data
             if self.auto_ack:

@@ -8,16 +8,12 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -29,7 +25,8 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
-SERVICE = "/model.v1.ModelService/"
+from ._probes import SERVICE, RawH2, grpc_frame
+
 UNARY_RPCS = ("GetCapabilities", "Configure", "CountTokens", "Render", "Describe")
 
 
@@ -211,21 +208,8 @@ class RawReply:
         return self.trailers.get("grpc-message") or self.headers.get("grpc-message") or ""
 
 
-def frame(body: bytes) -> bytes:
-    """A gRPC length-prefixed message (uncompressed)."""
-    return b"\x00" + len(body).to_bytes(4, "big") + body
-
-
-def request_headers(port: int, rpc: str) -> list[tuple[str, str]]:
-    """The HTTP/2 request headers of a gRPC call of ``rpc`` (no deadline)."""
-    return [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", SERVICE + rpc),
-        (":authority", f"127.0.0.1:{port}"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
+frame = grpc_frame
+"""A gRPC length-prefixed message (uncompressed)."""
 
 
 def raw_h2_call(
@@ -236,38 +220,15 @@ def raw_h2_call(
     extra_headers: list[tuple[str, str]] | None = None,
     timeout: float = 10.0,
 ) -> RawReply:
-    """Send one request on a fresh HTTP/2 connection with ``data`` as the DATA payload
-    (whatever bytes, framed or not) and END_STREAM; read until the stream ends."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    conn.send_headers(1, [*request_headers(port, rpc), *(extra_headers or [])])
-    conn.send_data(1, data, end_stream=True)
-    sock.sendall(conn.data_to_send())
-    reply = RawReply({}, {}, b"")
-    done = False
+    """Send one request on a fresh HTTP/2 connection (:class:`RawH2`) with ``data`` as the DATA
+    payload (whatever bytes, framed or not) and END_STREAM; read until the stream ends."""
+    raw = RawH2(port, timeout=timeout)
     try:
-        while not done:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            for event in conn.receive_data(chunk):
-                if isinstance(event, h2.events.ResponseReceived):
-                    reply.headers = {k.decode(): v.decode() for k, v in event.headers}
-                elif isinstance(event, h2.events.TrailersReceived):
-                    reply.trailers = {k.decode(): v.decode() for k, v in event.headers}
-                elif isinstance(event, h2.events.DataReceived):
-                    reply.data += event.data
-                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
-                elif isinstance(event, h2.events.StreamReset):
-                    reply.reset = True
-                    done = True
-                elif isinstance(event, h2.events.StreamEnded):
-                    done = True
-            sock.sendall(conn.data_to_send())
+        stream_id = raw.open(rpc, data, extra_headers=extra_headers)
+        state = raw.outcome(stream_id, limit=timeout)
     finally:
-        sock.close()
-    return reply
+        raw.close()
+    return RawReply(state["response"], state["trailers"], state["data"], state["reset"] is not None)
 
 
 async def raw_call(port: int, rpc: str, data: bytes, **kwargs: Any) -> RawReply:

@@ -298,5 +298,5 @@ def test_prompt_cache_digests_are_those_of_the_joined_texts() -> None:
     expected = []
     for segment in segments[:-1]:  # the last message is not cached
         digest = hashlib.sha256(digest + segment.text.encode("utf-8")).digest()
-        expected.append((spec.id, digest))
+        expected.append(spec.id.encode() + b"\0" + digest)
     assert list(provider._cache) == expected

@@ -17,11 +17,15 @@ from typing import Final
 
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
 
-__all__ = ["MAX_KEPT_BODIES", "BodyMemo"]
+__all__ = ["MAX_KEPT_BODIES", "MAX_KEPT_BODY_BYTES", "BodyMemo"]
 
 MAX_KEPT_BODIES: Final = 16
 """Most serialized bodies kept at once (requests counted but not yet streamed), entries; the
 oldest is dropped first."""
+
+MAX_KEPT_BODY_BYTES: Final = 64 * 1024 * 1024
+"""Most bytes of serialized bodies kept at once (64 MiB); the oldest are dropped first, and a
+body larger than this alone is not kept (its stream builds it again)."""
 
 _Entry = tuple["weakref.ref[StreamCompletionRequest]", ModelSpec, bytes]
 
@@ -31,17 +35,28 @@ class BodyMemo:
 
     def __init__(self) -> None:
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self.size_bytes = 0
+        """Bytes of bodies kept now."""
         self._lock = threading.RLock()  # re-entered by a weakref callback run by GC
 
     def keep(self, request: StreamCompletionRequest, spec: ModelSpec, body: bytes) -> None:
         """Keep ``body``, built for ``request`` and ``spec``, for one :meth:`take`."""
+        if len(body) > MAX_KEPT_BODY_BYTES:
+            return
         key = id(request)
         ref = weakref.ref(request, lambda _ref: self._drop(key, _ref))
         with self._lock:
+            self._remove(key)
             self._entries[key] = (ref, spec, body)
-            self._entries.move_to_end(key)
-            while len(self._entries) > MAX_KEPT_BODIES:
-                self._entries.popitem(last=False)
+            self.size_bytes += len(body)
+            while len(self._entries) > MAX_KEPT_BODIES or self.size_bytes > MAX_KEPT_BODY_BYTES:
+                _, (_, _, dropped) = self._entries.popitem(last=False)
+                self.size_bytes -= len(dropped)
+
+    def _remove(self, key: int) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.size_bytes -= len(entry[2])
 
     def take(self, request: StreamCompletionRequest, spec: ModelSpec) -> bytes | None:
         """The body kept for this very ``request`` and ``spec`` (then forgotten), or None."""
@@ -51,13 +66,14 @@ class BodyMemo:
                 return None
             if entry[1] is not spec and entry[1] != spec:
                 return None
-            del self._entries[id(request)]
+            self._remove(id(request))
         return entry[2]
 
     def clear(self) -> None:
         """Forget every body."""
         with self._lock:
             self._entries.clear()
+            self.size_bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,4 +82,4 @@ class BodyMemo:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry[0] is ref:
-                del self._entries[key]
+                self._remove(key)

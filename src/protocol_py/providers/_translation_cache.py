@@ -32,8 +32,8 @@ MAX_ENTRIES: Final = 16_384
 """Most fragments one cache holds (messages)."""
 
 MAX_BYTES: Final = 64 * 1024 * 1024
-"""Most bytes of fragments one cache holds (64 MiB); keys hold the message's own strings
-besides, about the same size again."""
+"""Most bytes one cache holds (64 MiB): each entry counts its fragment and its key's message
+encoding (the protobuf bytes that identify the message)."""
 
 MAX_LISTS: Final = 64
 """Most conversations whose last message list (wire images and fragments) one cache keeps, so
@@ -65,6 +65,15 @@ def message_key(message: Message) -> Hashable | None:
         return (message.id, wire.encode(message))
     except Exception:  # a value of the wrong Python type: betterproto2 refuses to encode it
         return None
+
+
+def _image_bytes(full: Hashable) -> int:
+    """Bytes of the message encoding in a cache key ``(settings, (id, encoding))``."""
+    if isinstance(full, tuple) and isinstance(full[1], tuple):
+        image = full[1][1]
+        if isinstance(image, bytes | bytearray | memoryview):
+            return len(image)
+    return 0
 
 
 class TranslationCache(BoundedLRU[Hashable, bytes]):
@@ -200,7 +209,7 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         """Store each ``(full key, fragment)`` no larger than :data:`MAX_FRAGMENT_BYTES`."""
         for full, fragment in new:
             if len(fragment) <= MAX_FRAGMENT_BYTES:
-                self._put(full, fragment, len(fragment))
+                self._put(full, fragment, len(fragment) + _image_bytes(full))
 
     def clear(self) -> None:
         """Drop every fragment (e.g. after the translation settings changed)."""

@@ -149,6 +149,16 @@ TOKENS_PER_DELTA: Final = 3
 CACHE_ENTRIES: Final = 4096
 """Capacity of the in-process prompt-prefix cache (entries, LRU)."""
 
+CACHE_BYTES: Final = 1024 * 1024
+"""Most bytes the prompt-prefix cache holds (1 MiB), each entry counted as its key (the model
+id, a NUL and a 32-byte SHA-256 digest) plus :data:`CACHE_ENTRY_OVERHEAD_BYTES`; the least
+recently used entries are dropped first. Model ids come from the provider's own model list,
+so entries are small and :data:`CACHE_ENTRIES` is usually the bound reached first."""
+
+CACHE_ENTRY_OVERHEAD_BYTES: Final = 120
+"""Bytes one prompt-prefix cache entry holds besides its key's contents: the bytes object's
+header, the OrderedDict node and the dict slot (CPython 3.11, 64-bit)."""
+
 _TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
 
 MAX_RENDER_CHARS: Final = 64 * 1024 * 1024
@@ -770,7 +780,10 @@ class ReferenceProvider(Provider):
 
     def __init__(self) -> None:
         self._config = _Config()
-        self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        # one bytes key per entry (model id, NUL, digest): few small objects, which a large
+        # request's transient objects around them would otherwise keep from being freed
+        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._requests = 0
 
@@ -925,6 +938,8 @@ class ReferenceProvider(Provider):
         read = 0
         prefix_tokens = 0
         hit = True
+        model = spec.id.encode("utf-8") + b"\0"
+        cache = self._cache
         for segment in segments[:end]:
             # sha256(digest + text as UTF-8), hashed a piece at a time (no 60 MB encode)
             chain = hashlib.sha256(digest)
@@ -932,17 +947,25 @@ class ReferenceProvider(Provider):
                 chain.update(piece)
             digest = chain.digest()
             prefix_tokens += segment.tokens
-            key = (spec.id, digest)
-            if hit and key in self._cache:
-                self._cache.move_to_end(key)
+            key = model + digest
+            if hit and key in cache:
+                cache.move_to_end(key)
                 read = prefix_tokens
                 continue
             hit = False
-            self._cache[key] = None
+            if key not in cache:
+                cache[key] = None
+                self._cache_bytes += len(key) + CACHE_ENTRY_OVERHEAD_BYTES
         written = prefix_tokens - read
-        while len(self._cache) > CACHE_ENTRIES:
-            self._cache.popitem(last=False)
+        while cache and (len(cache) > CACHE_ENTRIES or self._cache_bytes > CACHE_BYTES):
+            dropped, _ = cache.popitem(last=False)
+            self._cache_bytes -= len(dropped) + CACHE_ENTRY_OVERHEAD_BYTES
         return read, written
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes the prompt-prefix cache holds now (see :data:`CACHE_BYTES`)."""
+        return self._cache_bytes
 
     # -- generation ---------------------------------------------------------------------------
 

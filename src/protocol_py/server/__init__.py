@@ -63,6 +63,7 @@ ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC 
 (listening, health, drain), :mod:`~protocol_py.server.connections` (cancellation checkpoints,
 flow control, memory release, receive and idle timeouts, grpclib issue 217),
 :mod:`~protocol_py.server.admission` (calls refused before dispatch),
+:mod:`~protocol_py.server.cardinality` (exactly one request message),
 :mod:`~protocol_py.server.context_window` (the context-window check) and
 :mod:`~protocol_py.server.handlers` (the RPCs).
 """
@@ -70,6 +71,7 @@ flow control, memory release, receive and idle timeouts, grpclib issue 217),
 from __future__ import annotations
 
 import protocol_py.h2_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
+from protocol_py.server.cardinality import HALF_CLOSE_WAIT
 from protocol_py.server.config_schema import (
     SECRET_KEY_RE,
     config_format_checker,
@@ -147,6 +149,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_RECEIVE_TIMEOUT",
     "FINAL_EVENT_TIMEOUT",
+    "HALF_CLOSE_WAIT",
     "HELD_COPIES",
     "LARGE_CALL_BYTES",
     "LARGE_REPLY_BYTES",

@@ -99,6 +99,8 @@ class AdmissionHandler(TransportHandler):
             super().accept(stream, headers, release_stream)
             if path.startswith(MODEL_SERVICE_PREFIX) and path in self.mapping:
                 self._paths[stream] = path
+                # forget the finished call's stream at once (not at grpclib's next GC step)
+                self._tasks[stream].add_done_callback(lambda _: self._paths.pop(stream, None))
             return
         self.__gc_step__()
         self._tasks[stream] = self.loop.create_task(_refuse(stream, path, refused, release_stream))

@@ -57,6 +57,7 @@ from h2.exceptions import ProtocolError
 from protocol_py.bounded_text import bounded_message
 from protocol_py.offload import run_released
 from protocol_py.server.batching import EventWriter
+from protocol_py.server.cardinality import REQUEST_READ_ATTR
 
 log = logging.getLogger("protocol_py.server")
 
@@ -321,7 +322,7 @@ class TransportHandler(grpclib.server.Handler):
     def _receive_expired(self, stream: Any, task: asyncio.Task[None]) -> None:
         buffer = stream.buffer
         waiting = bool(getattr(buffer._unacked, "_getters", True))
-        if task.done() or buffer._eof or not waiting:
+        if task.done() or buffer._eof or not waiting or getattr(stream, REQUEST_READ_ATTR, False):
             return  # the request is complete, or the handler has read all it needed
         error = GRPCError(Status.DEADLINE_EXCEEDED, receive_timeout_message(self.receive_timeout))
         if stream.wrapper is not None:

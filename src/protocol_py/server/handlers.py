@@ -25,6 +25,7 @@ from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.offload import release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
+from protocol_py.server.cardinality import SingleRequest, receive_single
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
@@ -44,7 +45,6 @@ from protocol_py.server.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
     decode_request,
     encode_reply,
-    receive_message,
     strict_request_classes,
 )
 from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
@@ -218,7 +218,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
 
     async def _recv(self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req]) -> _Req:
         """Read and decode the single request message within the size limit."""
-        data = await receive_message(stream, self.max_message_size)
+        data = await receive_single(stream, self.max_message_size)
         strict = self._strict_classes.get(kind)
         return await run_cpu(len(data), decode_request, data, kind, strict)
 
@@ -230,18 +230,21 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             try:
                 self.check_accepting()
                 request = await self._recv(stream, kind)
-                try:
-                    response = await func(request, record)
-                except GRPCError:
-                    raise
-                except Exception as exc:
-                    error = unary_error(exc)
-                    if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
-                        log_provider_exception(self.provider.name, rpc, exc)
-                    raise error from None
-                reply = [encode_reply(response, self.max_message_size)]
-                del response  # only the encoded reply is held while the client reads it
-                await self.reply_budget.send(stream, reply)
+                one = SingleRequest(stream)
+                await one.start()
+                async with one:
+                    try:
+                        response = await func(request, record)
+                    except GRPCError:
+                        raise
+                    except Exception as exc:
+                        error = unary_error(exc)
+                        if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
+                            log_provider_exception(self.provider.name, rpc, exc)
+                        raise error from None
+                    reply = [encode_reply(response, self.max_message_size)]
+                    del response  # only the encoded reply is held while the client reads it
+                    await self.reply_budget.send(stream, reply)
             except GRPCError as exc:
                 error = bounded_status(exc)
                 record.outcome = "error"
@@ -443,10 +446,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         with self.in_flight() as task:
-            request = await self._admit(stream)
-            handler = functools.partial(self._completion, deadline=stream.deadline)
+            request, one = await self._admit(stream)
+            handler = functools.partial(self._completion, deadline=stream.deadline, one=one)
             try:
-                await self._call_rpc_handler_server_stream(handler, stream, request)
+                async with one:
+                    await self._call_rpc_handler_server_stream(handler, stream, request)
             except asyncio.CancelledError:
                 if not (self.grace_expired and task is not None and task.cancelling()):
                     raise
@@ -461,14 +465,20 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             del request
             await release_large(size, held)
 
-    async def _admit(self, stream: grpclib.server.Stream[Any, Any]) -> StreamCompletionRequest:
-        """Admit and read a StreamCompletion request; a call refused here (draining,
-        oversized, malformed) or cancelled while its request is read gets its one log record
-        here, since :meth:`_completion` never runs for it."""
+    async def _admit(
+        self, stream: grpclib.server.Stream[Any, Any]
+    ) -> tuple[StreamCompletionRequest, SingleRequest]:
+        """Admit and read a StreamCompletion request (and check it is the only one); a call
+        refused here (draining, oversized, malformed, a second message) or cancelled while its
+        request is read gets its one log record here, since :meth:`_completion` never runs for
+        it."""
         record = RpcRecord(rpc="StreamCompletion")
         try:
             self.check_accepting()
-            return await self._recv(stream, StreamCompletionRequest)
+            request = await self._recv(stream, StreamCompletionRequest)
+            one = SingleRequest(stream)
+            await one.start()
+            return request, one
         except GRPCError as exc:
             error = bounded_status(exc)
             record.outcome = "error"
@@ -510,7 +520,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         return self._completion(message)
 
     async def _completion(
-        self, request: StreamCompletionRequest, deadline: Deadline | None = None
+        self,
+        request: StreamCompletionRequest,
+        deadline: Deadline | None = None,
+        one: SingleRequest | None = None,
     ) -> AsyncIterator[StreamEvent]:
         context = request.call_context or CallContext()
         record = RpcRecord(
@@ -609,7 +622,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
             expired = deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN
-            if self.grace_expired:
+            if one is not None and one.error is not None:  # a second request message
+                record.outcome = "error"
+                record.error_kind = one.error.status.name
+                record.detail = one.error.message
+            elif self.grace_expired:
                 record.outcome = "error"
                 record.error_kind = ErrorKind.TRANSIENT.name
                 record.detail = f"server shutting down ({self.stop_reason})"

@@ -1,0 +1,125 @@
+"""Issue 8, follow-up of the last outside attack (RSS creep after large StreamCompletions): every
+cache the server keeps across calls is bounded by bytes as well as entries, and a finished
+call's HTTP/2 stream is not kept by the connection handler."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grpclib.client import Channel
+
+from protocol_py import validation
+from protocol_py.providers import reference
+from protocol_py.providers._body_memo import MAX_KEPT_BODY_BYTES, BodyMemo
+from protocol_py.providers._translation_cache import TranslationCache, message_key
+from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.server.admission import AdmissionHandler
+from protocol_py.structs import to_struct
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import Role
+from protocol_py_gen.model.v1 import (
+    DescribeRequest,
+    ModelServiceStub,
+    ModelSpec,
+    StreamCompletionRequest,
+    StreamEvent,
+    ToolDeclaration,
+)
+
+from .conftest import Served, acall, still_serving, user
+
+MIB = 1024 * 1024
+
+
+def conversation(turns: int, tag: str) -> StreamCompletionRequest:
+    messages = [user(f"message {k} {tag}", f"01J{k:023d}") for k in range(turns)]
+    for k, message in enumerate(messages):
+        message.role = Role.USER if k % 2 == 0 else Role.ASSISTANT
+    return StreamCompletionRequest(
+        model_id="reference-large",
+        messages=messages,
+        call_context=CallContext(session_id="sess-1", turn_id=f"turn-{tag}"),
+    )
+
+
+async def test_reference_prompt_cache_stays_within_its_entry_and_byte_bounds(
+    served: Served,
+) -> None:
+    provider = served.server.provider
+    assert isinstance(provider, ReferenceProvider)
+    for tag in ("a", "b"):  # two conversations of more segments than the cache holds
+        body = bytes(conversation(reference.CACHE_ENTRIES + 1001, tag))
+        result = await acall(served.address, "StreamCompletion", body, stream=True)
+        assert result.code == "OK", result
+        assert StreamEvent.parse(result.replies[-1]).stop is not None
+    entries = len(provider._cache)
+    print(f"prompt cache: {entries} entries, {provider.cache_bytes} bytes")
+    assert entries == reference.CACHE_ENTRIES
+    key_bytes = sum(len(key) for key in provider._cache)
+    assert provider.cache_bytes == key_bytes + entries * reference.CACHE_ENTRY_OVERHEAD_BYTES
+    assert provider.cache_bytes <= reference.CACHE_BYTES
+    await still_serving(served)
+
+
+def test_body_memo_keeps_at_most_its_byte_bound() -> None:
+    memo = BodyMemo()
+    spec = ModelSpec(id="m")
+    first, second = StreamCompletionRequest(model_id="1"), StreamCompletionRequest(model_id="2")
+    big = b"x" * (MAX_KEPT_BODY_BYTES // 2 + 1)
+    memo.keep(first, spec, big)
+    memo.keep(second, spec, big)  # both would exceed the bound: the oldest goes
+    assert memo.size_bytes == len(big)
+    assert memo.take(first, spec) is None
+    assert memo.take(second, spec) is big
+    assert memo.size_bytes == 0
+    huge = StreamCompletionRequest(model_id="3")
+    memo.keep(huge, spec, b"x" * (MAX_KEPT_BODY_BYTES + 1))  # larger than the bound: not kept
+    assert (len(memo), memo.size_bytes) == (0, 0)
+
+
+def test_translation_cache_counts_its_keys_message_encodings() -> None:
+    cache = TranslationCache(max_entries=100, max_bytes=3000)
+    messages = [user("y" * 1000, f"01J{k:023d}") for k in range(4)]
+    key = message_key(messages[0])
+    assert key is not None
+    for message in messages:
+        cache.fragment("settings", message, lambda m: b"fragment")
+    encoded = len(bytes(messages[0]))
+    assert encoded > 1000
+    # each entry counts 8 fragment bytes + its encoding: only two fit in 3000 bytes
+    assert len(cache) == 2
+    assert cache.size_bytes == 2 * (8 + encoded)
+
+
+def test_metaschema_memo_skips_schemas_over_its_size_bound() -> None:
+    memo = validation._memoised_metaschema_check
+    memo.cache_clear()
+    small = {"type": "object", "properties": {"a": {"type": "string"}}}
+    large = {
+        "type": "object",
+        "properties": {f"p{k}": {"type": "string"} for k in range(2000)},
+    }
+    for schema in (small, large):
+        tool = ToolDeclaration(name="f", input_schema=to_struct(schema))
+        request = StreamCompletionRequest(model_id="m", tools=[tool])
+        validation.validate_request_shape(request)
+    assert memo.cache_info().currsize == 1  # only the small schema is memoised
+
+
+async def test_finished_calls_leave_no_stream_in_the_connection_handler(served: Served) -> None:
+    """grpclib forgot finished streams only every 10th call; the handler kept each one (and
+    its buffers) until then."""
+    channel = Channel("127.0.0.1", served.port)
+    try:
+        stub = ModelServiceStub(channel)
+        for _ in range(3):
+            assert (await stub.describe(DescribeRequest())).producer is not None
+        await asyncio.sleep(0.05)
+        handlers = [
+            p.handler for p in served.server._protocols if isinstance(p.handler, AdmissionHandler)
+        ]
+        assert len(handlers) == 1  # the channel's connection is still open
+        assert handlers[0]._paths == {}
+    finally:
+        channel.close()
+    await still_serving(served)
