@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py import validation, wire
+from protocol_py import offload, validation, wire
 from protocol_py._wire_gen import LONG_TEXT_CHARS, LongText, varint_bytes
 from protocol_py.prefix_memo import ConversationPrefixes
 from protocol_py.providers import reference
@@ -39,7 +39,7 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest, StreamEvent
 
-from .conftest import Served, acall, still_serving
+from .conftest import Served, acall, serve, still_serving
 
 MIB = 1024 * 1024
 
@@ -300,3 +300,22 @@ def test_prompt_cache_digests_are_those_of_the_joined_texts() -> None:
         digest = hashlib.sha256(digest + segment.text.encode("utf-8")).digest()
         expected.append(spec.id.encode() + b"\0" + digest)
     assert list(provider._cache) == expected
+
+
+async def test_the_cpu_worker_threads_start_with_the_server_not_on_a_large_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh: list[Any] = []
+    monkeypatch.setattr(offload, "_workers", fresh)  # as in a process that never used the pool
+    run = await serve()
+    executors: list[Any] = []
+    try:
+        assert len(fresh) == 1  # made by start(), before any request
+        executors = fresh[0]._threads
+        assert len(executors) == offload.MAX_CPU_JOBS
+        assert all(len(executor._threads) == 1 for executor in executors)  # each thread started
+        await still_serving(run)
+    finally:
+        await run.server.shutdown(grace_period=0)
+        for executor in executors:
+            executor.shutdown(wait=False)
