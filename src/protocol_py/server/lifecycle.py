@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py.offload import start_workers
 from protocol_py.server.admission import AdmissionHandler
 from protocol_py.server.codec_warmup import build_codecs
 from protocol_py.server.connections import (
@@ -199,6 +200,7 @@ class ServerLifecycle:
         if not self.prepared:
             await self.prepare()
         await asyncio.to_thread(build_codecs)  # not in the first call, on the event loop
+        start_workers()  # CPU worker threads started now, not during a large request
         protocols = self._protocols
         receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
         handshake_timeout = self.handshake_timeout
