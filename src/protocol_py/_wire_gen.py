@@ -239,9 +239,10 @@ _LENGTH: Final = (
 
 
 _SPEND: Final = (
-    # one more repeated element or map entry (see MAX_DECODED_OBJECTS)
-    "st.left -= 1",
-    "if st.left < 0:",
+    # one more repeated element or map entry (see MAX_DECODED_OBJECTS); ``bud`` is the
+    # function's local copy of ``st.left``, written back around every call and at the end
+    "bud -= 1",
+    "if bud < 0:",
     "    over_budget(st)",
 )
 
@@ -375,7 +376,9 @@ class _Generator:
             f"def {self._decoder_name(cls)}(data, pos, end, st, depth):",
             f"    if depth > {MAX_FAST_DEPTH}:",
             "        raise FallbackError",
+            "    bud = st.left",
             *("    " + line for line in body),
+            "    st.left = bud",
             "    return o",
             "",
         ]
@@ -536,7 +539,8 @@ class _Generator:
                 if inline:  # the inline lines set their own end from ``n``
                     body = [*length[:-1], *lines, *spend, store(expr)]
                     return [((field.number << 3) | 2, body)]
-                return [((field.number << 3) | 2, [*length, *spend, store(expr), "pos = nxt"])]
+                call = ["st.left = bud", store(expr), "bud = st.left", "pos = nxt"]
+                return [((field.number << 3) | 2, [*length, *spend, *call])]
             return [((field.number << 3) | 2, [*length, *spend, *value, "pos = nxt"])]
         if ptype in _FIXED:
             fmt, wire, width = _FIXED[ptype]

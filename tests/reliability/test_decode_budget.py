@@ -15,6 +15,7 @@ import pytest
 from grpclib.exceptions import GRPCError
 
 from protocol_py import wire
+from protocol_py._wire_gen import varint_bytes
 from protocol_py.server.limits import MAX_FALLBACK_BYTES, decode_request
 from protocol_py.validation import (
     MAX_VIOLATIONS,
@@ -31,18 +32,9 @@ from .conftest import Served, acall, still_serving
 MODEL = b"reference-small"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def ld(number: int, payload: bytes) -> bytes:
     """A length-delimited field ``number`` holding ``payload``."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint_bytes(number << 3 | 2) + varint_bytes(len(payload)) + payload
 
 
 def empty_messages(count: int) -> bytes:
