@@ -19,7 +19,8 @@ turns each (the median of each run's samples; warm-up turns are discarded). Also
 the overhead grows per message (it must be no worse than linear: the 600-message overhead at
 most 10x the 60-message one plus the fixed part).
 
-Usage: ``python benchmarks/turn_latency.py [--sizes 60,300,600] [--samples 15] [--repeat 5]``
+Usage: ``.venv/bin/python benchmarks/turn_latency.py [--sizes 60,300,600] [--samples 15]
+[--repeat 5]``
 """
 
 from __future__ import annotations
