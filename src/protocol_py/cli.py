@@ -61,6 +61,7 @@ from protocol_py.errors import (
     describe_json_error,
     errors_only,
 )
+from protocol_py.goaway import GOAWAY_NO_ERROR, goaway_error_code
 from protocol_py.pricing import (
     RATE_FIELDS,
     PricingTable,
@@ -462,11 +463,25 @@ def _client_for(address: str, args: argparse.Namespace) -> tuple[ModelClient, bo
     return client, context is not None
 
 
-def _lost_hint(client: ModelClient, tls: bool) -> str:
+def _lost(address: str, exc: Exception, client: ModelClient, tls: bool) -> str:
+    """The message of a lost connection: a graceful GOAWAY (NO_ERROR) is the server shutting
+    down (retryable); otherwise the error and, before any answer, :func:`_lost_hint`."""
+    if goaway_error_code(exc) == GOAWAY_NO_ERROR:
+        return (
+            f"connection to {address} closed: the server is shutting down (GOAWAY); retry "
+            "when it is serving again"
+        )
+    return f"connection to {address} lost: {exc}{_lost_hint(client, tls, address)}"
+
+
+def _lost_hint(client: ModelClient, tls: bool, address: str) -> str:
     """Why a connection may be lost before any answer (no Capabilities or Describe received
     yet): under TLS 1.3 the server's refusal of the client certificate shows up there, after
-    the client's side of the handshake completed."""
+    the client's side of the handshake completed; a plaintext client of a TLS server on a TCP
+    address sees its connection closed during the HTTP/2 preface."""
     if client._capabilities is not None or client._provider_name is not None:
+        return ""
+    if not tls and unix_socket_path(address) is not None:
         return ""
     if tls:
         return (
@@ -512,13 +527,13 @@ def _run_client(
             f"no answer from {address} within {timeout:g}s (deadline exceeded)"
         ) from None
     except (ConnectionResetError, ConnectionAbortedError) as exc:
-        raise CliError(f"connection to {address} lost: {exc}{_lost_hint(*opened[0])}") from None
+        raise CliError(_lost(address, exc, *opened[0])) from None
     except (ConnectionError, OSError) as exc:
         raise CliError(f"cannot connect to {address}: {exc.strerror or exc}") from None
     except GRPCError as exc:
         raise CliError(f"server answered {exc.status.name}: {exc.message or ''}") from None
     except StreamTerminatedError as exc:
-        raise CliError(f"connection to {address} lost: {exc}{_lost_hint(*opened[0])}") from None
+        raise CliError(_lost(address, exc, *opened[0])) from None
     except ProtocolError as exc:
         raise CliError(str(exc)) from None
 
