@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -23,9 +24,12 @@ from protocol_py.client import ModelClient
 from protocol_py.errors import InvalidValueError
 from protocol_py.goaway import GOAWAY_NO_ERROR, goaway_error_code
 from protocol_py.launch import LaunchError, launch
+from protocol_py.providers.reference import CONFIG_SCHEMA
 from protocol_py_gen.model.v1 import ErrorKind, RenderRequest
 
-from .conftest import CONSOLE_SCRIPT, Running, make_request, spawn_server
+from .conftest import CONSOLE_SCRIPT, REPO, Running, make_request, spawn_server
+
+README = (REPO / "README.md").read_text()
 
 
 async def test_launch_of_a_command_not_on_path_raises_launch_error_naming_it() -> None:
@@ -225,3 +229,23 @@ def test_a_tcp_connection_closed_before_any_answer_keeps_the_tls_hint() -> None:
         f"protocol-py describe: connection to {address} lost: Connection lost before any "
         "answer: if the server uses TLS, connect with --tls or --tls-ca\n"
     )
+
+
+async def test_readme_simulate_error_kinds_and_repeat_payload_are_the_reference_providers(
+    running: Running,
+) -> None:
+    """README "The built-in reference provider" lists every simulate_error.kind the Configure
+    schema accepts, and its reference.repeat example renders as it says."""
+    listed = README.split("`kind` is the ErrorKind in\n  lowercase, one of ", 1)[1]
+    listed = listed.split("; any other", 1)[0]
+    kinds = [k.strip().strip("`") for k in listed.replace("\n", " ").split(",")]
+    accepted = CONFIG_SCHEMA["properties"]["simulate_error"]["properties"]["kind"]["enum"]
+    assert kinds == accepted
+    async with ModelClient.connect(running.address) as client:
+        for kind in kinds:
+            await client.configure({"simulate_error": {"kind": kind}}, timeout=30)
+        with pytest.raises(GRPCError, match="simulate_error"):
+            await client.configure({"simulate_error": {"kind": "unspecified"}}, timeout=30)
+        payload = json.dumps({"text": "ab", "times": 3}).encode()
+        request = RenderRequest(payload_type="reference.repeat", payload=payload)
+        assert (await client.render(request, timeout=30)).text == "ababab"
