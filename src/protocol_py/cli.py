@@ -634,6 +634,27 @@ def _rates_summary(tier: Any, window: Any = None) -> str:
     return text + " per Mtok"
 
 
+def _tier_place(tiers: Sequence[PricingTier], index: int, now: bool = True) -> str:
+    """Which of several tiers applies, numbered from 1: ``"tier 2 of 2 now"`` when tiers differ
+    by time (``now`` False: without the word, said elsewhere); ``"tier 1 of 2: prompts below
+    200,000 tokens"`` when by prompt size (the range of input tokens, half-open, the shown
+    rates cover); both when by both; ``""`` for a single tier."""
+    if len(tiers) < 2:
+        return ""
+    tier = tiers[index]
+    where = f"tier {index + 1} of {len(tiers)}"
+    if now and any(t.effective_from or t.effective_until for t in tiers):
+        where += " now"
+    low, high = tier.input_tokens_from, tier.input_tokens_until
+    if low and high is not None:
+        where += f": prompts from {low:,} to below {high:,} tokens"
+    elif high is not None:
+        where += f": prompts below {high:,} tokens"
+    elif low:
+        where += f": prompts from {low:,} tokens"
+    return where
+
+
 def _pricing_summary(spec: Any, at: datetime | None = None) -> str:
     """The rates that apply at ``at`` (default now) to a prompt of 0 tokens: the tier's, or,
     while one of the tier's recurring windows holds ``at`` (protocol 1.1), the window's over the
@@ -648,14 +669,15 @@ def _pricing_summary(spec: Any, at: datetime | None = None) -> str:
     except (ValueError, ProtocolError):
         return "invalid"
     tier = pricing.tiers[index]
-    where = f"tier {index + 1} of {len(pricing.tiers)}" if len(pricing.tiers) > 1 else ""
+    where = _tier_place(pricing.tiers, index, now=not tier.windows)
     if not tier.windows:
-        return _rates_summary(tier) + (f" ({where} now)" if where else "")
+        return _rates_summary(tier) + (f" ({where})" if where else "")
     count = len(tier.windows)
+    windows = "recurring window" if count == 1 else "recurring windows"
     if window is None:
-        where += f"{', ' if where else ''}outside its {count} recurring windows"
+        where += f"{', ' if where else ''}outside its {count} {windows}"
         return f"now ({where}): {_rates_summary(tier)}"
-    where += f"{', ' if where else ''}window {window + 1} of {count} recurring windows"
+    where += f"{', ' if where else ''}window {window + 1} of {count} {windows}"
     return (
         f"now ({where}): {_rates_summary(tier, tier.windows[window])}; "
         f"outside: {_rates_summary(tier)}"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,13 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.events import StreamEnded
 
+from protocol_py.cli import TABLE_WIDTH, _tier_place, capabilities_table
 from protocol_py.client import ModelClient
 from protocol_py.errors import InvalidValueError
 from protocol_py.goaway import GOAWAY_NO_ERROR, goaway_error_code
 from protocol_py.launch import LaunchError, launch
-from protocol_py.providers.reference import CONFIG_SCHEMA
-from protocol_py_gen.model.v1 import ErrorKind, RenderRequest
+from protocol_py.providers.reference import CONFIG_SCHEMA, reference_models
+from protocol_py_gen.model.v1 import ErrorKind, PricingTier, RenderRequest
 
 from .conftest import CONSOLE_SCRIPT, REPO, Running, make_request, spawn_server
 
@@ -249,3 +251,55 @@ async def test_readme_simulate_error_kinds_and_repeat_payload_are_the_reference_
         payload = json.dumps({"text": "ab", "times": 3}).encode()
         request = RenderRequest(payload_type="reference.repeat", payload=payload)
         assert (await client.render(request, timeout=30)).text == "ababab"
+
+
+# -- capabilities: window count in the singular, the prompt-size range of a tier -----------------
+
+
+def _medium_pricing_line(at: datetime) -> str:
+    rows = capabilities_table(reference_models(), at=at)
+    assert max(len(r) for r in rows) <= TABLE_WIDTH
+    start = rows.index(next(r for r in rows if r.startswith("reference-medium"))) + 1
+    text = []
+    for row in rows[start:]:
+        if not row.startswith(" "):
+            break
+        text.append(row.strip())
+    return " ".join(text)
+
+
+def test_capabilities_says_1_recurring_window_in_the_singular() -> None:
+    """It said "outside its 1 recurring windows" (reference-medium: weekends at half price)."""
+    tuesday = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    saturday = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    assert _medium_pricing_line(tuesday) == (
+        "pricing (USD): now (tier 2 of 2, outside its 1 recurring window): $0.5 in / $2.5 out / "
+        "$0.05 cache read per Mtok"
+    )
+    assert _medium_pricing_line(saturday).startswith(
+        "pricing (USD): now (tier 2 of 2, window 1 of 1 recurring window): $0.25 in / $1.25 out"
+    )
+
+
+def test_capabilities_names_the_prompt_size_range_of_a_size_based_tier() -> None:
+    """It said "(tier 1 of 2 now)" for reference-large, whose tiers split by prompt size."""
+    rows = capabilities_table(reference_models())
+    large = " ".join(" ".join(rows[3:5]).split())
+    assert large == (
+        "pricing (USD): $3 in / $15 out / $0.3 cache read per Mtok (tier 1 of 2: prompts below "
+        "200,000 tokens)"
+    )
+    by_size = [
+        PricingTier(input_tokens_until=200_000),
+        PricingTier(input_tokens_from=200_000, input_tokens_until=1_000_000),
+        PricingTier(input_tokens_from=1_000_000),
+    ]
+    assert _tier_place(by_size, 1) == "tier 2 of 3: prompts from 200,000 to below 1,000,000 tokens"
+    assert _tier_place(by_size, 2) == "tier 3 of 3: prompts from 1,000,000 tokens"
+    by_time = [
+        PricingTier(effective_until="2026-07-01T00:00:00Z"),
+        PricingTier(effective_from="2026-07-01T00:00:00Z"),
+    ]
+    assert _tier_place(by_time, 1) == "tier 2 of 2 now"
+    assert _tier_place(by_time, 1, now=False) == "tier 2 of 2"
+    assert _tier_place(by_size[:1], 0) == ""
