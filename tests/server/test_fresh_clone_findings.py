@@ -303,3 +303,32 @@ def test_capabilities_names_the_prompt_size_range_of_a_size_based_tier() -> None
     assert _tier_place(by_time, 1) == "tier 2 of 2 now"
     assert _tier_place(by_time, 1, now=False) == "tier 2 of 2"
     assert _tier_place(by_size[:1], 0) == ""
+
+
+# -- benchmarks/turn_latency.py: a noisy sample is said to be one ---------------------------------
+
+
+def test_turn_latency_flags_an_overhead_that_does_not_grow_with_size() -> None:
+    """Run in its own interpreter with ``benchmarks/`` first on ``sys.path``, as the script
+    runs (it imports its sibling ``server``, which the tests' package of that name shadows)."""
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import turn_latency as t\n"
+        "s = [60, 300, 600]\n"
+        "print(t.not_increasing({60: 6.2, 300: 13.1, 600: 27.1}, s))\n"
+        "print(t.not_increasing({60: 6.2, 300: 13.1, 600: 11.0}, s))\n"
+        "print(t.not_increasing({60: 9.0, 300: 8.0, 600: 27.1}, s))\n"
+        "print(t.NOISY_WARNING)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    growing, shrinking, dip, warning = done.stdout.splitlines()
+    assert (growing, shrinking, dip) == ("False", "True", "True")
+    assert warning.startswith("warning: the overhead does not grow with the message count")
+    assert "noisy (machine load)" in warning and "rerun" in warning
