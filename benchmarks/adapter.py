@@ -16,22 +16,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import logging
 import multiprocessing
+import os
+import pstats
+import signal
 import statistics
 import time
 from typing import Any
 
 import httpx
 
+from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.client import ModelClient
 from protocol_py.providers.openai import OpenAIProvider
 from protocol_py.server import ModelServer
+from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.sse import SSEParser
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
-from protocol_py_gen.model.v1 import StreamCompletionRequest
+from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
 
 def build_body(chunks: int) -> bytes:
@@ -135,15 +141,33 @@ def _serve_stub(port_queue: Any, chunks: int) -> None:
     asyncio.run(run())
 
 
-def _serve_plugin(port_queue: Any, url: str) -> None:
+def _serve_plugin(port_queue: Any, url: str, profile: str | None = None) -> None:
     logging.disable(logging.INFO)
+    profiler = cProfile.Profile() if profile else None
 
     async def run() -> None:
         server = ModelServer(OpenAIProvider(api_key="bench", base_url=url))
         port_queue.put(await server.start("127.0.0.1", 0))
-        await asyncio.Event().wait()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        if profiler is not None:
+            profiler.enable()
+        await stop.wait()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{profile}/server.prof")
 
     asyncio.run(run())
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` in seconds (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start(target: Any, *args: Any) -> tuple[Any, Any]:
@@ -154,21 +178,42 @@ def _start(target: Any, *args: Any) -> tuple[Any, Any]:
     return proc, queue.get(timeout=60)
 
 
-async def main_processes(chunks: int, repeat: int) -> None:
-    """Stub, server and client each in their own process: full path vs bare read."""
+async def main_processes(chunks: int, repeat: int, profile: str | None = None) -> None:
+    """Stub, server and client each in their own process: full path vs bare read.
+
+    With ``profile`` (a directory), the server process and this process's full-path runs are
+    profiled with cProfile: ``server.prof`` and ``client.prof`` there (``python -m pstats``).
+    """
     stub_proc, url = _start(_serve_stub, chunks)
-    server_proc, port = _start(_serve_plugin, url)
+    server_proc, port = _start(_serve_plugin, url, profile)
     client = ModelClient.connect(f"127.0.0.1:{port}")
+    profiler = cProfile.Profile() if profile else None
     try:
         bares: list[float] = []
         fulls: list[float] = []
+        cpu: list[tuple[float, float, float]] = []  # server, client CPU and wall, us/event
         for _ in range(repeat):
             n_bare, t_bare = await bare(url)
+            if profiler is not None:
+                profiler.enable()
+            server_cpu, client_cpu = _cpu_seconds(server_proc.pid), time.process_time()
             n_full, t_full = await full(client)
+            server_cpu = _cpu_seconds(server_proc.pid) - server_cpu
+            client_cpu = time.process_time() - client_cpu
+            if profiler is not None:
+                profiler.disable()
             bares.append(n_bare / t_bare)
             fulls.append(n_full / t_full)
+            cpu.append(
+                (server_cpu / n_full * 1e6, client_cpu / n_full * 1e6, t_full / n_full * 1e6)
+            )
         median_bare, median_full = statistics.median(bares), statistics.median(fulls)
         print(f"chunks upstream: {chunks}, separate processes, median of {repeat} runs")
+        server_us, client_us, wall_us = (statistics.median(c[i] for c in cpu) for i in range(3))
+        print(
+            f"full path per event: server CPU {server_us:.1f} us, client CPU {client_us:.1f} us, "
+            f"wall {wall_us:.1f} us"
+        )
         print(f"bare httpx + SSE + json.loads : {median_bare:12,.0f} events/s ({n_bare} events)")
         print(f"stub->adapter->grpclib->client: {median_full:12,.0f} events/s ({n_full} events)")
         print(f"ratio full/bare: {median_full / median_bare:.3f}")
@@ -177,6 +222,11 @@ async def main_processes(chunks: int, repeat: int) -> None:
         for proc in (server_proc, stub_proc):
             proc.terminate()
             proc.join(5)
+        if profiler is not None and profile is not None:
+            profiler.dump_stats(f"{profile}/client.prof")
+            for name in ("server", "client"):
+                print(f"--- {name} process, top functions by own time ---")
+                pstats.Stats(f"{profile}/{name}.prof").sort_stats("tottime").print_stats(25)
 
 
 async def main(chunks: int, repeat: int) -> None:
@@ -217,6 +267,47 @@ async def main(chunks: int, repeat: int) -> None:
         await stub.wait_closed()
 
 
+def stages(chunks: int, repeat: int) -> None:
+    """Per-event CPU of each server step on the benchmark body, in process (best of ``repeat``):
+    SSE parse, translation (JSON read included), event-order check, gRPC encode."""
+    body = build_body(chunks)
+    pieces = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+    provider = OpenAIProvider(api_key="bench", base_url="http://127.0.0.1:9")
+    codec = LimitedCodec(DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGE_SIZE)
+    sses: list[Any] = []
+    events: list[StreamEvent] = []
+
+    def parse() -> None:
+        parser = SSEParser()
+        sses[:] = [event for piece in pieces for event in parser.feed(piece)]
+
+    def translate() -> None:
+        translator = provider.make_translator({})
+        events[:] = [event for sse in sses for event in translator.on_event(sse)]
+
+    def check() -> None:
+        checker = StreamOrderChecker()
+        for event in events:
+            checker.check(event)
+
+    def encode() -> None:
+        for event in events:
+            codec.encode(event, StreamEvent)
+
+    for name, step in (
+        ("SSE parse", parse),
+        ("translation", translate),
+        ("order check", check),
+        ("gRPC encode", encode),
+    ):
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.process_time()
+            step()
+            best = min(best, time.process_time() - start)
+        print(f"{name:12s}: {best / chunks * 1e6:6.2f} us per event (CPU, best of {repeat})")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20_000)
@@ -226,5 +317,22 @@ if __name__ == "__main__":
         action="store_true",
         help="run the stub and the server in their own processes (the client runs here)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="with --processes: cProfile the server process and the client's full-path runs "
+        "into DIR/server.prof and DIR/client.prof and print the top functions",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="print the per-event CPU of each server step (SSE, translation, order check, "
+        "encode) measured in process, and exit",
+    )
     args = parser.parse_args()
-    asyncio.run((main_processes if args.processes else main)(args.chunks, args.repeat))
+    if args.stages:
+        stages(args.chunks, args.repeat)
+    elif args.processes:
+        asyncio.run(main_processes(args.chunks, args.repeat, args.profile))
+    else:
+        asyncio.run(main(args.chunks, args.repeat))

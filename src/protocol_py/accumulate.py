@@ -64,6 +64,7 @@ the number of events: fragments are collected in lists and joined once.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,7 @@ from protocol_py_gen.model.v1 import (
     StopReason,
     StreamEvent,
     StreamMetadata,
+    TextDelta,
     Usage,
 )
 
@@ -140,6 +142,10 @@ def _event_members() -> tuple[str, ...]:
 _EVENT_MEMBERS = _event_members()
 """The members of StreamEvent's ``event`` oneof, in declaration order (deltas first)."""
 
+_first_member = operator.attrgetter("text_delta")
+_other_members = operator.attrgetter(*(m for m in _EVENT_MEMBERS if m != "text_delta"))
+_ALL_UNSET = (None,) * (len(_EVENT_MEMBERS) - 1)
+
 
 def event_member(event: StreamEvent) -> tuple[str, Any]:
     """``betterproto2.which_one_of(event, "event")``: the set member's name and value, or
@@ -148,6 +154,9 @@ def event_member(event: StreamEvent) -> tuple[str, Any]:
     Raises:
         RuntimeError: several members are set (betterproto2's own error, naming two of them).
     """
+    first = _first_member(event)
+    if first is not None and _other_members(event) == _ALL_UNSET:
+        return "text_delta", first  # a text delta (most events): two C-level reads
     found_name, found = "", None
     for name in _EVENT_MEMBERS:
         value = getattr(event, name)
@@ -245,6 +254,16 @@ class StreamOrderChecker:
             raise StreamOrderError(
                 index, "stream.order.after_terminal", "no event may follow stop or error"
             )
+        if type(event) is StreamEvent and not self._usage_seen:
+            # A text delta (most events): the checks below reduced to what applies to it.
+            value = _first_member(event)
+            if (
+                type(value) is TextDelta
+                and type(value.text) is str
+                and value.text
+                and _other_members(event) == _ALL_UNSET
+            ):
+                return "text_delta", value
         name, value = _event_member(event, index)
         if name in CONTENT_EVENT_KINDS:
             if self._usage_seen:

@@ -33,6 +33,7 @@ import protocol_py.goaway  # (installs: a GOAWAY stays the reason streams fail)
 import protocol_py.h2_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
 from protocol_py.accumulate import AccumulatedResponse, StreamAccumulator
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
+from protocol_py.message_reader import MessageReader
 from protocol_py.pricing import CostBreakdown, cost
 from protocol_py.structs import to_struct
 from protocol_py.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
@@ -113,13 +114,14 @@ def parse_address(address: str, *, default_port: int = 50051) -> tuple[str, int]
     return host, int(port_text)
 
 
-def buffered_events(call: Any) -> list[StreamEvent]:
+def buffered_events(call: Any, taken: bytes = b"") -> list[StreamEvent]:
     """The complete StreamEvent messages a grpclib client stream received but had not yet
-    delivered when its connection was terminated (read from grpclib 0.4's stream buffer;
+    delivered when its connection was terminated (read from grpclib 0.4's stream buffer, after
+    ``taken``: bytes a :class:`~protocol_py.message_reader.MessageReader` already took from it;
     empty when there are none or the buffer cannot be read). A partial message is dropped."""
     try:
         buffer = call._stream.buffer
-        data = b"".join(bytes(chunk.data) for chunk in buffer._acked)
+        data = taken + b"".join(bytes(chunk.data) for chunk in buffer._acked)
         while not buffer._unacked.empty():
             data += buffer._unacked.get_nowait().data
     except Exception:  # grpclib internals changed: nothing to salvage
@@ -328,12 +330,14 @@ class ModelClient:
                 timeout=timeout,
             ) as call:
                 await call.send_message(request, end=True)
+                reader = MessageReader(call)  # whole messages received, in bulk (issue 12)
                 try:
-                    async for event in call:
-                        last = event
-                        yield event
+                    while events := await reader.batch():
+                        for event in events:
+                            last = event
+                            yield event
                 except StreamTerminatedError:
-                    salvaged = buffered_events(call)
+                    salvaged = buffered_events(call, reader.leftover)
                     raise
         except StreamTerminatedError:
             for event in salvaged:

@@ -81,6 +81,23 @@ class SSEEvent:
     retry: int | None = None
 
 
+_set_event = vars(SSEEvent)["event"].__set__
+_set_data = vars(SSEEvent)["data"].__set__
+_set_id = vars(SSEEvent)["id"].__set__
+_set_retry = vars(SSEEvent)["retry"].__set__
+
+
+def _new_event(event: str, data: str, last_id: str, retry: int | None) -> SSEEvent:
+    """``SSEEvent(event, data, last_id, retry)`` through its slots' descriptors: the same frozen
+    instance, about twice as fast as the frozen dataclass's ``__init__`` (one per event)."""
+    new = object.__new__(SSEEvent)
+    _set_event(new, event)
+    _set_data(new, data)
+    _set_id(new, last_id)
+    _set_retry(new, retry)
+    return new
+
+
 class SSEParser:
     """Push parser: feed it body bytes in any chunking, get whole events back.
 
@@ -153,6 +170,18 @@ class SSEParser:
         # and each later search runs once per terminator found (linear time overall).
         clean = max(start, self._clean)
         cr = buf.find(b"\r", clean)
+        if cr < 0:
+            # Fast path: no CR in the new bytes (every vendor ends lines with LF alone), so the
+            # complete lines are everything up to the last LF, split at once.
+            last = buf.rfind(b"\n", start)
+            if last >= 0:
+                self._lines(bytes(buf[start:last]).split(b"\n"), out)
+                start = last + 1
+            del buf[:start]
+            self._clean = len(buf)
+            if self._clean > MAX_SSE_LINE_BYTES:
+                raise _too_long()
+            return out
         lf = buf.find(b"\n", clean)
         while start < n:
             if cr != -1 and cr < start:
@@ -198,6 +227,40 @@ class SSEParser:
         self._has_data = False
         self._event = ""
 
+    def _lines(self, lines: list[bytes], out: list[SSEEvent]) -> None:
+        """:meth:`_line` for each of ``lines``, with the blank and ``data:`` lines (nearly all
+        of a vendor stream) handled inline: the same results, fewer calls per event."""
+        for raw in lines:
+            if not raw:
+                if self._has_data:
+                    data = self._data
+                    out.append(
+                        _new_event(
+                            self._event or "message",
+                            data[0] if len(data) == 1 else "\n".join(data),
+                            self._last_id,
+                            self._retry,
+                        )
+                    )
+                    self._data = []
+                    self._data_bytes = 0
+                    self._has_data = False
+                self._event = ""
+            elif raw.startswith(b"data:") and len(raw) <= MAX_SSE_LINE_BYTES:
+                # the ASCII "data:" prefix decodes alone: decoding the value by itself is the
+                # same as decoding the whole line and splitting at the colon
+                self._data_bytes += len(raw)
+                if self._data_bytes > MAX_SSE_EVENT_BYTES:
+                    self._reset_block()
+                    raise _event_too_long()
+                start = 6 if raw[5:6] == b" " else 5
+                self._data.append(raw[start:].decode("utf-8", errors="replace"))
+                self._has_data = True
+            else:
+                if len(raw) > MAX_SSE_LINE_BYTES:
+                    raise _too_long()
+                self._line(raw, out)
+
     def _line(self, raw: bytes, out: list[SSEEvent]) -> None:
         if not raw:
             if self._has_data:
@@ -221,9 +284,7 @@ class SSEParser:
             self._data_bytes += len(raw)
             if self._data_bytes > MAX_SSE_EVENT_BYTES:
                 self._reset_block()
-                raise SSELimitError(
-                    f"SSE event too long: its data lines exceed {MAX_SSE_EVENT_BYTES} bytes"
-                )
+                raise _event_too_long()
             self._data.append(value)
             self._has_data = True
         elif name == "event":
@@ -234,6 +295,10 @@ class SSEParser:
         elif name == "retry" and value and value.isascii() and value.isdigit():
             self._retry = int(value)
         # any other field name is ignored
+
+
+def _event_too_long() -> SSELimitError:
+    return SSELimitError(f"SSE event too long: its data lines exceed {MAX_SSE_EVENT_BYTES} bytes")
 
 
 def _too_long() -> SSELimitError:

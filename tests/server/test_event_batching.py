@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from grpclib.events import SendMessage, listen
 
 from protocol_py.client import ModelClient
 from protocol_py.providers import _events as ev
@@ -131,3 +132,49 @@ def test_limits_are_named_positive_bounds() -> None:
         "MAX_PENDING_EVENTS": batching.MAX_PENDING_EVENTS,
     }
     assert bounds == {"MAX_PENDING_BYTES": 262144, "MAX_PENDING_EVENTS": 1024}
+
+
+async def test_flow_control_window_is_read_once_per_write_not_per_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+    writes: list[int] = []
+    window, take = batching.EventWriter._window, batching.EventWriter._take
+
+    def counting_window(self: batching.EventWriter) -> int:
+        reads.append(window(self))
+        return reads[-1]
+
+    def counting_take(self: batching.EventWriter) -> bytes:
+        data = take(self)
+        writes.append(len(data))
+        return data
+
+    monkeypatch.setattr(batching.EventWriter, "_window", counting_window)
+    monkeypatch.setattr(batching.EventWriter, "_take", counting_take)
+    run = await start_server(BurstProvider(3000))
+    try:
+        events = await collect(run.address)
+    finally:
+        await run.server.shutdown(grace_period=0)
+    assert texts(events) == [f"{i:08d}" for i in range(3000)]
+    print(f"window reads: {len(reads)}, writes: {len(writes)} for 3001 messages")
+    assert 1 <= len(reads) <= len(writes) + 1
+    assert all(r > 0 for r in reads)
+
+
+async def test_send_message_listeners_still_see_every_event() -> None:
+    seen: list[Any] = []
+
+    async def on_send(event: SendMessage) -> None:
+        seen.append(event.message)
+
+    run = await start_server(BurstProvider(500))
+    assert run.server._server is not None
+    listen(run.server._server, SendMessage, on_send)
+    try:
+        events = await collect(run.address)
+    finally:
+        await run.server.shutdown(grace_period=0)
+    assert len(events) == 502
+    assert [e.text_delta.text for e in seen if e.text_delta is not None] == texts(events)

@@ -704,7 +704,8 @@ class HTTPProvider(Provider, abc.ABC):
             for sse in completed:
                 raw = None
                 for event in translator.on_event(sse):
-                    if event_member(event)[0] in ev.PROGRESS_KINDS:
+                    # text deltas (nearly every event) are progress without a oneof scan
+                    if event.text_delta is not None or event_member(event)[0] in ev.PROGRESS_KINDS:
                         started = True
                         deadline = loop.time() + self.timeouts.idle_timeout_s
                     yield event

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import betterproto2
 
 from protocol_py.accumulate import CONTENT_EVENT_KINDS
 from protocol_py_gen.content.v1 import VendorData
@@ -27,20 +30,58 @@ from protocol_py_gen.model.v1 import (
     ToolCallStart,
 )
 
+M = TypeVar("M", bound=betterproto2.Message)
+
 PROGRESS_KINDS = CONTENT_EVENT_KINDS | {"stop", "error"}
 """Event cases that count as generation progress for the start-up and no-progress timeouts
 (C08). stream_start, metadata and usage do not: keep-alives, empty deltas and usage-only chunks
 never extend a deadline."""
 
 
+_IMMUTABLE = (type(None), str, bytes, int, float, bool)
+
+
+def _blank(cls: type[betterproto2.Message]) -> dict[str, Any]:
+    """The attributes of ``cls()`` (every field at its default, no unknown fields): the template
+    :func:`_new` copies.
+
+    Raises:
+        TypeError: a default is mutable (a repeated or map field), so a copied template would
+            share it between messages; such classes are built by their constructor.
+    """
+    blank = dict(vars(cls()))
+    mutable = sorted(k for k, v in blank.items() if not isinstance(v, _IMMUTABLE))
+    if mutable:
+        raise TypeError(f"{cls.__name__}: mutable defaults {mutable}")
+    return blank
+
+
+_EVENT: Final = _blank(StreamEvent)
+_TEXT: Final = _blank(TextDelta)
+_THINKING: Final = _blank(ThinkingDelta)
+
+
+def _new(cls: type[M], blank: dict[str, Any], name: str, value: object) -> M:
+    """``cls(**{name: value})`` for a class whose defaults are all immutable (:func:`_blank`):
+    the same message (equal, same attributes, same encoding), built from a copy of the blank
+    template, about twice as fast as the dataclass constructor (it runs for every delta)."""
+    message = object.__new__(cls)
+    attrs = message.__dict__
+    attrs.update(blank)
+    attrs[name] = value
+    return message
+
+
 def text(value: str) -> StreamEvent:
     """A text_delta event (callers never pass an empty string)."""
-    return StreamEvent(text_delta=TextDelta(text=value))
+    return _new(StreamEvent, _EVENT, "text_delta", _new(TextDelta, _TEXT, "text", value))
 
 
 def thinking(value: str) -> StreamEvent:
     """A thinking_delta event."""
-    return StreamEvent(thinking_delta=ThinkingDelta(text=value))
+    return _new(
+        StreamEvent, _EVENT, "thinking_delta", _new(ThinkingDelta, _THINKING, "text", value)
+    )
 
 
 def signature(value: str) -> StreamEvent:

@@ -126,6 +126,8 @@ __all__ = ["OpenAIStreamTranslator", "map_openai_finish", "map_openai_usage"]
 
 _log = logging.getLogger("protocol_py.providers")
 
+_JSON = json.JSONDecoder()
+
 _FINISH: Mapping[str, StopReason] = {
     "stop": StopReason.END_TURN,
     "eos": StopReason.END_TURN,
@@ -349,7 +351,11 @@ class OpenAIStreamTranslator:
                 )
             return self._succeed(out)
         try:
-            chunk = json.loads(data)
+            # json.loads without its whitespace scans: ``data`` is already stripped (JSON's
+            # whitespace is a subset of str.strip's), so only trailing data can remain
+            chunk, end = _JSON.raw_decode(data)
+            if end != len(data):
+                raise ValueError("extra data after the JSON value")
         except ValueError:
             self._decide_start(out, None)
             return self._fail(
@@ -358,7 +364,8 @@ class OpenAIStreamTranslator:
             )
         if not isinstance(chunk, dict):
             return []
-        self._decide_start(out, chunk)
+        if not self._start_decided:
+            self._decide_start(out, chunk)
         usage = chunk.get("usage")
         if not isinstance(usage, dict):
             xg = chunk.get("x_groq")
@@ -369,14 +376,18 @@ class OpenAIStreamTranslator:
             return self._fail(out, self._error_from_obj(chunk))
         if self._pending_error is not None:
             return out  # after an error finish reason only the usage chunk still counts
-        self._decide_metadata(out, chunk)
+        if not self._meta_decided:
+            self._decide_metadata(out, chunk)
         moderation = chunk.get("moderation")
         if isinstance(moderation, dict):
             self._moderation(out, moderation)
         choices = chunk.get("choices")
         if isinstance(choices, list):
             for choice in choices:
-                if isinstance(choice, dict) and ev.as_int(choice.get("index")) in (0, None):
+                if not isinstance(choice, dict):
+                    continue
+                index = choice.get("index")
+                if (type(index) is int and index == 0) or ev.as_int(index) in (0, None):
                     self._choice(out, choice)
                     if self.finished:
                         break

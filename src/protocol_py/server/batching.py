@@ -34,6 +34,7 @@ import time
 from typing import Any, Final
 
 import grpclib.server
+from grpclib.events import _ident
 from grpclib.exceptions import StreamTerminatedError
 
 __all__ = ["MAX_PENDING_BYTES", "MAX_PENDING_EVENTS", "EventWriter"]
@@ -64,6 +65,7 @@ class EventWriter:
         self._scheduled = False
         self._failure: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
+        self._budget = 0  # the stream's flow-control window when the first pending event came
 
     async def send(self, message: Any) -> None:
         """Queue ``message`` (a ``send_type`` instance); it is written when the handler next
@@ -78,10 +80,19 @@ class EventWriter:
             await stream.send_message(message)  # headers and the first event: grpclib's path
             return
         self._raise_failure()
-        (message,) = await stream._dispatch.send_message(message)
+        dispatch = stream._dispatch.send_message
+        if dispatch is not _ident:  # SendMessage listeners (none: grpclib's no-op)
+            (message,) = await dispatch(message)
         data = stream._codec.encode(message, stream._send_type)
-        self._pending.append(_PREFIX.pack(False, len(data)))
-        self._pending.append(data)
+        pending = self._pending
+        if not pending:
+            # What flow control lets the stream send, read once per write rather than per
+            # event (an h2 call): a WINDOW_UPDATE meanwhile only raises it, and when other
+            # streams used the connection's window, _write_soon sees the real window and
+            # defers the write to _write_all; MAX_PENDING_BYTES bounds the buffer regardless.
+            self._budget = self._window()
+        pending.append(_PREFIX.pack(False, len(data)))
+        pending.append(data)
         self._pending_bytes += len(data) + _PREFIX.size
         stream._messages_sent += 1
         connection = stream._stream.connection
@@ -90,8 +101,8 @@ class EventWriter:
         if (
             self._task is not None
             or self._pending_bytes >= MAX_PENDING_BYTES
-            or len(self._pending) >= 2 * MAX_PENDING_EVENTS
-            or self._pending_bytes > self._window()
+            or len(pending) >= 2 * MAX_PENDING_EVENTS
+            or self._pending_bytes > self._budget
         ):
             await self.drain()  # never queue more than the peer's flow-control window takes
         elif not self._scheduled:
