@@ -177,11 +177,9 @@ def test_goaway_error_code_reads_the_code_of_the_goaway_only() -> None:
     assert goaway_error_code(StreamTerminatedError("Connection lost")) is None
 
 
-def test_a_server_shut_down_between_calls_is_a_connection_failure_without_tls_hint(
-    tmp_path: Path,
-) -> None:
-    """A real server answers, is shut down (SIGTERM: GOAWAY to the open connection), and the
-    next call fails with exit 1 naming the address, with no TLS hint on a plaintext server."""
+def test_a_server_shut_down_between_calls_is_a_connection_failure_without_tls_hint() -> None:
+    """A real server answers one call and is shut down (SIGTERM); the next call fails with
+    exit 1, as a GOAWAY does, naming the address, with no TLS hint (a refused connect)."""
     sub = spawn_server()
     try:
         assert _cli("describe", "--server", sub.address).returncode == 0
