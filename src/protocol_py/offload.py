@@ -35,6 +35,7 @@ __all__ = [
     "release_large",
     "run_cpu",
     "run_released",
+    "start_workers",
 ]
 
 P = ParamSpec("P")
@@ -118,6 +119,14 @@ def _pool() -> _Workers:
             if sys.getswitchinterval() > SWITCH_INTERVAL_S:
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
         return _workers[0]
+
+
+def start_workers() -> None:
+    """Start the :data:`MAX_CPU_JOBS` worker threads now, if not yet started. The server calls
+    this when it starts: made on a large request's first job instead, the pool's thread starts
+    waited on the event loop while that request was being served (a 90-100 ms stall seen with
+    ``benchmarks/loop_stall.py --trace-python`` on a loaded machine; issue 8 item 4)."""
+    _pool()
 
 
 def _slot(loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:

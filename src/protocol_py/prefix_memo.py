@@ -92,9 +92,12 @@ class BoundedLRU(Generic[K, V]):
 class ConversationPrefixes(BoundedLRU[Hashable, tuple[tuple[bytes, ...], T]]):
     """LRU map ``key -> (message images, value)`` within ``max_entries`` and ``max_bytes``."""
 
-    def match(self, key: Hashable, images: Sequence[bytes]) -> tuple[tuple[bytes, ...], T] | None:
+    def match(
+        self, key: Hashable, images: Sequence[bytes | None]
+    ) -> tuple[tuple[bytes, ...], T] | None:
         """``(kept images, value)`` when ``images`` starts with exactly the images kept under
-        ``key`` (compared byte for byte), else None."""
+        ``key`` (compared byte for byte; a None image, one too large to keep, never matches),
+        else None."""
         found = self._get(key)
         fits = (
             found is not None

@@ -37,7 +37,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import betterproto2
 from jsonschema import Draft202012Validator
@@ -860,10 +860,14 @@ class _RequestChecker:
                 "message, not a ROLE_ASSISTANT one",
             )
 
-    def messages(self, messages: Sequence[Message], images: Sequence[bytes] | None = None) -> None:
+    def messages(
+        self, messages: Sequence[Message], images: Sequence[bytes | None] | None = None
+    ) -> None:
         """Check the messages; ``images``: each message's wire image, for a request just
         decoded cleanly from them, so a message validated before is not walked again
-        (:mod:`protocol_py.validation_memo`)."""
+        (:mod:`protocol_py.validation_memo`); a None image (a message over
+        :data:`~protocol_py.validation_memo.MAX_IMAGE_BYTES`) is walked uncached, and a list
+        holding one is not kept as a conversation prefix."""
         if not messages:
             self.add("messages", "request.messages.empty", "messages MUST be non-empty")
         earlier_ids: set[str] = set()
@@ -880,6 +884,7 @@ class _RequestChecker:
                 self.tool_use_ids.update(state.tool_use_ids)
                 earlier_ids = set(state.answered)
         first = len(self.out)
+        uncached = False  # a message without its image: the list is not kept as a prefix
         for i in range(start, len(messages)):
             message = messages[i]
             mpath = f"messages[{i}]"
@@ -899,7 +904,9 @@ class _RequestChecker:
             else:
                 message_ids[message.id] = i
             image = images[i] if images is not None else None
-            if image is not None:
+            if image is None:
+                uncached = True
+            else:
                 known = VALIDATED.get(settings, message.id, image)
                 if known is not None and self._reuse(known, mpath, earlier_ids):
                     continue
@@ -924,10 +931,17 @@ class _RequestChecker:
                 VALIDATED.put(settings, message.id, image, clean_message(message))
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
-        if images is not None and messages and len(self.out) == first and start < len(messages):
+        if (
+            images is not None
+            and messages
+            and len(self.out) == first
+            and start < len(messages)
+            and not uncached
+        ):
             PREFIXES.put(
                 (settings, messages[0].id),
-                (*kept, *images[start:]),  # the images kept already are reused
+                # the images kept already are reused; none is None here (not uncached)
+                cast("tuple[bytes, ...]", (*kept, *images[start:])),
                 ValidState(
                     message_ids=dict(message_ids),
                     tool_use_ids=dict(self.tool_use_ids),

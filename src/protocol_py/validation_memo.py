@@ -55,6 +55,7 @@ __all__ = [
     "ValidatedMessages",
     "clean_message",
     "keep_request_images",
+    "request_images",
     "settings_of",
     "take_request_images",
     "valid_prefixes",
@@ -66,9 +67,11 @@ MAX_ENTRIES: Final = 16_384
 MAX_BYTES: Final = 32 * 1024 * 1024
 """Most bytes of message wire images one memo holds as keys (32 MiB)."""
 
-MAX_IMAGE_BYTES: Final = 1024 * 1024
-"""Largest message wire image remembered, bytes (1 MiB): a bigger message is walked every
-turn."""
+MAX_IMAGE_BYTES: Final = wire.MAX_KEPT_IMAGE_BYTES
+"""Largest message wire image remembered, bytes (1 MiB,
+:data:`protocol_py.wire.MAX_KEPT_IMAGE_BYTES`): a bigger message is walked every turn, and a
+message list holding one is not kept as a conversation prefix (its image is None: never copied,
+hashed or kept)."""
 
 
 MAX_PREFIXES: Final = 64
@@ -172,7 +175,7 @@ class ValidatedMessages(BoundedLRU[tuple[Hashable, str], tuple[bytes, CleanMessa
 
 # -- wire images of a request just decoded -----------------------------------------------------
 
-_images: dict[int, tuple[weakref.ref[StreamCompletionRequest], list[bytes]]] = {}
+_images: dict[int, tuple[weakref.ref[StreamCompletionRequest], list[bytes | None]]] = {}
 _images_lock = threading.RLock()  # re-entered by a weakref callback run by GC
 
 
@@ -185,11 +188,24 @@ def _messages_field_number() -> int:
 _MESSAGES_FIELD: Final = _messages_field_number()
 
 
-def keep_request_images(request: StreamCompletionRequest, data: bytes) -> None:
+def request_images(data: bytes) -> list[bytes | None] | None:
+    """The wire image of each message of the StreamCompletionRequest body ``data``
+    (:func:`protocol_py.wire.field_images`; one larger than :data:`MAX_IMAGE_BYTES` is None,
+    not copied), or None when ``data`` does not scan."""
+    return wire.field_images(data, _MESSAGES_FIELD, MAX_IMAGE_BYTES)
+
+
+def keep_request_images(
+    request: StreamCompletionRequest, data: bytes, images: list[bytes | None] | None = None
+) -> None:
     """Keep, for one :func:`take_request_images`, the wire image of each of
     ``request.messages``, just decoded exactly and cleanly from ``data`` (the server calls
-    this right after decoding; weakly held, so it goes with the request)."""
-    images = wire.field_images(data, _MESSAGES_FIELD)
+    this right after decoding; weakly held, so it goes with the request). ``images``: those
+    images already scanned (:func:`protocol_py.wire.field_images` with
+    :data:`MAX_IMAGE_BYTES`; shared, never changed), else scanned here; an image larger than
+    :data:`MAX_IMAGE_BYTES` is None (that message is walked uncached)."""
+    if images is None:
+        images = request_images(data)
     if images is None or len(images) != len(request.messages):
         return
     key = id(request)
@@ -204,7 +220,7 @@ def keep_request_images(request: StreamCompletionRequest, data: bytes) -> None:
         _images[key] = (weakref.ref(request, drop), images)
 
 
-def take_request_images(request: betterproto2.Message) -> Sequence[bytes] | None:
+def take_request_images(request: betterproto2.Message) -> Sequence[bytes | None] | None:
     """The images kept for ``request`` (then forgotten), or None; also None when its message
     list no longer has as many elements."""
     with _images_lock:

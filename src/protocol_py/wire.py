@@ -31,11 +31,12 @@ field-by-field Python type check (see :func:`mark_decoded`).
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import betterproto2
 from grpclib.encoding.proto import ProtoCodec
@@ -46,18 +47,24 @@ from protocol_py._wire_gen import (
     FallbackError,
     State,
     encode_any,
+    encode_into,
+    flat_parts,
     varint,
 )
 
 __all__ = [
     "MAX_FAST_DEPTH",
+    "MAX_KEPT_IMAGE_BYTES",
     "WireCodec",
     "decode",
     "decode_checked",
     "decode_report",
     "encode",
+    "encoded_size",
+    "field_images",
     "keep_images",
     "mark_decoded",
+    "sha256_of",
     "take_images",
     "take_wire_clean",
     "wire_size",
@@ -172,15 +179,25 @@ def take_wire_clean(message: betterproto2.Message) -> bool:
 
 # -- wire images of repeated sub-messages ---------------------------------------------------------
 
-_images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes]]] = {}
+MAX_KEPT_IMAGE_BYTES: Final = 1024 * 1024
+"""Largest wire image of a repeated sub-message that :func:`field_images` copies out, bytes
+(1 MiB): a larger element gets None instead (no copy of it, no hash of it, nothing kept
+alive by it), so whoever keys a cache by images treats that element as uncached (issue 8
+item 4: one 60 MB copy or hash holds the interpreter 30-50 ms)."""
+
+_images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes | None]]] = {}
 
 
-def field_images(data: bytes, number: int) -> list[bytes] | None:
+def field_images(
+    data: bytes, number: int, max_bytes: int | None = None
+) -> list[bytes | None] | None:
     """The raw bytes of every top-level length-delimited field ``number`` of ``data``, in wire
     order (for a repeated message field: each element's own serialization); None when
-    ``data`` does not scan as protobuf (never raised)."""
-    out: list[bytes] = []
+    ``data`` does not scan as protobuf (never raised). An element larger than ``max_bytes``
+    bytes (when given, e.g. :data:`MAX_KEPT_IMAGE_BYTES`) is None: not copied."""
+    out: list[bytes | None] = []
     pos, end = 0, len(data)
+    limit = end if max_bytes is None else max_bytes
     try:
         while pos < end:
             tag, pos = varint(data, pos)
@@ -194,7 +211,7 @@ def field_images(data: bytes, number: int) -> list[bytes] | None:
             elif kind == 2:
                 size, pos = varint(data, pos)
                 if tag >> 3 == number:
-                    out.append(data[pos : pos + size])
+                    out.append(data[pos : pos + size] if size <= limit else None)
                 pos += size
             else:
                 return None
@@ -203,16 +220,26 @@ def field_images(data: bytes, number: int) -> list[bytes] | None:
     return out if pos == end else None
 
 
-def keep_images(message: betterproto2.Message, field: str, data: bytes) -> None:
+def keep_images(
+    message: betterproto2.Message,
+    field: str,
+    data: bytes,
+    images: list[bytes | None] | None = None,
+) -> None:
     """Keep, for one :func:`take_images`, the wire image of each element of the repeated
     message field ``field`` of ``message``, just decoded exactly (:func:`decode_report`) from
     ``data``; the images go with the message (weakly held). The server keeps those of a
     request's ``messages``: the OpenAI-compatible adapter keys its translation cache with them
-    instead of encoding every message again (an image decodes to exactly the message)."""
-    cls: type[Any] = type(message)
-    meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
-    number = meta.meta_by_field_name[field].number
-    images = field_images(data, number)
+    instead of encoding every message again (an image decodes to exactly the message).
+
+    ``images``: :func:`field_images` of ``data`` for that field, when the caller has them
+    already (the list is shared, never changed); else they are computed here with
+    :data:`MAX_KEPT_IMAGE_BYTES` (a larger element's image is None)."""
+    if images is None:
+        cls: type[Any] = type(message)
+        meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
+        number = meta.meta_by_field_name[field].number
+        images = field_images(data, number, MAX_KEPT_IMAGE_BYTES)
     if images is None or len(images) != len(getattr(message, field)):
         return
     key = id(message)
@@ -220,9 +247,10 @@ def keep_images(message: betterproto2.Message, field: str, data: bytes) -> None:
         _images[key] = (weakref.ref(message, _forget(_images, key)), field, images)
 
 
-def take_images(message: betterproto2.Message, field: str) -> list[bytes] | None:
+def take_images(message: betterproto2.Message, field: str) -> list[bytes | None] | None:
     """The images :func:`keep_images` kept for ``message``'s ``field`` (then forgotten), or
-    None; also None when the field no longer holds as many elements."""
+    None; also None when the field no longer holds as many elements. An element whose image
+    was larger than the bound is None (to be treated as uncached)."""
     with _marks_lock:
         kept = _images.get(id(message))
         if kept is None or kept[0]() is not message or kept[1] != field:
@@ -245,6 +273,46 @@ def encode(message: betterproto2.Message) -> bytes:
         return encode_any(message)
     except (FallbackError, KeyError, AttributeError, TypeError, ValueError, RecursionError):
         return bytes(message)
+
+
+def _parts(message: betterproto2.Message) -> tuple[list[Any], int] | None:
+    """The generated encoder's parts of ``message`` and their byte count, or None where
+    :func:`encode` falls back to betterproto2."""
+    out: list[Any] = []
+    try:
+        size = encode_into(message, out)
+    except (FallbackError, KeyError, AttributeError, TypeError, ValueError, RecursionError):
+        return None
+    return out, size
+
+
+def encoded_size(message: betterproto2.Message) -> int:
+    """``len(encode(message))``, bytes, without joining the encoding (a string of
+    :data:`~protocol_py._wire_gen.LONG_TEXT_CHARS` characters or more is not copied when ASCII,
+    and encoded a piece at a time otherwise).
+
+    Raises:
+        Whatever :func:`encode` raises.
+    """
+    found = _parts(message)
+    return found[1] if found is not None else len(encode(message))
+
+
+def sha256_of(message: betterproto2.Message) -> hashlib._Hash:
+    """``hashlib.sha256(encode(message))``, the encoding hashed part by part: no call copies or
+    hashes more than a long string's piece (:data:`~protocol_py._wire_gen.LONG_TEXT_CHARS`
+    characters) at a time, and hashlib releases the interpreter while hashing a large piece.
+
+    Raises:
+        Whatever :func:`encode` raises.
+    """
+    found = _parts(message)
+    if found is None:
+        return hashlib.sha256(encode(message))
+    digest = hashlib.sha256()
+    for piece in flat_parts(found[0]):
+        digest.update(piece)
+    return digest
 
 
 class WireCodec(ProtoCodec):

@@ -337,13 +337,14 @@ def build_openai_content(
     spec: ModelSpec,
     compat: OpenAICompat,
     cache: TranslationCache,
-    images: list[bytes] | None = None,
+    images: list[bytes | None] | None = None,
 ) -> bytes:
     """The serialized Chat Completions body: exactly
     ``dump_body(build_openai_body(request, spec, compat))``, with each message's JSON fragment
     reused from ``cache`` when the same message (same id, same content, same settings) was
     translated before. ``images``: the wire bytes of each of ``request.messages``, when the
-    server just decoded it (:func:`protocol_py.wire.take_images`), used as cache keys.
+    server just decoded it (:func:`protocol_py.wire.take_images`), used as cache keys (a None
+    image: that message translated uncached).
 
     Raises:
         InvalidValueError: as :func:`build_openai_body`.

@@ -22,7 +22,7 @@ stored. The cache is safe to use from several worker threads at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Final
+from typing import Final, cast
 
 from protocol_py import wire
 from protocol_py.prefix_memo import BoundedLRU, ConversationPrefixes
@@ -46,13 +46,22 @@ in the per-message entries)."""
 MAX_FRAGMENT_BYTES: Final = 1024 * 1024
 """Largest fragment stored, bytes (1 MiB): a bigger message is translated every turn."""
 
+MAX_KEY_BYTES: Final = wire.MAX_KEPT_IMAGE_BYTES
+"""Largest message encoding used as a key, bytes (1 MiB, the bound of the server's wire images,
+:data:`protocol_py.wire.MAX_KEPT_IMAGE_BYTES`): a bigger message is translated uncached, never
+copied, hashed or kept as a key, and a message list holding one is not kept as a conversation's
+list (issue 8 item 4: one 60 MB copy or hash holds the interpreter 30-50 ms)."""
+
 
 def message_key(message: Message) -> Hashable | None:
     """The cache key of ``message``: its id and its protobuf encoding (:func:`wire.encode`,
     byte for byte what betterproto2 writes), an exact image of every field value (two messages
     with the same encoding decode to equal messages); None when the message holds a value that
-    cannot be encoded (it is then translated uncached)."""
+    cannot be encoded, or when its encoding is larger than :data:`MAX_KEY_BYTES` (measured
+    first, without joining it: :func:`wire.encoded_size`): it is then translated uncached."""
     try:
+        if wire.encoded_size(message) > MAX_KEY_BYTES:
+            return None
         return (message.id, wire.encode(message))
     except Exception:  # a value of the wrong Python type: betterproto2 refuses to encode it
         return None
@@ -82,15 +91,21 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         message: Message,
         translate: Callable[[Message], bytes],
         image: bytes | None = None,
+        *,
+        large: bool = False,
     ) -> bytes:
         """The fragment of ``message``: cached, or ``translate(message)`` (then stored).
 
         ``image``: the wire bytes ``message`` was just decoded from, unchanged since
         (:func:`protocol_py.wire.take_images`); it stands in for the encoding in the key.
+        ``large``: True when the message's image was too large to keep (None in
+        :func:`~protocol_py.wire.take_images`): translated uncached, without encoding it.
 
         Raises:
             Whatever ``translate`` raises (nothing is stored then).
         """
+        if large:
+            return translate(message)
         key = message_key(message) if image is None else (message.id, image)
         if key is None:
             return translate(message)
@@ -108,13 +123,15 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         settings: Hashable,
         messages: Sequence[Message],
         translate: Callable[[int, Message], bytes],
-        images: Sequence[bytes] | None = None,
+        images: Sequence[bytes | None] | None = None,
     ) -> list[bytes]:
         """:meth:`fragment` of each of ``messages``, in order (``translate(i, message)`` for a
         miss), taking the lock once for every lookup and once for every store: a long
         conversation costs one dictionary lookup per message on a warm turn.
 
-        ``images``: the wire bytes of each message (see :meth:`fragment`).
+        ``images``: the wire bytes of each message (see :meth:`fragment`); a None image (a
+        message too large to keep one) is translated uncached, and then the list is not kept
+        as the conversation's list.
 
         Raises:
             Whatever ``translate`` raises (the fragments translated before it are stored).
@@ -130,11 +147,13 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
                 with self._lock:
                     self.hits += start
         out = self._lookup(settings, messages, translate, images, start)
-        if images is not None and messages and start < len(messages):
+        keep = images is not None and all(image is not None for image in images[start:])
+        if images is not None and messages and start < len(messages) and keep:
             out[:0] = head
             self._lists.put(
                 (settings, messages[0].id),
-                (*kept, *images[start:]),  # the images kept already are reused
+                # the images kept already are reused; none is None here (keep)
+                cast("tuple[bytes, ...]", (*kept, *images[start:])),
                 tuple(out),
                 sum(len(fragment) for fragment in out),
             )
@@ -146,14 +165,18 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         settings: Hashable,
         messages: Sequence[Message],
         translate: Callable[[int, Message], bytes],
-        images: Sequence[bytes] | None,
+        images: Sequence[bytes | None] | None,
         start: int,
     ) -> list[bytes]:
-        """:meth:`fragments` of ``messages[start:]``, one by one."""
-        keys = [
-            (messages[i].id, images[i]) if images is not None else message_key(messages[i])
-            for i in range(start, len(messages))
-        ]
+        """:meth:`fragments` of ``messages[start:]``, one by one (a None image: no key)."""
+        keys: list[Hashable | None] = (
+            [
+                (messages[i].id, images[i]) if images[i] is not None else None
+                for i in range(start, len(messages))
+            ]
+            if images is not None
+            else [message_key(messages[i]) for i in range(start, len(messages))]
+        )
         found: list[bytes | None] = []
         with self._lock:
             entries = self._entries

@@ -344,6 +344,72 @@ def _block_text(block: ContentBlock) -> str:
     return ""
 
 
+_Span = tuple[str, int, int]
+"""``(text, start, end)``: the characters ``text[start:end]``, not copied out."""
+
+
+def _strip_span(text: str) -> tuple[int, int]:
+    """``(start, end)`` such that ``text[start:end] == text.strip()``, found
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time from each end (no copy of the whole
+    text: issue 8 item 4)."""
+    size, step = len(text), TOKEN_COUNT_CHUNK_CHARS
+    start = 0
+    while start < size:
+        piece = text[start : start + step]
+        kept = piece.lstrip()
+        start += len(piece) - len(kept)
+        if kept:
+            break
+    end = size
+    while end > start:
+        piece = text[max(start, end - step) : end]
+        kept = piece.rstrip()
+        end -= len(piece) - len(kept)
+        if kept:
+            break
+    return start, end
+
+
+def _spans_slice(spans: Sequence[_Span], a: int, b: int) -> str:
+    """Characters ``[a, b)`` of the concatenation of ``spans`` (only they are copied)."""
+    out: list[str] = []
+    offset = 0
+    for text, start, end in spans:
+        size = end - start
+        if b <= offset:
+            break
+        if a < offset + size:
+            out.append(text[start + max(a - offset, 0) : start + min(b - offset, size)])
+        offset += size
+    return "".join(out)
+
+
+def _spans_find(spans: Sequence[_Span], needle: str, total: int) -> int:
+    """``concatenation.find(needle)`` for a non-empty ``needle``, searched in windows of
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters overlapping by ``len(needle) - 1``."""
+    step = TOKEN_COUNT_CHUNK_CHARS
+    for at in range(0, total, step):
+        pos = _spans_slice(spans, at, at + step + len(needle) - 1).find(needle)
+        if pos != -1:
+            return at + pos
+    return -1
+
+
+def _spans_tokens(spans: Sequence[_Span], end: int, count: int) -> list[str]:
+    """The first ``count`` reference tokens of the concatenation's first ``end`` characters:
+    tokenized from a prefix doubled in length until it holds ``count + 1`` tokens (every token
+    but a prefix's last is a token of the whole) or all ``end`` characters."""
+    size = 64 * 1024
+    while True:
+        piece = _spans_slice(spans, 0, min(size, end))
+        tokens = [m.group() for m in itertools.islice(_TOKEN_RE.finditer(piece), count + 1)]
+        if size >= end:
+            return tokens[:count]
+        if len(tokens) > count:
+            return tokens[:count]
+        size *= 2
+
+
 def _plain_text(blocks: list[ContentBlock]) -> str:
     return "".join(b.text.text for b in blocks if b.text is not None)
 
@@ -358,11 +424,36 @@ def _tools_text(tools: list[ToolDeclaration]) -> str:
     return "[tools]\n" + "\n".join(lines) + "\n"
 
 
-def _message_text(message: Message) -> str:
+def _message_parts(message: Message) -> tuple[str, ...]:
+    """The rendered message as parts, never joined: a 60 MiB text block stays the block's own
+    string (one join copied it whole, one long hold of the interpreter: issue 8 item 4)."""
     role = "assistant" if message.role is Role.ASSISTANT else "user"
-    # one join: a 60 MiB text is copied once (``a + b + c`` copied it twice, each copy one
-    # long hold of the interpreter: issue 8 item 4)
-    return "".join([f"[{role}]\n", *(_block_text(b) for b in message.content), "\n"])
+    return (f"[{role}]\n", *(_block_text(b) for b in message.content), "\n")
+
+
+def count_parts_tokens(parts: Sequence[str]) -> int:
+    """:func:`count_text_tokens` of ``"".join(parts)``, without joining: each part counted on
+    its own, less one wherever a part's last character and the next part's first form one
+    token (both word characters or both whitespace: the run continues across the seam)."""
+    total = 0
+    last = ""
+    for part in parts:
+        if not part:
+            continue
+        total += count_text_tokens(part)
+        if last and _TOKEN_RE.fullmatch(last + part[0]) is not None:
+            total -= 1
+        last = part[-1]
+    return total
+
+
+def _utf8_pieces(parts: Sequence[str]) -> Iterator[bytes]:
+    """The UTF-8 bytes of ``"".join(parts)``, :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a
+    time (for hashing without one long encode)."""
+    step = TOKEN_COUNT_CHUNK_CHARS
+    for part in parts:
+        for at in range(0, len(part), step):
+            yield part[at : at + step].encode("utf-8")
 
 
 def _contains_lowered(text: str, needle: str) -> bool:
@@ -387,14 +478,19 @@ class PromptSegment:
     Attributes:
         kind: ``"context"``, ``"tools"`` or ``"message"``.
         index: Index of the section or message (0 for the tool list).
-        text: The rendered text.
+        parts: The rendered text, in parts (a message's text blocks are not joined).
         tokens: Its reference token count.
     """
 
     kind: str
     index: int
-    text: str
+    parts: tuple[str, ...]
     tokens: int
+
+    @property
+    def text(self) -> str:
+        """The rendered text (the parts joined: one copy of them all)."""
+        return "".join(self.parts)
 
 
 def prompt_segments(
@@ -404,15 +500,15 @@ def prompt_segments(
 ) -> list[PromptSegment]:
     """Render a request's input as segments: context sections, the tool list, each message."""
     segments = [
-        PromptSegment("context", i, text, count_text_tokens(text))
+        PromptSegment("context", i, (text,), count_text_tokens(text))
         for i, text in enumerate(_section_text(s) for s in assembled_context)
     ]
     if tools:
         text = _tools_text(tools)
-        segments.append(PromptSegment("tools", 0, text, count_text_tokens(text)))
+        segments.append(PromptSegment("tools", 0, (text,), count_text_tokens(text)))
     segments.extend(
-        PromptSegment("message", i, text, count_text_tokens(text))
-        for i, text in enumerate(_message_text(m) for m in messages)
+        PromptSegment("message", i, parts, count_parts_tokens(parts))
+        for i, parts in enumerate(_message_parts(m) for m in messages)
     )
     return segments
 
@@ -805,7 +901,8 @@ class ReferenceProvider(Provider):
             cache_read, cache_write = self._cache_usage(request, spec, segments)
         _check_signed_calls(list(request.messages))
         plan = self._plan(request, spec, limit)
-        digest = hashlib.sha256(wire.encode(request)).hexdigest()[:12]
+        # sha256 of the encoding, hashed part by part: no 60 MB encode or join (issue 8 item 4)
+        digest = wire.sha256_of(request).hexdigest()[:12]
         return prompt_tokens, cache_read, cache_write, plan, digest
 
     # -- caching ------------------------------------------------------------------------------
@@ -844,7 +941,11 @@ class ReferenceProvider(Provider):
         model = spec.id.encode("utf-8") + b"\0"
         cache = self._cache
         for segment in segments[:end]:
-            digest = hashlib.sha256(digest + segment.text.encode("utf-8")).digest()
+            # sha256(digest + text as UTF-8), hashed a piece at a time (no 60 MB encode)
+            chain = hashlib.sha256(digest)
+            for piece in _utf8_pieces(segment.parts):
+                chain.update(piece)
+            digest = chain.digest()
             prefix_tokens += segment.tokens
             key = model + digest
             if hit and key in cache:
@@ -872,7 +973,9 @@ class ReferenceProvider(Provider):
         params = request.params
         last = _last_user(list(request.messages))
         blocks = list(last.content) if last is not None else []
-        prompt = _plain_text(blocks).strip()
+        # the prompt is raw[lo:hi] (raw.strip()), copied out only where a tool needs it
+        raw = _plain_text(blocks)
+        lo, hi = _strip_span(raw)
         results = [b.tool_result for b in blocks if b.tool_result is not None]
         plan = _Plan()
 
@@ -881,7 +984,7 @@ class ReferenceProvider(Provider):
         think_text = ""
         if thinking is not None and thinking.supported:
             disabled = params is not None and params.disable_thinking is True
-            count = _count_words(prompt)
+            count = _count_words(raw)  # split() ignores the whitespace strip() removes
             words = f"{count} word" if count == 1 else f"{count} words"
             if thinking.effort is not None and not disabled:
                 effort = (params.thinking_effort if params else None) or thinking.effort.default
@@ -910,7 +1013,9 @@ class ReferenceProvider(Provider):
         choice = params.tool_choice if params is not None else None
         mode = choice.mode if choice is not None else ToolChoiceMode.AUTO
         tool: ToolDeclaration | None = None
+        prompt = ""
         if tools and spec.supports_tool_use and mode is not ToolChoiceMode.NONE and not results:
+            prompt = raw[lo:hi]
             lowered = prompt.lower()
             named = [t for t in tools if re.search(rf"\b{re.escape(t.name.lower())}\b", lowered)]
             if mode is ToolChoiceMode.SPECIFIC and choice is not None:
@@ -927,38 +1032,45 @@ class ReferenceProvider(Provider):
         elif tool is not None:
             answer = f"I will call the tool {tool.name} to answer this."
         else:
-            answer = (
-                f"This is {spec.id}, the offline reference model. You wrote: {prompt} "
-                "Here is a deterministic answer: every word above was counted, and nothing "
+            answer = ""
+        # the answer is spans: the echo of a long prompt is never built whole (issue 8 item 4)
+        spans: list[_Span] = [(answer, 0, len(answer))]
+        if not results and tool is None:
+            head = f"This is {spec.id}, the offline reference model. You wrote: "
+            tail = (
+                " Here is a deterministic answer: every word above was counted, and nothing "
                 "was sent over the network."
             )
+            spans = [(head, 0, len(head)), (raw, lo, hi), (tail, 0, len(tail))]
+        total = sum(end - start for _, start, end in spans)
         stops = list(params.stop_sequences) if params is not None else []
         matched: str | None = None
-        cut = len(answer)
+        cut = total
         for seq in stops:
-            pos = answer.find(seq)
-            if seq and pos != -1 and pos < cut:
+            pos = _spans_find(spans, seq, total) if seq else -1
+            if pos != -1 and pos < cut:
                 cut, matched = pos, seq
-        answer = answer[:cut]
         pausing = False
-        if _contains_lowered(prompt, "pause turn") and tool is None and matched is None:
+        if _contains_lowered(raw, "pause turn") and tool is None and matched is None:
             last_message = request.messages[-1] if request.messages else None
             if (
                 last_message is not None and last_message.role is Role.ASSISTANT
             ):  # the paused turn, sent back: continue it
+                answer = _spans_slice(spans, 0, cut)
+                spans, cut = [(answer, 0, len(answer))], len(answer)
                 done = _plain_text(list(last_message.content))
                 if answer.startswith(done):
                     answer = answer[len(done) :]
+                    spans, cut = [(answer, 0, len(answer))], len(answer)
                 think_tokens = []
             else:
                 pausing = True
         if pausing:
-            text_tokens = tokenize(answer)
+            text_tokens = tokenize(_spans_slice(spans, 0, cut))
             text_tokens = text_tokens[: len(text_tokens) // 2]
         else:
             # the answer echoes the prompt: only the tokens the output limit can take are needed
-            matches = itertools.islice(_TOKEN_RE.finditer(answer), limit + 1)
-            text_tokens = [m.group() for m in matches]
+            text_tokens = _spans_tokens(spans, cut, limit + 1)
 
         # Output limit: thinking first, then text, then the tool call.
         budget_left = limit
@@ -984,7 +1096,7 @@ class ReferenceProvider(Provider):
             if count_text_tokens(args) > budget_left:
                 plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
                 return plan
-            plan.signed = _contains_lowered(prompt, "signed tool")
+            plan.signed = _contains_lowered(raw, "signed tool")
             call_id = (SIGNED_CALL_PREFIX if plan.signed else "toolu_ref_") + hashlib.sha256(
                 (tool.name + args + str(len(request.messages))).encode()
             ).hexdigest()[:16]

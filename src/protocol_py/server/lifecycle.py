@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py.offload import start_workers
 from protocol_py.server.admission import AdmissionHandler
 from protocol_py.server.connections import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -197,6 +198,7 @@ class ServerLifecycle:
         """
         if not self.prepared:
             await self.prepare()
+        start_workers()  # CPU worker threads started now, not during a large request
         protocols = self._protocols
         receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
         handshake_timeout = self.handshake_timeout

@@ -30,7 +30,7 @@ from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.large_body import receive_body
 from protocol_py.server.strict_parse import strict_parse
-from protocol_py.validation_memo import keep_request_images
+from protocol_py.validation_memo import keep_request_images, request_images
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
@@ -388,9 +388,12 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     if not clean:  # a clean decode met no map entry without its value: no Struct gaps
         fill_struct_gaps(message)
     elif exact and isinstance(message, StreamCompletionRequest):
-        wire.keep_images(message, "messages", data)  # translation cache keys (adapters)
-        if strict is not None:  # validation memo keys (only a clean request's images are used)
-            keep_request_images(message, data)
+        # one scan, shared: translation cache keys (adapters) and validation memo keys (only a
+        # clean request's are used); an image over MAX_IMAGE_BYTES is None, never copied
+        images = request_images(data)
+        wire.keep_images(message, "messages", data, images)
+        if strict is not None:
+            keep_request_images(message, data, images)
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
