@@ -51,6 +51,9 @@ PACE = 1000.0
 """Output pace of the observed stream, reference tokens per second."""
 CONTROL_S = 2.0
 """Length of the idle control period measured before each huge request, seconds."""
+SETTLE_S = 0.5
+"""Time the gaps keep being recorded after the huge request's reply ended, seconds (the server
+frees the request then)."""
 
 
 def huge_request(kind: str) -> bytes:
@@ -211,6 +214,9 @@ async def one_run(
         sender = ctx.Process(target=_send, args=(port, kind, result), daemon=True)
         sender.start()
         await asyncio.to_thread(sender.join, 600)
+        # the server still frees the request after its reply ended: a stall then reaches the
+        # observed stream only with its next event, so both are read after a short settle
+        await asyncio.sleep(SETTLE_S)
         stream_gap, probe_gap = observer.worst, worst_probe.value
         growth = (rss_kib(server.pid or 0, "VmHWM") - idle_rss) / 1024
         return stream_gap, probe_gap, control_stream, control_probe, result.value, growth
