@@ -1,7 +1,7 @@
 """Benchmark: folding text-delta streams of 10,000 and 100,000 events.
 
-Usage: ``python benchmarks/accumulate.py [REPEATS] [SIZES...]`` (default REPEATS = 5, sizes
-10000 100000).
+Usage: ``.venv/bin/python benchmarks/accumulate.py [REPEATS] [SIZES...]`` (default REPEATS = 5,
+sizes 10000 100000).
 
 For each size prints the median wall time of :func:`protocol_py.accumulate.accumulate` (order
 check + fold + building the Message) and of the bare order checker, each as a ratio against a

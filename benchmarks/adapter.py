@@ -9,7 +9,7 @@ client minimally does). Prints events/s for both and the ratio.
 With ``--processes`` the stub and the server each run in their own process and only the
 client runs here (the issue 12 measurement); without it everything shares one process.
 
-Run: ``python benchmarks/adapter.py [--chunks 20000] [--repeat 5] [--processes]``
+Run: ``.venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 5] [--processes]``
 """
 
 from __future__ import annotations

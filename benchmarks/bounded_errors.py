@@ -1,6 +1,6 @@
 """Benchmark: unary errors that echo huge caller values, through google's grpcio client.
 
-Usage: ``python benchmarks/bounded_errors.py [REPEATS]`` (default REPEATS = 5).
+Usage: ``.venv/bin/python benchmarks/bounded_errors.py [REPEATS]`` (default REPEATS = 5).
 
 Starts the reference server in-process (its own event loop in a thread) and, with one grpcio
 channel, times Render calls whose ``payload_type`` is 1 KiB, 1 MiB and 4 MiB (each answered

@@ -1,6 +1,6 @@
 """``protocol-py chat``: how fast Ctrl-C ends a stream, and what ``import protocol_py`` costs.
 
-Usage: ``python benchmarks/chat_cancel.py [REPEATS]`` (default 5).
+Usage: ``.venv/bin/python benchmarks/chat_cancel.py [REPEATS]`` (default 5).
 
 Starts ``protocol-py serve --port 0 --handshake`` (reference provider, paced to 30 tokens/s so a
 stream is still running), then REPEATS times runs ``protocol-py chat "Hello there"``, sends

@@ -14,7 +14,7 @@ about 0.2 s; the ratio columns are betterproto2 time / upb time and :mod:`protoc
 (the codec the server and client use) time / upb time. A third payload is the conversation of
 ``benchmarks/turn_latency.py`` (``--turn-messages`` after the first, default 600: 1.1 MB).
 
-Usage: ``python benchmarks/codec.py [--messages 50] [--turn-messages 600] [--repeat 7]``
+Usage: ``.venv/bin/python benchmarks/codec.py [--messages 50] [--turn-messages 600] [--repeat 7]``
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: what copying a Conversation's request would cost (``Conversation.request()``
 shares the history's Message objects; README "Building requests").
 
-Usage: ``python benchmarks/conversation_request_copy.py [MESSAGES] [REPEATS]`` (default
+Usage: ``.venv/bin/python benchmarks/conversation_request_copy.py [MESSAGES] [REPEATS]`` (default
 MESSAGES = 600, REPEATS = 7).
 
 Builds a history of MESSAGES text messages (user and assistant alternating, about 250 and 420

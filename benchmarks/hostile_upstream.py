@@ -1,6 +1,6 @@
 """Benchmark: memory a hostile upstream can make a vendor adapter take (issue 9, findings 1, 2).
 
-Usage: ``python benchmarks/hostile_upstream.py [REPEATS] [BOMB_MIB] [CYCLES]`` (default 3,
+Usage: ``.venv/bin/python benchmarks/hostile_upstream.py [REPEATS] [BOMB_MIB] [CYCLES]`` (default 3,
 128 and 100).
 
 With the upstream answered in process (:class:`httpx.MockTransport`) it prints, as medians of

@@ -14,7 +14,7 @@ server's peak RSS growth over its idle RSS (VmHWM - VmRSS before the request). A
 period of the same measurements without any huge request, just before it, shows the noise
 of the machine itself (other processes preempting the server on a shared 2-core machine).
 
-Usage: ``python benchmarks/loop_stall.py [--kinds 4mb,60mib] [--repeat 3]
+Usage: ``.venv/bin/python benchmarks/loop_stall.py [--kinds 4mb,60mib] [--repeat 3]
 [--trace-stalls DIR [--trace-ms 20]]``: the trace shows which line (in the loop thread or a
 worker) holds the interpreter during each stall longer than ``--trace-ms`` (``stall_trace.py``).
 """

@@ -1,6 +1,7 @@
 """Benchmark: tier resolution + exact cost for many usage events on a 6-tier pricing.
 
-Usage: ``python benchmarks/pricing.py [N] [REPEATS]`` (default N = 1,000,000, REPEATS = 3).
+Usage: ``.venv/bin/python benchmarks/pricing.py [N] [REPEATS]`` (default N = 1,000,000,
+REPEATS = 3).
 
 Prints the median wall time of each variant over REPEATS runs and its ratio against a bare
 float formula (fixed rates, no tier lookup, no validation, no Decimal) measured in the same run.

@@ -2,7 +2,7 @@
 the same pricing without windows, measured in the same run (docs/pricing-windows.md,
 "Resolution cost").
 
-Usage: ``python benchmarks/pricing_windows.py [N] [REPEATS]`` (default N = 200,000,
+Usage: ``.venv/bin/python benchmarks/pricing_windows.py [N] [REPEATS]`` (default N = 200,000,
 REPEATS = 5).
 
 Variants, each over the same N (receipt time, usage) events spread over one year:

@@ -13,8 +13,8 @@
    event against the answer of a lone stream) and ``--cancels`` streams cancelled at random
    points: asyncio tasks and fds before and after, ERROR log lines.
 
-Usage: ``python benchmarks/reliability.py [--repeat 5] [--clients 4] [--calls 5] [--resets 500]
-[--streams 500] [--cancels 1000]``
+Usage: ``.venv/bin/python benchmarks/reliability.py [--repeat 5] [--clients 4] [--calls 5]
+[--resets 500] [--streams 500] [--cancels 1000]``
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ measured one after the other and the medians printed. Set ``PYTHONMALLOC=malloc`
 environment to see the share of pymalloc's arenas (1 MiB each, kept while any small object in
 them lives).
 
-Usage: ``python benchmarks/rss_creep.py [--calls 10] [--messages 20000] [--runs 3]``
+Usage: ``.venv/bin/python benchmarks/rss_creep.py [--calls 10] [--messages 20000] [--runs 3]``
 """
 
 from __future__ import annotations

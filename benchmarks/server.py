@@ -19,7 +19,7 @@ Servers run in their own process (one core each on a 2-core machine); the client
 The upb classes are compiled from ``proto/`` into a temporary directory with
 ``grpc_tools.protoc``. Numbers are medians over ``--repeat`` runs.
 
-Usage: ``python benchmarks/server.py [--events 20000] [--streams 200] [--per-stream 500]
+Usage: ``.venv/bin/python benchmarks/server.py [--events 20000] [--streams 200] [--per-stream 500]
 [--repeat 5]``
 """
 

@@ -1,6 +1,7 @@
 """Benchmark: the cost of each transport (TCP, unix socket, TLS, automatic mutual TLS).
 
-Usage: ``python benchmarks/transport.py [REPEATS] [CALLS]`` (default REPEATS = 7, CALLS = 200).
+Usage: ``.venv/bin/python benchmarks/transport.py [REPEATS] [CALLS]`` (default REPEATS = 7,
+CALLS = 200).
 
 One in-process reference server per transport (AutoMTLS-style: pinned client certificate),
 measured interleaved. For each prints, as medians of REPEATS runs and as a ratio against

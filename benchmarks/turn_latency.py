@@ -19,19 +19,21 @@ turns each (the median of each run's samples; warm-up turns are discarded). Also
 the overhead grows per message (it must be no worse than linear: the 600-message overhead at
 most 10x the 60-message one plus the fixed part).
 
-Usage: ``python benchmarks/turn_latency.py [--sizes 60,300,600] [--samples 15] [--repeat 5]``
+Usage: ``.venv/bin/python benchmarks/turn_latency.py [--sizes 60,300,600] [--samples 15]
+[--repeat 5]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 import httpx
 from server import start
@@ -237,6 +239,20 @@ async def measure(
     return statistics.median(plugin), statistics.median(direct), len(bytes(request)), len(body)
 
 
+NOISY_WARNING: Final = (
+    "warning: the overhead does not grow with the message count (negative growth): the sample "
+    "is noisy (machine load); rerun for figures (more --samples / --repeat, a quieter moment)"
+)
+"""Printed when the medians of the overhead do not increase with the size."""
+
+
+def not_increasing(overheads: dict[int, float], sizes: list[int]) -> bool:
+    """True when the overhead (ms) of a larger size is below that of a smaller one: a turn's
+    work grows with its messages, so such medians were measured under varying load."""
+    ordered = [overheads[size] for size in sorted(sizes)]
+    return any(later < earlier for earlier, later in itertools.pairwise(ordered))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="60,300,600", help="message counts, comma-separated")
@@ -274,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"overhead growth {lo + 1}->{hi + 1} messages: {per_message * 1e3:.1f} us/message; "
                 f"ratio {overheads[hi] / overheads[lo]:.2f} for {hi / lo:.0f}x the messages"
             )
+            if not_increasing(overheads, sizes):
+                print(NOISY_WARNING)
     finally:
         for proc in (plugin_proc, stub):
             proc.terminate()

@@ -8,7 +8,7 @@ count (``check_context_window``: the vendor body of the OpenAI-compatible adapte
 server's CPU per warm turn with the stub upstream and the server in their own processes
 (``/proc/<pid>/stat``, all threads; less sensitive to a busy machine than wall time).
 
-Usage: ``python benchmarks/turn_stages.py [--messages 600] [--turns 12] [--repeat 5]``
+Usage: ``.venv/bin/python benchmarks/turn_stages.py [--messages 600] [--turns 12] [--repeat 5]``
 Prints the median over ``--repeat`` runs of each stage's median over ``--turns`` turns.
 """
 

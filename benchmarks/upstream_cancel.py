@@ -7,7 +7,7 @@ awaited directly (the baseline, same run) and through ``cancel_once``, the added
 per read and the ratio. One read is one network chunk (one or more SSE events), so the figure is
 an upper bound per event.
 
-Usage: ``python benchmarks/upstream_cancel.py [READS] [REPEATS]`` (defaults 50,000 and 5).
+Usage: ``.venv/bin/python benchmarks/upstream_cancel.py [READS] [REPEATS]`` (defaults 50,000 and 5).
 """
 
 from __future__ import annotations

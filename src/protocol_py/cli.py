@@ -61,6 +61,7 @@ from protocol_py.errors import (
     describe_json_error,
     errors_only,
 )
+from protocol_py.goaway import GOAWAY_NO_ERROR, goaway_error_code
 from protocol_py.pricing import (
     RATE_FIELDS,
     PricingTable,
@@ -462,11 +463,25 @@ def _client_for(address: str, args: argparse.Namespace) -> tuple[ModelClient, bo
     return client, context is not None
 
 
-def _lost_hint(client: ModelClient, tls: bool) -> str:
+def _lost(address: str, exc: Exception, client: ModelClient, tls: bool) -> str:
+    """The message of a lost connection: a graceful GOAWAY (NO_ERROR) is the server shutting
+    down (retryable); otherwise the error and, before any answer, :func:`_lost_hint`."""
+    if goaway_error_code(exc) == GOAWAY_NO_ERROR:
+        return (
+            f"connection to {address} closed: the server is shutting down (GOAWAY); retry "
+            "when it is serving again"
+        )
+    return f"connection to {address} lost: {exc}{_lost_hint(client, tls, address)}"
+
+
+def _lost_hint(client: ModelClient, tls: bool, address: str) -> str:
     """Why a connection may be lost before any answer (no Capabilities or Describe received
     yet): under TLS 1.3 the server's refusal of the client certificate shows up there, after
-    the client's side of the handshake completed."""
+    the client's side of the handshake completed; a plaintext client of a TLS server on a TCP
+    address sees its connection closed during the HTTP/2 preface."""
     if client._capabilities is not None or client._provider_name is not None:
+        return ""
+    if not tls and unix_socket_path(address) is not None:
         return ""
     if tls:
         return (
@@ -512,13 +527,13 @@ def _run_client(
             f"no answer from {address} within {timeout:g}s (deadline exceeded)"
         ) from None
     except (ConnectionResetError, ConnectionAbortedError) as exc:
-        raise CliError(f"connection to {address} lost: {exc}{_lost_hint(*opened[0])}") from None
+        raise CliError(_lost(address, exc, *opened[0])) from None
     except (ConnectionError, OSError) as exc:
         raise CliError(f"cannot connect to {address}: {exc.strerror or exc}") from None
     except GRPCError as exc:
         raise CliError(f"server answered {exc.status.name}: {exc.message or ''}") from None
     except StreamTerminatedError as exc:
-        raise CliError(f"connection to {address} lost: {exc}{_lost_hint(*opened[0])}") from None
+        raise CliError(_lost(address, exc, *opened[0])) from None
     except ProtocolError as exc:
         raise CliError(str(exc)) from None
 
@@ -619,6 +634,27 @@ def _rates_summary(tier: Any, window: Any = None) -> str:
     return text + " per Mtok"
 
 
+def _tier_place(tiers: Sequence[PricingTier], index: int, now: bool = True) -> str:
+    """Which of several tiers applies, numbered from 1: ``"tier 2 of 2 now"`` when tiers differ
+    by time (``now`` False: without the word, said elsewhere); ``"tier 1 of 2: prompts below
+    200,000 tokens"`` when by prompt size (the range of input tokens, half-open, the shown
+    rates cover); both when by both; ``""`` for a single tier."""
+    if len(tiers) < 2:
+        return ""
+    tier = tiers[index]
+    where = f"tier {index + 1} of {len(tiers)}"
+    if now and any(t.effective_from or t.effective_until for t in tiers):
+        where += " now"
+    low, high = tier.input_tokens_from, tier.input_tokens_until
+    if low and high is not None:
+        where += f": prompts from {low:,} to below {high:,} tokens"
+    elif high is not None:
+        where += f": prompts below {high:,} tokens"
+    elif low:
+        where += f": prompts from {low:,} tokens"
+    return where
+
+
 def _pricing_summary(spec: Any, at: datetime | None = None) -> str:
     """The rates that apply at ``at`` (default now) to a prompt of 0 tokens: the tier's, or,
     while one of the tier's recurring windows holds ``at`` (protocol 1.1), the window's over the
@@ -633,14 +669,15 @@ def _pricing_summary(spec: Any, at: datetime | None = None) -> str:
     except (ValueError, ProtocolError):
         return "invalid"
     tier = pricing.tiers[index]
-    where = f"tier {index + 1} of {len(pricing.tiers)}" if len(pricing.tiers) > 1 else ""
+    where = _tier_place(pricing.tiers, index, now=not tier.windows)
     if not tier.windows:
-        return _rates_summary(tier) + (f" ({where} now)" if where else "")
+        return _rates_summary(tier) + (f" ({where})" if where else "")
     count = len(tier.windows)
+    windows = "recurring window" if count == 1 else "recurring windows"
     if window is None:
-        where += f"{', ' if where else ''}outside its {count} recurring windows"
+        where += f"{', ' if where else ''}outside its {count} {windows}"
         return f"now ({where}): {_rates_summary(tier)}"
-    where += f"{', ' if where else ''}window {window + 1} of {count} recurring windows"
+    where += f"{', ' if where else ''}window {window + 1} of {count} {windows}"
     return (
         f"now ({where}): {_rates_summary(tier, tier.windows[window])}; "
         f"outside: {_rates_summary(tier)}"

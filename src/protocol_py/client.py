@@ -29,6 +29,8 @@ from grpclib.config import Configuration
 from grpclib.const import Cardinality
 from grpclib.exceptions import StreamTerminatedError
 
+import protocol_py.closed_connection  # (installs: a stream on a closed connection is "lost")
+import protocol_py.goaway  # (installs: a GOAWAY stays the reason streams fail)
 import protocol_py.h2_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
 from protocol_py.accumulate import AccumulatedResponse, StreamAccumulator
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only

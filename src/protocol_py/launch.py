@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import ssl
@@ -32,6 +33,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
+from protocol_py.bounded_text import bounded_message, quote_value
 from protocol_py.client import ModelClient
 from protocol_py.errors import ProtocolError
 from protocol_py.tls import (
@@ -146,8 +148,10 @@ async def launch(
         stderr: Where the plugin's stderr goes (default: inherited; ``subprocess.DEVNULL``).
 
     Raises:
-        LaunchError: see the class; the plugin is stopped first.
-        OSError: the command cannot be executed.
+        LaunchError: see the class; the plugin is stopped first. Also when the command cannot
+            be started (any :class:`OSError` of the process start: not found on ``PATH``, not
+            executable, ...); the message names the command (cut to
+            :data:`~protocol_py.bounded_text.MAX_ECHOED_VALUE_CHARS`) and the OS error.
     """
     environ = dict(os.environ if env is None else env)
     environ.pop(CLIENT_CERT_ENV, None)
@@ -156,14 +160,17 @@ async def launch(
         environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
     environ[EXIT_ON_STDIN_EOF_ENV] = "1"
     started_at = time.time() - CLOCK_SLACK
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=subprocess.PIPE,  # its end of file tells the plugin this process is gone
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        env=environ,
-        limit=MAX_HANDSHAKE_LINE_BYTES,
-    )
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.PIPE,  # its end of file tells the plugin this process is gone
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=environ,
+            limit=MAX_HANDSHAKE_LINE_BYTES,
+        )
+    except OSError as exc:
+        raise LaunchError(_start_failure(argv, exc)) from None
     try:
         handshake = await _read_handshake(process, start_timeout)
         if pair is not None and handshake.server_certificate is None:
@@ -220,6 +227,20 @@ async def _read_handshake(process: asyncio.subprocess.Process, timeout: float) -
         return parse_handshake(raw.decode("utf-8", "replace"))
     except ValueError as exc:
         raise LaunchError(f"bad handshake line: {exc}") from None
+
+
+def _start_failure(argv: Sequence[str], exc: OSError) -> str:
+    """Why the plugin command could not be started: the command (bounded) and the OS error
+    (its errno name and text, never the unbounded file name the exception carries)."""
+    command = quote_value(argv[0])
+    name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    message = f"cannot start the plugin command {command}: {name}: {exc.strerror or exc}"
+    if isinstance(exc, FileNotFoundError):
+        message += (
+            " (not found on PATH: activate the virtual environment that installed it, or pass"
+            " its full path, e.g. [sys.executable, '-m', 'protocol_py.cli', ...])"
+        )
+    return bounded_message(message)
 
 
 def _reason(exc: BaseException) -> str:

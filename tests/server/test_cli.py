@@ -231,8 +231,9 @@ def test_chat_capabilities_describe_against_console_script(cli_server: Subproces
     rows = table.stdout.splitlines()
     assert rows[0].split()[:3] == ["MODEL", "CONTEXT", "MAX"]
     assert rows[1].startswith("reference-large") and "effort low/medium/high/max" in rows[1]
-    assert rows[3].strip() == (
-        "pricing (USD): $3 in / $15 out / $0.3 cache read per Mtok (tier 1 of 2 now)"
+    assert " ".join((rows[3] + rows[4]).split()) == (
+        "pricing (USD): $3 in / $15 out / $0.3 cache read per Mtok (tier 1 of 2: prompts below "
+        "200,000 tokens)"
     )
     small_row = next(r for r in rows if r.startswith("reference-small"))
     assert small_row.split() == ["reference-small", "32000", "4096", "no", "no"]
