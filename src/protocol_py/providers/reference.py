@@ -212,9 +212,20 @@ async def _markdown_escape_off_loop(text: str) -> str:
         stop.set()
 
 
+MAX_REPEAT_PAYLOAD_BYTES: Final = 1024 * 1024
+"""Largest ``reference.repeat`` Render payload, bytes (1 MiB): it carries one text and a count,
+and parsing a bigger JSON document (a 60 MiB one of nested lists took 5 s and 1.6 GB) would
+hold the event loop."""
+
+
 def _repeat(payload: bytes) -> tuple[str, int]:
     """The ``reference.repeat`` payload's ``(text, times)``, checked (see ``render``)."""
     usage = 'expected JSON {"text": str, "times": int}'
+    if len(payload) > MAX_REPEAT_PAYLOAD_BYTES:
+        raise ValueError(
+            f"payload: {len(payload)} bytes, over the {MAX_REPEAT_PAYLOAD_BYTES}-byte bound of "
+            f"reference.repeat (MAX_REPEAT_PAYLOAD_BYTES); {usage}"
+        )
     try:
         spec = json.loads(payload)
     except ValueError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -23,7 +24,7 @@ from protocol_py import wire
 from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.bounded_text import listed
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
-from protocol_py.offload import release_large, run_cpu
+from protocol_py.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.server.cardinality import SingleRequest, receive_single
 from protocol_py.server.config_schema import (
@@ -48,7 +49,7 @@ from protocol_py.server.limits import (
     strict_request_classes,
 )
 from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
-from protocol_py.server.records import RpcRecord
+from protocol_py.server.records import MAX_LOGGED_CONFIG_KEYS, RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.reply_budget import ReplyBudget
 from protocol_py.server.status import (
@@ -348,8 +349,40 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         return DescribeResponse(producer=producer)
 
     async def _configure(self, request: ConfigureRequest, record: RpcRecord) -> ConfigureResponse:
-        record.config_keys = sorted(request.config.fields) if request.config is not None else []
+        keys = request.config.fields if request.config is not None else {}
+        # the record names a bounded number of keys (records.py cuts them further): a config
+        # of a million keys is never sorted on the event loop
+        record.config_keys = heapq.nsmallest(MAX_LOGGED_CONFIG_KEYS, keys)
+        record.config_keys_count = len(keys)
         return await self.configure(request)
+
+    def _checked_config(self, message: ConfigureRequest) -> dict[str, Any]:
+        """The config of ``message`` as JSON values, checked against the config schema
+        (raises the GRPCError :meth:`configure` documents)."""
+        try:
+            config = from_struct(fill_missing_values(message.config), path="config")
+        except ValueError as exc:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+        inexact = inexact_numbers(config)
+        if inexact:
+            raise GRPCError(Status.INVALID_ARGUMENT, listed("invalid config", "error", inexact))
+        schema = self._schema
+        if schema is None:
+            if config:
+                raise GRPCError(Status.INVALID_ARGUMENT, "this provider takes no configuration")
+            return config
+        try:
+            problems = validate_config(schema, config)
+        except ValueError as exc:
+            # the provider's schema is at fault, not the caller: start-up refuses such a
+            # schema, so this is only reachable for a failure while applying it
+            raise GRPCError(
+                Status.FAILED_PRECONDITION,
+                f"the provider's config schema cannot check this config: {exc}",
+            ) from None
+        if problems:
+            raise GRPCError(Status.INVALID_ARGUMENT, listed("invalid config", "error", problems))
+        return config
 
     async def configure(self, message: ConfigureRequest) -> ConfigureResponse:
         """Validate the config against the config schema, then apply it atomically.
@@ -363,31 +396,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 schema that is not valid JSON Schema with its formats checked). The previous
                 configuration stays in force.
         """
-        try:
-            config = from_struct(fill_missing_values(message.config), path="config")
-        except ValueError as exc:
-            raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
-        inexact = inexact_numbers(config)
-        if inexact:
-            raise GRPCError(Status.INVALID_ARGUMENT, listed("invalid config", "error", inexact))
-        schema = self._schema
-        if schema is None:
-            if config:
-                raise GRPCError(Status.INVALID_ARGUMENT, "this provider takes no configuration")
-        else:
-            try:
-                problems = validate_config(schema, config)
-            except ValueError as exc:
-                # the provider's schema is at fault, not the caller: start-up refuses such a
-                # schema, so this is only reachable for a failure while applying it
-                raise GRPCError(
-                    Status.FAILED_PRECONDITION,
-                    f"the provider's config schema cannot check this config: {exc}",
-                ) from None
-            if problems:
-                raise GRPCError(
-                    Status.INVALID_ARGUMENT, listed("invalid config", "error", problems)
-                )
+        # converting and checking a config is CPU work proportional to its size (a million
+        # keys took seconds): it runs in a worker thread, never on the event loop
+        fields = message.config.fields if message.config is not None else {}
+        size = OFFLOAD_MIN_BYTES if len(fields) > 64 else 0
+        config = await run_cpu(size, self._checked_config, message)
         async with self._configure_lock:
             try:
                 await self.provider.configure(config)

@@ -40,6 +40,9 @@ class RpcRecord:
     outcome: str = "ok"
     detail: str | None = None
     config_keys: list[str] | None = None
+    config_keys_count: int | None = None
+    """How many top-level keys the config had, when ``config_keys`` holds only the first
+    :data:`MAX_LOGGED_CONFIG_KEYS` of them (None: ``config_keys`` is the whole list)."""
 
     def emit(self) -> None:
         """Log the record at INFO on ``protocol_py.server`` as one JSON object. A
@@ -62,9 +65,7 @@ class RpcRecord:
             "config_keys": (
                 [_logged(k) for k in keys[:MAX_LOGGED_CONFIG_KEYS]] if keys is not None else None
             ),
-            "config_keys_total": (
-                len(keys) if keys is not None and len(keys) > MAX_LOGGED_CONFIG_KEYS else None
-            ),
+            "config_keys_total": _keys_total(keys, self.config_keys_count),
         }
         log.info(_bounded_line(line, keys), extra={RPC_RECORD_ATTR: True})
 
@@ -123,3 +124,11 @@ class LogFormatter(logging.Formatter):
         if getattr(record, RPC_RECORD_ATTR, False):
             return record.getMessage()
         return super().format(record)
+
+
+def _keys_total(keys: list[str] | None, count: int | None) -> int | None:
+    """``config_keys_total``: the number of keys when more than are logged, else None."""
+    if keys is None:
+        return None
+    total = len(keys) if count is None else count
+    return total if total > MAX_LOGGED_CONFIG_KEYS else None
