@@ -94,6 +94,16 @@ async def test_large_body_cut_short_comes_back_empty() -> None:
     assert await receive_body(recv, len(body)) == b""
 
 
+def _invalid_utf8_refusal(size: int) -> str:
+    """The status message of a large StreamCompletion body of ``size`` bytes refused for
+    invalid UTF-8 (past the fallback bound, so upb's own reason is not given)."""
+    return (
+        f"malformed request: StreamCompletionRequest could not be decoded ({size} bytes): "
+        "not canonical well-formed protobuf (invalid UTF-8 in a string field); a body over "
+        f"{MAX_FALLBACK_BYTES} bytes must be (bound MAX_FALLBACK_BYTES)"
+    )
+
+
 def test_bytes_builder_refuses_an_overflow_and_an_incomplete_take() -> None:
     builder = BytesBuilder(10)
     builder.write(b"0123456")
@@ -147,11 +157,7 @@ async def test_invalid_utf8_across_a_piece_boundary_is_refused_as_before(
         decode_request(bad, StreamCompletionRequest, type(strict()))
     refused = await acall(served.address, "StreamCompletion", bad, stream=True, timeout=60)
     assert refused.code == "INVALID_ARGUMENT", refused
-    assert refused.details == (
-        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes): "
-        "not canonical well-formed protobuf (invalid UTF-8 in a string field); a body over "
-        f"{MAX_FALLBACK_BYTES} bytes must be (bound MAX_FALLBACK_BYTES)"
-    )
+    assert refused.details == _invalid_utf8_refusal(len(bad))
     assert refused.details == str(getattr(direct.value, "message", direct.value))
     ok = await acall(served.address, "StreamCompletion", good, stream=True, timeout=60)
     assert ok.code == "OK", ok
@@ -454,11 +460,7 @@ async def test_server_refuses_a_large_body_with_invalid_utf8_deep_inside(served:
     bad = good[:at] + b"\xff" + good[at + 1 :]
     refused = await acall(served.address, "StreamCompletion", bad, stream=True, timeout=60)
     assert refused.code == "INVALID_ARGUMENT", refused
-    assert refused.details == (
-        f"malformed request: StreamCompletionRequest could not be decoded ({len(bad)} bytes): "
-        "not canonical well-formed protobuf (invalid UTF-8 in a string field); a body over "
-        f"{MAX_FALLBACK_BYTES} bytes must be (bound MAX_FALLBACK_BYTES)"
-    )
+    assert refused.details == _invalid_utf8_refusal(len(bad))
     await still_serving(served)
 
 
