@@ -3,7 +3,7 @@
 Usage: ``.venv/bin/python benchmarks/accumulate.py [REPEATS] [SIZES...]`` (default REPEATS = 5,
 sizes 10000 100000).
 
-For each size prints the median wall time of :func:`protocol_py.accumulate.accumulate` (order
+For each size prints the median wall time of :func:`protocol_py.rules.accumulate.accumulate` (order
 check + fold + building the Message) and of the bare order checker, each as a ratio against a
 bare ``"".join`` of the same text measured in the same run, and the time per delta, whose
 stability across sizes shows the growth is linear.
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from protocol_py.accumulate import StreamOrderChecker, accumulate
+from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
 from protocol_py_gen.model.v1 import Stop, StopReason, StreamEvent, TextDelta, Usage
 
 

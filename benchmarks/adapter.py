@@ -3,7 +3,8 @@
 Paths measured: stub upstream (127.0.0.1, raw asyncio HTTP/1.1) -> httpx -> SSE parser ->
 OpenAI-compatible translator -> provider -> grpclib server (validation, event-order check) ->
 grpclib client. Baseline, in the same run and against the same stub: a bare ``httpx`` streaming
-read through :class:`protocol_py.sse.SSEParser` plus ``json.loads`` of each chunk (what any
+read through :class:`protocol_py.providers.http.sse.SSEParser` plus ``json.loads`` of each chunk
+(what any
 client minimally does). Prints events/s for both and the ratio.
 
 With ``--processes`` the stub and the server each run in their own process and only the
@@ -29,12 +30,12 @@ from typing import Any
 
 import httpx
 
-from protocol_py.accumulate import StreamOrderChecker
-from protocol_py.client import ModelClient
-from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.http.sse import SSEParser
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.rules.accumulate import StreamOrderChecker
 from protocol_py.server import ModelServer
-from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.sse import SSEParser
+from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent

@@ -21,9 +21,9 @@ import time
 
 import grpc  # type: ignore[import-untyped]
 
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.codec.structs import to_struct
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
-from protocol_py.structs import to_struct
 from protocol_py_gen.model.v1 import ConfigureRequest, CountTokensRequest, RenderRequest
 
 SERVICE = "/model.v1.ModelService/"

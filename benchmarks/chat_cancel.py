@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 
 BIN = Path(sys.executable).parent
 

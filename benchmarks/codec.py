@@ -10,7 +10,7 @@ Two payloads, each encoded and decoded by both implementations:
 The upb classes are compiled from ``proto/`` into a temporary directory with
 ``grpc_tools.protoc`` (as the tests do). Before timing, both sides are checked to produce the
 same bytes. Each measurement is the median over ``--repeat`` runs of a timeit loop sized to take
-about 0.2 s; the ratio columns are betterproto2 time / upb time and :mod:`protocol_py.wire`
+about 0.2 s; the ratio columns are betterproto2 time / upb time and :mod:`protocol_py.codec.wire`
 (the codec the server and client use) time / upb time. A third payload is the conversation of
 ``benchmarks/turn_latency.py`` (``--turn-messages`` after the first, default 600: 1.1 MB).
 
@@ -33,8 +33,8 @@ import grpc_tools
 from grpc_tools import protoc
 from turn_latency import conversation
 
-from protocol_py import wire
-from protocol_py.structs import to_struct
+from protocol_py.codec import wire
+from protocol_py.codec.structs import to_struct
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,
@@ -175,7 +175,7 @@ Row = tuple[str, float, float, float]
 
 
 def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
-    """Time encode and decode of one payload with betterproto2, protocol_py.wire and upb.
+    """Time encode and decode of one payload with betterproto2, protocol_py.codec.wire and upb.
 
     Raises:
         AssertionError: the two implementations disagree on the payload (checked first; Struct
@@ -190,7 +190,7 @@ def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
         raise AssertionError(f"{name}: betterproto2 round trip differs")
     cls = type(ours)
     if wire.decode(cls, data) != ours or wire.encode(ours) != data:
-        raise AssertionError(f"{name}: protocol_py.wire differs from betterproto2")
+        raise AssertionError(f"{name}: protocol_py.codec.wire differs from betterproto2")
     rows = [
         (
             f"{name} encode",

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from protocol_py.conversation import Conversation, text
+from protocol_py.client.conversation import Conversation, text
 from protocol_py_gen.content.v1 import Message, Role
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from protocol_py.providers._http import RetryPolicy
-from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.providers.http.errors import RetryPolicy
+from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest

@@ -38,9 +38,9 @@ from grpclib.client import Channel
 from server import RawCodec
 from stall_trace import PySampler, StallTracer, summarize, trace_gc
 
-from protocol_py import wire
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.codec import wire
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock

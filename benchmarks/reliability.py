@@ -46,8 +46,8 @@ from google.protobuf import (  # type: ignore[import-untyped]
     message_factory,
 )
 
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
@@ -181,7 +181,16 @@ async def stop_latency(repeat: int) -> dict[str, float]:
 
 def _spawn(*extra: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake", "--port", "0", *extra],
+        [
+            sys.executable,
+            "-m",
+            "protocol_py.cli.app",
+            "serve",
+            "--handshake",
+            "--port",
+            "0",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -47,7 +47,7 @@ from grpclib.client import Channel
 from grpclib.encoding.base import CodecBase
 from grpclib.encoding.proto import ProtoCodec
 
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock

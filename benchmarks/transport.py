@@ -8,7 +8,8 @@ measured interleaved. For each prints, as medians of REPEATS runs and as a ratio
 plaintext TCP measured in the same run: ``connect`` (a fresh client's first
 Describe: connection set-up, TLS handshake included, plus one RPC) and ``rpc`` (one Describe on
 an open connection, the median over CALLS calls). Then the start-up of a launched plugin
-(``protocol_py.launch``, the real console script, up to the first Describe) with and without
+(``protocol_py.transport.launch``, the real console script, up to the first Describe) with and
+without
 AutoMTLS.
 """
 
@@ -23,12 +24,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol_py.client import ModelClient
-from protocol_py.launch import launch
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
-from protocol_py.tls import auto_mtls_server_context, generate_certificate, pinned_client_context
-from protocol_py.transport import make_private_socket_path
+from protocol_py.transport.addresses import make_private_socket_path
+from protocol_py.transport.launch import launch
+from protocol_py.transport.tls import (
+    auto_mtls_server_context,
+    generate_certificate,
+    pinned_client_context,
+)
 
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "protocol-py")
 

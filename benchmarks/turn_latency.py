@@ -38,12 +38,12 @@ from typing import Any, Final
 import httpx
 from server import start
 
-from protocol_py.client import ModelClient
-from protocol_py.providers._request import dump_body
-from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.codec.structs import to_struct
+from protocol_py.providers.http.request import dump_body
+from protocol_py.providers.http.sse import SSEParser
+from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.server import ModelServer
-from protocol_py.sse import SSEParser
-from protocol_py.structs import to_struct
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

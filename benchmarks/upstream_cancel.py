@@ -1,7 +1,8 @@
 """Benchmark: the cost of reading upstream chunks through ``cancel_once`` (issue 8 item 10).
 
 Every upstream body read of the vendor adapters runs in a child task that is cancelled at most
-once (:mod:`protocol_py.providers._cancel`), so a repeated cancellation never interrupts httpcore
+once (:mod:`protocol_py.providers.http.cancel`), so a repeated cancellation never interrupts
+httpcore
 while it closes the connection. This prints the median time per read of an async generator
 awaited directly (the baseline, same run) and through ``cancel_once``, the added microseconds
 per read and the ratio. One read is one network chunk (one or more SSE events), so the figure is
@@ -18,7 +19,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from protocol_py.providers._cancel import cancel_once
+from protocol_py.providers.http.cancel import cancel_once
 
 
 async def _chunks(n: int) -> AsyncIterator[int]:

@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 from protocol_py import Conversation, ModelClient
-from protocol_py.conversation import tool
-from protocol_py.structs import from_struct
+from protocol_py.client.conversation import tool
+from protocol_py.codec.structs import from_struct
 from protocol_py_gen.model.v1 import StopReason
 
 MAX_STEPS = 5

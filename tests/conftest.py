@@ -80,7 +80,7 @@ class _SecretWatch(logging.Handler):
         self.leaks: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        from protocol_py.providers import _http  # noqa: PLC0415
+        from protocol_py.providers.http import errors as _http  # noqa: PLC0415
 
         secrets = list(_http._remembered)
         if not secrets:

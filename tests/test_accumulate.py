@@ -1,4 +1,4 @@
-"""Unit and property tests of protocol_py.accumulate."""
+"""Unit and property tests of protocol_py.rules.accumulate."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import random
 import pytest
 from ulid import ULID
 
-from protocol_py.accumulate import (
+from protocol_py.codec.structs import from_struct
+from protocol_py.errors import StreamOrderError
+from protocol_py.rules.accumulate import (
     StreamAccumulator,
     StreamOrderChecker,
     accumulate,
 )
-from protocol_py.errors import StreamOrderError
-from protocol_py.structs import from_struct
 from protocol_py_gen.content.v1 import Role
 from protocol_py_gen.model.v1 import (
     ErrorKind,

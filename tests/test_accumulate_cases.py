@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from protocol_py.accumulate import accumulate
-from protocol_py.structs import from_struct
+from protocol_py.codec.structs import from_struct
+from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
     ErrorKind,

@@ -18,10 +18,10 @@ import pytest
 from test_schema_messages import populate
 from test_validation import make_request, make_spec
 
-from protocol_py import protojson, structs
-from protocol_py.accumulate import StreamAccumulator, StreamOrderChecker, accumulate
+from protocol_py.codec import protojson, structs
 from protocol_py.errors import ProtocolError, ValidationError, Violation, errors_only
-from protocol_py.pricing import (
+from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker, accumulate
+from protocol_py.rules.pricing import (
     PricingTable,
     cost,
     format_usd,
@@ -29,8 +29,8 @@ from protocol_py.pricing import (
     prompt_tokens,
     validate_pricing,
 )
-from protocol_py.routing import route
-from protocol_py.validation import (
+from protocol_py.rules.routing import route
+from protocol_py.rules.validation import (
     detect_kind,
     load_document,
     validate_capabilities,

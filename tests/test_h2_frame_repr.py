@@ -1,5 +1,5 @@
 """A received DATA frame's repr is hyperframe's text, computed without copying the payload
-(issue 12; :mod:`protocol_py.h2_frame_repr`)."""
+(issue 12; :mod:`protocol_py._compat.hyperframe_frame_repr`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import timeit
 import pytest
 from hyperframe.frame import DataFrame, _raw_data_repr
 
-from protocol_py import h2_frame_repr
+from protocol_py._compat import hyperframe_frame_repr as h2_frame_repr
 
 
 def hyperframe_repr(frame: DataFrame) -> str:
@@ -47,7 +47,7 @@ def test_the_repr_text_is_hyperframes(data: bytes, pad: int | None) -> None:
     assert repr(made).endswith(hyperframe_repr(made))
 
 
-@pytest.mark.parametrize("module", ["protocol_py.client", "protocol_py.server"])
+@pytest.mark.parametrize("module", ["protocol_py.client.client", "protocol_py.server"])
 def test_importing_the_client_or_the_server_installs_it(module: str) -> None:
     check = (
         "from hyperframe.frame import DataFrame\n"

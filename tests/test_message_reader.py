@@ -13,9 +13,9 @@ from grpclib.events import _ident
 from grpclib.protocol import Buffer
 from grpclib.utils import Wrapper
 
-from protocol_py import wire
-from protocol_py.client import buffered_events
-from protocol_py.message_reader import MAX_BATCH_BYTES, MessageReader
+from protocol_py.client.client import buffered_events
+from protocol_py.client.message_reader import MAX_BATCH_BYTES, MessageReader
+from protocol_py.codec import wire
 from protocol_py_gen.model.v1 import StreamEvent, TextDelta, Usage
 
 

@@ -1,4 +1,4 @@
-"""Unit and property tests of protocol_py.pricing (resolution against a brute-force scan,
+"""Unit and property tests of protocol_py.rules.pricing (resolution against a brute-force scan,
 partition errors naming a real offending point, typed errors for bad input)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.pricing import (
+from protocol_py.rules.pricing import (
     PricingTable,
     cost,
     format_usd,

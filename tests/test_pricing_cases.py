@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.pricing import (
+from protocol_py.rules.pricing import (
     PricingTable,
     cost,
     format_usd,

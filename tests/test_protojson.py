@@ -1,4 +1,5 @@
-"""protocol_py.protojson: protoc's JSON names at every depth, strict decoding, and agreement with
+"""protocol_py.codec.protojson: protoc's JSON names at every depth, strict decoding, and agreement
+with
 google's json_format for every message type (enumerated as in test_schema_messages)."""
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from test_schema_messages import (
     populate,
 )
 
-from protocol_py import protojson
+from protocol_py.codec import protojson
+from protocol_py.codec.structs import from_struct, to_struct
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.structs import from_struct, to_struct
 from protocol_py_gen.content.v1 import ContentBlock, ToolUseBlock
 from protocol_py_gen.model.v1 import (
     Capabilities,

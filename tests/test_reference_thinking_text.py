@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol_py.accumulate import accumulate
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest

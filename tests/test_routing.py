@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError
-from protocol_py.routing import Route, Skipped, route
-from protocol_py.structs import to_struct
+from protocol_py.rules.routing import Route, Skipped, route
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (

@@ -4,7 +4,7 @@ Mapping onto this protocol: StreamEvent.text_delta is field 1 and StreamEvent.st
 the oneof ``event``, exactly as B23 assumes; text_delta carries a TextDelta message, so the
 case's ``text_delta = ''`` is ``TextDelta(text="")``. B24's binary case (``optional int32
 min_budget_tokens = 2``) is BudgetControl.default here (field 2, ``optional int64``): the same
-tag byte and the same presence rule. B25's Struct rules are protocol_py.structs (D5).
+tag byte and the same presence rule. B25's Struct rules are protocol_py.codec.structs (D5).
 The general rule behind each case is tested beside it over every member / path.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import betterproto2
 import pytest
 
+from protocol_py.codec.structs import from_struct, parse_json_object, to_struct
 from protocol_py.errors import InvalidValueError
-from protocol_py.structs import from_struct, parse_json_object, to_struct
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import BudgetControl, Stop, StreamEvent, TextDelta
 

@@ -17,7 +17,7 @@ import betterproto2
 import pytest
 from google.protobuf import json_format
 
-from protocol_py.structs import from_struct, to_struct
+from protocol_py.codec.structs import from_struct, to_struct
 from protocol_py_gen.common.v1 import CallContext, HookPoint
 from protocol_py_gen.content.v1 import (
     ContentBlock,

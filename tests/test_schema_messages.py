@@ -25,7 +25,7 @@ from google.protobuf import descriptor_pb2, json_format
 import protocol_py_gen.common.v1 as common_v1
 import protocol_py_gen.content.v1 as content_v1
 import protocol_py_gen.model.v1 as model_v1
-from protocol_py.structs import to_struct
+from protocol_py.codec.structs import to_struct
 from protocol_py_gen.google.protobuf import Duration, Empty, Struct, Timestamp
 from protocol_py_gen.message_pool import default_message_pool
 
@@ -196,7 +196,7 @@ def populate(cls: type[betterproto2.Message], variant: int = 0, depth: int = 0) 
 # letter after a digit ("cache_write_1h_tokens" -> "cacheWrite1HTokens"; protoc's json_name is
 # "cacheWrite1hTokens") and its from_dict snake-cases keys back to "cache_write1_h_tokens" (or
 # "cache_write_1_h_tokens" from the proto name), so a message holding one of these fields cannot
-# read its own JSON and google's parser rejects betterproto2's JSON. protocol_py.protojson
+# read its own JSON and google's parser rejects betterproto2's JSON. protocol_py.codec.protojson
 # (encode/decode) is the project's proto3 JSON and gets these right (tests/test_protojson.py);
 # the strict xfails below pin betterproto2's own bug so that an upgrade fixing it is noticed.
 # test_json_names_match_descriptor keeps this set exact.

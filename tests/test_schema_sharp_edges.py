@@ -3,7 +3,7 @@
 * a oneof member at its default keeps its case (wire, to_dict, from_dict);
 * assigning a second oneof member does not clear the first (build events through constructors);
 * raw ``Struct`` numbers: floats after the wire, 2**53+1 rounded, NaN accepted, PYTHON output
-  raising; ``protocol_py.structs`` is where these are handled;
+  raising; ``protocol_py.codec.structs`` is where these are handled;
 * field names that are Python keywords get a trailing underscore; a field named like a message
   method breaks the class (so the protos must never have one).
 """
@@ -28,8 +28,8 @@ from grpc_tools import protoc
 import protocol_py_gen.common.v1 as common_v1
 import protocol_py_gen.content.v1 as content_v1
 import protocol_py_gen.model.v1 as model_v1
+from protocol_py.codec.structs import from_struct, to_struct
 from protocol_py.errors import InvalidValueError
-from protocol_py.structs import from_struct, to_struct
 from protocol_py_gen.content.v1 import ContentBlock, TextBlock, ToolUseBlock
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (

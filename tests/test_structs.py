@@ -1,4 +1,4 @@
-"""protocol_py.structs: exact JSON <-> google.protobuf.Struct (DESIGN D5)."""
+"""protocol_py.codec.structs: exact JSON <-> google.protobuf.Struct (DESIGN D5)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py.errors import InvalidValueError
-from protocol_py.structs import (
+from protocol_py.codec.structs import (
     MAX_DEPTH,
     MAX_EXACT_INT,
     check_json,
@@ -18,6 +17,7 @@ from protocol_py.structs import (
     parse_json_object,
     to_struct,
 )
+from protocol_py.errors import InvalidValueError
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, ToolUseBlock
 from protocol_py_gen.google.protobuf import ListValue, NullValue, Struct, Value

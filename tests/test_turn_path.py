@@ -17,18 +17,18 @@ import pytest
 from grpclib.exceptions import GRPCError
 from test_wire import conversation as wire_conversation
 
-from protocol_py import wire
-from protocol_py.providers._openai_request import (
+from protocol_py.codec import wire
+from protocol_py.codec.structs import from_struct
+from protocol_py.providers.http.request import dump_body
+from protocol_py.providers.http.translation_cache import TranslationCache
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.providers.openai.request import (
     OpenAICompat,
     build_openai_body,
     build_openai_content,
 )
-from protocol_py.providers._request import dump_body
-from protocol_py.providers._translation_cache import TranslationCache
-from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.server import limits
+from protocol_py.server.grpc_layer import limits
 from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py.structs import from_struct
 from protocol_py_gen.content.v1 import Message, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 

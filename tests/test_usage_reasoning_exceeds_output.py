@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from protocol_py.accumulate import accumulate
 from protocol_py.errors import InvalidValueError, StreamOrderError
-from protocol_py.pricing import cost
+from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.pricing import cost
 from protocol_py_gen.model.v1 import (
     Pricing,
     PricingTier,

@@ -1,4 +1,5 @@
-"""Unit tests of protocol_py.validation on Python messages: rules reported together, typed errors
+"""Unit tests of protocol_py.rules.validation on Python messages: rules reported together, typed
+errors
 for bad input types, unknown enum numbers, oneof misuse only reachable from Python, paths and
 messages."""
 
@@ -6,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError, Violation, errors_only
-from protocol_py.structs import to_struct
-from protocol_py.validation import (
+from protocol_py.rules.validation import (
     PORTABLE_SCHEMA_KEYWORDS,
     validate_capabilities,
     validate_model_spec,

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from protocol_py import protojson, validation
+from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
-from protocol_py.validation import (
+from protocol_py.rules import validation
+from protocol_py.rules.validation import (
     detect_kind,
     load_document,
     validate_document,

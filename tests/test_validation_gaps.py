@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from test_validation import make_request, make_spec, rules, text_message
 
-from protocol_py import protojson
+from protocol_py.codec import protojson
+from protocol_py.codec.structs import to_struct
 from protocol_py.errors import errors_only
-from protocol_py.structs import to_struct
-from protocol_py.validation import (
+from protocol_py.rules.validation import (
     validate_capabilities,
     validate_model_spec,
     validate_request,

@@ -1,4 +1,4 @@
-"""Per-message validation reused across turns (issue 12; :mod:`protocol_py.validation_memo`).
+"""Per-message validation reused across turns (issue 12; :mod:`protocol_py.rules.request_memo`).
 
 A request the server just decoded cleanly keeps each message's wire image; a message whose
 exact image passed every message-local rule under the same model settings is not walked again.
@@ -13,14 +13,12 @@ from typing import Any
 import pytest
 from test_turn_path import MODEL, conversation
 
-from protocol_py import validation, wire
+from protocol_py.codec import wire
+from protocol_py.codec.prefixes import ConversationPrefixes
 from protocol_py.errors import Violation
-from protocol_py.prefix_memo import ConversationPrefixes
-from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.server import limits
-from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py.validation import validate_request, validate_request_shape
-from protocol_py.validation_memo import (
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.rules import validation
+from protocol_py.rules.request_memo import (
     MAX_IMAGE_BYTES,
     MAX_PREFIX_BYTES,
     MAX_PREFIXES,
@@ -30,6 +28,9 @@ from protocol_py.validation_memo import (
     take_request_images,
     valid_prefixes,
 )
+from protocol_py.rules.validation import validate_request, validate_request_shape
+from protocol_py.server.grpc_layer import limits
+from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
 

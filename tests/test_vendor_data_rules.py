@@ -1,13 +1,13 @@
-"""Bounds of protocol 1.1 per-call vendor data (protocol_py.vendor_data), at and past each
+"""Bounds of protocol 1.1 per-call vendor data (protocol_py.rules.vendor_data), at and past each
 limit, in the stream checker and in request validation."""
 
 from __future__ import annotations
 
 import pytest
 
-from protocol_py.accumulate import StreamOrderChecker, accumulate
 from protocol_py.errors import StreamOrderError
-from protocol_py.vendor_data import (
+from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
+from protocol_py.rules.vendor_data import (
     MAX_ENTRIES,
     MAX_LOCATION_BYTES,
     MAX_VALUE_BYTES,

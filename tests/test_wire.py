@@ -1,4 +1,5 @@
-"""protocol_py.wire: the fast codec equals betterproto2 (and upb) byte for byte, field for field.
+"""protocol_py.codec.wire: the fast codec equals betterproto2 (and upb) byte for byte, field for
+field.
 
 Every generated message class in every populated variant; hand-made wire input for the
 sharp edges (unknown fields, duplicated fields, both oneof members, oneof members at their
@@ -17,9 +18,9 @@ import pytest
 from conftest import UpbClasses
 from test_schema_messages import CASES, full_name, has_map, populate
 
-from protocol_py import wire
-from protocol_py.structs import to_struct
-from protocol_py.validation import validate_request_shape
+from protocol_py.codec import wire
+from protocol_py.codec.structs import to_struct
+from protocol_py.rules.validation import validate_request_shape
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

@@ -1,7 +1,7 @@
-"""protocol_py.wire's specialised generated code (issue 12) equals betterproto2 and upb.
+"""protocol_py.codec.wire's specialised generated code (issue 12) equals betterproto2 and upb.
 
 The generated decoders read fields into locals, decode sub-messages and Struct map entries
-inline (:data:`protocol_py._wire_gen.INLINE_LEVELS` levels), read one- and two-byte tags and
+inline (:data:`protocol_py.codec.wire_gen.INLINE_LEVELS` levels), read one- and two-byte tags and
 lengths inline, leave the bound check of a length to the message's final position check, and
 set the instance's attributes at the end; the generated encoders write every part into one
 list. These tests pin each of those paths against ``cls.parse`` / ``bytes(message)`` (field
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from test_schema_messages import full_name, message_classes, populate, variant_count
 from test_wire import ld, same, tag
 
-from protocol_py import wire
-from protocol_py._wire_gen import LARGE_STRING
-from protocol_py.structs import to_struct
+from protocol_py.codec import wire
+from protocol_py.codec.structs import to_struct
+from protocol_py.codec.wire_gen import LARGE_STRING
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,

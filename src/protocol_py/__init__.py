@@ -15,36 +15,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from protocol_py import _moved
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
+_moved.install()
+
 if TYPE_CHECKING:
-    from protocol_py.accumulate import StreamAccumulator, accumulate
-    from protocol_py.client import Completion, ModelClient
-    from protocol_py.conversation import Conversation
+    from protocol_py.client.client import Completion, ModelClient
+    from protocol_py.client.conversation import Conversation
     from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
-    from protocol_py.pricing import cost
     from protocol_py.provider import Provider, ProviderError
-    from protocol_py.routing import route
+    from protocol_py.rules.accumulate import StreamAccumulator, accumulate
+    from protocol_py.rules.pricing import cost
+    from protocol_py.rules.routing import route
     from protocol_py.server import ModelServer
-    from protocol_py.serving import ServeError, serve, serve_async
+    from protocol_py.server.serve import ServeError, serve, serve_async
 
 _LAZY: dict[str, str] = {
-    "Completion": "protocol_py.client",
-    "Conversation": "protocol_py.conversation",
+    "Completion": "protocol_py.client.client",
+    "Conversation": "protocol_py.client.conversation",
     "InvalidValueError": "protocol_py.errors",
-    "ModelClient": "protocol_py.client",
+    "ModelClient": "protocol_py.client.client",
     "ModelServer": "protocol_py.server",
     "ProtocolError": "protocol_py.errors",
     "Provider": "protocol_py.provider",
     "ProviderError": "protocol_py.provider",
-    "ServeError": "protocol_py.serving",
-    "StreamAccumulator": "protocol_py.accumulate",
+    "ServeError": "protocol_py.server.serve",
+    "StreamAccumulator": "protocol_py.rules.accumulate",
     "ValidationError": "protocol_py.errors",
-    "accumulate": "protocol_py.accumulate",
-    "cost": "protocol_py.pricing",
-    "route": "protocol_py.routing",
-    "serve": "protocol_py.serving",
-    "serve_async": "protocol_py.serving",
+    "accumulate": "protocol_py.rules.accumulate",
+    "cost": "protocol_py.rules.pricing",
+    "route": "protocol_py.rules.routing",
+    "serve": "protocol_py.server.serve",
+    "serve_async": "protocol_py.server.serve",
 }
 """Public name -> the module defining it (imported on first attribute access, PEP 562)."""
 

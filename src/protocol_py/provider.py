@@ -52,7 +52,7 @@ class ProviderError(Exception):
 class ProviderStartError(ProtocolError):
     """:meth:`Provider.start` cannot get the provider ready (for example ``--discover`` cannot
     reach the upstream). :func:`protocol_py.serve` refuses to start with this message
-    (:class:`~protocol_py.serving.ServeError`; ``protocol-py serve`` exits 1); it must be one
+    (:class:`~protocol_py.server.serve.ServeError`; ``protocol-py serve`` exits 1); it must be one
     line and hold no secret."""
 
 

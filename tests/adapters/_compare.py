@@ -7,7 +7,7 @@ from typing import Any
 
 import betterproto2
 
-from protocol_py.providers._http import parse_go_duration, parse_rfc3339
+from protocol_py.providers.http.errors import parse_go_duration, parse_rfc3339
 from protocol_py_gen.model.v1 import RateLimitKind, RateLimitSnapshot, StreamEvent
 
 _RESOURCE = {

@@ -12,13 +12,13 @@ from typing import Any
 import betterproto2
 import pytest
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 from protocol_py.provider import Provider
-from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
-from protocol_py.providers._http import error_from_http
-from protocol_py.providers._openai_stream import OpenAIStreamTranslator
+from protocol_py.providers.anthropic.stream import AnthropicStreamTranslator
+from protocol_py.providers.http.errors import error_from_http
+from protocol_py.providers.http.sse import SSEParser
+from protocol_py.providers.openai.stream import OpenAIStreamTranslator
 from protocol_py.server import ModelServer
-from protocol_py.sse import SSEParser
 from protocol_py_gen.model.v1 import StreamEvent
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,10 +1,11 @@
 """The adapter full path's fast paths (issue 12) give exactly what the general code gives.
 
-* :class:`~protocol_py.sse.SSEParser` splits a chunk without CR at once and handles blank and
+* :class:`~protocol_py.providers.http.sse.SSEParser` splits a chunk without CR at once and handles
+blank and
   ``data:`` lines inline; the CR path (line by line) is the reference.
-* :func:`protocol_py.providers._events.text` / ``thinking`` build the event from a copied
+* :func:`protocol_py.providers.http.events.text` / ``thinking`` build the event from a copied
   template instead of the dataclass constructor.
-* :func:`protocol_py.accumulate.event_member` reads a text delta with two C-level reads.
+* :func:`protocol_py.rules.accumulate.event_member` reads a text delta with two C-level reads.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from protocol_py import wire
-from protocol_py.accumulate import StreamOrderChecker, event_member
+from protocol_py.codec import wire
 from protocol_py.errors import StreamOrderError
-from protocol_py.providers import _events as ev
-from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.sse import MAX_SSE_EVENT_BYTES, SSEEvent, SSELimitError, SSEParser
+from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.sse import MAX_SSE_EVENT_BYTES, SSEEvent, SSELimitError, SSEParser
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.rules.accumulate import StreamOrderChecker, event_member
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     StreamEvent,

@@ -13,12 +13,12 @@ from typing import Any
 import betterproto2
 import pytest
 
-from protocol_py.accumulate import accumulate
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import ProviderError, ProviderStartError
-from protocol_py.providers._anthropic_request import build_anthropic_body
-from protocol_py.providers._base import HTTPProvider
-from protocol_py.providers._http import (
+from protocol_py.providers.anthropic.provider import AnthropicProvider
+from protocol_py.providers.anthropic.request import build_anthropic_body
+from protocol_py.providers.http.base import HTTPProvider
+from protocol_py.providers.http.errors import (
     MAX_DURATION_S,
     RetryPolicy,
     duration_from_seconds,
@@ -28,9 +28,9 @@ from protocol_py.providers._http import (
     redact,
     secret_values,
 )
-from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
-from protocol_py.providers.anthropic import AnthropicProvider
-from protocol_py.providers.openai import DeepSeekProvider, OpenAIProvider
+from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
+from protocol_py.providers.openai.request import OpenAICompat, build_openai_body
+from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

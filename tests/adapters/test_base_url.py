@@ -10,19 +10,19 @@ from typing import Any
 import httpx
 import pytest
 
-from protocol_py import cli
+from protocol_py.cli import app as cli
 from protocol_py.providers import provider_class
-from protocol_py.providers._base import HTTPProvider, request_failure
-from protocol_py.providers._http import RetryPolicy
-from protocol_py.providers._url import (
+from protocol_py.providers.anthropic.provider import AnthropicProvider
+from protocol_py.providers.http.base import HTTPProvider, request_failure
+from protocol_py.providers.http.errors import RetryPolicy
+from protocol_py.providers.http.url import (
     RedactURLFilter,
     join_url,
     parse_base_url,
     redact_text,
     url_secrets,
 )
-from protocol_py.providers.anthropic import AnthropicProvider
-from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 

@@ -8,9 +8,9 @@ from typing import Any
 import betterproto2
 import pytest
 
-from protocol_py.accumulate import accumulate
-from protocol_py.providers._anthropic_stream import map_anthropic_stop
-from protocol_py.providers._openai_stream import map_openai_finish
+from protocol_py.providers.anthropic.stream import map_anthropic_stop
+from protocol_py.providers.openai.stream import map_openai_finish
+from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
 
 from ._support import case_chunks, kinds, lines_to_bytes, load_case, translate_body

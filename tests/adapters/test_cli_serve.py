@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 
 from ._compare import assert_events
 from ._stub import Reply, StubUpstream

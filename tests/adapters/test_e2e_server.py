@@ -16,9 +16,9 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from protocol_py.client import ModelClient
-from protocol_py.providers._base import HTTPProvider
-from protocol_py.providers._http import RetryPolicy
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.http.base import HTTPProvider
+from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import StopReason
 
@@ -113,7 +113,7 @@ async def test_c11_retry_never_outlives_grpc_deadline() -> None:
 async def test_echoed_api_key_never_reaches_grpc_status_events_or_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from protocol_py.providers.anthropic import AnthropicProvider  # noqa: PLC0415
+    from protocol_py.providers.anthropic.provider import AnthropicProvider  # noqa: PLC0415
     from protocol_py_gen.model.v1 import CountTokensRequest  # noqa: PLC0415
 
     key = "GATEWAY-KEY-77f0c1d2e3"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py.providers._http import RetryPolicy
+from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
 from ._stub import Reply, StubUpstream

@@ -8,7 +8,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from protocol_py.providers._http import (
+from protocol_py.providers.http.errors import (
     RetryPolicy,
     anthropic_rate_limits,
     anthropic_reset_hint,

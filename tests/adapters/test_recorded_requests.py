@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from protocol_py.providers._anthropic_request import build_anthropic_body
-from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
-from protocol_py.structs import to_struct
+from protocol_py.codec.structs import to_struct
+from protocol_py.providers.anthropic.request import build_anthropic_body
+from protocol_py.providers.openai.request import OpenAICompat, build_openai_body
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (
     CachingSpec,

@@ -18,10 +18,10 @@ from typing import Any
 import betterproto2
 import pytest
 
-from protocol_py.providers._http import redact
-from protocol_py.providers.anthropic import AnthropicProvider
-from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.anthropic.provider import AnthropicProvider
+from protocol_py.providers.http.errors import redact
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from protocol_py.sse import SSEEvent, SSEParser, aiter_sse
+from protocol_py.providers.http.sse import SSEEvent, SSEParser, aiter_sse
 
 from ._support import case_chunks, lines_to_bytes, load_case
 

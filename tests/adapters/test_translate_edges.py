@@ -8,7 +8,7 @@ from typing import Any
 
 import betterproto2
 
-from protocol_py.providers._openai_stream import map_openai_usage
+from protocol_py.providers.openai.stream import map_openai_usage
 from protocol_py_gen.model.v1 import ErrorKind, SafetyKind, StopReason, StreamEvent
 
 from ._support import kinds, lines_to_bytes, load_case, translate_body

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.accumulate import accumulate
-from protocol_py.providers._anthropic_stream import AnthropicStreamTranslator
-from protocol_py.providers._openai_stream import OpenAIStreamTranslator
-from protocol_py.sse import SSEParser
+from protocol_py.providers.anthropic.stream import AnthropicStreamTranslator
+from protocol_py.providers.http.sse import SSEParser
+from protocol_py.providers.openai.stream import OpenAIStreamTranslator
+from protocol_py.rules.accumulate import accumulate
 
 from ._compare import assert_events
 from ._support import (

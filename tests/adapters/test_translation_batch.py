@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from protocol_py import wire
-from protocol_py.providers._base import _has_image
-from protocol_py.providers._translation_cache import TranslationCache
+from protocol_py.codec import wire
+from protocol_py.providers.http.base import _has_image
+from protocol_py.providers.http.translation_cache import TranslationCache
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     ImageBlock,

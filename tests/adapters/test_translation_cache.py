@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 
+from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers._openai_request import (
+from protocol_py.providers.http.request import dump_body
+from protocol_py.providers.http.translation_cache import TranslationCache, message_key
+from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
+from protocol_py.providers.openai.request import (
     OpenAICompat,
     build_openai_body,
     build_openai_content,
 )
-from protocol_py.providers._request import dump_body
-from protocol_py.providers._translation_cache import TranslationCache, message_key
-from protocol_py.providers.openai import DeepSeekProvider, OpenAIProvider
-from protocol_py.structs import to_struct
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from protocol_py.accumulate import accumulate
+from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers._openai_request import OpenAICompat, build_openai_body
-from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.structs import from_struct
-from protocol_py.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.providers.openai.request import OpenAICompat, build_openai_body
+from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

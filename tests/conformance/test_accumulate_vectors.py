@@ -11,13 +11,13 @@ import betterproto2
 import pytest
 from ulid import ULID
 
-from protocol_py import protojson
-from protocol_py.accumulate import (
+from protocol_py.codec import protojson
+from protocol_py.errors import StreamOrderError
+from protocol_py.rules.accumulate import (
     StreamAccumulator,
     StreamOrderChecker,
     accumulate,
 )
-from protocol_py.errors import StreamOrderError
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
     ModelError,

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from protocol_py import protojson
+from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.pricing import (
+from protocol_py.rules.pricing import (
     TERM_NAMES,
     CostBreakdown,
     PricingTable,

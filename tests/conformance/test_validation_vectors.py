@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from protocol_py import protojson
+from protocol_py.codec import protojson
 from protocol_py.errors import Violation
-from protocol_py.routing import route
-from protocol_py.validation import validate_document, validate_request
+from protocol_py.rules.routing import route
+from protocol_py.rules.validation import validate_document, validate_request
 from protocol_py_gen.model.v1 import ModelSpec, ModelTarget, StreamCompletionRequest
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "testdata" / "conformance"

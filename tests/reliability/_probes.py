@@ -17,7 +17,7 @@ import h2.connection
 import h2.events
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Stop,

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from protocol_py.provider import Provider
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import RPC_RECORD_ATTR, ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock

@@ -23,7 +23,7 @@ from protocol_py.bounded_text import (
     listed,
     quote_value,
 )
-from protocol_py.structs import to_struct
+from protocol_py.codec.structs import to_struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
     CountTokensRequest,

@@ -8,13 +8,13 @@ import asyncio
 
 from grpclib.client import Channel
 
-from protocol_py import validation
-from protocol_py.providers import reference
-from protocol_py.providers._body_memo import MAX_KEPT_BODY_BYTES, BodyMemo
-from protocol_py.providers._translation_cache import TranslationCache, message_key
-from protocol_py.providers.reference import ReferenceProvider
-from protocol_py.server.admission import AdmissionHandler
-from protocol_py.structs import to_struct
+from protocol_py.codec.structs import to_struct
+from protocol_py.providers.http.body_memo import MAX_KEPT_BODY_BYTES, BodyMemo
+from protocol_py.providers.http.translation_cache import TranslationCache, message_key
+from protocol_py.providers.reference import provider as reference
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.rules import validation
+from protocol_py.server.grpc_layer.admission import AdmissionHandler
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import Role
 from protocol_py_gen.model.v1 import (

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from protocol_py._wire_gen import GENERATOR
+from protocol_py.codec.wire_gen import GENERATOR
 from protocol_py.server.codec_warmup import REPLY_TYPES
-from protocol_py.server.limits import REQUEST_TYPES
+from protocol_py.server.grpc_layer.limits import REQUEST_TYPES
 
 from .conftest import serve, still_serving
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from protocol_py.cli import main
-from protocol_py.providers._base import check_api_key
-from protocol_py.providers.openai import OpenAIProvider
+from protocol_py.cli.app import main
+from protocol_py.codec.structs import to_struct
+from protocol_py.providers.http.base import check_api_key
+from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.server.config_schema import inexact_numbers
-from protocol_py.structs import to_struct
 from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import ConfigureRequest, StopReason, StreamEvent
 

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from protocol_py.provider import Provider
-from protocol_py.providers._request import dump_body
-from protocol_py.providers.anthropic import AnthropicProvider
-from protocol_py.providers.openai import DeepSeekProvider, OpenAIProvider
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.anthropic.provider import AnthropicProvider
+from protocol_py.providers.http.request import dump_body
+from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server.context_window import check_context_window
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role

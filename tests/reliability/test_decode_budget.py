@@ -1,9 +1,10 @@
 """One request's decoded size and its violations are bounded whatever its shape (issue 8,
 outside attacker's finding 1 and 4): a tiny body of millions of empty sub-messages is refused
-by the object budget of the fast decoder (:data:`protocol_py.wire.MAX_DECODED_OBJECTS`), a
+by the object budget of the fast decoder (:data:`protocol_py.codec.wire.MAX_DECODED_OBJECTS`), a
 body the fast decoder does not cover is never handed whole to betterproto2's unbounded parser
-(:data:`protocol_py.server.limits.MAX_FALLBACK_BYTES`, wrong wire types refused first), and
-validation stops at :data:`protocol_py.validation.MAX_VIOLATIONS`. Each server test ends with
+(:data:`protocol_py.server.grpc_layer.limits.MAX_FALLBACK_BYTES`, wrong wire types refused first),
+and
+validation stops at :data:`protocol_py.rules.validation.MAX_VIOLATIONS`. Each server test ends with
 the server still serving."""
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Any
 import pytest
 from grpclib.exceptions import GRPCError
 
-from protocol_py import wire
-from protocol_py._wire_gen import varint_bytes
-from protocol_py.server.limits import MAX_FALLBACK_BYTES, decode_request
-from protocol_py.validation import (
+from protocol_py.codec import wire
+from protocol_py.codec.wire_gen import varint_bytes
+from protocol_py.rules.validation import (
     MAX_VIOLATIONS,
     TOO_MANY_VIOLATIONS_RULE,
     validate_request_shape,
 )
+from protocol_py.server.grpc_layer.limits import MAX_FALLBACK_BYTES, decode_request
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest, StreamEvent

@@ -24,9 +24,9 @@ from grpclib.exceptions import GRPCError
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol_py.codec.structs import from_struct, to_struct
 from protocol_py.server import build_descriptor_pool, decode_request
-from protocol_py.server.limits import wrong_wire_type
-from protocol_py.structs import from_struct, to_struct
+from protocol_py.server.grpc_layer.limits import wrong_wire_type
 from protocol_py_gen.content.v1 import ContentBlock, ToolResultBlock, ToolUseBlock
 from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import (

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.codec.structs import to_struct
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
-from protocol_py.structs import to_struct
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,

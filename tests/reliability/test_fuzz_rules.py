@@ -1,7 +1,7 @@
 """Issue 8 reliability suite, the rules part: random ModelSpecs and Pricings (hypothesis,
 bounded) through validation and tier resolution, against a brute-force cell check.
 
-The oracle here is independent of :mod:`protocol_py.pricing`: every tier is a box of half-open
+The oracle here is independent of :mod:`protocol_py.rules.pricing`: every tier is a box of half-open
 integer intervals, one per :class:`Dimension`; the grid is every point where some tier boundary
 starts a cell (plus one point below all boundaries), so every cell of the plane has a point in
 it, and a point's verdict is simply the list of tiers whose box contains it. From that:
@@ -33,9 +33,9 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from protocol_py.errors import ValidationError
-from protocol_py.pricing import PricingTable, validate_pricing
-from protocol_py.providers.reference import ReferenceProvider
-from protocol_py.validation import validate_model_spec
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.rules.pricing import PricingTable, validate_pricing
+from protocol_py.rules.validation import validate_model_spec
 from protocol_py_gen.model.v1 import CachingSpec, ModelSpec, Pricing, PricingTier
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,11 +9,11 @@ import asyncio
 import socket
 import time
 
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import DEFAULT_HANDSHAKE_TIMEOUT, ModelServer
-from protocol_py.server.connections import HTTP2_PREFACE_BYTES
-from protocol_py.tls import (
+from protocol_py.server.grpc_layer.connections import HTTP2_PREFACE_BYTES
+from protocol_py.transport.tls import (
     CERT_SAN_DNS,
     auto_mtls_server_context,
     generate_certificate,

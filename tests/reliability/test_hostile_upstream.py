@@ -31,14 +31,14 @@ from adapters._support import served_client
 from adapters.test_providers_stub import MODEL, request
 
 from protocol_py.bounded_text import MAX_ERROR_MESSAGE_BYTES, encoded_size
-from protocol_py.client import ModelClient
-from protocol_py.providers._base import HTTPProvider, Timeouts
-from protocol_py.providers._body import DECODE_STEP_BYTES, MAX_ERROR_BODY_BYTES
-from protocol_py.providers._clients import MAX_RETIRED_CLIENTS, ClientPool
-from protocol_py.providers._http import RetryPolicy
-from protocol_py.providers.anthropic import AnthropicProvider
-from protocol_py.providers.openai import OpenAIProvider
-from protocol_py.sse import MAX_SSE_LINE_BYTES
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.anthropic.provider import AnthropicProvider
+from protocol_py.providers.http.base import HTTPProvider, Timeouts
+from protocol_py.providers.http.body import DECODE_STEP_BYTES, MAX_ERROR_BODY_BYTES
+from protocol_py.providers.http.clients import MAX_RETIRED_CLIENTS, ClientPool
+from protocol_py.providers.http.errors import RetryPolicy
+from protocol_py.providers.http.sse import MAX_SSE_LINE_BYTES
+from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 

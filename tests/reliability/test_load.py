@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from server.conftest import make_request, start_server
 
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent

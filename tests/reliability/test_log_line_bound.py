@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 from protocol_py.bounded_text import MAX_ECHOED_VALUE_CHARS
+from protocol_py.codec.structs import to_struct
 from protocol_py.server.records import (
     MAX_LOG_LINE_BYTES,
     MAX_LOGGED_CONFIG_KEYS,
     RPC_RECORD_ATTR,
     RpcRecord,
 )
-from protocol_py.structs import to_struct
 from protocol_py_gen.model.v1 import ConfigureRequest
 
 from .conftest import Captured, Served, acall, still_serving

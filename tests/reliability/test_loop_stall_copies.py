@@ -20,21 +20,27 @@ from typing import Any
 
 import pytest
 
-from protocol_py import offload, validation, wire
-from protocol_py._wire_gen import LONG_TEXT_CHARS, LongText, varint_bytes
-from protocol_py.prefix_memo import ConversationPrefixes
-from protocol_py.providers import reference
-from protocol_py.providers._translation_cache import MAX_KEY_BYTES, TranslationCache, message_key
-from protocol_py.server import limits
-from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py.validation import validate_request
-from protocol_py.validation_memo import (
+from protocol_py.codec import wire
+from protocol_py.codec.prefixes import ConversationPrefixes
+from protocol_py.codec.wire_gen import LONG_TEXT_CHARS, LongText, varint_bytes
+from protocol_py.providers.http.translation_cache import (
+    MAX_KEY_BYTES,
+    TranslationCache,
+    message_key,
+)
+from protocol_py.providers.reference import provider as reference
+from protocol_py.rules import validation
+from protocol_py.rules.request_memo import (
     MAX_IMAGE_BYTES,
     ValidatedMessages,
     ValidState,
     take_request_images,
     valid_prefixes,
 )
+from protocol_py.rules.validation import validate_request
+from protocol_py.server import offload
+from protocol_py.server.grpc_layer import limits
+from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest, StreamEvent

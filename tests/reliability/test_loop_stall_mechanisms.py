@@ -25,19 +25,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol_py import offload, wire
-from protocol_py.offload import MAX_CPU_JOBS, RELEASE_STEP_ITEMS, release_in_steps, run_cpu
-from protocol_py.providers import reference
-from protocol_py.server import strict_parse as strict_parse_module
-from protocol_py.server.connections import MemoryTrimmer
-from protocol_py.server.large_body import (
+from protocol_py.codec import wire
+from protocol_py.providers.reference import provider as reference
+from protocol_py.server import offload
+from protocol_py.server.grpc_layer import strict_parse as strict_parse_module
+from protocol_py.server.grpc_layer.connections import MemoryTrimmer
+from protocol_py.server.grpc_layer.large_body import (
     ASSEMBLE_MIN_BYTES,
     RECEIVE_PIECE_BYTES,
     BytesBuilder,
     receive_body,
 )
-from protocol_py.server.limits import MAX_FALLBACK_BYTES, decode_request, wrong_wire_type
-from protocol_py.server.strict_parse import STRICT_ELIDE_MIN_BYTES, strict_parse
+from protocol_py.server.grpc_layer.limits import MAX_FALLBACK_BYTES, decode_request, wrong_wire_type
+from protocol_py.server.grpc_layer.strict_parse import STRICT_ELIDE_MIN_BYTES, strict_parse
+from protocol_py.server.offload import MAX_CPU_JOBS, RELEASE_STEP_ITEMS, release_in_steps, run_cpu
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent

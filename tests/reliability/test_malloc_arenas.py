@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from protocol_py import serving
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server import serve as serving
 from protocol_py.server.malloc_arenas import MALLOC_ARENAS
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
-from protocol_py.providers.reference import ReferenceProvider
-from protocol_py.server.cardinality import EXTRA_MESSAGE, NO_MESSAGE
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server.grpc_layer.cardinality import EXTRA_MESSAGE, NO_MESSAGE
 from protocol_py_gen.model.v1 import CountTokensRequest, RenderRequest
 
 from ._probes import RawH2, grpc_frame

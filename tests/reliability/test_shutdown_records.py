@@ -13,8 +13,8 @@ import signal
 import time
 from typing import Any
 
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.server.records import RpcRecord
 from protocol_py_gen.model.v1 import StreamEvent

@@ -24,7 +24,7 @@ import h2.events
 import pytest
 from grpclib.exceptions import StreamTerminatedError
 
-from protocol_py.client import ModelClient, buffered_events
+from protocol_py.client.client import ModelClient, buffered_events
 from protocol_py_gen.model.v1 import ErrorKind, ModelError, StreamEvent, TextDelta
 
 from .conftest import frame, request
@@ -151,7 +151,7 @@ def test_chat_prints_the_server_shutdown_error_not_a_lost_connection() -> None:
                 sys.executable,
                 "-c",
                 "import asyncio,sys\n"
-                "from protocol_py.client import ModelClient\n"
+                "from protocol_py.client.client import ModelClient\n"
                 "async def main():\n"
                 "    async with ModelClient.connect(sys.argv[1]) as c:\n"
                 "        await c.configure({'pace_tokens_per_second': 50}, timeout=10)\n"

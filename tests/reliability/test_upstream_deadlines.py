@@ -22,7 +22,7 @@ import pytest
 from adapters._stub import Reply, StubUpstream
 from adapters.test_providers_stub import MODEL, make, request
 
-from protocol_py.providers._cancel import cancel_once, shielded
+from protocol_py.providers.http.cancel import cancel_once, shielded
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import StreamEvent
 

@@ -28,13 +28,13 @@ import pytest
 from adapters._stub import Reply, StubUpstream, dribble
 from adapters.test_providers_stub import MODEL, request
 
-from protocol_py.accumulate import StreamAccumulator, StreamOrderChecker
-from protocol_py.client import ModelClient
-from protocol_py.providers._base import HTTPProvider, Timeouts
-from protocol_py.providers._http import RetryPolicy
-from protocol_py.providers._openai_request import OpenAICompat
-from protocol_py.providers.anthropic import AnthropicProvider
-from protocol_py.providers.openai import DeepSeekProvider, OpenAIProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.anthropic.provider import AnthropicProvider
+from protocol_py.providers.http.base import HTTPProvider, Timeouts
+from protocol_py.providers.http.errors import RetryPolicy
+from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
+from protocol_py.providers.openai.request import OpenAICompat
+from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent

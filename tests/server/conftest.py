@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 from protocol_py.provider import Provider
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 
 from protocol_py.provider import Provider
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import Stop, StopReason, StreamCompletionRequest, StreamEvent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol_py.client import ModelClient, parse_address
+from protocol_py.client.client import ModelClient, parse_address
 from protocol_py.errors import InvalidValueError
 
 

@@ -1,5 +1,6 @@
 """Automatic mutual TLS for launched plugins (issue 9 item 3 and its "Done when"):
-``protocol_py.launch`` starts ``protocol-py serve --handshake`` with ``PROTOCOL_PY_CLIENT_CERT``
+``protocol_py.transport.launch`` starts ``protocol-py serve --handshake`` with
+``PROTOCOL_PY_CLIENT_CERT``
 in its environment; the plugin answers with its own certificate in the fifth handshake field;
 only the launching kernel's client completes an RPC."""
 
@@ -22,9 +23,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from grpclib.exceptions import StreamTerminatedError
 
-from protocol_py.client import ModelClient
-from protocol_py.launch import LaunchError, launch
-from protocol_py.tls import (
+from protocol_py.client.client import ModelClient
+from protocol_py.transport.launch import LaunchError, launch
+from protocol_py.transport.tls import (
     CERT_VALIDITY,
     CLIENT_CERT_ENV,
     MAX_CERT_PEM_BYTES,
@@ -349,7 +350,7 @@ def _alive(pid: int) -> bool:
 
 KERNEL = f"""
 import asyncio, subprocess, sys
-from protocol_py.launch import launch
+from protocol_py.transport.launch import launch
 async def main():
     async with launch({SERVE!r}, stderr=subprocess.DEVNULL) as plugin:
         print(plugin.process.pid, plugin.handshake.address, flush=True)

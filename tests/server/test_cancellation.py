@@ -15,8 +15,8 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     ModelServiceBase,

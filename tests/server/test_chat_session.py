@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 
 from .conftest import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
 

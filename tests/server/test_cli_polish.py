@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli import capabilities_table, main
-from protocol_py.pricing import TERM_NAMES
-from protocol_py.providers.reference import reference_models
+from protocol_py.cli.app import capabilities_table, main
+from protocol_py.providers.reference.provider import reference_models
+from protocol_py.rules.pricing import TERM_NAMES
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
 from .conftest import CONSOLE_SCRIPT, REPO

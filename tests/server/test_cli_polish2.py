@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py import protojson
-from protocol_py.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
-from protocol_py.cli import CONNECT_TIMEOUT, TABLE_WIDTH, build_parser, capabilities_table, main
+from protocol_py.cli.app import CONNECT_TIMEOUT, TABLE_WIDTH, build_parser, capabilities_table, main
+from protocol_py.cli.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
+from protocol_py.codec import protojson
 from protocol_py.providers.catalog import deepseek_models
 from protocol_py.version import PACKAGE_VERSION
 

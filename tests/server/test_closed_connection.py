@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from grpclib.exceptions import StreamTerminatedError
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_describe_on_a_connection_closed_at_once_reports_a_lost_connection(
             [
                 sys.executable,
                 "-m",
-                "protocol_py.cli",
+                "protocol_py.cli.app",
                 "describe",
                 "--server",
                 f"unix:{closing_listener}",

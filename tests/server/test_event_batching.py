@@ -1,5 +1,6 @@
 """Events a provider yields at once leave the server in one HTTP/2 write (issue 12,
-protocol_py.server.batching): every event still arrives, equal and in order, to grpclib's and
+protocol_py.server.grpc_layer.batching): every event still arrives, equal and in order, to
+grpclib's and
 (via the console-script interop tests) grpcio's clients; a slow reader of a stream larger than
 the HTTP/2 flow-control window gets everything; a client that leaves mid-burst leaves the server
 serving."""
@@ -13,10 +14,10 @@ from typing import Any
 import pytest
 from grpclib.events import SendMessage, listen
 
-from protocol_py.client import ModelClient
-from protocol_py.providers import _events as ev
-from protocol_py.providers.reference import ReferenceProvider
-from protocol_py.server import batching
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.http import events as ev
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server.grpc_layer import batching
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import Stop as StopEvent
 from protocol_py_gen.model.v1 import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
 from .conftest import make_request, start_server

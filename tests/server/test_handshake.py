@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.tls import CLIENT_CERT_ENV, TLSConfigError, generate_certificate
-from protocol_py.transport import (
+from protocol_py.transport.addresses import (
     MAX_HANDSHAKE_LINE_BYTES,
     PRIVATE_DIR_PREFIX,
     format_handshake,
     listen_spec,
     parse_handshake,
 )
+from protocol_py.transport.tls import CLIENT_CERT_ENV, TLSConfigError, generate_certificate
 
 
 def test_format_handshake_writes_the_four_fields_and_an_unpadded_certificate() -> None:

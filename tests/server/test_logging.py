@@ -8,7 +8,7 @@ import json
 import re
 import subprocess
 
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import StopReason
 
 from .conftest import make_request, spawn_server

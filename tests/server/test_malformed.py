@@ -11,7 +11,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
-from protocol_py.structs import to_struct
+from protocol_py.codec.structs import to_struct
 from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,

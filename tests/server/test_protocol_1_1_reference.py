@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from protocol_py.client import ModelClient
-from protocol_py.conversation import Conversation
+from protocol_py.client.client import ModelClient
+from protocol_py.client.conversation import Conversation
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers._anthropic_request import build_anthropic_body
-from protocol_py.providers.reference import SIGNATURE_LOCATION
-from protocol_py.replay import continue_paused_turn, is_paused
+from protocol_py.providers.anthropic.request import build_anthropic_body
+from protocol_py.providers.reference.provider import SIGNATURE_LOCATION
+from protocol_py.rules.replay import continue_paused_turn, is_paused
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,
@@ -190,7 +190,7 @@ def test_anthropic_body_sends_the_paused_message_back_as_the_last_message() -> N
 async def test_conversation_keeps_vendor_data_and_continues_a_paused_turn(
     client: ModelClient,
 ) -> None:
-    """protocol_py.conversation needs nothing new: the accumulated message (vendor data
+    """protocol_py.client.conversation needs nothing new: the accumulated message (vendor data
     included) is replayed as is, and a paused message appended last continues the turn."""
     conversation = Conversation("reference-large", tools=[WEATHER])
     conversation.user("signed tool: weather")

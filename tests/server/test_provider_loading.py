@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli import main
-from protocol_py.client import ModelClient
+from protocol_py.cli.app import main
+from protocol_py.client.client import ModelClient
 from protocol_py.providers import (
     ENTRY_POINT_GROUP,
     ProviderLoadError,
     installed_providers,
     load_provider_class,
 )
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 
 from .conftest import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
 
@@ -50,7 +50,7 @@ def make_distribution(root: Path, name: str = "acme") -> Path:
     (root / "acme_models.py").write_text(
         textwrap.dedent(
             """
-            from protocol_py.providers.reference import ReferenceProvider
+            from protocol_py.providers.reference.provider import ReferenceProvider
 
             class AcmeProvider(ReferenceProvider):
                 name = "acme"
@@ -181,7 +181,7 @@ def test_vendor_provider_with_api_key_does_not_warn(monkeypatch: pytest.MonkeyPa
 
 def test_serve_help_shows_provider_forms_and_defaults() -> None:
     helped = subprocess.run(
-        [sys.executable, "-m", "protocol_py.cli", "serve", "--help"],
+        [sys.executable, "-m", "protocol_py.cli.app", "serve", "--help"],
         capture_output=True,
         text=True,
         timeout=30,

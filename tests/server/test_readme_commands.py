@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import protocol_py
-from protocol_py.chat import load_tools
-from protocol_py.structs import from_struct
+from protocol_py.cli.chat import load_tools
+from protocol_py.codec.structs import from_struct
 
 from .conftest import REPO
 

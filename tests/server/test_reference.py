@@ -9,18 +9,18 @@ from typing import Any
 import betterproto2
 import pytest
 
-from protocol_py.accumulate import StreamOrderChecker, accumulate
+from protocol_py.codec.structs import from_struct, to_struct
 from protocol_py.errors import errors_only
-from protocol_py.pricing import prompt_tokens
 from protocol_py.providers import provider_class
-from protocol_py.providers.reference import (
+from protocol_py.providers.reference.provider import (
     CONFIG_SCHEMA,
     ReferenceProvider,
     count_text_tokens,
     tokenize,
 )
-from protocol_py.structs import from_struct, to_struct
-from protocol_py.validation import validate_capabilities, validate_request
+from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
+from protocol_py.rules.pricing import prompt_tokens
+from protocol_py.rules.validation import validate_capabilities, validate_request
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock, ToolResultBlock
 from protocol_py_gen.model.v1 import (
     CacheBreakpoint,

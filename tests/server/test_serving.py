@@ -12,13 +12,13 @@ import textwrap
 import pytest
 
 import protocol_py
-from protocol_py import serving
-from protocol_py.client import ModelClient
-from protocol_py.conversation import Conversation
+from protocol_py.client.client import ModelClient
+from protocol_py.client.conversation import Conversation
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import Provider, ProviderError
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
+from protocol_py.server import serve as serving
 from protocol_py_gen.model.v1 import Capabilities
 
 from .conftest import make_request
@@ -97,7 +97,7 @@ def test_blocking_serve_prints_handshake_logs_rpcs_and_exits_on_sigint() -> None
     script = textwrap.dedent(
         """
         from protocol_py import serve
-        from protocol_py.providers.reference import ReferenceProvider
+        from protocol_py.providers.reference.provider import ReferenceProvider
         serve(ReferenceProvider(), port=0, handshake=True, grace_period=1)
         print("returned", flush=True)
         """
@@ -146,7 +146,8 @@ def test_package_root_exports_a_typed_public_api() -> None:
 
 def test_import_protocol_py_stays_cheap() -> None:
     code = (
-        "import sys, protocol_py; print('grpclib' in sys.modules, 'protocol_py.cli' in sys.modules)"
+        "import sys, protocol_py; "
+        "print('grpclib' in sys.modules, 'protocol_py.cli.app' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True

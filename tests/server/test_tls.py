@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from grpclib.exceptions import StreamTerminatedError
 
-from protocol_py.client import ModelClient
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
-from protocol_py.tls import TLSConfigError, client_context, server_context
+from protocol_py.transport.tls import TLSConfigError, client_context, server_context
 
 from ._security import CA, Issued, grpcio_describe, run_cli
 from .conftest import spawn_server

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py import serving
-from protocol_py.client import ModelClient
+from protocol_py.client.client import ModelClient
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
-from protocol_py.transport import (
+from protocol_py.server import serve as serving
+from protocol_py.transport.addresses import (
     MAX_UNIX_PATH_BYTES,
     PRIVATE_DIR_PREFIX,
     SOCKET_NAME,

@@ -25,10 +25,10 @@ from protocol_py.errors import ProtocolError
 from protocol_py.provider import Provider
 
 BUILTIN: Final[dict[str, str]] = {
-    "reference": "protocol_py.providers.reference:ReferenceProvider",
-    "openai": "protocol_py.providers.openai:OpenAIProvider",
-    "deepseek": "protocol_py.providers.openai:DeepSeekProvider",
-    "anthropic": "protocol_py.providers.anthropic:AnthropicProvider",
+    "reference": "protocol_py.providers.reference.provider:ReferenceProvider",
+    "openai": "protocol_py.providers.openai.provider:OpenAIProvider",
+    "deepseek": "protocol_py.providers.openai.provider:DeepSeekProvider",
+    "anthropic": "protocol_py.providers.anthropic.provider:AnthropicProvider",
 }
 """Built-in provider names and the ``module:Class`` implementing each."""
 

@@ -7,7 +7,8 @@ wire protocol"; DESIGN D10-D16):
   refuses to start) and ``protocol_version`` is filled in;
 * StreamCompletion: the request is validated against the requested model's ModelSpec before the
   provider sees it (for an unknown ``model_id``, against every rule that needs no ModelSpec,
-  :func:`~protocol_py.validation.validate_request_shape`, besides ``request.model_id.unknown``);
+  :func:`~protocol_py.rules.validation.validate_request_shape`, besides
+  ``request.model_id.unknown``);
   an unknown ``model_id`` or any error-severity violation is answered with
   exactly one in-band ``error`` event (``ERROR_KIND_INVALID_REQUEST``; the message names each
   field path and rule id) and the provider is never called. What the provider yields is checked
@@ -30,7 +31,7 @@ wire protocol"; DESIGN D10-D16):
   message and log detail is at most 1 KiB once percent-encoded, an echoed caller value is cut
   with a marker and its length; a malformed ``grpc-timeout`` is INVALID_ARGUMENT and an
   already-expired deadline DEADLINE_EXCEEDED, before dispatch
-  (:mod:`~protocol_py.server.admission`); a server bug is INTERNAL, never a bare UNKNOWN;
+  (:mod:`~protocol_py.server.grpc_layer.admission`); a server bug is INTERNAL, never a bare UNKNOWN;
 * StreamCompletion counts the input (:meth:`Provider.count_input_tokens`) and ends a request
   above the model's ``context_window`` with one CONTEXT_OVERFLOW error
   (:mod:`~protocol_py.server.context_window`) before the provider is called;
@@ -55,23 +56,24 @@ wire protocol"; DESIGN D10-D16):
   (an error's message), and for Configure ``config_keys`` (the top-level keys set, never their
   values). :class:`LogFormatter` prints such a record as the bare JSON object.
 
-The package is split by concept, each rule in one place: :mod:`~protocol_py.server.limits`
+The package is split by concept, each rule in one place:
+:mod:`~protocol_py.server.grpc_layer.limits`
 (transport limits: message sizes, well-formed bodies), :mod:`~protocol_py.server.config_schema`
 (Configure's JSON Schema and redaction), :mod:`~protocol_py.server.status` (exceptions to
 ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC log record),
 :mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
-(listening, health, drain), :mod:`~protocol_py.server.connections` (cancellation checkpoints,
+(listening, health, drain), :mod:`~protocol_py.server.grpc_layer.connections` (cancellation
+checkpoints,
 flow control, memory release, receive and idle timeouts, grpclib issue 217),
-:mod:`~protocol_py.server.admission` (calls refused before dispatch),
-:mod:`~protocol_py.server.cardinality` (exactly one request message),
+:mod:`~protocol_py.server.grpc_layer.admission` (calls refused before dispatch),
+:mod:`~protocol_py.server.grpc_layer.cardinality` (exactly one request message),
 :mod:`~protocol_py.server.context_window` (the context-window check) and
 :mod:`~protocol_py.server.handlers` (the RPCs).
 """
 
 from __future__ import annotations
 
-import protocol_py.h2_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
-from protocol_py.server.cardinality import HALF_CLOSE_WAIT
+import protocol_py._compat.hyperframe_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
 from protocol_py.server.config_schema import (
     SECRET_KEY_RE,
     config_format_checker,
@@ -81,7 +83,8 @@ from protocol_py.server.config_schema import (
     redact,
     validate_config,
 )
-from protocol_py.server.connections import (
+from protocol_py.server.grpc_layer.cardinality import HALF_CLOSE_WAIT
+from protocol_py.server.grpc_layer.connections import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
@@ -94,18 +97,7 @@ from protocol_py.server.connections import (
     close_connection,
     send_events,
 )
-from protocol_py.server.handlers import (
-    SERVICE_NAME,
-    ModelServer,
-)
-from protocol_py.server.lifecycle import (
-    DEFAULT_GRACE_PERIOD,
-    FINAL_EVENT_TIMEOUT,
-    SHUTDOWN_LINGER,
-    DrainableStatus,
-    ServerLifecycle,
-)
-from protocol_py.server.limits import (
+from protocol_py.server.grpc_layer.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
     PROTOBUF_MAX_DEPTH,
     REQUEST_TYPES,
@@ -117,6 +109,23 @@ from protocol_py.server.limits import (
     receive_message,
     strict_request_classes,
 )
+from protocol_py.server.grpc_layer.reply_budget import (
+    HELD_COPIES,
+    LARGE_REPLY_BYTES,
+    REPLY_BUDGET_BYTES,
+    ReplyBudget,
+)
+from protocol_py.server.handlers import (
+    SERVICE_NAME,
+    ModelServer,
+)
+from protocol_py.server.lifecycle import (
+    DEFAULT_GRACE_PERIOD,
+    FINAL_EVENT_TIMEOUT,
+    SHUTDOWN_LINGER,
+    DrainableStatus,
+    ServerLifecycle,
+)
 from protocol_py.server.records import (
     RPC_RECORD_ATTR,
     LogFormatter,
@@ -126,19 +135,13 @@ from protocol_py.server.reflection import (
     build_descriptor_pool,
     find_descriptor_image,
 )
-from protocol_py.server.reply_budget import (
-    HELD_COPIES,
-    LARGE_REPLY_BYTES,
-    REPLY_BUDGET_BYTES,
-    ReplyBudget,
-)
 from protocol_py.server.status import (
     classify_exception,
     invalid_request_event,
     unary_error,
     unknown_model,
 )
-from protocol_py.transport import DEFAULT_HOST, DEFAULT_PORT
+from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = [
     "DEFAULT_GRACE_PERIOD",

@@ -1,5 +1,5 @@
 """Build the fast codec's generated functions before the server serves (issue 8, attacker's
-finding 3): :mod:`protocol_py.wire` compiles each class's decoder and encoder on first use,
+finding 3): :mod:`protocol_py.codec.wire` compiles each class's decoder and encoder on first use,
 which on a fresh server took about 39 ms of the event loop inside the first call."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Final
 
 import betterproto2
 
-from protocol_py._wire_gen import GENERATOR
-from protocol_py.server.limits import REQUEST_TYPES
+from protocol_py.codec.wire_gen import GENERATOR
+from protocol_py.server.grpc_layer.limits import REQUEST_TYPES
 from protocol_py_gen.model.v1 import (
     ConfigureResponse,
     CountTokensResponse,
@@ -31,7 +31,8 @@ REPLY_TYPES: Final[tuple[type[betterproto2.Message], ...]] = (
 
 
 def build_codecs() -> None:
-    """Generate and compile the decoders of :data:`~protocol_py.server.limits.REQUEST_TYPES`
+    """Generate and compile the decoders of
+    :data:`~protocol_py.server.grpc_layer.limits.REQUEST_TYPES`
     and the encoders of those and of :data:`REPLY_TYPES` (requests are encoded too: cache and
     memo keys), with every class they contain; idempotent and thread-safe (CPU work of tens of
     milliseconds: call it off the event loop)."""

@@ -15,7 +15,7 @@ from typing import Any, Final
 import jsonschema
 from rfc3986_validator import validate_rfc3986  # type: ignore[import-untyped]
 
-from protocol_py.structs import MAX_EXACT_INT
+from protocol_py.codec.structs import MAX_EXACT_INT
 from protocol_py_gen.google.protobuf import Struct, Value
 
 SECRET_KEY_RE: Final = re.compile(r"key|token|secret|password", re.IGNORECASE)
@@ -110,7 +110,7 @@ def inexact_numbers(config: Any, path: tuple[str | int, ...] = ()) -> list[str]:
     """Every number in ``config`` whose magnitude is beyond 2^53 (DESIGN D5), as
     ``"<JSON Pointer>: number beyond 2^53 (json.integer_beyond_2_53) ..."`` messages.
 
-    A Struct number is a double: above 2^53 (:data:`~protocol_py.structs.MAX_EXACT_INT`) every
+    A Struct number is a double: above 2^53 (:data:`~protocol_py.codec.structs.MAX_EXACT_INT`) every
     double is an integer, and not every integer is a double, so the value the caller meant may
     already have been rounded. ``from_struct`` rejects such a Python ``int``; this also catches
     one that arrived on the wire as a double (``1e20``), which would otherwise pass a schema

@@ -20,38 +20,45 @@ from grpclib.health.service import OVERALL, Health
 from grpclib.metadata import Deadline
 from grpclib.reflection.service import ServerReflection
 
-from protocol_py import wire
-from protocol_py.accumulate import StreamOrderChecker
 from protocol_py.bounded_text import listed
+from protocol_py.codec import wire
+from protocol_py.codec.structs import from_struct
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
-from protocol_py.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
-from protocol_py.server.cardinality import SingleRequest, receive_single
+from protocol_py.rules.accumulate import StreamOrderChecker
+from protocol_py.rules.validation import (
+    validate_capabilities,
+    validate_config_schema,
+    validate_request,
+    validate_request_shape,
+)
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
     loose_objects,
     validate_config,
 )
-from protocol_py.server.connections import (
+from protocol_py.server.context_window import checked_request
+from protocol_py.server.grpc_layer.cardinality import SingleRequest, receive_single
+from protocol_py.server.grpc_layer.connections import (
     DEADLINE_RESET_MARGIN,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     cancel_outcome,
     send_events,
 )
-from protocol_py.server.context_window import checked_request
-from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
-from protocol_py.server.limits import (
+from protocol_py.server.grpc_layer.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
     decode_request,
     encode_reply,
     strict_request_classes,
 )
+from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
+from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
+from protocol_py.server.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
 from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
 from protocol_py.server.records import MAX_LOGGED_CONFIG_KEYS, RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py.server.reply_budget import ReplyBudget
 from protocol_py.server.status import (
     bounded_model_error,
     bounded_status,
@@ -60,13 +67,6 @@ from protocol_py.server.status import (
     invalid_request_event,
     unary_error,
     unknown_model,
-)
-from protocol_py.structs import from_struct
-from protocol_py.validation import (
-    validate_capabilities,
-    validate_config_schema,
-    validate_request,
-    validate_request_shape,
 )
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
@@ -524,7 +524,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         request: Any,
     ) -> None:
         """Send the handler's events with cancellation checkpoints
-        (:func:`~protocol_py.server.connections.send_events`): when the client cancels or the
+        (:func:`~protocol_py.server.grpc_layer.connections.send_events`): when the client cancels
+        or the
         deadline passes, the handler (and the provider's generator) is closed at once."""
         await send_events(stream, handler(request))
 

@@ -28,10 +28,9 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
-from protocol_py.offload import start_workers
-from protocol_py.server.admission import AdmissionHandler
 from protocol_py.server.codec_warmup import build_codecs
-from protocol_py.server.connections import (
+from protocol_py.server.grpc_layer.admission import AdmissionHandler
+from protocol_py.server.grpc_layer.connections import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
@@ -40,8 +39,9 @@ from protocol_py.server.connections import (
     close_connection,
     protocol_factory,
 )
-from protocol_py.server.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.transport import (
+from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.server.offload import start_workers
+from protocol_py.transport.addresses import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     SOCKET_MODE,
@@ -94,9 +94,10 @@ class ServerLifecycle:
         max_message_size: Maximum message size in both directions, bytes.
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
         receive_timeout: Time a unary-request call gets to complete its request, seconds
-            (:data:`~protocol_py.server.connections.DEFAULT_RECEIVE_TIMEOUT`).
+            (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_RECEIVE_TIMEOUT`).
         idle_timeout: Time a connection may stay without an open stream before it is closed
-            with GOAWAY, seconds (:data:`~protocol_py.server.connections.DEFAULT_IDLE_TIMEOUT`).
+            with GOAWAY, seconds
+            (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_IDLE_TIMEOUT`).
 
     Raises:
         ValueError: a timeout that is not a positive number of seconds.
@@ -119,7 +120,8 @@ class ServerLifecycle:
         self.idle_timeout = idle_timeout
         self.handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
         """Seconds a new connection gets for its TLS handshake and then for its HTTP/2 preface
-        (:data:`~protocol_py.server.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it before
+        (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it
+        before
         :meth:`start`."""
         self._trimmer = MemoryTrimmer()
         self.health_status = DrainableStatus()
@@ -179,10 +181,11 @@ class ServerLifecycle:
             host: TCP host (ignored with ``path``).
             port: TCP port; 0 picks a free one (ignored with ``path``).
             path: Listen on this unix-domain socket instead; the file gets mode
-                :data:`~protocol_py.transport.SOCKET_MODE` and is removed on :meth:`shutdown`
+                :data:`~protocol_py.transport.addresses.SOCKET_MODE` and is removed on
+                :meth:`shutdown`
                 if it is still the file created here. A socket a server listens on is refused
                 (``OSError`` EADDRINUSE, "address in use"); a stale one (connect refused) is
-                replaced (:func:`~protocol_py.transport.bind_unix_socket`).
+                replaced (:func:`~protocol_py.transport.addresses.bind_unix_socket`).
             ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
             owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
                 remove it too on :meth:`shutdown`.

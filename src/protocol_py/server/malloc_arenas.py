@@ -17,7 +17,7 @@ __all__ = ["MALLOC_ARENAS", "limit_malloc_arenas"]
 MALLOC_ARENAS: Final = 1
 """glibc malloc arenas of a ``protocol-py serve`` process (``mallopt(M_ARENA_MAX, 1)``): every
 thread allocates from the main arena, which ``malloc_trim`` returns to the OS. The worker
-threads are few (``protocol_py.offload.MAX_CPU_JOBS``), so the shared arena's lock costs
+threads are few (``protocol_py.server.offload.MAX_CPU_JOBS``), so the shared arena's lock costs
 little."""
 
 _M_ARENA_MAX: Final = -8

@@ -1,0 +1,1 @@
+"""Patches of dependencies, each in its own module (see :func:`install`)."""

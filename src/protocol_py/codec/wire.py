@@ -1,0 +1,366 @@
+"""Fast protobuf wire codec for the generated betterproto2 classes (issue 12).
+
+betterproto2's own codec is generic pure Python that copies every nested field several times;
+it decodes a long conversation about 300x slower than google's upb. This module encodes and
+decodes the *same* generated classes (plugin authors and kernels keep them) with per-class
+functions generated once from betterproto2's own metadata (:mod:`protocol_py.codec.wire_gen`),
+reading
+the buffer in place: each decoder reads fields into locals, decodes sub-messages and Struct map
+entries inline (:data:`protocol_py.codec.wire_gen.INLINE_LEVELS` levels) and sets the instance's
+attributes once, in the order betterproto2's constructor sets them; each encoder appends every
+part of a message and its sub-messages to one list, joined once.
+
+* :func:`decode` returns exactly what ``cls.parse(data)`` returns, field for field, including
+  ``_unknown_fields`` (the raw bytes of fields the class does not know, in wire order), a
+  duplicated singular field (the last one wins, as in betterproto2), both members of a oneof
+  sent together (betterproto2 keeps both; DESIGN's sharp edges), unknown enum numbers and map
+  entries without a value. Map entries keep their wire order, so a ``google.protobuf.Struct``
+  renders its JSON keys in the order the kernel sent them (upb's maps do not keep that order,
+  which is why upb does not carry the request here).
+* :func:`encode` returns exactly ``bytes(message)``.
+
+Anything the tables do not cover (a field number seen with another wire type, groups, a
+truncated field, a value of an unexpected Python type when encoding, nesting deeper than
+:data:`MAX_FAST_DEPTH`) falls back to betterproto2 for the whole message, so the result never
+differs from betterproto2's, errors included. Well-formedness is not this module's job: the
+server checks each request body with upb first
+(:func:`protocol_py.server.grpc_layer.limits.decode_request`).
+
+:func:`decode_checked` also says whether the decoded message is *clean*: every enum number a
+known member and every map entry complete, so :mod:`protocol_py.rules.validation` may skip its
+field-by-field Python type check (see :func:`mark_decoded`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import betterproto2
+from grpclib.encoding.proto import ProtoCodec
+
+from protocol_py.codec.wire_gen import (
+    GENERATOR,
+    MAX_DECODED_OBJECTS,
+    MAX_FAST_DEPTH,
+    DecodeBudgetError,
+    FallbackError,
+    State,
+    encode_any,
+    encode_into,
+    flat_parts,
+    varint,
+)
+
+__all__ = [
+    "MAX_DECODED_OBJECTS",
+    "MAX_FAST_DEPTH",
+    "MAX_KEPT_IMAGE_BYTES",
+    "DecodeBudgetError",
+    "FallbackError",
+    "WireCodec",
+    "decode",
+    "decode_checked",
+    "decode_report",
+    "encode",
+    "encoded_size",
+    "field_images",
+    "keep_images",
+    "mark_decoded",
+    "sha256_of",
+    "take_images",
+    "take_wire_clean",
+    "wire_size",
+]
+
+M = TypeVar("M", bound=betterproto2.Message)
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
+    """Decode ``data`` as ``cls``; equal to ``cls.parse(data)`` in every field.
+
+    Args:
+        cls: A generated message class.
+        data: The serialized message (``bytes``; a ``bytearray`` or ``memoryview`` is copied).
+
+    Returns:
+        ``(message, clean)``: ``clean`` is True when every enum field holds a known member,
+        every map entry carried its message value and nesting stayed within
+        :data:`MAX_FAST_DEPTH` levels, i.e. when a Python-type walk of the message would find
+        nothing to report or fix.
+
+    Raises:
+        Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
+    """
+    message, clean, _ = decode_report(cls, data)
+    return message, clean
+
+
+def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[M, bool, bool]:
+    """:func:`decode_checked`, also saying whether every field was one ``cls`` knows.
+
+    Args:
+        cls: A generated message class.
+        data: The serialized message.
+        fallback: When False, input the fast path does not cover raises
+            :class:`FallbackError` instead of going to betterproto2 (whose parse has no
+            budget: the server decides first,
+            :func:`protocol_py.server.grpc_layer.limits.decode_request`).
+
+    Returns:
+        ``(message, clean, exact)``: ``exact`` is True when the fast path decoded the whole
+        message and met no field number its class does not know, i.e. every field of the
+        wire data is a known field with its declared wire type (a known field with another
+        wire type makes the fast path hand back to betterproto2: not exact). The server then
+        needs no walk of upb's unknown fields
+        (:func:`protocol_py.server.grpc_layer.limits.decode_request`).
+
+    Raises:
+        DecodeBudgetError: the message holds more than :data:`MAX_DECODED_OBJECTS` repeated
+            elements and map entries.
+        FallbackError: ``fallback`` is False and the fast path does not cover ``data``
+            (UnicodeDecodeError for invalid UTF-8 in a string field).
+        Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
+    """
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    st = State()
+    try:
+        message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
+    except DecodeBudgetError:
+        pass  # raised again below: this one's traceback holds the partial message
+    except UnicodeDecodeError:
+        if not fallback:
+            raise
+        return cls.parse(data), False, False
+    except (FallbackError, IndexError, struct.error, RecursionError):
+        if not fallback:
+            raise FallbackError from None
+        return cls.parse(data), False, False
+    else:
+        return message, st.clean, not st.unknown
+    raise DecodeBudgetError(st.limit)
+
+
+def decode(cls: type[M], data: bytes) -> M:
+    """Decode ``data`` as ``cls``; equal to ``cls.parse(data)`` (see :func:`decode_checked`)."""
+    return decode_checked(cls, data)[0]
+
+
+# -- "clean" marks for validation ----------------------------------------------------------------
+
+_marks: dict[int, tuple[weakref.ref[betterproto2.Message], int, bool]] = {}
+_marks_lock = threading.RLock()  # re-entered by a weakref callback run by GC
+
+
+def _forget(table: dict[int, Any], key: int) -> Callable[[Any], None]:
+    """The weakref callback removing ``table[key]`` when its message is gone."""
+
+    def drop(ref: Any) -> None:
+        with _marks_lock:
+            entry = table.get(key)
+            if entry is not None and entry[0] is ref:
+                del table[key]
+
+    return drop
+
+
+def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
+    """Record that ``message`` was just decoded from ``size`` bytes of wire data, and whether
+    it was clean (see :func:`decode_checked`); the mark goes with the message (weakly held).
+
+    Only the server marks requests, right after decoding them and before anything else can
+    change them. :func:`wire_size` reads the size (for :func:`protocol_py.server.offload.run_cpu`);
+    :mod:`protocol_py.rules.validation` skips its Python-type walk of a clean message once
+    (:func:`take_wire_clean`).
+    """
+    key = id(message)
+    with _marks_lock:
+        _marks[key] = (weakref.ref(message, _forget(_marks, key)), size, clean)
+
+
+def _mark(message: betterproto2.Message) -> tuple[Any, int, bool] | None:
+    mark = _marks.get(id(message))
+    return mark if mark is not None and mark[0]() is message else None
+
+
+def wire_size(message: betterproto2.Message) -> int:
+    """Bytes ``message`` was decoded from (:func:`mark_decoded`), or 0 when not marked."""
+    with _marks_lock:
+        mark = _mark(message)
+    return mark[1] if mark is not None else 0
+
+
+def take_wire_clean(message: betterproto2.Message) -> bool:
+    """True (once) if ``message`` was marked clean by :func:`mark_decoded`."""
+    with _marks_lock:
+        mark = _mark(message)
+        if mark is None or not mark[2]:
+            return False
+        _marks[id(message)] = (mark[0], mark[1], False)
+    return True
+
+
+# -- wire images of repeated sub-messages ---------------------------------------------------------
+
+MAX_KEPT_IMAGE_BYTES: Final = 1024 * 1024
+"""Largest wire image of a repeated sub-message that :func:`field_images` copies out, bytes
+(1 MiB): a larger element gets None instead (no copy of it, no hash of it, nothing kept
+alive by it), so whoever keys a cache by images treats that element as uncached (issue 8
+item 4: one 60 MB copy or hash holds the interpreter 30-50 ms)."""
+
+_images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes | None]]] = {}
+
+
+def field_images(
+    data: bytes, number: int, max_bytes: int | None = None
+) -> list[bytes | None] | None:
+    """The raw bytes of every top-level length-delimited field ``number`` of ``data``, in wire
+    order (for a repeated message field: each element's own serialization); None when
+    ``data`` does not scan as protobuf (never raised). An element larger than ``max_bytes``
+    bytes (when given, e.g. :data:`MAX_KEPT_IMAGE_BYTES`) is None: not copied."""
+    out: list[bytes | None] = []
+    pos, end = 0, len(data)
+    limit = end if max_bytes is None else max_bytes
+    try:
+        while pos < end:
+            tag, pos = varint(data, pos)
+            kind = tag & 7
+            if kind == 0:
+                _, pos = varint(data, pos)
+            elif kind == 1:
+                pos += 8
+            elif kind == 5:
+                pos += 4
+            elif kind == 2:
+                size, pos = varint(data, pos)
+                if tag >> 3 == number:
+                    out.append(data[pos : pos + size] if size <= limit else None)
+                pos += size
+            else:
+                return None
+    except (FallbackError, IndexError):
+        return None
+    return out if pos == end else None
+
+
+def keep_images(
+    message: betterproto2.Message,
+    field: str,
+    data: bytes,
+    images: list[bytes | None] | None = None,
+) -> None:
+    """Keep, for one :func:`take_images`, the wire image of each element of the repeated
+    message field ``field`` of ``message``, just decoded exactly (:func:`decode_report`) from
+    ``data``; the images go with the message (weakly held). The server keeps those of a
+    request's ``messages``: the OpenAI-compatible adapter keys its translation cache with them
+    instead of encoding every message again (an image decodes to exactly the message).
+
+    ``images``: :func:`field_images` of ``data`` for that field, when the caller has them
+    already (the list is shared, never changed); else they are computed here with
+    :data:`MAX_KEPT_IMAGE_BYTES` (a larger element's image is None)."""
+    if images is None:
+        cls: type[Any] = type(message)
+        meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
+        number = meta.meta_by_field_name[field].number
+        images = field_images(data, number, MAX_KEPT_IMAGE_BYTES)
+    if images is None or len(images) != len(getattr(message, field)):
+        return
+    key = id(message)
+    with _marks_lock:
+        _images[key] = (weakref.ref(message, _forget(_images, key)), field, images)
+
+
+def take_images(message: betterproto2.Message, field: str) -> list[bytes | None] | None:
+    """The images :func:`keep_images` kept for ``message``'s ``field`` (then forgotten), or
+    None; also None when the field no longer holds as many elements. An element whose image
+    was larger than the bound is None (to be treated as uncached)."""
+    with _marks_lock:
+        kept = _images.get(id(message))
+        if kept is None or kept[0]() is not message or kept[1] != field:
+            return None
+        del _images[id(message)]
+    images = kept[2]
+    return images if len(images) == len(getattr(message, field)) else None
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+
+def encode(message: betterproto2.Message) -> bytes:
+    """Serialize ``message``; exactly ``bytes(message)`` (betterproto2's encoding), faster.
+
+    Raises:
+        Whatever ``bytes(message)`` raises for a message holding values of the wrong type.
+    """
+    try:
+        return encode_any(message)
+    except (FallbackError, KeyError, AttributeError, TypeError, ValueError, RecursionError):
+        return bytes(message)
+
+
+def _parts(message: betterproto2.Message) -> tuple[list[Any], int] | None:
+    """The generated encoder's parts of ``message`` and their byte count, or None where
+    :func:`encode` falls back to betterproto2."""
+    out: list[Any] = []
+    try:
+        size = encode_into(message, out)
+    except (FallbackError, KeyError, AttributeError, TypeError, ValueError, RecursionError):
+        return None
+    return out, size
+
+
+def encoded_size(message: betterproto2.Message) -> int:
+    """``len(encode(message))``, bytes, without joining the encoding (a string of
+    :data:`~protocol_py.codec.wire_gen.LONG_TEXT_CHARS` characters or more is not copied when ASCII,
+    and encoded a piece at a time otherwise).
+
+    Raises:
+        Whatever :func:`encode` raises.
+    """
+    found = _parts(message)
+    return found[1] if found is not None else len(encode(message))
+
+
+def sha256_of(message: betterproto2.Message) -> hashlib._Hash:
+    """``hashlib.sha256(encode(message))``, the encoding hashed part by part: no call copies or
+    hashes more than a long string's piece (:data:`~protocol_py.codec.wire_gen.LONG_TEXT_CHARS`
+    characters) at a time, and hashlib releases the interpreter while hashing a large piece.
+
+    Raises:
+        Whatever :func:`encode` raises.
+    """
+    found = _parts(message)
+    if found is None:
+        return hashlib.sha256(encode(message))
+    digest = hashlib.sha256()
+    for piece in flat_parts(found[0]):
+        digest.update(piece)
+    return digest
+
+
+class WireCodec(ProtoCodec):
+    """grpclib's protobuf codec using :func:`encode` / :func:`decode` for generated classes
+    (other message types, e.g. grpclib's own health and reflection messages, go through
+    grpclib's codec unchanged)."""
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        """Serialize ``message`` (a ``message_type``); TypeError for another type."""
+        if isinstance(message, betterproto2.Message):
+            if not isinstance(message, message_type):
+                raise TypeError(f"Message must be of type {message_type!r}, not {type(message)!r}")
+            return encode(message)
+        data: bytes = super().encode(message, message_type)
+        return data
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        """Parse ``data`` as ``message_type``."""
+        if isinstance(message_type, type) and issubclass(message_type, betterproto2.Message):
+            return decode(message_type, data)
+        return super().decode(data, message_type)

@@ -1,0 +1,848 @@
+"""Per-class encode/decode functions for :mod:`protocol_py.codec.wire`, generated at first use.
+
+For each generated betterproto2 class, the field table (betterproto2's own metadata: numbers,
+proto types, repeated/optional/oneof, maps, wrapped well-known types) is turned into the source
+of two straight-line Python functions, compiled with ``exec`` once per class (as dataclasses
+and attrs build their methods): one decodes the class's fields from a buffer slice in place,
+one encodes an instance. They mirror betterproto2's own ``load`` and ``__bytes__`` rule by rule
+and raise :class:`FallbackError` for anything else, so :mod:`protocol_py.codec.wire` can hand such
+input
+back to betterproto2.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Final, NamedTuple
+
+import betterproto2
+
+MAX_FAST_DEPTH: Final = 64
+"""Deepest message nesting, in message levels, decoded by the generated functions; a deeper
+message goes to betterproto2 (same result) and is reported as not clean."""
+
+INLINE_LEVELS: Final = 2
+"""Sub-message levels decoded inline in their parent's generated function (no call per
+sub-message); deeper levels, and a class inside itself, call that class's decoder."""
+
+LARGE_STRING: Final = 1 << 20
+"""Strings of this many bytes or more (1 MiB) are decoded from a memoryview, without the
+intermediate bytes copy."""
+
+
+MAX_DECODED_OBJECTS: Final = 1_000_000
+"""Most elements of repeated message, string and bytes fields plus map entries one decode may
+create (all fields of the message, at any depth, counted together), in elements. Every other
+object hangs from one of these, the top-level message or a chain of singular sub-messages
+(at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded request's objects whatever its
+shape: a body of tiny elements (two bytes each: ``0a 00``) otherwise turns each wire byte into
+over 100 bytes of Python objects (issue 8: 1 MiB of empty ``messages`` cost over 1 GiB). The
+largest legitimate request measured, 100,000 one-block messages (4.4 MB), counts 200,000."""
+
+
+LONG_TEXT_CHARS: Final = 1 << 20
+"""Strings of this many characters or more (1 Mi) are encoded as a :class:`LongText` part,
+their UTF-8 bytes made this many characters at a time, never by one ``str.encode`` call over
+the whole text (a 60 MB copy holds the interpreter 30-45 ms: issue 8 item 4)."""
+
+
+class LongText:
+    """An encoder part standing for the UTF-8 bytes of one long string (at least
+    :data:`LONG_TEXT_CHARS` characters): ``len()`` is their byte count; :meth:`pieces` yields
+    them in order, :data:`LONG_TEXT_CHARS` characters at a time (an ASCII text, whose byte count
+    is its length, is encoded only then; another is encoded once, up front, in those pieces).
+
+    Raises:
+        UnicodeEncodeError: for a string holding a lone surrogate, as ``str.encode`` would.
+    """
+
+    __slots__ = ("chunks", "size", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.chunks: list[bytes] | None = None
+        if text.isascii():
+            self.size = len(text)
+        else:
+            self.chunks = [
+                text[i : i + LONG_TEXT_CHARS].encode() for i in range(0, len(text), LONG_TEXT_CHARS)
+            ]
+            self.size = sum(len(chunk) for chunk in self.chunks)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def pieces(self) -> Iterator[bytes]:
+        """The UTF-8 bytes, at most :data:`LONG_TEXT_CHARS` characters' worth per piece."""
+        if self.chunks is not None:
+            yield from self.chunks
+            return
+        text = self.text
+        for i in range(0, len(text), LONG_TEXT_CHARS):
+            yield text[i : i + LONG_TEXT_CHARS].encode()
+
+
+def flat_parts(out: list[Any]) -> Iterator[bytes]:
+    """The bytes of encoder parts ``out`` in order, each :class:`LongText` as its pieces."""
+    for part in out:
+        if type(part) is LongText:
+            yield from part.pieces()
+        else:
+            yield part
+
+
+class FallbackError(Exception):
+    """The generated code does not cover this input: betterproto2 handles the whole message."""
+
+
+class DecodeBudgetError(ValueError):
+    """The message holds more than the decode's budget of elements
+    (:data:`MAX_DECODED_OBJECTS` by default); never handed to betterproto2 (which has no
+    budget)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} repeated elements and map entries")
+        self.limit = limit
+
+
+class State:
+    """Per-call decoding state: ``clean`` stays True while every enum number is a known member
+    and every map entry carries its message value; ``unknown`` turns True at the first field
+    number the class does not know (kept in ``_unknown_fields``); ``left`` counts down the
+    repeated elements and map entries the decode may still create
+    (:class:`DecodeBudgetError` past zero)."""
+
+    __slots__ = ("clean", "left", "limit", "unknown")
+
+    def __init__(self, limit: int = MAX_DECODED_OBJECTS) -> None:
+        self.clean = True
+        self.unknown = False
+        self.left = limit
+        self.limit = limit
+
+
+def over_budget(st: State) -> None:
+    """Raise :class:`DecodeBudgetError` for ``st`` (called by the generated code)."""
+    raise DecodeBudgetError(st.limit)
+
+
+def varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position) of the varint at ``pos`` (at most 10 bytes, as betterproto2)."""
+    result = 0
+    shift = 0
+    while True:
+        if shift >= 70:
+            raise FallbackError
+        byte = data[pos]  # IndexError past the end: the caller falls back
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+SMALL: Final = [bytes([i]) for i in range(128)]
+
+
+def varint_bytes(value: int) -> bytes:
+    """betterproto2's varint encoding (negative numbers as 10-byte two's complement)."""
+    if 0 <= value < 128:
+        return SMALL[value]
+    if value < 0:
+        if value < -(1 << 63):
+            raise FallbackError
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append(0x80 | (value & 0x7F))
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def skip_field(data: bytes, pos: int, tag: int, end: int, st: State) -> int:
+    """Position after the unknown field whose tag ended at ``pos`` (``st.unknown`` is set);
+    the caller keeps its raw bytes as betterproto2 does (``_unknown_fields``)."""
+    st.unknown = True
+    wire = tag & 7
+    if wire == 0:
+        _, pos = varint(data, pos)
+    elif wire == 2:
+        size, pos = varint(data, pos)
+        pos += size
+    elif wire == 1:
+        pos += 8
+    elif wire == 5:
+        pos += 4
+    else:
+        raise FallbackError  # groups
+    if pos > end:
+        raise FallbackError
+    return pos
+
+
+def decode_str(data: bytes, pos: int, nxt: int) -> str:
+    """UTF-8 text of ``data[pos:nxt]``."""
+    if nxt - pos < LARGE_STRING:
+        return data[pos:nxt].decode("utf-8")
+    return str(memoryview(data)[pos:nxt], "utf-8")
+
+
+_MASK64: Final = "v &= 0xFFFFFFFFFFFFFFFF"
+_SIGN64: Final = "if v >= 0x8000000000000000: v -= 0x10000000000000000"
+_VARINT_DECODE: Final = {
+    # proto type: (steps for a varint of 2+ bytes, steps for every varint); a one-byte
+    # varint (0-127) needs no masking nor sign
+    betterproto2.TYPE_INT32: (["v &= 0xFFFFFFFF", "if v >= 0x80000000: v -= 0x100000000"], []),
+    betterproto2.TYPE_INT64: ([_MASK64, _SIGN64], []),
+    betterproto2.TYPE_UINT32: (["v &= 0xFFFFFFFF"], []),
+    betterproto2.TYPE_UINT64: ([_MASK64], []),
+    betterproto2.TYPE_SINT32: (["v &= 0xFFFFFFFF"], ["v = (v >> 1) ^ (-(v & 1))"]),
+    betterproto2.TYPE_SINT64: ([_MASK64], ["v = (v >> 1) ^ (-(v & 1))"]),
+    betterproto2.TYPE_BOOL: ([], ["v = v > 0"]),
+    betterproto2.TYPE_ENUM: (
+        [_MASK64, _SIGN64],
+        [
+            "e = {members}.get(v)",
+            "if e is None:",
+            "    st.clean = False",
+            "    e = {enum}(v)",
+            "v = e",
+        ],
+    ),
+}
+_FIXED: Final = {
+    betterproto2.TYPE_DOUBLE: ("<d", 1, 8),
+    betterproto2.TYPE_FLOAT: ("<f", 5, 4),
+    betterproto2.TYPE_FIXED32: ("<I", 5, 4),
+    betterproto2.TYPE_FIXED64: ("<Q", 1, 8),
+    betterproto2.TYPE_SFIXED32: ("<i", 5, 4),
+    betterproto2.TYPE_SFIXED64: ("<q", 1, 8),
+}
+_LEN = (betterproto2.TYPE_STRING, betterproto2.TYPE_BYTES, betterproto2.TYPE_MESSAGE)
+
+
+_LENGTH: Final = (
+    # a length prefix at ``pos`` (one- and two-byte varints inline) into ``n``, leaving ``pos``
+    # at the payload and ``nxt`` after it
+    "n = data[pos]",
+    "if n < 128:",
+    "    pos += 1",
+    "elif data[pos + 1] < 128:",
+    "    n = (n & 127) | (data[pos + 1] << 7)",
+    "    pos += 2",
+    "else:",
+    "    n, pos = varint(data, pos)",
+    "nxt = pos + n",  # last: a caller may set its own end instead
+)
+
+
+_SPEND: Final = (
+    # one more repeated element or map entry (see MAX_DECODED_OBJECTS); ``bud`` is the
+    # function's local copy of ``st.left``, written back around every call and at the end
+    "bud -= 1",
+    "if bud < 0:",
+    "    over_budget(st)",
+)
+
+_UNPACK: Final = {fmt: struct.Struct(fmt).unpack_from for fmt, _, _ in _FIXED.values()}
+_PACK: Final = {fmt: struct.Struct(fmt).pack for fmt, _, _ in _FIXED.values()}
+
+
+class _Scope(NamedTuple):
+    """Where generated decoding lines run: the name of the end position, the prefix of their
+    locals, the message level below the function's own (``depth + level``), and the classes
+    being decoded inline (outermost first)."""
+
+    end: str
+    prefix: str
+    depth: int
+    stack: tuple[type[Any], ...]
+
+
+class _Field(NamedTuple):
+    """One non-map field to decode into the local variable ``local``."""
+
+    number: int
+    ptype: str
+    unwrap: Any
+    cls: Any
+    local: str
+    repeated: bool
+
+
+class _EntryField(NamedTuple):
+    """One map field: its entry class, key and value metadata, value class, local dict."""
+
+    entry_cls: Any
+    key: Any
+    value: Any
+    value_cls: Any
+    local: str
+
+
+def _meta(cls: type[Any]) -> Any:
+    return getattr(cls, "_betterproto")  # noqa: B009  (a classproperty mypy cannot see)
+
+
+class _Generator:
+    """Builds and caches the functions; one instance per process (:data:`GENERATOR`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.ns: dict[str, Any] = {
+            "FallbackError": FallbackError,
+            "varint": varint,
+            "varint_bytes": varint_bytes,
+            "SMALL": SMALL,
+            "skip_field": skip_field,
+            "decode_str": decode_str,
+            "unpack_from": struct.unpack_from,
+            "new": object.__new__,
+            "over_budget": over_budget,
+            "Message": betterproto2.Message,
+            "LongText": LongText,
+        }
+        self.decoders: dict[type[Any], Any] = {}
+        self.encoders: dict[type[Any], Any] = {}
+        self.names: dict[Any, str] = {}
+        self.inlined = 0
+        self.heads: dict[int, str] = {}
+
+    def const(self, value: Any, hint: str) -> str:
+        """A namespace name bound to ``value`` (classes, tables, formats)."""
+        key = (hint, id(value))
+        name = self.names.get(key)
+        if name is None:
+            name = f"_{hint}{len(self.names)}"
+            self.names[key] = name
+            self.ns[name] = value
+        return name
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def decoder(self, cls: type[Any]) -> Any:
+        """The generated decoder of ``cls`` (built on first use)."""
+        return self._get(cls, self.decoders, self._build_decoder)
+
+    def _get(self, cls: type[Any], table: dict[type[Any], Any], build: Any) -> Any:
+        func = table.get(cls)
+        if func is None:
+            with self.lock:
+                func = table.get(cls)
+                if func is None:
+                    func = build(cls)
+        return func
+
+    def _decoder_name(self, cls: type[Any]) -> str:
+        name = self.const(cls, "dec_of_")
+        return name + "_d"
+
+    def _build_decoder(self, cls: type[Any]) -> Any:
+        return self._build(cls, self.decoders, self._decoder_source, self._decoder_name, "decoder")
+
+    def _build(
+        self,
+        cls: type[Any],
+        table: dict[type[Any], Any],
+        source_of: Callable[[type[Any]], tuple[str, list[type[Any]]]],
+        name_of: Callable[[type[Any]], str],
+        what: str,
+    ) -> Any:
+        """Generate, compile and record the functions of ``cls`` and every class it needs."""
+        pending: list[type[Any]] = [cls]
+        built: list[tuple[type[Any], str]] = []
+        seen: set[type[Any]] = set(table)
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            source, needs = source_of(current)
+            built.append((current, source))
+            pending.extend(needs)
+        for current, source in built:
+            exec(
+                compile(source, f"<protocol_py.codec.wire {what} {current.__name__}>", "exec"),
+                self.ns,
+            )
+        for current, _ in built:
+            table[current] = self.ns[name_of(current)]
+        return table[cls]
+
+    def _decoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
+        """Source of the decoder function of ``cls`` (see :meth:`_body`)."""
+        needs: list[type[Any]] = []
+        body = self._body(cls, _Scope("end", "", 0, (cls,)), needs)
+        lines = [
+            f"def {self._decoder_name(cls)}(data, pos, end, st, depth):",
+            f"    if depth > {MAX_FAST_DEPTH}:",
+            "        raise FallbackError",
+            "    bud = st.left",
+            *("    " + line for line in body),
+            "    st.left = bud",
+            "    return o",
+            "",
+        ]
+        return "\n".join(lines), needs
+
+    def _body(self, cls: type[Any], scope: _Scope, needs: list[type[Any]]) -> list[str]:
+        """Lines decoding one ``cls`` message from ``data[pos:<scope.end>]`` into the local
+        ``<scope.prefix>o``, leaving ``pos`` at the end.
+
+        Every field is read into a local variable; the instance is made at the end by setting
+        its attributes in the order betterproto2's own constructor sets them (the fields, then
+        ``_unknown_fields``), so CPython stores them as it does for a constructed instance
+        (shared keys, no separate ``__dict__`` until one is asked for). Sub-messages of a class
+        not already being decoded are decoded inline, :data:`INLINE_LEVELS` levels deep; deeper
+        ones, and recursive ones, call their class's decoder (appended to ``needs``)."""
+        meta_all = _meta(cls)
+        p = scope.prefix
+        init: list[str] = []
+        branches: list[tuple[int, list[str]]] = []
+        numbers = set()
+        entries: list[str] = []
+        for index, (name, meta) in enumerate(meta_all.meta_by_field_name.items()):
+            numbers.add(meta.number)
+            local = f"{p}f{index}"
+            entries.append(f"{p}o.{name} = {local}")
+            field_cls = meta_all.cls_by_field.get(name)
+            if meta.repeated:
+                init.append(f"{local} = []")
+            elif meta.map_meta is not None:
+                init.append(f"{local} = {{}}")
+            else:
+                default = meta_all.default_gen[name]()
+                if isinstance(default, (list, dict)):
+                    raise TypeError(f"{cls.__name__}.{name}: mutable default")
+                init.append(f"{local} = {self._literal(default)}")
+            if meta.map_meta is not None:
+                key_meta, value_meta = meta.map_meta
+                value_cls = meta_all.cls_by_field[f"{name}.value"]
+                body = self._map_entry(
+                    _EntryField(field_cls, key_meta, value_meta, value_cls, local), scope, needs
+                )
+                branches.append(((meta.number << 3) | 2, body))
+                continue
+            branches += self._field_branches(
+                _Field(meta.number, meta.proto_type, meta.unwrap, field_cls, local, meta.repeated),
+                scope,
+                needs,
+            )
+        numbers_name = self.const(frozenset(numbers), "numbers")
+        entries.append(f"{p}o._unknown_fields = {p}u")
+        return [
+            *init,
+            f"{p}u = b''",
+            *self._loop(branches, numbers_name, scope.end, f"{p}u"),
+            f"if pos != {scope.end}:",
+            "    raise FallbackError",
+            f"{p}o = new({self.const(cls, 'cls')})",
+            *entries,
+        ]
+
+    def _literal(self, value: Any) -> str:
+        """Source text for the immutable default ``value`` (a literal when exact, else a
+        namespace constant: enum members, floats, wrapped values)."""
+        if value is None or type(value) in (str, bytes, int, bool):
+            return repr(value)
+        return self.const(value, "default")
+
+    @staticmethod
+    def _loop(
+        branches: list[tuple[int, list[str]]], numbers: str, end: str, unknown: str | None
+    ) -> list[str]:
+        """The field loop over ``data[pos:end]``: a one-byte tag (field numbers 1-15) is
+        dispatched at once; a longer one is read as a varint first. A known number with
+        another wire type (or a tag in a longer encoding than needed) falls back; an unknown
+        field's raw bytes are appended to the local ``unknown`` (betterproto2's
+        ``_unknown_fields``), or skipped when it is None."""
+        short = [(tag, body) for tag, body in branches if tag < 128]
+        long = [(tag, body) for tag, body in branches if tag >= 128]
+        lines = [f"while pos < {end}:", "    tag = data[pos]", "    pos += 1"]
+        keyword = "if"
+        for tag, body in short:
+            lines.append(f"    {keyword} tag == {tag}:")
+            lines.extend("        " + line for line in body)
+            keyword = "elif"
+        rest = [
+            "start = pos - 1",
+            "if tag > 127:",
+            "    tag, pos = varint(data, start)",
+        ]
+        keyword = "if"
+        for tag, body in long:
+            rest.append(f"{keyword} tag == {tag}:")
+            rest.extend("    " + line for line in body)
+            keyword = "elif"
+        rest += [
+            f"{keyword} (tag >> 3) in {numbers}:",
+            "    raise FallbackError  # a known field with another wire type or tag encoding",
+            "else:",
+            f"    pos = skip_field(data, pos, tag, {end}, st)",
+        ]
+        if unknown is not None:
+            rest.append(f"    {unknown} += data[start:pos]")
+        lines.append("    else:" if short else "    if True:")
+        lines.extend("        " + line for line in rest)
+        return lines
+
+    def _message_value(
+        self, field_cls: type[Any], scope: _Scope, needs: list[type[Any]]
+    ) -> tuple[list[str], str, bool]:
+        """``(lines, expression, inline)`` decoding the sub-message ``data[pos:nxt]``: inline
+        (see :meth:`_body`; ``pos`` is then left at its end) or by a call to its class's
+        decoder (the expression)."""
+        level = scope.depth + 1
+        if field_cls in scope.stack or len(scope.stack) > INLINE_LEVELS:
+            needs.append(field_cls)
+            call = f"{self._decoder_name(field_cls)}(data, pos, nxt, st, depth + {level})"
+            return [], call, False
+        self.inlined += 1
+        tag = f"i{self.inlined}_"
+        inner = _Scope(f"{tag}end", tag, level, (*scope.stack, field_cls))
+        lines = [
+            f"{inner.end} = pos + n",
+            f"if depth > {MAX_FAST_DEPTH - level}:",
+            "    raise FallbackError",
+            *self._body(field_cls, inner, needs),
+        ]
+        return lines, f"{tag}o", True
+
+    def _field_branches(
+        self, field: _Field, scope: _Scope, needs: list[type[Any]]
+    ) -> list[tuple[int, list[str]]]:
+        """``(tag, lines)`` decoding one non-map field of ``data[pos:<scope.end>]`` into its
+        local variable (appending when repeated; packed encoding accepted for repeated
+        scalars). A length or fixed-width value running past the end is not checked here:
+        ``pos`` then ends past the end and the message's final check falls back."""
+        local, ptype = field.local, field.ptype
+        spend = _SPEND if field.repeated else []
+
+        def store(expr: str) -> str:
+            return f"{local}.append({expr})" if field.repeated else f"{local} = {expr}"
+
+        length = _LENGTH
+        if ptype in _LEN:
+            if ptype == betterproto2.TYPE_STRING:
+                large = "decode_str(data, pos, nxt)"
+                value = [store(f"data[pos:nxt].decode() if n < {LARGE_STRING} else {large}")]
+            elif ptype == betterproto2.TYPE_BYTES:
+                value = [store("data[pos:nxt]")]
+            elif field.unwrap is not None:
+                unwrap = self.const(field.unwrap, "unwrap")
+                value = [
+                    f"if nxt > {scope.end}:",
+                    "    raise FallbackError",
+                    store(f"{unwrap}().parse(data[pos:nxt]).to_wrapped()"),
+                ]
+            else:
+                lines, expr, inline = self._message_value(field.cls, scope, needs)
+                if inline:  # the inline lines set their own end from ``n``
+                    body = [*length[:-1], *lines, *spend, store(expr)]
+                    return [((field.number << 3) | 2, body)]
+                call = ["st.left = bud", store(expr), "bud = st.left", "pos = nxt"]
+                return [((field.number << 3) | 2, [*length, *spend, *call])]
+            return [((field.number << 3) | 2, [*length, *spend, *value, "pos = nxt"])]
+        if ptype in _FIXED:
+            fmt, wire, width = _FIXED[ptype]
+            read = f"{self.const(_UNPACK[fmt], 'unpack')}(data, pos)[0]"
+            one = [store(read), f"pos += {width}"]
+            packed = ["while pos < nxt:", f"    items.append({read})", f"    pos += {width}"]
+        else:
+            wide, always = _VARINT_DECODE[ptype]
+            names: dict[str, str] = {}
+            if ptype == betterproto2.TYPE_ENUM:
+                names = {"members": self.const({int(m): m for m in field.cls}, "members")}
+                names["enum"] = self.const(field.cls, "enum")
+                always = [line.format(**names) for line in always]
+            wire = 0
+            one = ["v = data[pos]", "if v < 128:", "    pos += 1", "else:"]
+            one += ["    v, pos = varint(data, pos)", *("    " + line for line in wide)]
+            if ptype == betterproto2.TYPE_ENUM and not field.repeated:  # straight to the local
+                one += [
+                    f"{local} = {names['members']}.get(v)",
+                    f"if {local} is None:",
+                    "    st.clean = False",
+                    f"    {local} = {names['enum']}(v)",
+                ]
+            else:
+                one += [*always, store("v")]
+            packed = ["while pos < nxt:", "    v, pos = varint(data, pos)"]
+            packed += [*("    " + line for line in (*wide, *always)), "    items.append(v)"]
+        branches = [((field.number << 3) | wire, one)]
+        if field.repeated:
+            body = [
+                *length,
+                f"items = {local}",
+                *packed,
+                "if pos != nxt:",
+                "    raise FallbackError",
+            ]
+            branches.append(((field.number << 3) | 2, body))
+        return branches
+
+    def _map_entry(self, field: _EntryField, scope: _Scope, needs: list[type[Any]]) -> list[str]:
+        """Lines decoding one map entry (a length-delimited field at ``pos``) inline into the
+        field's dict: betterproto2's defaults for a missing key or value (a missing message
+        value marks the state unclean); the entry's own unknown fields are skipped (as
+        betterproto2 drops them) but reported in ``st.unknown``; nesting counts the entry as
+        one message level, as betterproto2's entry class is."""
+        entry_meta = _meta(field.entry_cls)
+        p = scope.prefix
+        key, value, end = f"{p}k", f"{p}x", f"{p}ee"
+        level = scope.depth + 1
+        inner = _Scope(end, p, level, scope.stack)
+        branches = self._field_branches(
+            _Field(1, field.key.proto_type, field.key.unwrap, None, key, False), inner, needs
+        )
+        branches += self._field_branches(
+            _Field(2, field.value.proto_type, field.value.unwrap, field.value_cls, value, False),
+            inner,
+            needs,
+        )
+        return [
+            *_LENGTH[:-1],
+            f"{end} = pos + n",
+            f"if depth > {MAX_FAST_DEPTH - level}:",
+            "    raise FallbackError",
+            f"{key} = {self._literal(entry_meta.default_gen['key']())}",
+            f"{value} = {self._literal(entry_meta.default_gen['value']())}",
+            *self._loop(branches, "(1, 2)", end, None),
+            f"if pos != {end}:",
+            "    raise FallbackError",
+            f"if {value} is None:",
+            "    st.clean = False",
+            *_SPEND,
+            f"{field.local}[{key}] = {value}",
+        ]
+
+    # -- encoding ------------------------------------------------------------------------------
+
+    def encoder(self, cls: type[Any]) -> Any:
+        """The generated encoder of ``cls`` (built on first use): ``encoder(message, out)``
+        appends the message's serialization to the list ``out`` in parts and returns its size
+        in bytes, so nested messages are written once into one list (joined once at the top,
+        :func:`encode_any`) instead of being joined again at every level."""
+        return self._get(cls, self.encoders, self._build_encoder)
+
+    def _encoder_name(self, cls: type[Any]) -> str:
+        return self.const(cls, "enc_of_") + "_e"
+
+    def _build_encoder(self, cls: type[Any]) -> Any:
+        return self._build(cls, self.encoders, self._encoder_source, self._encoder_name, "encoder")
+
+    def _heads(self, tag: int) -> str:
+        """Name of a namespace tuple holding, for each value 0-127, the bytes of ``tag``
+        followed by that one-byte varint (a length or a small scalar)."""
+        name = self.heads.get(tag)
+        if name is None:
+            prefix = varint_bytes(tag)
+            name = self.const(tuple(prefix + bytes([i]) for i in range(128)), f"h{tag}_")
+            self.heads[tag] = name
+        return name
+
+    def _scalar_code(self, ptype: str, var: str) -> tuple[list[str], int]:
+        """Lines computing ``b`` (the encoded scalar, without tag) from ``var``, raising
+        FallbackError for a value betterproto2 may treat otherwise; plus the wire type."""
+        if ptype in _FIXED:
+            fmt, wire, _ = _FIXED[ptype]
+            return [
+                f"if not isinstance({var}, (int, float)):",
+                "    raise FallbackError",
+                f"b = {self.const(_PACK[fmt], 'pack')}({var})",
+            ], wire
+        check = [f"if not isinstance({var}, int):", "    raise FallbackError"]
+        if ptype in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
+            return [
+                *check,
+                f"b = varint_bytes({var} << 1 if {var} >= 0 else ({var} << 1) ^ (~0))",
+            ], 0
+        return [*check, f"b = SMALL[{var}] if 0 <= {var} < 128 else varint_bytes({var})"], 0
+
+    def _emit(  # noqa: PLR0917
+        self,
+        ptype: str,
+        unwrap: Any,
+        field_cls: Any,
+        number: int,
+        var: str,
+        size: str,
+        needs: list[Any],
+    ) -> list[str]:
+        """Lines appending field ``number`` holding ``var`` (tag, length when delimited, value)
+        to ``out`` and adding its byte count to the local ``size``; FallbackError for a value
+        betterproto2 may treat otherwise."""
+        if ptype in _LEN:
+            tag = (number << 3) | 2
+            heads, head = self._heads(tag), varint_bytes(tag)
+            length = [
+                "if n < 128:",
+                f"    out[i] = {heads}[n]",
+                f"    {size} += n + {len(head) + 1}",
+                "else:",
+                f"    h = {head!r} + varint_bytes(n)",
+                "    out[i] = h",
+                f"    {size} += n + len(h)",
+            ]
+            if ptype == betterproto2.TYPE_MESSAGE and unwrap is None:
+                needs.append(field_cls)
+                return [
+                    "i = len(out)",
+                    "put(None)",
+                    f"if type({var}) is {self.const(field_cls, 'cls')}:",
+                    f"    n = {self._encoder_name(field_cls)}({var}, out)",
+                    f"elif isinstance({var}, Message):",
+                    f"    n = encode_into({var}, out)",
+                    "else:",
+                    "    raise FallbackError",
+                    *length,
+                ]
+            if ptype == betterproto2.TYPE_STRING:
+                value = [f"if type({var}) is not str:", "    raise FallbackError"]
+                value.append(
+                    f"b = {var}.encode() if len({var}) < {LONG_TEXT_CHARS} else LongText({var})"
+                )
+            elif ptype == betterproto2.TYPE_BYTES:
+                value = [f"if type({var}) is not bytes:", "    raise FallbackError", f"b = {var}"]
+            else:
+                value = [f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"]
+            return [*value, "n = len(b)", "i = len(out)", "put(None)", *length, "put(b)"]
+        code, wire = self._scalar_code(ptype, var)
+        tag = (number << 3) | wire
+        head = varint_bytes(tag)
+        if wire == 0 and ptype not in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
+            return [
+                *code[:2],  # the type check
+                f"if 0 <= {var} < 128:",
+                f"    put({self._heads(tag)}[{var}])",
+                f"    {size} += {len(head) + 1}",
+                "else:",
+                f"    b = varint_bytes({var})",
+                f"    put({head!r})",
+                "    put(b)",
+                f"    {size} += {len(head)} + len(b)",
+            ]
+        return [*code, f"put({head!r})", "put(b)", f"{size} += {len(head)} + len(b)"]
+
+    def _encoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
+        meta_all = _meta(cls)
+        fname = self._encoder_name(cls)
+        needs: list[type[Any]] = []
+        lines = [f"def {fname}(msg, out):", "    put = out.append", "    size = 0"]
+        for name, meta in meta_all.meta_by_field_name.items():
+            field_cls = meta_all.cls_by_field.get(name)
+            lines.append(f"    v = msg.{name}")
+            lines.append("    if v is not None:")
+            body: list[str] = []
+            if meta.map_meta is not None:
+                key_meta, value_meta = meta.map_meta
+                value_cls = meta_all.cls_by_field[f"{name}.value"]
+                tag = (meta.number << 3) | 2
+                heads, head = self._heads(tag), varint_bytes(tag)
+                key = self._emit(key_meta.proto_type, None, None, 1, "k", "es", needs)
+                value = self._emit(
+                    value_meta.proto_type, value_meta.unwrap, value_cls, 2, "x", "es", needs
+                )
+                body += [
+                    "if type(v) is not dict:",
+                    "    raise FallbackError",
+                    "for k, x in v.items():",
+                    "    j = len(out)",
+                    "    put(None)",
+                    "    es = 0",
+                    *("    " + line for line in (*key, *value)),
+                    "    if es < 128:",
+                    f"        out[j] = {heads}[es]",
+                    f"        size += es + {len(head) + 1}",
+                    "    else:",
+                    f"        h = {head!r} + varint_bytes(es)",
+                    "        out[j] = h",
+                    "        size += es + len(h)",
+                ]
+                lines.extend("        " + line for line in body)
+                continue
+            if meta.repeated:
+                body += ["if type(v) is not list:", "    raise FallbackError", "if v:"]
+                if meta.proto_type not in _LEN:  # packed
+                    code_item, _ = self._scalar_code(meta.proto_type, "item")
+                    body += [
+                        "    parts = []",
+                        "    for item in v:",
+                        *("        " + line for line in code_item),
+                        "        parts.append(b)",
+                        "    packed = b''.join(parts)",
+                        *(
+                            "    " + line
+                            for line in self._emit(
+                                betterproto2.TYPE_BYTES,
+                                None,
+                                None,
+                                meta.number,
+                                "packed",
+                                "size",
+                                needs,
+                            )
+                        ),
+                    ]
+                else:
+                    emit = self._emit(
+                        meta.proto_type, meta.unwrap, field_cls, meta.number, "item", "size", needs
+                    )
+                    body += ["    for item in v:", *("        " + line for line in emit)]
+                lines.extend("        " + line for line in body)
+                continue
+            emit = self._emit(
+                meta.proto_type, meta.unwrap, field_cls, meta.number, "v", "size", needs
+            )
+            plain = (
+                not (meta.optional or meta.group) and meta.proto_type != betterproto2.TYPE_MESSAGE
+            )
+            if plain:
+                py = {
+                    betterproto2.TYPE_STRING: "str",
+                    betterproto2.TYPE_BYTES: "bytes",
+                    betterproto2.TYPE_BOOL: "bool",
+                }.get(meta.proto_type)
+                if py is not None:
+                    body += [f"if type(v) is not {py}:", "    raise FallbackError"]
+                default = self.const(meta_all.default_gen[name](), "default")
+                body += [f"if v != {default}:", *("    " + line for line in emit)]
+            else:
+                body += emit
+            lines.extend("        " + line for line in body)
+        lines += [
+            "    u = msg._unknown_fields",
+            "    if u:",
+            "        put(u)",
+            "        size += len(u)",
+            "    return size",
+            "",
+        ]
+        return "\n".join(lines), needs
+
+
+GENERATOR: Final = _Generator()
+
+
+def encode_into(message: betterproto2.Message, out: list[Any]) -> int:
+    """Append the serialization of a message of any generated class to ``out`` in parts;
+    return its size in bytes."""
+    size: int = GENERATOR.encoder(type(message))(message, out)
+    return size
+
+
+def encode_any(message: betterproto2.Message) -> bytes:
+    """Encode a message of any generated class with its generated encoder (one join of the
+    parts; a :class:`LongText` part joined from its pieces)."""
+    out: list[Any] = []
+    encode_into(message, out)
+    try:
+        return b"".join(out)
+    except TypeError:  # a LongText part (a string of LONG_TEXT_CHARS characters or more)
+        return b"".join(flat_parts(out))
+
+
+GENERATOR.ns["encode_into"] = encode_into

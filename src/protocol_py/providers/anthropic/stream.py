@@ -1,0 +1,490 @@
+"""Anthropic Messages stream -> StreamEvents.
+
+Implements the translation contract of ``fixtures/vendor/README.md`` and DESIGN D6, D7,
+D10-D12 for ``POST /v1/messages`` with ``stream: true``. Pure: consumes parsed SSE events and
+the response headers, never does I/O.
+
+Mapping summary:
+
+- ``stream_start`` from the ``request-id`` header at the first SSE event (the message id is not
+  a request id: without the header there is none).
+- ``metadata`` once at ``message_start``: ``actual_model`` = ``message.model``,
+  ``service_tier`` = ``message.usage.service_tier``.
+- Content blocks by ``index``: ``text_delta`` -> text, ``thinking_delta`` -> thinking,
+  ``signature_delta`` -> the block's signature (assigned, emitted once as thinking_signature at
+  ``content_block_stop``), ``redacted_thinking`` -> one redacted_thinking event with ``data``
+  verbatim at ``content_block_start``, ``tool_use`` -> tool_call_start at
+  start, ``input_json_delta.partial_json`` fragments forwarded as received (empty ones
+  skipped), tool_call_done at ``content_block_stop``. Other block types (``compaction``,
+  ``server_tool_use`` and its results, which the vendor executes itself, citations) have no
+  protocol slot and emit nothing.
+- ``ping`` is ignored; ``event: error`` is one terminal error.
+- Usage: ``message_start.usage`` updated field by field by ``message_delta.usage`` (cumulative,
+  last value wins). When ``usage.iterations`` is present (server-side compaction) the event
+  carries the sum over the iterations.
+- Usage and stop are emitted at ``message_stop``. Blocks the vendor left open (no
+  ``content_block_stop``) are closed first, in index order, exactly as ``content_block_stop``
+  would close them (a tool call's arguments are checked, then tool_call_done; a thinking block's
+  signature is emitted); a ``content_block_start`` on an index whose block is still open closes
+  that block the same way first. So the output always satisfies D12.
+- End of body before ``message_stop`` -> TRANSIENT error ("upstream stream ended before
+  message_stop"), keeping what was streamed. Any terminal error first emits the signature of
+  an open thinking block whose ``signature_delta`` already arrived (the block is then
+  replayable); an unsigned thinking block of such a turn never gets a signature event (B09).
+  Then the usage reported so far (``message_start`` merged with any ``message_delta``) is
+  emitted as a ``usage`` event before the ``error``: reported usage is never dropped (issue 8
+  item 9).
+- A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
+
+Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =
+``cache_read_input_tokens``, cache_write_tokens = max(``cache_creation_input_tokens``,
+``cache_creation.ephemeral_5m_input_tokens`` + ``ephemeral_1h_input_tokens``),
+cache_write_1h_tokens = ``cache_creation.ephemeral_1h_input_tokens``, output_tokens =
+``output_tokens``, reasoning_tokens = ``output_tokens_details.thinking_tokens`` with
+reasoning_already_counted true. Each only when reported (0 counts as reported); a negative,
+fractional or non-numeric count is dropped with a warning (docs/adapters.md).
+
+Stop table: end_turn -> END_TURN, max_tokens and model_context_window_exceeded -> MAX_TOKENS,
+tool_use -> TOOL_USE, stop_sequence -> STOP_SEQUENCE with ``matched_stop_sequence``, refusal ->
+REFUSAL, pause_turn -> PAUSE_TURN (protocol 1.1: the turn is paused, not complete; the kernel
+sends the paused content back as the last message to continue it); any unknown value -> END_TURN
+with model_affirmed false.
+``stop_sequence`` with a null (or non-string) ``stop_sequence`` -> END_TURN, model_affirmed
+false, vendor_reason ``stop_sequence``: the contract sets ``matched_stop_sequence`` exactly when
+the reason is STOP_SEQUENCE (the checker rejects STOP_SEQUENCE without it), so the adapter cannot
+report STOP_SEQUENCE without knowing which sequence matched; the END_TURN it reports instead is
+its own inference, hence model_affirmed false (D11), and vendor_reason keeps the raw value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.errors import (
+    anthropic_rate_limits,
+    classify_error_object,
+    lower_headers,
+    transient_error,
+)
+from protocol_py.providers.http.sse import SSEEvent
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    RateLimitSnapshot,
+    Stop,
+    StopReason,
+    StreamEvent,
+    StreamMetadata,
+    Usage,
+)
+
+__all__ = ["AnthropicStreamTranslator", "map_anthropic_stop", "map_anthropic_usage"]
+
+_STOP: Mapping[str, StopReason] = {
+    "end_turn": StopReason.END_TURN,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "tool_use": StopReason.TOOL_USE,
+    "stop_sequence": StopReason.STOP_SEQUENCE,
+    "refusal": StopReason.REFUSAL,
+    "pause_turn": StopReason.PAUSE_TURN,
+}
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def map_anthropic_stop(stop_reason: str | None, stop_sequence: object = None) -> Stop:
+    """Map Anthropic's ``stop_reason`` (+ ``stop_sequence``) to a Stop (D11, case B21)."""
+    if stop_reason is None:
+        return Stop(reason=StopReason.END_TURN, model_affirmed=False)
+    mapped = _STOP.get(stop_reason)
+    if mapped is None:
+        return Stop(reason=StopReason.END_TURN, model_affirmed=False, vendor_reason=stop_reason)
+    if mapped == StopReason.STOP_SEQUENCE:
+        if not isinstance(stop_sequence, str):
+            return Stop(reason=StopReason.END_TURN, model_affirmed=False, vendor_reason=stop_reason)
+        return Stop(
+            reason=mapped,
+            matched_stop_sequence=stop_sequence,
+            model_affirmed=True,
+            vendor_reason=stop_reason,
+        )
+    return Stop(reason=mapped, model_affirmed=True, vendor_reason=stop_reason)
+
+
+def map_anthropic_usage(
+    raw: Mapping[str, Any], *, rate_limits: list[RateLimitSnapshot] | None = None
+) -> Usage:
+    """Map a merged Anthropic usage object (start + deltas, or iteration sums) to Usage.
+
+    Counts go through :func:`~protocol_py.providers.http.events.usage_count`: a negative,
+    fractional or non-numeric figure is dropped (absent; 0 for the required input/output
+    counts) with a warning. The cache-write categories are made consistent (docs/adapters.md
+    "Usage normalisation"): ``cache_write_tokens`` = max(``cache_creation_input_tokens``,
+    ``ephemeral_5m_input_tokens`` + ``ephemeral_1h_input_tokens``), present when any of the
+    three is; ``cache_write_1h_tokens`` = ``ephemeral_1h_input_tokens`` as reported. The result
+    always passes the StreamAccumulator's usage checks and :func:`protocol_py.rules.pricing.cost`.
+    """
+    input_tokens = ev.usage_count(raw, "input_tokens", "usage.input_tokens") or 0
+    output_tokens = ev.usage_count(raw, "output_tokens", "usage.output_tokens") or 0
+    total_write = ev.usage_count(
+        raw, "cache_creation_input_tokens", "usage.cache_creation_input_tokens"
+    )
+    creation = raw.get("cache_creation")
+    five_min = one_hour = None
+    if isinstance(creation, dict):
+        five_min = ev.usage_count(
+            creation, "ephemeral_5m_input_tokens", "usage.cache_creation.ephemeral_5m_input_tokens"
+        )
+        one_hour = ev.usage_count(
+            creation, "ephemeral_1h_input_tokens", "usage.cache_creation.ephemeral_1h_input_tokens"
+        )
+    cache_write: int | None = None
+    if total_write is not None or five_min is not None or one_hour is not None:
+        cache_write = max(total_write or 0, (five_min or 0) + (one_hour or 0))
+    details = raw.get("output_tokens_details")
+    thinking = (
+        ev.usage_count(details, "thinking_tokens", "usage.output_tokens_details.thinking_tokens")
+        if isinstance(details, dict)
+        else None
+    )
+    thinking = ev.counted_reasoning(
+        output_tokens, thinking, "usage.output_tokens_details.thinking_tokens"
+    )
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=ev.usage_count(
+            raw, "cache_read_input_tokens", "usage.cache_read_input_tokens"
+        ),
+        cache_write_tokens=cache_write,
+        cache_write_1h_tokens=one_hour,
+        reasoning_tokens=thinking,
+        reasoning_already_counted=True if thinking is not None else None,
+        rate_limits=list(rate_limits or []),
+    )
+
+
+_CREATION_KEYS = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+
+
+def _sum_iterations(iterations: list[Any]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    creation: dict[str, int] = {}
+    thinking: int | None = None
+    for item in iterations:
+        if not isinstance(item, dict):
+            continue
+        for key in _USAGE_KEYS:
+            value = ev.usage_count(item, key, f"usage.iterations[].{key}")
+            if value is not None:
+                total[key] = total.get(key, 0) + value
+        parts = item.get("cache_creation")
+        if isinstance(parts, dict):
+            for key in _CREATION_KEYS:
+                value = ev.usage_count(parts, key, f"usage.iterations[].cache_creation.{key}")
+                if value is not None:
+                    creation[key] = creation.get(key, 0) + value
+        details = item.get("output_tokens_details")
+        if isinstance(details, dict):
+            value = ev.usage_count(
+                details, "thinking_tokens", "usage.iterations[].output_tokens_details"
+            )
+            if value is not None:
+                thinking = (thinking or 0) + value
+    if creation:
+        total["cache_creation"] = creation
+    if thinking is not None:
+        total["output_tokens_details"] = {"thinking_tokens": thinking}
+    return total
+
+
+@dataclass
+class _Block:
+    kind: str
+    call_id: str = ""
+    signature: str = ""
+    fragments: list[str] = field(default_factory=list)
+
+
+class AnthropicStreamTranslator:
+    """Stateful translator for one Anthropic Messages stream.
+
+    Call :meth:`on_event` for each SSE event and :meth:`on_eof` when the body ends; both return
+    the StreamEvents to emit and nothing after the terminal event (``finished``).
+
+    Args:
+        headers: The response headers (any case).
+    """
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        h = lower_headers(headers)
+        self.request_id = h.get("request-id", "").strip()
+        self._rate_limits = anthropic_rate_limits(h)
+        self._started = False
+        self._blocks: dict[int, _Block] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+        self._stop_sequence: object = None
+        self.finished = False
+
+    def on_event(self, sse: SSEEvent) -> list[StreamEvent]:
+        """Translate one SSE event."""
+        if self.finished:
+            return []
+        data = sse.data.strip()
+        if not data:
+            return []
+        out: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            if self.request_id:
+                out.append(ev.start(self.request_id))
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            if sse.event == "error":
+                obj = {"type": "error", "error": {"message": data[:500]}}
+            else:
+                return self._fail(out, transient_error("malformed JSON in an SSE data line"))
+        if not isinstance(obj, dict):
+            return out
+        etype = obj.get("type") if isinstance(obj.get("type"), str) else sse.event
+        if sse.event == "error" or etype == "error":
+            return self._fail(out, classify_error_object(obj, request_id=self.request_id or None))
+        handler = _HANDLERS.get(str(etype))
+        if handler is not None:
+            handler(self, out, obj)
+        return out
+
+    def on_json(self, body: object) -> list[StreamEvent]:
+        """A whole JSON response body (HTTP 2xx, not an event stream).
+
+        ``{"type": "error", ...}`` (or any object with ``error``) becomes its classified
+        terminal error; a whole ``{"type": "message", ...}`` (a non-streamed answer) is
+        translated block by block as if streamed: metadata, each content block, usage, stop.
+        Anything else is a PERMANENT error.
+        """
+        if self.finished:
+            return []
+        out: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            if self.request_id:
+                out.append(ev.start(self.request_id))
+        if not isinstance(body, dict):
+            body = {}
+        if body.get("type") == "error" or body.get("error") is not None:
+            return self._fail(out, classify_error_object(body, request_id=self.request_id or None))
+        content = body.get("content")
+        if body.get("type") != "message" or not isinstance(content, list):
+            return self._fail(
+                out,
+                ModelError(
+                    kind=ErrorKind.PERMANENT,
+                    message="upstream answered a JSON body that is neither a message nor an "
+                    "error object",
+                    retryable=False,
+                ),
+            )
+        self._message_start(out, {"message": {**body, "content": []}})
+        for index, block in enumerate(content):
+            if self.finished:
+                return out
+            self._block_start(out, {"index": index, "content_block": block})
+            if not self.finished:
+                self._block_stop(out, {"index": index})
+        if self.finished:
+            return out
+        self._message_delta(
+            out,
+            {
+                "delta": {
+                    "stop_reason": body.get("stop_reason"),
+                    "stop_sequence": body.get("stop_sequence"),
+                }
+            },
+        )
+        self._message_stop(out, {})
+        return out
+
+    def on_eof(self) -> list[StreamEvent]:
+        """The body ended; without ``message_stop`` that is a TRANSIENT error."""
+        if self.finished:
+            return []
+        return self._fail([], transient_error("upstream stream ended before message_stop"))
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _message_start(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self._usage.update(usage)
+        model = ev.as_str(message.get("model"))
+        tier = ev.as_str(usage.get("service_tier")) if isinstance(usage, dict) else None
+        if model or tier:
+            out.append(ev.metadata(StreamMetadata(actual_model=model, service_tier=tier)))
+
+    def _block_start(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        index = ev.as_int(obj.get("index"))
+        block = obj.get("content_block")
+        if index is None or not isinstance(block, dict):
+            return
+        btype = str(block.get("type"))
+        previous = self._blocks.pop(index, None)
+        if previous is not None:
+            self._close_block(out, previous)  # index reused without content_block_stop
+            if self.finished:
+                return
+        entry = _Block(kind=btype)
+        self._blocks[index] = entry
+        if btype == "text":
+            value = block.get("text")
+            if isinstance(value, str) and value:
+                out.append(ev.text(value))
+        elif btype == "thinking":
+            value = block.get("thinking")
+            if isinstance(value, str) and value:
+                out.append(ev.thinking(value))
+            sig = block.get("signature")
+            if isinstance(sig, str) and sig:
+                entry.signature = sig
+        elif btype == "redacted_thinking":
+            data = block.get("data")
+            if isinstance(data, str) and data:
+                out.append(ev.redacted(data))
+        elif btype == "tool_use":
+            call_id = ev.as_str(block.get("id"))
+            name = ev.as_str(block.get("name"))
+            if call_id is None or name is None:
+                self._fail(out, transient_error(f"tool_use block {index} without id or name"))
+                return
+            entry.call_id = call_id
+            out.append(ev.tool_start(call_id, name))
+            initial = block.get("input")
+            if isinstance(initial, dict) and initial:
+                fragment = json.dumps(initial, ensure_ascii=False, separators=(",", ":"))
+                entry.fragments.append(fragment)
+                out.append(ev.tool_delta(call_id, fragment))
+
+    def _block_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        index = ev.as_int(obj.get("index"))
+        delta = obj.get("delta")
+        if index is None or not isinstance(delta, dict):
+            return
+        entry = self._blocks.get(index)
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            value = delta.get("text")
+            if isinstance(value, str) and value:
+                out.append(ev.text(value))
+        elif dtype == "thinking_delta":
+            value = delta.get("thinking")
+            if isinstance(value, str) and value:
+                out.append(ev.thinking(value))
+        elif dtype == "signature_delta":
+            sig = delta.get("signature")
+            if isinstance(sig, str) and entry is not None:
+                entry.signature = sig  # assigned, as the vendor SDK does (B06)
+        elif dtype == "input_json_delta":
+            value = delta.get("partial_json")
+            if entry is None and isinstance(value, str) and value:
+                self._fail(
+                    out,
+                    transient_error(f"input_json_delta for block {index}, which was never started"),
+                )
+            elif isinstance(value, str) and value and entry is not None and entry.call_id:
+                entry.fragments.append(value)
+                out.append(ev.tool_delta(entry.call_id, value))
+
+    def _block_stop(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        index = ev.as_int(obj.get("index"))
+        entry = self._blocks.pop(index, None) if index is not None else None
+        if entry is None:
+            return
+        self._close_block(out, entry)
+
+    def _close_block(self, out: list[StreamEvent], entry: _Block) -> None:
+        """Finish one block: a thinking block's signature, a tool call's done (args checked)."""
+        if entry.kind == "thinking" and entry.signature:
+            out.append(ev.signature(entry.signature))
+        elif entry.call_id:
+            problem = ev.check_tool_arguments(entry.call_id, entry.fragments)
+            if problem is not None:
+                self._fail(out, problem)
+                return
+            out.append(ev.tool_done(entry.call_id))
+
+    def _message_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        delta = obj.get("delta")
+        if isinstance(delta, dict):
+            reason = delta.get("stop_reason")
+            if isinstance(reason, str) and reason:
+                self._stop_reason = reason
+                self._stop_sequence = delta.get("stop_sequence")
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            iterations = usage.get("iterations")
+            if isinstance(iterations, list) and iterations:
+                summed = _sum_iterations(iterations)
+                for key in (*_USAGE_KEYS, "cache_creation", "output_tokens_details"):
+                    if key in summed:
+                        self._usage[key] = summed[key]
+            else:
+                for key, value in usage.items():
+                    if value is not None:
+                        self._usage[key] = value
+
+    def _message_stop(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
+        for index in sorted(self._blocks):  # blocks the vendor left open close here, in order
+            self._close_block(out, self._blocks.pop(index))
+            if self.finished:
+                return
+        out.append(
+            StreamEvent(usage=map_anthropic_usage(self._usage, rate_limits=self._rate_limits))
+        )
+        out.append(StreamEvent(stop=map_anthropic_stop(self._stop_reason, self._stop_sequence)))
+        self.finished = True
+
+    def _fail(self, out: list[StreamEvent], err: ModelError) -> list[StreamEvent]:
+        if not self.finished:
+            for index in sorted(self._blocks):  # keep a signature that already arrived
+                entry = self._blocks[index]
+                if entry.kind == "thinking" and entry.signature:
+                    out.append(ev.signature(entry.signature))
+                    entry.signature = ""
+            if not err.provider_request_id and self.request_id:
+                err.provider_request_id = self.request_id
+            if self._usage:  # reported usage is never dropped: usage, then the error
+                usage = map_anthropic_usage(self._usage, rate_limits=self._rate_limits)
+                out.append(StreamEvent(usage=usage))
+            out.append(ev.error(err))
+            self.finished = True
+        return out
+
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error`` (a stall, a cut connection): an open thinking block's
+        signature, the usage reported so far, then the error."""
+        return self._fail([], error)
+
+
+_HANDLERS = {
+    "message_start": AnthropicStreamTranslator._message_start,
+    "content_block_start": AnthropicStreamTranslator._block_start,
+    "content_block_delta": AnthropicStreamTranslator._block_delta,
+    "content_block_stop": AnthropicStreamTranslator._block_stop,
+    "message_delta": AnthropicStreamTranslator._message_delta,
+    "message_stop": AnthropicStreamTranslator._message_stop,
+}

@@ -1,0 +1,757 @@
+"""The HTTP streaming provider base shared by the OpenAI-compatible and Anthropic providers.
+
+What it does for every completion (spec: "StreamCompletion"; DESIGN D10-D12; cases C08, C11):
+
+1. Looks up the ModelSpec, builds the vendor body (a request the vendor cannot take becomes
+   one INVALID_REQUEST error event) and serializes it prefix-stably.
+2. Sends it with httpx (async, streaming). Until the response headers arrive the start-up
+   deadline applies (``timeouts.startup_deadline_s``, default 120 s): no headers in time ->
+   TRANSIENT error, connection closed.
+3. Non-2xx: classified (:func:`protocol_py.providers.http.errors.error_from_http`). A 429, 503 or
+529
+   answered before any event was emitted is retried per :class:`RetryPolicy` (vendor hint or
+   backoff; a hint above ``retry.max_retry_after_s`` is returned at once). The gRPC deadline is
+   never outslept: the server cancels the stream at the deadline and the sleep ends with it.
+4. 2xx: the body is parsed as SSE and translated. Generation must START (a content, stop or
+   error event) before the start-up deadline; after that, every content event resets the
+   no-progress timer (``timeouts.idle_timeout_s``, default 300 s). Keep-alive comments, pings,
+   empty deltas, metadata and usage-only chunks never count as progress. Either timer firing
+   ends the stream with one TRANSIENT error and closes the connection.
+5. Cancellation (the server closes this generator): the upstream response is closed in
+   ``finally``, so the vendor sees the connection drop.
+6. Secrets: every ModelError this provider produces (error events, :class:`ProviderError` from
+   CountTokens or ``--discover``) has the configured API key and the credential header values
+   removed (:func:`protocol_py.providers.http.errors.redact`), wherever the upstream echoed them. An
+   unexpected exception never escapes with its text: it becomes a ProviderError naming only its
+   type (TRANSIENT for network errors, PERMANENT otherwise) and its traceback is logged with
+   the secrets removed.
+7. A 2xx response that is not ``text/event-stream`` (a JSON body from a server that ignored
+   ``stream: true``, or a gateway's error object sent with status 200) is read whole and given
+   to the translator's ``on_json`` (a vendor error object -> its classified error; a whole
+   completion -> its content, usage and stop); any other content type is a PERMANENT error
+   naming it.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+import traceback
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from protocol_py.codec import wire
+from protocol_py.codec.structs import to_struct
+from protocol_py.errors import InvalidValueError
+from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
+from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.body import (
+    ACCEPT_ENCODING,
+    MAX_ERROR_BODY_BYTES,
+    decoded_body,
+    read_capped,
+)
+from protocol_py.providers.http.body_memo import BodyMemo
+from protocol_py.providers.http.cancel import cancel_once, shielded
+from protocol_py.providers.http.clients import ClientPool
+from protocol_py.providers.http.errors import (
+    RetryPolicy,
+    error_from_http,
+    redact,
+    redact_error,
+    redact_event,
+    remember_secrets,
+    secret_values,
+    transient_error,
+)
+from protocol_py.providers.http.request import dump_body
+from protocol_py.providers.http.sse import SSEEvent, SSELimitError, SSEParser
+from protocol_py.providers.http.url import (
+    install_log_redaction,
+    join_url,
+    parse_base_url,
+    redact_url,
+    url_secrets,
+)
+from protocol_py.rules.accumulate import event_member
+from protocol_py.server.offload import run_cpu
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import (
+    Capabilities,
+    CountTokensRequest,
+    ErrorKind,
+    ModelError,
+    ModelSpec,
+    StreamCompletionRequest,
+    StreamEvent,
+)
+
+__all__ = ["HTTPProvider", "Timeouts", "Translator", "common_config_schema"]
+
+log = logging.getLogger("protocol_py.providers")
+install_log_redaction()  # httpx logs each request URL at INFO: never its userinfo or query
+
+
+def request_failure(exc: Exception, what: str) -> ModelError:
+    """The ModelError for an httpx exception raised while sending ``what`` (D10).
+
+    A URL the client cannot use (:class:`httpx.UnsupportedProtocol`, :class:`httpx.InvalidURL`)
+    is a deterministic misconfiguration: PERMANENT, not retryable. Any other transport failure
+    is TRANSIENT and retryable. The message names only the exception type (never the URL).
+    """
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return ModelError(
+            kind=ErrorKind.PERMANENT,
+            message=f"{what} failed: the upstream URL is not usable ({type(exc).__name__})",
+            retryable=False,
+        )
+    return transient_error(f"{what} failed: {type(exc).__name__}")
+
+
+class Translator(Protocol):
+    """What a vendor stream translator offers (see ``_openai_stream`` / ``_anthropic_stream``)."""
+
+    finished: bool
+
+    def on_event(self, sse: SSEEvent) -> list[StreamEvent]:
+        """Translate one SSE event."""
+
+    def on_eof(self) -> list[StreamEvent]:
+        """The body ended."""
+
+    def on_json(self, body: object) -> list[StreamEvent]:
+        """A whole JSON (non-SSE) response body: an error object or a non-streamed answer."""
+
+    def on_failure(self, error: ModelError) -> list[StreamEvent]:
+        """End the stream with ``error``: the usage reported so far, then the error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Upstream time limits, in seconds.
+
+    Attributes:
+        startup_deadline_s: Generation must start (first content event) within this time of
+            sending the request; also bounds waiting for the response headers.
+        idle_timeout_s: The longest gap between two content events once generation started.
+        connect_timeout_s: TCP/TLS connect timeout.
+    """
+
+    startup_deadline_s: float = 120.0
+    idle_timeout_s: float = 300.0
+    connect_timeout_s: float = 10.0
+
+
+def common_config_schema(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Configure JSON Schema shared by the vendor providers (additionalProperties false)."""
+    positive = {"type": "number", "exclusiveMinimum": 0}
+    props: dict[str, Any] = {
+        "api_key": {"type": "string", "minLength": 1, "description": "The vendor API key."},
+        "base_url": {"type": "string", "format": "uri", "description": "The API root URL."},
+        "timeouts": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "startup_deadline_s": {**positive, "default": 120},
+                "idle_timeout_s": {**positive, "default": 300},
+                "connect_timeout_s": {**positive, "default": 10},
+            },
+        },
+        "retry": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+                "max_retry_after_s": {"type": "number", "minimum": 0, "default": 60},
+            },
+        },
+    }
+    if extra:
+        props.update(extra)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": props,
+    }
+
+
+_API_KEY_RE = re.compile(r"[!-~]+")
+"""A usable API key: visible ASCII only (0x21-0x7E), the characters an HTTP header value can
+carry without folding, trimming or encoding."""
+
+
+def check_api_key(value: str, what: str) -> str:
+    """Return ``value`` when it can be sent in an HTTP header, else raise.
+
+    Args:
+        value: The API key.
+        what: How the caller supplied it (``api_key``, ``OPENAI_API_KEY``), named in the error.
+
+    Raises:
+        ValueError: ``"<what>: ..."`` when the key holds a newline, a space, another control
+            character or a non-ASCII character: a PERMANENT configuration error (never the
+            TRANSIENT failure of the first request). The key itself is never shown.
+    """
+    if _API_KEY_RE.fullmatch(value) is None:
+        bad = next((c for c in value if not "!" <= c <= "~"), "")
+        kind = {"\n": "a newline", "\r": "a carriage return", " ": "a space"}.get(
+            bad, f"the character U+{ord(bad):04X}" if bad else "nothing"
+        )
+        raise ValueError(
+            f"{what}: the API key holds {kind}; an HTTP header can carry only visible ASCII "
+            "characters (0x21-0x7E)"
+        )
+    return value
+
+
+def _has_image(blocks: Any) -> bool:
+    for b in blocks:  # a plain loop: this walks every block of the conversation every turn
+        if b.image is not None:
+            return True
+        result = b.tool_result
+        if result is not None and _has_image(result.content):
+            return True
+    return False
+
+
+class HTTPProvider(Provider, abc.ABC):
+    """Base of the built-in vendor providers: configuration, HTTP, retries, timeouts.
+
+    Subclasses set :attr:`default_base_url`, :attr:`api_key_env`, :attr:`completions_path`,
+    :attr:`models_path` and implement :meth:`build_body`, :meth:`make_translator`,
+    :meth:`auth_headers` and :meth:`catalog`.
+    """
+
+    default_base_url: str = ""
+    api_key_env: str = ""
+    completions_path: str = ""
+    models_path: str = "/models"
+    request_id_header: str = "x-request-id"
+    anthropic_hints: bool = False
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        discover: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.base_url = parse_base_url(base_url or self.default_base_url)
+        self.timeouts = timeouts or Timeouts()
+        self.retry = retry or RetryPolicy()
+        self.discover = discover
+        self._transport = transport
+        self._clients = ClientPool(self._new_client)
+        self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
+        self._bodies = BodyMemo()
+        remember_secrets(self.secrets())  # never shown in any log record either
+
+    # -- subclass hooks -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def catalog(self) -> list[ModelSpec]:
+        """The curated ModelSpecs of this vendor."""
+
+    @abc.abstractmethod
+    def build_body(self, request: StreamCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
+        """The vendor request body (raise InvalidValueError for what the vendor cannot take)."""
+
+    def build_content(self, request: StreamCompletionRequest, spec: ModelSpec) -> bytes:
+        """The serialized vendor request body: ``dump_body(self.build_body(request, spec))``
+        (a subclass may reuse per-message translations, never changing the bytes)."""
+        return dump_body(self.build_body(request, spec))
+
+    @abc.abstractmethod
+    def make_translator(self, headers: Mapping[str, str]) -> Translator:
+        """A fresh stream translator for one response."""
+
+    @abc.abstractmethod
+    def auth_headers(self) -> dict[str, str]:
+        """Authentication and version headers."""
+
+    def extra_config_schema(self) -> dict[str, Any]:
+        """Vendor-specific Configure properties (merged into the common schema)."""
+        return {}
+
+    def apply_extra_config(self, config: Mapping[str, JSONValue]) -> None:
+        """Apply the vendor-specific part of a validated config."""
+
+    # -- Provider API ---------------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        """The catalog (plus discovered models) and the Configure schema."""
+        return Capabilities(
+            models=list(self._models.values()),
+            config_schema=to_struct(self.config_schema()),
+        )
+
+    def config_schema(self) -> dict[str, Any]:
+        """The Configure JSON Schema: api_key, base_url, timeouts, retry, vendor extras."""
+        return common_config_schema(self.extra_config_schema())
+
+    async def configure(self, config: Mapping[str, JSONValue]) -> None:
+        """Apply a schema-valid config; absent keys keep their current values.
+
+        Streams already running finish on the previous settings and HTTP client.
+
+        Raises:
+            ValueError: ``base_url`` is not an absolute http(s) URL with a host, or
+                ``api_key`` holds a character an HTTP header cannot carry
+                (:func:`check_api_key`); nothing is applied, the server answers
+                INVALID_ARGUMENT.
+        """
+        base_url = parse_base_url(config["base_url"]) if "base_url" in config else self.base_url
+        api_key = check_api_key(str(config["api_key"]), "api_key") if "api_key" in config else None
+        if api_key is not None:
+            self.api_key = api_key
+        self.base_url = base_url
+        t = config.get("timeouts")
+        if isinstance(t, dict):
+            self.timeouts = Timeouts(
+                startup_deadline_s=float(
+                    t.get("startup_deadline_s", self.timeouts.startup_deadline_s)
+                ),
+                idle_timeout_s=float(t.get("idle_timeout_s", self.timeouts.idle_timeout_s)),
+                connect_timeout_s=float(
+                    t.get("connect_timeout_s", self.timeouts.connect_timeout_s)
+                ),
+            )
+        r = config.get("retry")
+        if isinstance(r, dict):
+            self.retry = RetryPolicy(
+                max_attempts=int(r.get("max_attempts", self.retry.max_attempts)),
+                max_retry_after_s=float(r.get("max_retry_after_s", self.retry.max_retry_after_s)),
+            )
+        self.apply_extra_config(config)
+        self._bodies.clear()  # bodies built on the previous settings are not sent
+        remember_secrets(self.secrets())
+        # calls in flight keep the old client; it is closed when the last of them ends
+        await self._clients.retire()
+
+    @classmethod
+    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
+        """``protocol-py serve --provider NAME [--base-url URL] [--discover]``; key from env.
+
+        Raises:
+            ValueError: ``--base-url`` is not an absolute http(s) URL with a host (the CLI
+                exits 2); the message shows the URL with its credentials redacted. Also when
+                the API key variable holds a character an HTTP header cannot carry
+                (:func:`check_api_key`, naming the variable, never the key).
+        """
+        if base_url is not None:
+            base_url = parse_base_url(base_url, what="--base-url")
+        api_key = env.get(cls.api_key_env) or None
+        if api_key is not None:
+            check_api_key(api_key, cls.api_key_env)
+        return cls(api_key=api_key, base_url=base_url, discover=discover)
+
+    async def start(self) -> None:
+        """Warn (one WARNING line naming :attr:`api_key_env`) when no API key is set; with
+        ``--discover``: read GET <base>/models and add unknown ids with safe defaults."""
+        if not self.api_key and self.api_key_env:
+            log.warning(
+                "no API key: %s is not set; an upstream that requires one refuses every "
+                "request (AUTHENTICATION) until it is set or Configure sends api_key",
+                self.api_key_env,
+            )
+        if not self.discover:
+            return
+        from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
+
+        try:
+            response, body = await self.fetch("GET", self.models_path, headers=self.auth_headers())
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise ProviderStartError(
+                f"--discover: cannot reach upstream {redact_url(self.base_url)} "
+                f"(GET {self.models_path}: {type(exc).__name__})"
+            ) from None
+        if response.status_code >= 300:
+            err = self.redact_error(
+                error_from_http(
+                    response.status_code,
+                    body,
+                    response.headers,
+                    request_id_header=self.request_id_header,
+                )
+            )
+            raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise ProviderStartError(
+                f"--discover: GET {self.models_path} did not return JSON"
+            ) from None
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        official = self.base_url == parse_base_url(self.default_base_url)
+        for entry in entries if isinstance(entries, list) else []:
+            model_id = entry.get("id") if isinstance(entry, dict) else None
+            if isinstance(model_id, str) and model_id and model_id not in self._models:
+                self._models[model_id] = discovered_model(
+                    model_id, priced_like=self.catalog() if official else None
+                )
+
+    async def fetch(
+        self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None
+    ) -> tuple[httpx.Response, bytes]:
+        """One non-streamed upstream call (``--discover``, CountTokens): the response and its
+        decoded body, read with :func:`protocol_py.providers.http.body.read_capped` (at most
+        :data:`MAX_ERROR_BODY_BYTES` for a non-2xx answer, :data:`_MAX_WHOLE_BODY` for a 2xx
+        one; a compression bomb is never expanded past that). The connection is closed.
+
+        Raises:
+            httpx.HTTPError: the request failed or the body could not be decoded.
+            httpx.InvalidURL: the URL is unusable.
+        """
+        async with self._clients.lease() as client:
+            request = client.build_request(
+                method,
+                join_url(self.base_url, path),
+                content=content,
+                headers={"accept-encoding": ACCEPT_ENCODING, **headers},
+            )
+            response = await cancel_once(client.send(request, stream=True), discard=_close_response)
+            try:
+                limit = MAX_ERROR_BODY_BYTES if response.status_code >= 300 else _MAX_WHOLE_BODY
+                body = await cancel_once(read_capped(response, limit))
+            finally:
+                await shielded(response.aclose())
+        return response, body
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._clients.aclose()
+
+    def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        """Run one completion upstream (see the module docstring for the full behaviour).
+
+        Raises:
+            ProviderError: only for a failure that is not an error event (never with a secret
+                in its text); every other failure is an in-band error event.
+        """
+        return self._redacted(request)
+
+    def secrets(self) -> list[str]:
+        """The literal strings never sent to a client or a log: the key, credential headers,
+        and the base URL's userinfo and query values."""
+        found = set(secret_values(self.api_key, self.auth_headers()))
+        found.update(url_secrets(self.base_url))
+        return sorted(found, key=len, reverse=True)
+
+    def redact_error(self, error: ModelError) -> ModelError:
+        """``error`` with this provider's secrets removed (in place; returned for chaining)."""
+        return redact_error(error, self.secrets())
+
+    def provider_error(self, exc: BaseException) -> ProviderError:
+        """A redacted ProviderError for any exception (ProviderError keeps its ModelError).
+
+        Network errors (httpx transport errors, OSError, timeouts) are TRANSIENT, anything else
+        PERMANENT; the message names only the exception type. Unexpected exceptions are logged
+        with their traceback, secrets removed.
+        """
+        if isinstance(exc, ProviderError):
+            exc.error = self.redact_error(exc.error)
+            exc.args = (f"{exc.error.kind.name}: {exc.error.message}",)
+            exc.__cause__ = exc.__context__ = None
+            return exc
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return ProviderError(request_failure(exc, "upstream request"))
+        if isinstance(exc, httpx.TransportError | OSError | TimeoutError):
+            return ProviderError(
+                transient_error(f"upstream connection failed ({type(exc).__name__})")
+            )
+        text = "".join(traceback.format_exception(exc))
+        log.error("provider %s: internal error: %s", self.name, redact(text, self.secrets()))
+        return ProviderError(
+            ModelError(
+                kind=ErrorKind.PERMANENT,
+                message=f"internal provider error ({type(exc).__name__})",
+                retryable=False,
+            )
+        )
+
+    async def _redacted(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
+        secrets = self.secrets()
+        failure: ProviderError | None = None
+        async with self._clients.lease() as client:  # a retired client closes after its calls
+            events = self._stream(request, client)
+            try:
+                async for event in events:
+                    yield redact_event(event, secrets)
+            except Exception as exc:
+                failure = self.provider_error(exc)
+            finally:
+                await events.aclose()
+        if failure is not None:
+            raise failure  # raised outside the handler: no chained exception keeps the text
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _new_client(self) -> httpx.AsyncClient:
+        timeout = httpx.Timeout(
+            connect=self.timeouts.connect_timeout_s, read=None, write=30.0, pool=30.0
+        )
+        return httpx.AsyncClient(timeout=timeout, transport=self._transport)
+
+    def spec_for(self, model_id: str) -> ModelSpec | None:
+        """The ModelSpec served under ``model_id``, or None."""
+        return self._models.get(model_id)
+
+    def count_input_tokens(self, request: StreamCompletionRequest) -> int | None:
+        """ESTIMATE for the server's context-window check: ceil(UTF-8 bytes of the vendor body
+        / 4), the estimate of the OpenAI-compatible CountTokens (docs/adapters.md).
+
+        None (no check) for an unknown model, a body the vendor API cannot take (the stream
+        reports that), or a request holding an image (its base64 data would be counted, a
+        large overestimate).
+        """
+        spec = self.spec_for(request.model_id)
+        if spec is None:
+            return None
+        if any(_has_image(m.content) for m in request.messages) or any(
+            _has_image(s.content) for s in request.assembled_context
+        ):
+            return None
+        try:
+            body = self.build_content(request, spec)
+        except (InvalidValueError, ValueError, TypeError):
+            return None
+        if wire.wire_size(request):
+            self._bodies.keep(request, spec, body)  # the stream of this request sends it
+        return math.ceil(len(body) / 4)
+
+    def count_tokens_body(
+        self,
+        request: CountTokensRequest,
+        build: Callable[[StreamCompletionRequest, ModelSpec], Mapping[str, Any]] | None = None,
+    ) -> bytes:
+        """The serialized vendor body (UTF-8 JSON) for a CountTokens request (DESIGN D15).
+
+        The request's messages, tools and assembled context become a StreamCompletionRequest
+        for the same model, built with ``build`` (default :meth:`build_body`) and serialized
+        like a completion body.
+
+        Raises:
+            ProviderError: NOT_FOUND for a model this provider does not serve; INVALID_REQUEST
+                (naming the field) for a request the vendor API cannot take.
+        """
+        spec = self.spec_for(request.model_id)
+        if spec is None:
+            raise ProviderError(
+                ModelError(
+                    kind=ErrorKind.NOT_FOUND,
+                    message=f"model_id: unknown model {request.model_id!r}",
+                )
+            )
+        completion = StreamCompletionRequest(
+            model_id=request.model_id,
+            messages=list(request.messages),
+            tools=list(request.tools),
+            assembled_context=list(request.assembled_context),
+        )
+        try:
+            return dump_body((build or self.build_body)(completion, spec))
+        except InvalidValueError as exc:
+            raise ProviderError(
+                ModelError(kind=ErrorKind.INVALID_REQUEST, message=str(exc))
+            ) from None
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "accept-encoding": ACCEPT_ENCODING,
+            **self.auth_headers(),
+        }
+
+    async def _stream(
+        self, request: StreamCompletionRequest, client: httpx.AsyncClient
+    ) -> AsyncGenerator[StreamEvent, None]:
+        spec = self._models.get(request.model_id)
+        if spec is None:
+            yield ev.error(_invalid(f"model_id: unknown model {request.model_id!r}"))
+            return
+        try:
+            size = wire.wire_size(request)
+            content = self._bodies.take(request, spec)
+            if content is None:
+                # wire images are for the server's count only, before any provider code ran
+                wire.take_images(request, "messages")
+                content = await run_cpu(size, self.build_content, request, spec)
+        except (InvalidValueError, ValueError) as exc:
+            yield ev.error(_invalid(str(exc)))
+            return
+        url = join_url(self.base_url, self.completions_path)
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            attempt += 1
+            deadline = loop.time() + self.timeouts.startup_deadline_s
+            http_request = client.build_request(
+                "POST", url, content=content, headers=self._headers()
+            )
+            try:
+                async with asyncio.timeout_at(deadline):
+                    response = await cancel_once(
+                        client.send(http_request, stream=True), discard=_close_response
+                    )
+            except TimeoutError:
+                yield ev.error(
+                    transient_error(
+                        f"no response from the upstream within the start-up deadline "
+                        f"({self.timeouts.startup_deadline_s:g} s)"
+                    )
+                )
+                return
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                yield ev.error(request_failure(exc, "upstream request"))
+                return
+            try:
+                if response.status_code >= 300:
+                    error = await self._read_error(response, deadline)
+                    delay = self.retry.delay(attempt, error)
+                    if delay is not None:
+                        await shielded(response.aclose())
+                        await asyncio.sleep(delay)
+                        continue
+                    yield ev.error(error)
+                    return
+                async with contextlib.aclosing(self._translate(response, deadline)) as events:
+                    async for event in events:
+                        yield event
+                return
+            finally:
+                await shielded(response.aclose())
+
+    async def _read_error(self, response: httpx.Response, deadline: float) -> ModelError:
+        try:
+            async with asyncio.timeout_at(deadline):
+                body = await cancel_once(read_capped(response, MAX_ERROR_BODY_BYTES))
+        except (TimeoutError, httpx.HTTPError):
+            body = b""
+        return error_from_http(
+            response.status_code,
+            body,
+            response.headers,
+            request_id_header=self.request_id_header,
+            anthropic=self.anthropic_hints,
+        )
+
+    async def _translate(
+        self, response: httpx.Response, startup_deadline: float
+    ) -> AsyncGenerator[StreamEvent, None]:
+        translator = self.make_translator(response.headers)
+        parser = SSEParser()
+        loop = asyncio.get_running_loop()
+        deadline = startup_deadline
+        started = False
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        # until the first SSE event, keep the raw body: a JSON (non-SSE) answer is read whole
+        raw: bytearray | None = bytearray()
+        chunks = decoded_body(response).__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await cancel_once(chunks.__anext__())
+            except StopAsyncIteration:
+                if raw is not None and raw.strip():
+                    for event in self._whole_body(translator, bytes(raw), content_type):
+                        yield event
+                    return
+                for event in translator.on_eof():
+                    yield event
+                return
+            except TimeoutError:
+                what = (
+                    f"no progress for {self.timeouts.idle_timeout_s:g} s (no-progress timeout)"
+                    if started
+                    else "generation did not start within the start-up deadline "
+                    f"({self.timeouts.startup_deadline_s:g} s)"
+                )
+                for event in _fail(translator, transient_error(f"upstream stalled: {what}")):
+                    yield event
+                return
+            except httpx.HTTPError as exc:
+                events = translator.on_eof()
+                for event in events:
+                    if event.error is not None:
+                        event.error.message += f" (transport: {type(exc).__name__})"
+                    yield event
+                return
+            if raw is not None:
+                raw += chunk
+                if len(raw) > _MAX_WHOLE_BODY:
+                    raw = None  # too large for a whole-body answer: SSE only from here on
+            try:
+                completed = parser.feed(chunk)
+            except SSELimitError as exc:
+                for event in _fail(translator, transient_error(str(exc))):
+                    yield event
+                return
+            for sse in completed:
+                raw = None
+                for event in translator.on_event(sse):
+                    # text deltas (nearly every event) are progress without a oneof scan
+                    if event.text_delta is not None or event_member(event)[0] in ev.PROGRESS_KINDS:
+                        started = True
+                        deadline = loop.time() + self.timeouts.idle_timeout_s
+                    yield event
+                if translator.finished:
+                    return
+
+    def _whole_body(
+        self, translator: Translator, body: bytes, content_type: str
+    ) -> list[StreamEvent]:
+        """A 2xx body that held no SSE event: JSON goes to ``on_json``, anything else fails."""
+        try:
+            obj = json.loads(body.decode("utf-8", errors="replace"))
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return translator.on_json(obj)
+        if content_type in ("", "text/event-stream"):
+            return translator.on_eof()  # an event stream that ended before any event
+        shown = content_type
+        return _fail(
+            translator,
+            ModelError(
+                kind=ErrorKind.PERMANENT,
+                message=f"upstream answered HTTP 2xx with content-type {shown!r} and a body "
+                "that is neither an event stream nor a JSON object",
+                retryable=False,
+            ),
+        )
+
+
+async def _close_response(response: httpx.Response) -> None:
+    await response.aclose()
+
+
+_MAX_WHOLE_BODY = 16 * 1024 * 1024
+"""The largest 2xx body (bytes) kept for reading as a whole JSON answer before any SSE event."""
+
+
+def _fail(translator: Translator, error: ModelError) -> list[StreamEvent]:
+    """End a translator's stream with ``error`` (nothing when it already ended): the
+    translator emits the usage already reported before the error."""
+    if translator.finished:
+        return []
+    return translator.on_failure(error)
+
+
+def _invalid(message: str) -> ModelError:
+    return ModelError(kind=ErrorKind.INVALID_REQUEST, message=message, retryable=False)

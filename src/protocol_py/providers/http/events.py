@@ -1,0 +1,215 @@
+"""Small StreamEvent constructors and checks shared by the vendor stream translators.
+
+Every constructor builds the event through the oneof constructor (DESIGN "sharp edges": never
+assign a second oneof member).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import betterproto2
+
+from protocol_py.rules.accumulate import CONTENT_EVENT_KINDS
+from protocol_py_gen.content.v1 import VendorData
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    RedactedThinking,
+    StreamEvent,
+    StreamMetadata,
+    StreamStart,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingSignature,
+    ToolCallDelta,
+    ToolCallDone,
+    ToolCallStart,
+)
+
+M = TypeVar("M", bound=betterproto2.Message)
+
+PROGRESS_KINDS = CONTENT_EVENT_KINDS | {"stop", "error"}
+"""Event cases that count as generation progress for the start-up and no-progress timeouts
+(C08). stream_start, metadata and usage do not: keep-alives, empty deltas and usage-only chunks
+never extend a deadline."""
+
+
+_IMMUTABLE = (type(None), str, bytes, int, float, bool)
+
+
+def _blank(cls: type[betterproto2.Message]) -> dict[str, Any]:
+    """The attributes of ``cls()`` (every field at its default, no unknown fields): the template
+    :func:`_new` copies.
+
+    Raises:
+        TypeError: a default is mutable (a repeated or map field), so a copied template would
+            share it between messages; such classes are built by their constructor.
+    """
+    blank = dict(vars(cls()))
+    mutable = sorted(k for k, v in blank.items() if not isinstance(v, _IMMUTABLE))
+    if mutable:
+        raise TypeError(f"{cls.__name__}: mutable defaults {mutable}")
+    return blank
+
+
+_EVENT: Final = _blank(StreamEvent)
+_TEXT: Final = _blank(TextDelta)
+_THINKING: Final = _blank(ThinkingDelta)
+
+
+def _new(cls: type[M], blank: dict[str, Any], name: str, value: object) -> M:
+    """``cls(**{name: value})`` for a class whose defaults are all immutable (:func:`_blank`):
+    the same message (equal, same attributes, same encoding), built from a copy of the blank
+    template, about twice as fast as the dataclass constructor (it runs for every delta)."""
+    message = object.__new__(cls)
+    attrs = message.__dict__
+    attrs.update(blank)
+    attrs[name] = value
+    return message
+
+
+def text(value: str) -> StreamEvent:
+    """A text_delta event (callers never pass an empty string)."""
+    return _new(StreamEvent, _EVENT, "text_delta", _new(TextDelta, _TEXT, "text", value))
+
+
+def thinking(value: str) -> StreamEvent:
+    """A thinking_delta event."""
+    return _new(
+        StreamEvent, _EVENT, "thinking_delta", _new(ThinkingDelta, _THINKING, "text", value)
+    )
+
+
+def signature(value: str) -> StreamEvent:
+    """A thinking_signature event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    return StreamEvent(thinking_signature=ThinkingSignature(signature=value.encode("utf-8")))
+
+
+def redacted(value: str) -> StreamEvent:
+    """A redacted_thinking event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    return StreamEvent(redacted_thinking=RedactedThinking(data=value.encode("utf-8")))
+
+
+def tool_start(call_id: str, name: str, vendor_data: Sequence[VendorData] = ()) -> StreamEvent:
+    """A tool_call_start event, with the vendor data known when the call opens (protocol 1.1)."""
+    return StreamEvent(
+        tool_call_start=ToolCallStart(id=call_id, name=name, vendor_data=list(vendor_data))
+    )
+
+
+def tool_delta(call_id: str, fragment: str) -> StreamEvent:
+    """A tool_call_delta event with the fragment as received."""
+    return StreamEvent(tool_call_delta=ToolCallDelta(id=call_id, arguments_fragment=fragment))
+
+
+def tool_done(call_id: str, vendor_data: Sequence[VendorData] = ()) -> StreamEvent:
+    """A tool_call_done event, with vendor data that arrived after the call opened (1.1)."""
+    return StreamEvent(tool_call_done=ToolCallDone(id=call_id, vendor_data=list(vendor_data)))
+
+
+def start(request_id: str) -> StreamEvent:
+    """A stream_start event (callers never pass an empty id)."""
+    return StreamEvent(stream_start=StreamStart(provider_request_id=request_id))
+
+
+def metadata(meta: StreamMetadata) -> StreamEvent:
+    """A metadata event."""
+    return StreamEvent(metadata=meta)
+
+
+def error(err: ModelError) -> StreamEvent:
+    """An error event."""
+    return StreamEvent(error=err)
+
+
+def check_tool_arguments(call_id: str, fragments: list[str]) -> ModelError | None:
+    """Check a finished tool call's concatenated arguments (case B04).
+
+    Empty or whitespace-only arguments mean ``{}`` (parameterless tools) and pass. Anything else
+    must parse as a JSON object; otherwise a TRANSIENT error naming the call id is returned (the
+    model produced invalid arguments; a retry may succeed).
+    """
+    joined = "".join(fragments)
+    if not joined.strip():
+        return None
+    try:
+        value = json.loads(joined)
+    except json.JSONDecodeError as exc:
+        return ModelError(
+            kind=ErrorKind.TRANSIENT,
+            message=f"tool call {call_id!r}: arguments are not valid JSON ({exc.msg})",
+            retryable=True,
+        )
+    if not isinstance(value, dict):
+        return ModelError(
+            kind=ErrorKind.TRANSIENT,
+            message=f"tool call {call_id!r}: arguments are JSON but not an object",
+            retryable=True,
+        )
+    return None
+
+
+def as_int(value: object) -> int | None:
+    """``value`` when it is a JSON integer (not bool, not float), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+MAX_USAGE_COUNT = 2**53
+"""Largest vendor token count an adapter passes on (D5: integers beyond 2^53 are not exact in
+JSON); the sum of a few such counts still fits the proto's int64."""
+
+_log = logging.getLogger("protocol_py.providers")
+
+
+def usage_count(raw: Mapping[str, object], key: str, where: str) -> int | None:
+    """A vendor usage count ``raw[key]`` normalised for a Usage event (docs/adapters.md "Usage").
+
+    Returns the count when it is a JSON integer (an integral float counts) in
+    ``[0, MAX_USAGE_COUNT]``; None when it is absent or null. Any other value (negative,
+    fractional, a string, a bool, an object, too large) is dropped: None is returned and a
+    warning naming ``where`` (e.g. ``"usage.completion_tokens"``) is logged, so one bad figure
+    never turns a finished answer into an error. Never raises.
+    """
+    value = raw.get(key)
+    if value is None:
+        return None
+    count = as_int(value)
+    if count is not None and 0 <= count <= MAX_USAGE_COUNT:
+        return count
+    shown = repr(value) if isinstance(value, (int, float, bool)) else type(value).__name__
+    _log.warning("vendor usage %s dropped: %s is not a token count", where, shown)
+    return None
+
+
+def counted_reasoning(output_tokens: int, reasoning_tokens: int | None, where: str) -> int | None:
+    """A vendor reasoning figure documented as inside the output count, checked against it.
+
+    Reasoning that is part of the output cannot exceed it (``usage.reasoning_exceeds_output``
+    in :mod:`protocol_py.rules.pricing` and :mod:`protocol_py.rules.accumulate`). When a vendor
+    reports more,
+    the reasoning figure is dropped (None) with a warning naming ``where``; the output count,
+    which is what is billed, is kept, so the finished answer and its cost survive. Never raises.
+    """
+    if reasoning_tokens is None or reasoning_tokens <= output_tokens:
+        return reasoning_tokens
+    _log.warning(
+        "vendor usage %s dropped: %d reasoning tokens exceed the %d output tokens "
+        "that include them",
+        where,
+        reasoning_tokens,
+        output_tokens,
+    )
+    return None
+
+
+def as_str(value: object) -> str | None:
+    """``value`` when it is a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,188 @@
+"""Shared pieces of request translation: body serialization, effort ladders, content helpers.
+
+Prefix-stable serialization: a request body is a ``dict`` built in a fixed key order with
+``messages`` as its LAST key, serialized with :func:`dump_body` (no whitespace, no key sorting,
+UTF-8). For the same conversation, turn N's body up to the end of its last message is then a
+byte prefix of turn N+1's body, which keeps vendor prompt caches warm.
+
+Effort ladder collapse (GenerationParams.thinking_effort onto a vendor's own ladder): the
+portable order is ``none < minimal < low < medium < high < xhigh < max``. A level the vendor
+ladder has is sent as is. Otherwise the nearest vendor level at or above it in that order is
+sent; above the vendor's top level, the top level. Levels outside the portable order are sent
+verbatim (the model declared them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import betterproto2
+
+from protocol_py.codec.structs import from_struct
+from protocol_py.errors import InvalidValueError
+from protocol_py_gen.content.v1 import ContentBlock, ContextSection
+from protocol_py_gen.model.v1 import CacheBreakpoint, StreamCompletionRequest
+
+__all__ = [
+    "PORTABLE_EFFORT_ORDER",
+    "CacheTargets",
+    "collapse_effort",
+    "context_texts",
+    "document_text",
+    "dump_body",
+    "is_pdf",
+    "is_text_document",
+    "merge_provider_options",
+]
+
+PORTABLE_EFFORT_ORDER = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""The portable effort order used to collapse a ladder onto a shorter vendor ladder."""
+
+_RESERVED_OPTION_KEYS = frozenset({"messages", "stream", "model"})
+
+
+def dump_body(body: Mapping[str, Any]) -> bytes:
+    """Serialize a request body deterministically (insertion order, compact, UTF-8)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def collapse_effort(level: str, vendor_levels: Sequence[str]) -> str:
+    """Map a requested effort level onto the vendor's ladder (see the module docstring).
+
+    Args:
+        level: The requested level (one of the model's declared levels).
+        vendor_levels: The vendor's accepted levels, lowest first. Empty: send ``level``.
+    """
+    if not vendor_levels or level in vendor_levels or level not in PORTABLE_EFFORT_ORDER:
+        return level
+    rank = PORTABLE_EFFORT_ORDER.index(level)
+    ranked = [v for v in vendor_levels if v in PORTABLE_EFFORT_ORDER]
+    for candidate in sorted(ranked, key=PORTABLE_EFFORT_ORDER.index):
+        if PORTABLE_EFFORT_ORDER.index(candidate) >= rank:
+            return candidate
+    return max(ranked, key=PORTABLE_EFFORT_ORDER.index) if ranked else level
+
+
+def block_case(block: ContentBlock) -> tuple[str, Any]:
+    """The oneof case of a content block, or raise InvalidValueError when none is set."""
+    name, value = betterproto2.which_one_of(block, "block")
+    if not name:
+        raise InvalidValueError("content block has no member set")
+    return name, value
+
+
+def context_texts(sections: Sequence[ContextSection]) -> list[str]:
+    """The text of every text block of the assembled context, in chain order.
+
+    Raises:
+        InvalidValueError: a section holds a non-text block (the system slot takes text only).
+    """
+    out: list[str] = []
+    for i, section in enumerate(sections):
+        for j, block in enumerate(section.content):
+            name, value = block_case(block)
+            if name != "text":
+                raise InvalidValueError(
+                    f"assembled_context[{i}].content[{j}]: {name} blocks cannot go in the "
+                    "system slot (rule adapter.system.text_only)"
+                )
+            if value.text:
+                out.append(value.text)
+    return out
+
+
+class CacheTargets:
+    """Where the request's cache breakpoints sit (spec: cache_breakpoints).
+
+    Attributes:
+        after_context: A breakpoint after the whole assembled context.
+        after_tools: A breakpoint after the tool list.
+        message_indexes: Messages after which a breakpoint sits.
+    """
+
+    def __init__(self, breakpoints: Sequence[CacheBreakpoint], *, enabled: bool) -> None:
+        self.after_context = False
+        self.after_tools = False
+        self.message_indexes: set[int] = set()
+        if not enabled:
+            return  # the model declares no explicit markers: ignore them (never fail)
+        for bp in breakpoints:
+            name, value = betterproto2.which_one_of(bp, "position")
+            if name == "after_assembled_context":
+                self.after_context = True
+            elif name == "after_tools":
+                self.after_tools = True
+            elif name == "after_message_index" and isinstance(value, int):
+                self.message_indexes.add(value)
+
+
+def tool_input(block_input: Any, path: str) -> dict[str, Any]:
+    """A tool_use block's input as a JSON object (an absent Struct is ``{}``)."""
+    return dict(from_struct(block_input, path=path)) if block_input is not None else {}
+
+
+def merge_provider_options(body: dict[str, Any], request: StreamCompletionRequest) -> None:
+    """Merge ``provider_options`` into the body, shallowly and untouched (keys it names win).
+
+    Raises:
+        InvalidValueError: it names ``messages``, ``stream`` or ``model``, which the adapter owns.
+    """
+    if request.provider_options is None:
+        return
+    options = from_struct(request.provider_options, path="provider_options")
+    for key, value in options.items():
+        if key in _RESERVED_OPTION_KEYS:
+            raise InvalidValueError(
+                f"provider_options.{key}: the adapter sets this field "
+                "(rule adapter.provider_options.reserved)"
+            )
+        body[key] = value
+
+
+_TEXT_APPLICATION_TYPES = frozenset(
+    {"application/json", "application/xml", "application/x-yaml", "application/yaml"}
+)
+
+
+def _base_media_type(media_type: str) -> str:
+    return media_type.split(";", 1)[0].strip().lower()
+
+
+def is_pdf(media_type: str) -> bool:
+    """Whether a document's media type is PDF (``application/pdf``, parameters ignored)."""
+    return _base_media_type(media_type) == "application/pdf"
+
+
+def is_text_document(media_type: str) -> bool:
+    """Whether a document is text: ``text/*``, JSON, XML, YAML, or a ``+json``/``+xml`` type."""
+    base = _base_media_type(media_type)
+    return (
+        base.startswith("text/")
+        or base in _TEXT_APPLICATION_TYPES
+        or base.endswith(("+json", "+xml"))
+    )
+
+
+def document_text(media_type: str, data: bytes, where: str) -> str:
+    """A text document's characters, decoded with its ``charset`` parameter (default UTF-8).
+
+    Raises:
+        InvalidValueError: the bytes do not decode with that charset, or the charset is
+            unknown (rule ``adapter.document.text_encoding``, naming ``where``).
+    """
+    charset = "utf-8"
+    for param in media_type.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip('"')
+    try:
+        return data.decode(charset)
+    except (LookupError, UnicodeDecodeError):
+        raise InvalidValueError(
+            f"{where}.data: a {_base_media_type(media_type)} document that is not valid "
+            f"{charset} text (rule adapter.document.text_encoding)"
+        ) from None

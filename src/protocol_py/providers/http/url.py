@@ -1,0 +1,206 @@
+"""Upstream base URLs: parsing, joining and redaction (docs/adapters.md "Base URL").
+
+* :func:`parse_base_url` checks a ``--base-url`` / Configure ``base_url`` once: an absolute
+  ``http``/``https`` URL with a host and a valid port, without ``user:password@`` userinfo.
+  Anything else is a ValueError (the CLI exits 2; Configure answers INVALID_ARGUMENT) whose
+  text never shows the URL's credentials.
+* :func:`join_url` appends an endpoint path to the base URL's path and keeps its query string
+  (``http://h/v1?api-version=X`` + ``/chat/completions`` ->
+  ``http://h/v1/chat/completions?api-version=X``).
+* :func:`redact_url` and :class:`RedactURLFilter` keep the URL's userinfo and query values out of
+  messages and log records (httpx logs every request URL at INFO).
+* :func:`url_secrets` lists the credential strings a base URL carries, for
+  :func:`protocol_py.providers.http.errors.redact`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import unquote
+
+import httpx
+
+from protocol_py.providers.http.errors import redact_log_text
+
+__all__ = [
+    "RedactURLFilter",
+    "install_log_redaction",
+    "join_url",
+    "parse_base_url",
+    "redact_text",
+    "redact_url",
+    "url_secrets",
+]
+
+_SCHEMES = ("http", "https")
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@\"'<>]*@")
+_QUERY_VALUE = re.compile(r"(?P<key>[?&;][^=&;#\s\"'<>]*=)[^&;#\s\"'<>]+")
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every URL's userinfo replaced by ``***@`` and every query value by ``***``.
+
+    Only substrings that look like absolute URLs (``scheme://...``) are touched.
+    """
+
+    def one(match: re.Match[str]) -> str:
+        url = _USERINFO.sub(r"\g<scheme>***@", match.group(0))
+        return _QUERY_VALUE.sub(r"\g<key>***", url)
+
+    return _URL.sub(one, text)
+
+
+def redact_url(url: str | httpx.URL) -> str:
+    """``url`` as text with its userinfo and query values replaced by ``***`` (safe to log)."""
+    return redact_text(str(url))
+
+
+def parse_base_url(value: str, *, what: str = "base_url") -> str:
+    """Check an upstream base URL and return it normalised (trailing ``/`` of the path removed).
+
+    Args:
+        value: The URL text (``--base-url`` or Configure ``base_url``).
+        what: The option or field name used in the error message.
+
+    Returns:
+        The URL text with any trailing slash removed from its path; the query is kept.
+
+    Raises:
+        ValueError: the value is not a string, contains whitespace, is not an absolute
+            ``http``/``https`` URL, has no host, has a port outside 1..65535 or a fragment. The
+            message shows the URL redacted. Also when the URL holds userinfo
+            (``user:password@``): credentials belong in the API key (issue 9, finding 4); that
+            message names only ``what`` and the rule, never the URL.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a URL string, got {type(value).__name__}")
+    shown = redact_url(value)
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in value):
+        raise ValueError(f"{what} {shown!r} contains whitespace or a control character")
+    try:
+        url = httpx.URL(value)
+        port = url.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise ValueError(f"{what} {shown!r} is not a valid URL ({type(exc).__name__})") from None
+    if url.scheme not in _SCHEMES:
+        got = f"scheme {url.scheme!r}" if url.scheme else "no scheme"
+        raise ValueError(f"{what} {shown!r} must be an absolute http(s) URL (got {got})")
+    if not url.host:
+        raise ValueError(f"{what} {shown!r} has no host")
+    if url.userinfo:
+        # httpx would send them as "Authorization: Basic ..." instead of the API key, and an
+        # upstream echoing that header would show them; neither the URL nor its parts is echoed
+        raise ValueError(
+            f"{what}: credentials in the URL (user:password@host) are not allowed; give the "
+            "API key as Configure api_key or the provider's API key variable"
+        )
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"{what} {shown!r} has port {port} outside 1..65535")
+    if url.fragment:
+        raise ValueError(f"{what} {shown!r} must not have a #fragment")
+    return str(url.copy_with(path=url.path.rstrip("/")))
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` with ``path`` (starting with ``/``) appended to its path, query kept.
+
+    ``base`` is a URL accepted by :func:`parse_base_url`.
+    """
+    url = httpx.URL(base)
+    return str(url.copy_with(path=url.path.rstrip("/") + path))
+
+
+_CREDENTIAL_KEY = re.compile(
+    r"key|token|secret|passw|pwd|auth|sig|credential|session|code", re.IGNORECASE
+)
+_MIN_OPAQUE = 16
+"""A query value under any other name is a secret only from this length on (short values such
+as ``api-version=2024-10-21`` would otherwise blank ordinary text in error messages)."""
+
+
+def url_secrets(base: str | None) -> list[str]:
+    """The credential strings in a base URL, for literal redaction from errors and logs.
+
+    Returned, raw and percent-decoded: the whole userinfo and its password; the user name when
+    it is at least 8 characters; each query value whose name looks like a credential (``key``,
+    ``token``, ``secret``, ``sig``, ``auth``, ...) and any other query value of at least 16
+    characters. Empty strings are left out; longest first. Never raises.
+    """
+    if not base:
+        return []
+    try:
+        url = httpx.URL(base)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return []
+    found: set[str] = set()
+    userinfo = url.userinfo.decode("ascii", errors="replace")
+    if userinfo:
+        found.update({userinfo, unquote(userinfo)})
+        user, _, password = userinfo.partition(":")
+        found.update({password, unquote(password)})
+        if len(unquote(user)) >= 8:
+            found.update({user, unquote(user)})
+    query = url.query.decode("ascii", errors="replace")
+    for raw in re.split(r"[&;]", query):
+        name, eq, value = raw.partition("=")
+        if not eq or not value:
+            continue
+        if _CREDENTIAL_KEY.search(unquote(name)) or len(unquote(value)) >= _MIN_OPAQUE:
+            found.update({value, unquote(value.replace("+", " "))})
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+class RedactURLFilter(logging.Filter):
+    """A logging filter that rewrites a record's message with :func:`redact_text` applied, and
+    with every secret a vendor provider registered removed
+    (:func:`protocol_py.providers.http.errors.redact_log_text`: the API key, credential header
+    values, scheme included, and vendor-key-shaped strings), at every level: httpcore's DEBUG
+    records show response headers, where an upstream may echo the key.
+
+    The record's ``msg`` becomes the formatted, redacted text and ``args`` is cleared, so every
+    handler sees only the redacted line. A record whose message cannot be formatted is kept
+    unchanged (logging reports the formatting error as usual).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact the record in place; always keep it."""
+        try:
+            message = record.getMessage()
+        except Exception:  # logging's own error handling reports it later
+            return True
+        redacted = redact_log_text(redact_text(message))
+        if redacted != message:
+            record.msg = redacted
+            record.args = None
+        return True
+
+
+_FILTER = RedactURLFilter()
+_HTTPCORE_LOGGERS = (
+    "httpcore.connection",
+    "httpcore.connection_pool",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+)
+"""httpcore's module loggers; they are created lazily, so they are named here."""
+
+
+def install_log_redaction() -> None:
+    """Attach :class:`RedactURLFilter` to the ``httpx`` and every ``httpcore`` logger.
+
+    Logger filters do not apply to records propagated from child loggers, so each
+    ``httpcore.*`` module logger (named, since httpcore creates them lazily) and any other
+    existing ``httpx.*`` / ``httpcore.*`` logger gets the filter too. Idempotent.
+    """
+    names = {"httpx", "httpcore", "protocol_py.providers", *_HTTPCORE_LOGGERS}
+    names.update(
+        name for name in logging.root.manager.loggerDict if name.startswith(("httpx.", "httpcore."))
+    )
+    for name in sorted(names):
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)

@@ -1,0 +1,365 @@
+"""StreamCompletionRequest -> OpenAI-compatible Chat Completions request body.
+
+Body key order (fixed; ``messages`` last for prefix stability): ``model``, ``stream``,
+``stream_options``, ``thinking`` (DeepSeek), ``reasoning_effort``, the max-tokens field,
+``temperature``, ``stop``, ``tool_choice``, ``tools``, provider_options keys, ``messages``.
+
+Content mapping:
+
+- assembled_context text -> one ``system`` message (sections joined with a blank line).
+- user text -> ``content`` (a plain string when the message is one text block, else parts);
+  image -> ``image_url`` part with a ``data:`` URL; a PDF document -> ``file`` part with
+  ``file_data`` (Chat Completions file parts take PDF only); a text document (``text/*``, JSON,
+  XML, YAML) -> a ``text`` part holding its decoded characters (``charset`` parameter, default
+  UTF-8); any other document type is rejected (InvalidValueError naming the field, rule
+  ``adapter.openai.document.media_type``); tool_result -> a ``tool`` message
+  (``tool_call_id``, text content) placed before the rest of that user message.
+  ``is_error`` has no Chat Completions slot.
+- assistant text -> ``content``; tool_use -> ``tool_calls`` (arguments as compact JSON; a
+  ``vendor_data`` entry at ``openai.tool_call.extra_content`` is sent back as that call's
+  ``extra_content`` object, the JSON value it arrived as: Gemini 3 answers 400 without its
+  thought_signature; a value that is not a JSON object is rejected, rule
+  ``adapter.openai.tool_use.extra_content``; entries of other locations belong to other vendors
+  and are not sent);
+  thinking -> ``reasoning_content`` (field name configurable) following ThinkingSpec.replay:
+  TOOL_TURNS (DeepSeek default) on assistant turns with tool calls only (``""`` when that turn
+  has no thinking block), ALL on every assistant turn, OMIT (OpenAI default) never.
+  Redacted thinking and signatures have no slot and are not sent. An assistant message left
+  with neither text nor tool calls (an interrupted turn holding only thinking, B09) is not
+  sent at all, as on Anthropic.
+- tool_choice: AUTO ``"auto"``, ANY ``"required"``, NONE ``"none"``, SPECIFIC
+  ``{"type":"function","function":{"name":...}}``.
+- Thinking controls: ``thinking_effort`` -> ``reasoning_effort`` (collapsed onto the endpoint's
+  ladder when one is configured); DeepSeek: ``disable_thinking`` -> ``thinking: {"type":
+  "disabled"}`` (false -> ``"enabled"``); OpenAI: ``disable_thinking`` -> ``reasoning_effort``
+  ``"none"`` (or the lowest configured level). No budget control exists on this API.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from protocol_py.codec.structs import from_struct
+from protocol_py.errors import InvalidValueError
+from protocol_py.providers.http.request import (
+    block_case,
+    collapse_effort,
+    context_texts,
+    document_text,
+    dump_body,
+    is_pdf,
+    is_text_document,
+    merge_provider_options,
+    tool_input,
+)
+from protocol_py.providers.http.translation_cache import TranslationCache
+from protocol_py.rules.vendor_data import OPENAI_EXTRA_CONTENT
+from protocol_py_gen.content.v1 import Message, Role
+from protocol_py_gen.model.v1 import (
+    ModelSpec,
+    StreamCompletionRequest,
+    ThinkingReplay,
+    ToolChoiceMode,
+)
+
+__all__ = ["OpenAICompat", "build_openai_body", "build_openai_content"]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAICompat:
+    """Per-endpoint compatibility settings of an OpenAI-compatible server.
+
+    Attributes:
+        max_tokens_field: ``max_completion_tokens`` (OpenAI) or ``max_tokens`` (DeepSeek, vLLM,
+            Ollama, most others).
+        reasoning_fields: Delta fields read as reasoning text, in priority order.
+        reasoning_replay_field: The assistant-message field reasoning is replayed in.
+        reasoning_in_completion: Whether reasoning tokens are inside ``completion_tokens``:
+            True, False, or None to decide from ``total_tokens`` per response.
+        stream_usage: Send ``stream_options: {"include_usage": true}`` (servers that reject
+            ``stream_options`` need False; they then report no usage).
+        default_replay: The replay rule when the ModelSpec leaves it UNSPECIFIED.
+        thinking_switch: How ``disable_thinking`` is sent: ``deepseek`` (``thinking.type``),
+            ``effort`` (``reasoning_effort: none``) or ``none`` (not sent).
+        effort_levels: The endpoint's reasoning_effort ladder for collapsing, lowest first
+            (empty: send the declared level verbatim).
+        request_id_header: The response header carrying the vendor request id.
+        done_ends_turn: ``data: [DONE]`` without a ``finish_reason`` ends the turn successfully
+            (for servers known to omit it) instead of a TRANSIENT error.
+    """
+
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+    reasoning_replay_field: str = "reasoning_content"
+    reasoning_in_completion: bool | None = None
+    stream_usage: bool = True
+    default_replay: ThinkingReplay = ThinkingReplay.OMIT
+    thinking_switch: Literal["deepseek", "effort", "none"] = "effort"
+    effort_levels: tuple[str, ...] = ()
+    request_id_header: str = "x-request-id"
+    done_ends_turn: bool = False
+
+
+def _data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _user_messages(message: Message, path: str) -> list[dict[str, Any]]:
+    tool_msgs: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for j, block in enumerate(message.content):
+        where = f"{path}.content[{j}]"
+        name, value = block_case(block)
+        if name == "text":
+            parts.append({"type": "text", "text": value.text})
+        elif name == "image":
+            parts.append(
+                {"type": "image_url", "image_url": {"url": _data_url(value.media_type, value.data)}}
+            )
+        elif name == "document":
+            if is_pdf(value.media_type):
+                file: dict[str, Any] = {}
+                if value.filename:
+                    file["filename"] = value.filename
+                file["file_data"] = _data_url("application/pdf", value.data)
+                parts.append({"type": "file", "file": file})
+            elif is_text_document(value.media_type):
+                text = document_text(value.media_type, value.data, f"{where}.document")
+                parts.append({"type": "text", "text": text})
+            else:
+                raise InvalidValueError(
+                    f"{where}.document.media_type: {value.media_type!r} is not a document type "
+                    "Chat Completions takes (PDF as a file part, text as a text part) "
+                    "(rule adapter.openai.document.media_type)"
+                )
+        elif name == "tool_result":
+            texts: list[str] = []
+            for k, inner in enumerate(value.content):
+                iname, ivalue = block_case(inner)
+                if iname != "text":
+                    raise InvalidValueError(
+                        f"{where}.content[{k}]: {iname} in a tool result has no Chat Completions "
+                        "slot (rule adapter.openai.tool_result.text_only)"
+                    )
+                texts.append(ivalue.text)
+            tool_msgs.append(
+                {"role": "tool", "tool_call_id": value.tool_use_id, "content": "".join(texts)}
+            )
+        else:
+            raise InvalidValueError(
+                f"{where}: {name} blocks are not valid in a user message "
+                "(rule adapter.openai.user.block)"
+            )
+    out = tool_msgs
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        out.append({"role": "user", "content": parts[0]["text"]})
+    elif parts:
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def _extra_content(value: bytes, path: str) -> dict[str, Any]:
+    """The ``extra_content`` object a tool call arrived with, parsed back from its JSON text.
+
+    Raises:
+        InvalidValueError: the value is not the UTF-8 JSON text of an object (rule
+            ``adapter.openai.tool_use.extra_content``).
+    """
+    try:
+        parsed = json.loads(value.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise InvalidValueError(
+            f"{path}: not the JSON text of an object (rule adapter.openai.tool_use.extra_content)",
+            path=path,
+            rule="adapter.openai.tool_use.extra_content",
+        )
+    return parsed
+
+
+def _assistant_message(
+    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat
+) -> dict[str, Any]:
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, block in enumerate(message.content):
+        where = f"{path}.content[{j}]"
+        name, value = block_case(block)
+        if name == "text":
+            texts.append(value.text)
+        elif name == "thinking":
+            reasoning.append(value.text)
+        elif name == "redacted_thinking":
+            continue  # no slot on this API
+        elif name == "tool_use":
+            arguments = json.dumps(
+                tool_input(value.input, f"{where}.tool_use.input"),
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+            call: dict[str, Any] = {
+                "id": value.id,
+                "type": "function",
+                "function": {"name": value.name, "arguments": arguments},
+            }
+            for k, entry in enumerate(value.vendor_data):
+                if entry.location == OPENAI_EXTRA_CONTENT:
+                    call["extra_content"] = _extra_content(
+                        entry.value, f"{where}.tool_use.vendor_data[{k}].value"
+                    )
+            calls.append(call)
+        else:
+            raise InvalidValueError(
+                f"{where}: {name} blocks are not valid in an assistant message "
+                "(rule adapter.openai.assistant.block)"
+            )
+    out: dict[str, Any] = {"role": "assistant"}
+    text = "".join(texts)
+    out["content"] = text if text or not calls else None
+    if replay == ThinkingReplay.ALL or (replay == ThinkingReplay.TOOL_TURNS and calls):
+        out[compat.reasoning_replay_field] = "".join(reasoning)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _body_head(
+    request: StreamCompletionRequest, spec: ModelSpec, compat: OpenAICompat
+) -> tuple[dict[str, Any], ThinkingReplay]:
+    """Everything of the body before ``messages``, and the replay rule in force."""
+    params = request.params
+    body: dict[str, Any] = {"model": request.model_id, "stream": True}
+    if compat.stream_usage:
+        body["stream_options"] = {"include_usage": True}
+    thinking = spec.thinking
+    if params is not None:
+        disable = params.disable_thinking
+        if compat.thinking_switch == "deepseek" and disable is not None:
+            body["thinking"] = {"type": "disabled" if disable else "enabled"}
+        if params.thinking_effort is not None and not disable:
+            levels = compat.effort_levels or (
+                tuple(thinking.effort.levels) if thinking and thinking.effort else ()
+            )
+            body["reasoning_effort"] = collapse_effort(params.thinking_effort, levels)
+        elif disable and compat.thinking_switch == "effort":
+            body["reasoning_effort"] = compat.effort_levels[0] if compat.effort_levels else "none"
+        if params.max_output_tokens is not None:
+            body[compat.max_tokens_field] = params.max_output_tokens
+        if params.temperature is not None:
+            body["temperature"] = params.temperature
+        if params.stop_sequences:
+            body["stop"] = list(params.stop_sequences)
+        choice = params.tool_choice
+        if choice is not None and request.tools:
+            if choice.mode == ToolChoiceMode.AUTO:
+                body["tool_choice"] = "auto"
+            elif choice.mode == ToolChoiceMode.ANY:
+                body["tool_choice"] = "required"
+            elif choice.mode == ToolChoiceMode.NONE:
+                body["tool_choice"] = "none"
+            elif choice.mode == ToolChoiceMode.SPECIFIC:
+                body["tool_choice"] = {"type": "function", "function": {"name": choice.tool_name}}
+    if request.tools:
+        tools = []
+        for i, tool in enumerate(request.tools):
+            fn: dict[str, Any] = {"name": tool.name}
+            if tool.description:
+                fn["description"] = tool.description
+            fn["parameters"] = (
+                from_struct(tool.input_schema, path=f"tools[{i}].input_schema")
+                if tool.input_schema is not None
+                else {"type": "object", "properties": {}}
+            )
+            tools.append({"type": "function", "function": fn})
+        body["tools"] = tools
+    merge_provider_options(body, request)
+
+    replay = thinking.replay if thinking is not None else ThinkingReplay.UNSPECIFIED
+    if replay == ThinkingReplay.UNSPECIFIED:
+        replay = compat.default_replay
+    return body, replay
+
+
+def _translate_message(
+    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat
+) -> list[dict[str, Any]]:
+    """The Chat Completions messages one protocol message becomes (none, one or several)."""
+    if message.role == Role.ASSISTANT:
+        assistant = _assistant_message(message, path, replay, compat)
+        if assistant["content"] or "tool_calls" in assistant:
+            return [assistant]
+        # else: no text and no tool calls (e.g. an interrupted turn holding only thinking,
+        # B09): not a turn the API can take, so it is not sent (as on Anthropic)
+        return []
+    if message.role == Role.USER:
+        return _user_messages(message, path)
+    raise InvalidValueError(f"{path}.role: unspecified (rule adapter.message.role)")
+
+
+def _system_messages(request: StreamCompletionRequest) -> list[dict[str, Any]]:
+    system = context_texts(request.assembled_context)
+    return [{"role": "system", "content": "\n\n".join(system)}] if system else []
+
+
+def build_openai_body(
+    request: StreamCompletionRequest, spec: ModelSpec, compat: OpenAICompat
+) -> dict[str, Any]:
+    """Build the Chat Completions body for ``request`` against the model ``spec``.
+
+    Args:
+        request: The validated request.
+        spec: The ModelSpec the request was validated against (replay rule, effort ladder).
+        compat: The endpoint's compatibility settings.
+
+    Returns:
+        The body as an insertion-ordered dict with ``messages`` last (serialize it with
+        :func:`protocol_py.providers.http.request.dump_body`).
+
+    Raises:
+        InvalidValueError: a content block the API cannot carry, or a reserved
+            provider_options key; the message names the field path and rule.
+    """
+    body, replay = _body_head(request, spec, compat)
+    messages = _system_messages(request)
+    for i, message in enumerate(request.messages):
+        messages.extend(_translate_message(message, f"messages[{i}]", replay, compat))
+    body["messages"] = messages
+    return body
+
+
+def build_openai_content(
+    request: StreamCompletionRequest,
+    spec: ModelSpec,
+    compat: OpenAICompat,
+    cache: TranslationCache,
+    images: list[bytes | None] | None = None,
+) -> bytes:
+    """The serialized Chat Completions body: exactly
+    ``dump_body(build_openai_body(request, spec, compat))``, with each message's JSON fragment
+    reused from ``cache`` when the same message (same id, same content, same settings) was
+    translated before. ``images``: the wire bytes of each of ``request.messages``, when the
+    server just decoded it (:func:`protocol_py.codec.wire.take_images`), used as cache keys (a None
+    image: that message translated uncached).
+
+    Raises:
+        InvalidValueError: as :func:`build_openai_body`.
+    """
+    body, replay = _body_head(request, spec, compat)
+    body["messages"] = []
+    head = dump_body(body)  # ends with "messages":[]} since messages is the last key
+    fragments = [dump_body(m) for m in _system_messages(request)]
+    settings = (replay, compat.reasoning_replay_field)
+
+    def translate(i: int, message: Message) -> bytes:
+        return b",".join(
+            dump_body(m) for m in _translate_message(message, f"messages[{i}]", replay, compat)
+        )
+
+    found = cache.fragments(settings, request.messages, translate, images or None)
+    fragments.extend(fragment for fragment in found if fragment)
+    return b"".join((head[:-2], b",".join(fragments), b"]}"))

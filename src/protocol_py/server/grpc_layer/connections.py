@@ -1,0 +1,488 @@
+"""Per-connection hardening of the reference server: cancellation, flow control, stalled peers.
+
+What grpclib 0.4.9 leaves to the application, done here once for every RPC (issue 8, items
+2, 3, 7 and 8; spec: "The wire protocol"):
+
+* **Cancellation checkpoints** (:func:`send_events`): a server-streaming handler whose events
+  come without any await (an unpaced provider) never gave the event loop a turn, so a client's
+  RST_STREAM, a lost connection or the deadline timer could not be processed until the stream
+  ended. :func:`send_events` yields to the loop (one full I/O poll) at least every
+  :data:`SEND_CHECKPOINT_INTERVAL` seconds, so a cancel or deadline stops the provider at its
+  next yield. A provider that blocks in CPU work between yields can only be interrupted at its
+  next ``yield`` or ``await``: its generator is then closed before it is advanced again.
+* **Flow control**: replies are written only as far as the peer's HTTP/2 window allows
+  (grpclib's ``send_data``), and the next event is pulled from the provider only after the
+  previous one was handed to the connection, so a peer that reads nothing pauses the provider
+  instead of the server buffering its output (at most one window of bytes plus one event).
+* **Released memory** (:class:`TransportHandler`): grpclib stores the exception that ended a
+  cancelled call on the stream's wrapper; its traceback holds the frames that were sending the
+  reply (the encoded message included) in a reference cycle, which only the cyclic garbage
+  collector frees, and it rarely runs because bytes do not count towards its thresholds (a
+  60 MiB Render refused by a client held ~200 MB until then). When a call ends the cycle is
+  broken and the finished task dropped at once.
+* **grpclib issue 217** (:class:`TransportHandler`): a stream whose HEADERS, DATA and
+  RST_STREAM arrive in one read is cancelled before its handler task first runs, so the task's
+  ``finally`` never acknowledges the buffered DATA and the connection's receive window shrinks
+  for good (349 resets of 60 KB requests jammed a connection). Every accepted stream is now
+  released when its task ends, however it ends.
+* **Stalled peers**: a unary-request call whose handler is still waiting for request bytes
+  (no END_STREAM yet) when the receive timeout (default :data:`DEFAULT_RECEIVE_TIMEOUT`) has
+  passed since its HEADERS is ended with DEADLINE_EXCEEDED and its buffered bytes released
+  (client-streaming calls, such as reflection, are not timed); a connection with no open
+  stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
+  (NO_ERROR).
+* **No log flood**: once a connection's transport is closing, nothing more is written to it
+  (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import time
+import traceback
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final, cast
+
+import grpclib.server
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.protocol import H2Protocol
+from h2.errors import ErrorCodes
+from h2.exceptions import ProtocolError
+
+from protocol_py.bounded_text import bounded_message
+from protocol_py.server.grpc_layer.batching import EventWriter
+from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
+from protocol_py.server.offload import run_released
+
+log = logging.getLogger("protocol_py.server")
+
+SEND_CHECKPOINT_INTERVAL: Final = 0.01
+"""Longest time, in seconds, a server-streaming handler sends events without giving the event
+loop a turn (so a cancel, a lost connection or the deadline reaches it)."""
+
+DEFAULT_RECEIVE_TIMEOUT: Final = 60.0
+"""Default receive timeout, in seconds: the time allowed between the start of a unary-request
+call (its HEADERS) and its complete request (END_STREAM). A slower call gets
+DEADLINE_EXCEEDED and its buffered bytes are released."""
+
+MEMORY_TRIM_INTERVAL: Final = 1.0
+"""Least time between two requests to the C allocator to return freed memory to the operating
+system (``malloc_trim``, glibc only), in seconds."""
+
+LARGE_CALL_BYTES: Final = 1024 * 1024
+"""A call that sent or received at least this many bytes (or was aborted: cancelled, reset,
+timed out, its connection lost) is followed by a memory trim, in bytes."""
+
+DEADLINE_RESET_MARGIN: Final = 0.05
+"""Seconds before a call's deadline (its ``grpc-timeout``) within which a client's reset counts
+as the deadline expiring: the client resets the stream at its own deadline, which, measured
+from its send time, comes slightly before the server's (the RPC record says
+``deadline_exceeded``, as grpcio reports, not ``cancelled``)."""
+
+DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
+"""Default connection handshake timeout, in seconds: a new connection must complete its TLS
+handshake (on TLS) within this long, and then send the HTTP/2 connection preface and the
+header of its first SETTINGS frame (:data:`HTTP2_PREFACE_BYTES`) within this long again, or it
+is closed (a client that connects and sends nothing was held until the idle timeout)."""
+
+HTTP2_PREFACE_BYTES: Final = 24 + 9
+"""Bytes a client sends first: the HTTP/2 connection preface (24 bytes, RFC 9113 section 3.4)
+and the 9-byte header of its SETTINGS frame."""
+
+DEFAULT_IDLE_TIMEOUT: Final = 300.0
+"""Default idle-connection timeout, in seconds: a connection with no open stream for this long
+is closed with GOAWAY (NO_ERROR)."""
+
+
+def receive_timeout_message(timeout: float) -> str:
+    """The status message of a call whose request did not arrive in time."""
+    return f"request not received within the receive timeout of {timeout:g} s"
+
+
+async def checkpoint() -> None:
+    """Give the event loop one full turn: I/O that arrived meanwhile (a RST_STREAM, a lost
+    connection) and due timers (the deadline) are processed before this returns, so a pending
+    cancellation is raised here (``asyncio.CancelledError``)."""
+    await asyncio.sleep(0)  # our step first, then the callbacks of this poll ...
+    await asyncio.sleep(0)  # ... ran before we resume
+
+
+async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIterator[Any]) -> None:
+    """Send every message of a server-streaming reply, with cancellation checkpoints.
+
+    ``events`` is closed (``aclose``, when it has one) as soon as the call ends for any reason,
+    so the provider's ``finally`` runs at once. The loop gets a turn at least every
+    :data:`SEND_CHECKPOINT_INTERVAL` seconds (see :func:`checkpoint`).
+
+    Raises:
+        asyncio.CancelledError: the client cancelled, the connection was lost or the deadline
+            passed (grpclib then answers the status).
+    """
+    closing: contextlib.AbstractAsyncContextManager[Any] = (
+        contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()
+    )
+    writer = EventWriter(stream)  # events ready at once go out in one write (issue 12)
+    try:
+        async with closing:
+            due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
+            async for event in events:
+                if time.monotonic() >= due:
+                    await checkpoint()
+                    due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
+                await writer.send(event)
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | None]:
+    """``(outcome, detail)`` for the RPC record of a call that was cancelled: ``deadline_exceeded``
+    when its deadline or the receive timeout ended it (detail: the status message), or when the
+    client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
+    its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
+    DEADLINE_EXCEEDED), else ``cancelled``."""
+    error = getattr(stream._stream.wrapper, "_error", None)
+    if isinstance(error, GRPCError) and error.status is Status.DEADLINE_EXCEEDED:
+        return "deadline_exceeded", error.message
+    if isinstance(error, TimeoutError):
+        return "deadline_exceeded", None
+    deadline = stream.deadline
+    if deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN:
+        return "deadline_exceeded", None
+    return "cancelled", None
+
+
+def _drop_traceback_cycle(error: BaseException | None) -> None:
+    """Clear the frames of ``error``'s traceback and of every exception chained to it."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if error.__traceback__ is not None:
+            traceback.clear_frames(error.__traceback__)
+            error.__traceback__ = None
+        error = error.__cause__ or error.__context__
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return cast("Callable[[int], int]", trim)
+
+
+class MemoryTrimmer:
+    """Returns memory freed by large or aborted calls to the operating system.
+
+    glibc keeps freed heap pages of medium-sized blocks (the HTTP/2 frames and write buffers of
+    a large reply) mapped, so RSS stayed hundreds of MB above baseline after 60 MiB replies
+    were refused. :meth:`request` schedules one ``malloc_trim(0)`` in a worker thread (it
+    releases the GIL), at most once per :data:`MEMORY_TRIM_INTERVAL` seconds; elsewhere it is
+    a no-op.
+    """
+
+    def __init__(self) -> None:
+        self._trim = _find_malloc_trim()
+        self._scheduled: asyncio.TimerHandle | None = None
+        self._last = 0.0
+
+    def request(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Schedule a trim (coalesced with one already scheduled)."""
+        if self._trim is None or self._scheduled is not None or loop.is_closed():
+            return
+        delay = max(0.0, self._last + MEMORY_TRIM_INTERVAL - time.monotonic())
+        self._scheduled = loop.call_later(delay, self._run, loop)
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduled = None
+        self._last = time.monotonic()
+        if self._trim is not None:
+            run_released(self._trim, 0)  # a started thread: none started on the loop
+
+    def cancel(self) -> None:
+        """Drop a scheduled trim (the server is closing)."""
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+
+
+class _QuietTransport:
+    """The connection's transport, writing nothing once it is closing (asyncio would log a
+    warning for every write after a lost connection)."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def write(self, data: bytes) -> None:
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class TransportHandler(grpclib.server.Handler):
+    """grpclib's per-connection request handler with the fixes of this module.
+
+    Args:
+        receive_timeout: Seconds a unary-request call gets to complete its request.
+        idle_timeout: Seconds a connection may stay without an open stream.
+        trimmer: Asked to return memory to the OS after a large or aborted call.
+    """
+
+    protocol_ref: weakref.ref[H2Protocol] | None = None
+
+    def __init__(
+        self,
+        *args: Any,
+        receive_timeout: float,
+        idle_timeout: float,
+        trimmer: MemoryTrimmer | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.trimmer = trimmer
+        self.receive_timeout = receive_timeout
+        self.idle_timeout = idle_timeout
+        self.open_streams = 0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._arm_idle_timer()
+
+    # -- streams --------------------------------------------------------------------------------
+
+    def accept(
+        self,
+        stream: Any,
+        headers: list[tuple[str, str]],
+        release_stream: Callable[[], Any],
+    ) -> None:
+        """Start the call's task; release its stream when the task ends, however it ends
+        (grpclib issue 217), and watch its receive timeout."""
+        released = False
+
+        def release_once() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                release_stream()
+
+        super().accept(stream, headers, release_once)
+        task = self._tasks[stream]
+        self.open_streams += 1
+        self._disarm_idle_timer()
+        timer: asyncio.TimerHandle | None = None
+        method = self.mapping.get(dict(headers).get(":path", ""))
+        if method is not None and not method.cardinality.client_streaming:
+            timer = self.loop.call_later(self.receive_timeout, self._receive_expired, stream, task)
+        task.add_done_callback(lambda done: self._finished(stream, done, release_once, timer))
+
+    def _finished(
+        self,
+        stream: Any,
+        task: asyncio.Task[None],
+        release: Callable[[], None],
+        timer: asyncio.TimerHandle | None,
+    ) -> None:
+        if timer is not None:
+            timer.cancel()
+        # grpclib issue 217: a task cancelled before its first step never ran the ``finally``
+        # that acknowledges the stream's buffered DATA; release it here (a no-op otherwise).
+        with contextlib.suppress(Exception):
+            release()
+        # The exceptions that ended the call hold, through their tracebacks, the frames that
+        # were sending its reply; they sit in reference cycles: break them now.
+        wrapper = stream.wrapper
+        if wrapper is not None:
+            _drop_traceback_cycle(getattr(wrapper, "_error", None))
+        stream.wrapper = None
+        aborted = wrapper is not None and getattr(wrapper, "_error", None) is not None
+        if task.cancelled():
+            aborted = True
+            try:
+                task.result()
+            except asyncio.CancelledError as exc:
+                _drop_traceback_cycle(exc)
+        large = max(stream.data_sent, stream.data_received) >= LARGE_CALL_BYTES
+        if self.trimmer is not None and (aborted or large):
+            self.trimmer.request(self.loop)
+        if self._tasks.get(stream) is task:
+            del self._tasks[stream]
+        self._cancelled.discard(task)
+        self.open_streams -= 1
+        if self.open_streams == 0 and not self.closing:
+            self._arm_idle_timer()
+
+    def _receive_expired(self, stream: Any, task: asyncio.Task[None]) -> None:
+        buffer = stream.buffer
+        waiting = bool(getattr(buffer._unacked, "_getters", True))
+        if task.done() or buffer._eof or not waiting or getattr(stream, REQUEST_READ_ATTR, False):
+            return  # the request is complete, or the handler has read all it needed
+        error = GRPCError(Status.DEADLINE_EXCEEDED, receive_timeout_message(self.receive_timeout))
+        if stream.wrapper is not None:
+            stream.wrapper.cancel(error)  # grpclib sends the status, then RST_STREAM
+        else:
+            task.cancel()
+
+    def cancel(self, stream: Any) -> None:
+        """Cancel the task of a reset stream (tolerates a stream already finished)."""
+        task = self._tasks.pop(stream, None)
+        if task is not None:
+            task.cancel()
+            self._cancelled.add(task)
+
+    def close(self) -> None:
+        """The connection is gone: cancel every call, also those already cancelled by a reset
+        that are still finishing (grpclib forgets them, so one waiting to write its trailers on
+        a connection paused for writing hung forever, holding its reply), and the idle timer."""
+        self._disarm_idle_timer()
+        for task in self._cancelled:
+            if not task.done():
+                task.cancel()
+        super().close()
+
+    # -- idle connections -----------------------------------------------------------------------
+
+    def _arm_idle_timer(self) -> None:
+        self._disarm_idle_timer()
+        self._idle_timer = self.loop.call_later(self.idle_timeout, self._idle_expired)
+
+    def _disarm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _idle_expired(self) -> None:
+        self._idle_timer = None
+        protocol = self.protocol_ref() if self.protocol_ref is not None else None
+        if self.open_streams == 0 and protocol is not None:
+            close_connection(protocol, "idle connection closed")
+
+
+def close_connection(protocol: H2Protocol, reason: str = "server shutting down") -> None:
+    """Send GOAWAY (NO_ERROR, best effort) and close the transport of one connection; its
+    calls are cancelled with ``reason``."""
+    connection = getattr(protocol, "connection", None)
+    if connection is None or connection.is_closing():
+        return
+    with contextlib.suppress(Exception):
+        connection._connection.close_connection()
+        connection.flush()
+    with contextlib.suppress(Exception):
+        protocol.processor.close(reason)
+
+
+def protocol_factory(
+    server: grpclib.server.Server,
+    *,
+    receive_timeout: float,
+    idle_timeout: float,
+    trimmer: MemoryTrimmer | None = None,
+    protocol_class: Callable[..., H2Protocol] | None = None,
+    handler_class: type[TransportHandler] | None = None,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+) -> H2Protocol:
+    """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
+    :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
+    :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
+    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
+    server.__gc_step__()
+    handler = (handler_class or TransportHandler)(
+        server._mapping,
+        server._codec,
+        server._status_details_codec,
+        server.__dispatch__,
+        receive_timeout=receive_timeout,
+        idle_timeout=idle_timeout,
+        trimmer=trimmer,
+    )
+    server._handlers.add(handler)
+    make = protocol_class or TransportProtocol
+    protocol = make(handler, server._config, server._h2_config)
+    if isinstance(protocol, TransportProtocol):
+        protocol.handshake_timeout = handshake_timeout
+    handler.protocol_ref = weakref.ref(protocol)
+    return protocol
+
+
+class TransportProtocol(H2Protocol):
+    """grpclib's HTTP/2 protocol writing through :class:`_QuietTransport`, which wakes every
+    writer when the connection is lost (grpclib left a writer paused by a full transport buffer
+    waiting forever), and closing a connection that has not sent the HTTP/2 preface and its
+    first SETTINGS frame header within :attr:`handshake_timeout` seconds."""
+
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
+
+    _preface_timer: asyncio.TimerHandle | None = None
+    _preface_received = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Set up the connection over the quiet transport and start the preface timer."""
+        super().connection_made(_QuietTransport(transport))  # type: ignore[arg-type]
+        if not transport.is_closing():
+            self._preface_timer = asyncio.get_running_loop().call_later(
+                self.handshake_timeout, self._preface_expired, transport
+            )
+
+    def data_received(self, data: bytes) -> None:
+        """Count the preface bytes until they are all in, then hand data to grpclib."""
+        if self._preface_timer is not None:
+            self._preface_received += len(data)
+            if self._preface_received >= HTTP2_PREFACE_BYTES:
+                self._preface_timer.cancel()
+                self._preface_timer = None
+        self._feed(data)
+
+    def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
+        self._preface_timer = None
+        log.info(
+            "closed a connection that sent no HTTP/2 preface within the handshake timeout of %g s",
+            self.handshake_timeout,
+        )
+        cast(asyncio.Transport, transport).abort()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """Cancel the connection's calls and wake its writers (they write nothing more)."""
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+            self._preface_timer = None
+        super().connection_lost(exc)
+        self.connection.write_ready.set()
+
+    def _feed(self, data: bytes) -> None:
+        """Feed ``data`` to the HTTP/2 state machine, as grpclib does, except that a connection
+        error (an oversized header list: more than the advertised SETTINGS_MAX_HEADER_LIST_SIZE
+        of 64 KiB; a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS, 100; any other protocol
+        violation) sends the GOAWAY that h2 prepared and logs one WARNING naming the peer and
+        the rule before the connection closes (grpclib dropped it silently)."""
+        try:
+            events = self.connection.feed(data)
+        except ProtocolError as exc:
+            self.connection.flush()  # the GOAWAY h2 queued, with its error code
+            log.warning(
+                "closing HTTP/2 connection from %s with GOAWAY %s: %s",
+                _peer(self.connection),
+                getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR).name,
+                bounded_message(str(exc)),
+            )
+            self.processor.close("Protocol error")
+        else:
+            self.connection.flush()
+            for event in events:
+                self.processor.process(event)
+            self.connection.flush()
+
+
+def _peer(connection: Any) -> str:
+    """``host:port`` of the connection's peer (``unix`` peers have no address)."""
+    peer = connection._transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer or "a unix socket peer")

@@ -1,0 +1,339 @@
+"""Serve a provider with one call: ``protocol_py.serve(MyProvider())``.
+
+:func:`serve` (blocking) and :func:`serve_async` run exactly what ``protocol-py serve`` runs:
+the reference gRPC server (:class:`~protocol_py.server.ModelServer`) for one provider, stderr
+logging (one JSON line per RPC, see :class:`~protocol_py.server.LogFormatter`), SIGINT/SIGTERM
+handling with a grace period for in-flight streams (a second signal stops waiting), and the
+optional ``--handshake`` line on stdout so a kernel can launch the plugin as a subprocess
+(spec: "The wire protocol")::
+
+    from protocol_py import serve
+    from my_package import MyProvider
+
+    serve(MyProvider(), port=0, handshake=True)
+
+Returns after a graceful shutdown. Refused start-up (invalid Capabilities, an address that
+cannot be bound, a provider whose ``start`` raised
+:class:`~protocol_py.provider.ProviderStartError`) raises :class:`ServeError`; bad arguments raise
+:class:`~protocol_py.errors.InvalidValueError` before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final, TextIO
+
+from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
+from protocol_py.provider import Provider, ProviderStartError
+from protocol_py.server import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    LogFormatter,
+    ModelServer,
+)
+from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
+from protocol_py.server.malloc_arenas import limit_malloc_arenas
+from protocol_py.transport.addresses import EXIT_ON_STDIN_EOF_ENV, handshake_line, listen_spec
+from protocol_py.version import PROTOCOL_VERSION
+
+__all__ = [
+    "DEFAULT_LOG_LEVEL",
+    "LOG_LEVELS",
+    "ServeError",
+    "configure_logging",
+    "handshake_line",
+    "serve",
+    "serve_async",
+    "watch_stdin_eof",
+]
+
+log = logging.getLogger("protocol_py.server")
+
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""Accepted ``log_level`` names (case-insensitive)."""
+
+DEFAULT_LOG_LEVEL: Final = "INFO"
+"""The log level of :func:`serve` and ``protocol-py serve`` unless told otherwise."""
+
+
+class ServeError(ProtocolError):
+    """The server refused to start: invalid Capabilities (every violation listed) or an
+    address that cannot be bound. The message is one line fit for a terminal."""
+
+
+def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None) -> None:
+    """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON.
+
+    Like :func:`logging.basicConfig`, it does nothing when the root logger already has
+    handlers (an application that configured logging keeps its own setup).
+
+    Raises:
+        InvalidValueError: ``level`` is not one of :data:`LOG_LEVELS` (rule ``serve.log_level``).
+    """
+    name = str(level).upper()
+    if name not in LOG_LEVELS:
+        raise InvalidValueError(
+            f"invalid log level {str(level)[:40]!r}: expected one of {', '.join(LOG_LEVELS)}",
+            path="log_level",
+            rule="serve.log_level",
+        )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(LogFormatter())
+    logging.basicConfig(level=name, handlers=[handler])
+
+
+def _check_port(port: int) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
+        raise InvalidValueError(
+            f"invalid port {port!r}: must be an integer in 0..65535 (0 picks a free one)",
+            path="port",
+            rule="serve.port",
+        )
+
+
+async def serve_async(
+    provider: Provider,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    socket: str | None = None,
+    handshake: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    log_level: str | None = DEFAULT_LOG_LEVEL,
+    handle_signals: bool = True,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[ModelServer], None] | None = None,
+    restore_signals: bool = True,
+    **server_options: Any,
+) -> None:
+    """Serve ``provider`` until SIGINT/SIGTERM (or ``stop`` is set), then drain and return.
+
+    Args:
+        provider: The provider to serve.
+        host: Bind address (default 127.0.0.1, loopback only).
+        port: TCP port (default 50051); 0 picks a free one (read it from the handshake line or
+            ``on_started``).
+        socket: Listen on this unix-domain socket (mode 0600) instead of TCP.
+        handshake: Print the handshake line (``1|tcp|<host>:<port>|grpc``,
+            ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
+            ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
+            directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
+            TLS (:func:`protocol_py.transport.addresses.listen_spec`).
+        tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
+        tls_key: Its private key, PEM file.
+        tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
+        grace_period: Seconds in-flight StreamCompletions get to finish on shutdown.
+        max_message_size: Largest message in either direction, bytes.
+        log_level: Configure stderr logging at this level (:func:`configure_logging`); None
+            leaves logging as the application set it up.
+        handle_signals: Install SIGINT/SIGTERM handlers (main thread only); a first signal
+            drains, a second stops waiting for in-flight streams.
+        restore_signals: After shutdown, put back the SIGINT/SIGTERM handlers found at start.
+            False (what :func:`serve` and ``protocol-py serve`` use): after a graceful
+            shutdown (not after a refused start-up) they are set to
+            ``SIG_IGN`` instead (kept through interpreter shutdown, and inherited by processes
+            started afterwards), so a duplicate signal while the process exits cannot turn its
+            status 0 into 143 or 130.
+        stop: Set this event to shut down gracefully (as a signal would).
+        on_started: Called with the server once it listens (before the handshake line).
+        **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
+
+    Raises:
+        ServeError: invalid Capabilities, the address cannot be bound, or the provider's
+            ``start`` raised :class:`~protocol_py.provider.ProviderStartError` (nothing is
+            served).
+        InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
+            or an unusable TLS file (``TLSConfigError``).
+
+    Cancelling the task shuts the server down at once (grace period 0) and re-raises.
+    """
+    if port is not None:
+        _check_port(port)
+    if log_level is not None:
+        configure_logging(log_level)
+    server = ModelServer(
+        provider, max_message_size=max_message_size, grace_period=grace_period, **server_options
+    )
+    listen = listen_spec(
+        host=host,
+        port=port,
+        socket=socket,
+        handshake=handshake,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
+    )
+    loop = asyncio.get_running_loop()
+    stop_event = stop or asyncio.Event()
+    force = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop_event.is_set():
+            force.set()  # a second signal: stop waiting for in-flight streams
+        stop_event.set()
+
+    def handler(signum: int, frame: object) -> None:
+        # A plain signal handler runs before the event loop handles anything else, so no
+        # health Check can be answered SERVING after the signal arrived (case C04).
+        server.mark_draining()
+        loop.call_soon_threadsafe(on_signal)
+
+    previous: dict[int, Any] = {}
+    stopped = False  # a graceful shutdown completed
+    watcher: asyncio.BaseTransport | None = None
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            await listen.start(server)
+        except ValidationError as exc:
+            raise ServeError(f"refusing to start: {exc}") from None
+        except ProviderStartError as exc:
+            raise ServeError(str(exc)) from None
+        except OSError as exc:
+            raise ServeError(
+                f"cannot listen on {listen.describe()}: {exc.strerror or exc}"
+            ) from None
+        log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
+        if on_started is not None:
+            on_started(server)
+        if handshake:
+            sys.stdout.write(handshake_line(server, listen.server_certificate))
+            sys.stdout.flush()
+            if os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1":
+                watcher = await watch_stdin_eof(lambda: handler(0, None))
+        try:
+            await stop_event.wait()
+        except asyncio.CancelledError:
+            server.mark_draining()
+            await server.shutdown(grace_period=0)
+            raise
+        await _drain(server, force)
+        stopped = True
+    finally:
+        if watcher is not None:
+            watcher.close()
+        for sig, old in previous.items():
+            # Restoring SIG_DFL would let a late duplicate signal (coreutils ``timeout`` signals
+            # the child and its group) kill the process while it exits 0: ignore it instead.
+            # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
+            signal.signal(sig, signal.SIG_IGN if stopped and not restore_signals else old)
+        listen.discard()
+
+
+class _EndOfInput(asyncio.Protocol):
+    """Calls ``on_eof`` once when the pipe it reads reaches end of file (what it reads is
+    dropped: a kernel writes nothing to a plugin's stdin)."""
+
+    def __init__(self, on_eof: Callable[[], None]) -> None:
+        self._on_eof: Callable[[], None] | None = on_eof
+
+    def data_received(self, data: bytes) -> None:
+        """Drop the data."""
+
+    def eof_received(self) -> bool:
+        """The write end was closed: the kernel is gone."""
+        self._fire()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The pipe broke: as end of file."""
+        self._fire()
+
+    def _fire(self) -> None:
+        on_eof, self._on_eof = self._on_eof, None
+        if on_eof is not None:
+            on_eof()
+
+
+async def watch_stdin_eof(on_eof: Callable[[], None]) -> asyncio.BaseTransport | None:
+    """Call ``on_eof`` when stdin, a pipe, reaches end of file (the launching kernel exited or
+    was killed: every write end is closed); README "Security". Returns the pipe's transport
+    (close it to stop watching), or None when stdin is not a pipe (nothing is watched).
+
+    :func:`serve_async` does this with ``handshake`` when :data:`EXIT_ON_STDIN_EOF_ENV` is
+    ``1`` (set by :func:`protocol_py.transport.launch.launch`), and treats end of file as
+    SIGTERM."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(0).st_mode):
+            return None
+    except OSError:
+        return None
+    pipe = os.fdopen(os.dup(0), "rb", buffering=0)
+    loop = asyncio.get_running_loop()
+
+    def fire() -> None:
+        log.info("stdin closed: the launching kernel is gone; shutting down")
+        on_eof()
+
+    transport, _ = await loop.connect_read_pipe(lambda: _EndOfInput(fire), pipe)
+    return transport
+
+
+async def _drain(server: ModelServer, force: asyncio.Event) -> None:
+    """Shut down within the grace period, or at once when ``force`` is set meanwhile."""
+    log.info("shutting down (draining)")
+    shutdown = asyncio.ensure_future(server.shutdown())
+    forced = asyncio.ensure_future(force.wait())
+    done, _ = await asyncio.wait({shutdown, forced}, return_when=asyncio.FIRST_COMPLETED)
+    forced.cancel()
+    if shutdown not in done:
+        shutdown.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await shutdown
+        server.stop_reason = STOP_SECOND_SIGNAL
+        await server.shutdown(grace_period=0)
+    log.info("stopped")
+
+
+def serve(
+    provider: Provider,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    socket: str | None = None,
+    handshake: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    log_level: str | None = DEFAULT_LOG_LEVEL,
+    **server_options: Any,
+) -> None:
+    """Serve ``provider`` in a new event loop until SIGINT/SIGTERM; blocks, returns after a
+    graceful shutdown. Arguments and errors as :func:`serve_async` (``protocol-py serve`` is
+    this call), with ``restore_signals=False``: after it returns, SIGINT and SIGTERM are
+    ignored (``SIG_IGN``; the process is expected to exit, and a second signal must not kill
+    it). The process's glibc malloc arenas are limited first
+    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`)."""
+    limit_malloc_arenas()
+    asyncio.run(
+        serve_async(
+            provider,
+            host=host,
+            port=port,
+            socket=socket,
+            handshake=handshake,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            grace_period=grace_period,
+            max_message_size=max_message_size,
+            log_level=log_level,
+            restore_signals=False,
+            **server_options,
+        )
+    )
