@@ -22,7 +22,6 @@ import dataclasses
 import re
 from typing import Final
 
-from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.content.v1 import ContentBlock, Message, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
@@ -71,6 +70,7 @@ class EventGate:
 
     def __init__(self, kernel_protocol_version: str | None) -> None:
         version = parse_protocol_version(kernel_protocol_version) or OLDEST_KERNEL
+        self._stated = kernel_protocol_version
         self.kernel_version: tuple[int, int] = version
         self.filters: bool = version < VENDOR_BLOCK_SINCE
         """True when some events are refused (the kernel is older than 1.2)."""
@@ -91,16 +91,16 @@ class EventGate:
         return False
 
     def dropped_note(self) -> str | None:
-        """What was refused, as one log line ("dropped 2 vendor_block event(s) that a protocol
-        1.1 kernel cannot read ..."), or None when nothing was."""
+        """What was refused, as one log line ("dropped 2 vendor_block event(s) that a kernel
+        below protocol 1.2 cannot read ..."), or None when nothing was."""
         if not self.dropped:
             return None
         counts = ", ".join(f"{count} {kind}" for kind, count in self.dropped.items())
-        major, minor = self.kernel_version
+        since = ".".join(map(str, VENDOR_BLOCK_SINCE))
+        stated = "absent" if self._stated is None else repr(self._stated[:16])
         return (
-            f"dropped {counts} event(s) that a protocol {major}.{minor} kernel cannot read "
-            f"(vendor-only content; kernel_protocol_version {PROTOCOL_VERSION} or later receives "
-            "them)"
+            f"dropped {counts} event(s) that a kernel below protocol {since} cannot read "
+            f"(vendor-only content; the request's kernel_protocol_version is {stated})"
         )
 
 
