@@ -22,6 +22,8 @@ import dataclasses
 import re
 from typing import Final
 
+from protocol_py.errors import Violation
+from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.content.v1 import ContentBlock, Message, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
@@ -29,6 +31,7 @@ __all__ = [
     "OLDEST_KERNEL",
     "VENDOR_BLOCK_SINCE",
     "EventGate",
+    "kernel_version_violations",
     "parse_protocol_version",
     "request_for_plugin",
 ]
@@ -155,3 +158,35 @@ def request_for_plugin(
     if not removed:
         return request, 0
     return dataclasses.replace(request, messages=messages), removed
+
+
+def kernel_version_violations(value: str | None) -> list[Violation]:
+    """Check ``StreamCompletionRequest.kernel_protocol_version`` (absent is valid: a 1.0 or 1.1
+    kernel).
+
+    Rules (path ``kernel_protocol_version``): ``request.kernel_protocol_version.invalid`` (not
+    ``MAJOR.MINOR``), ``request.kernel_protocol_version.other_major`` (a major this package
+    does not speak).
+    """
+    if value is None:
+        return []
+    parsed = parse_protocol_version(value)
+    if parsed is None:
+        return [
+            Violation(
+                "kernel_protocol_version",
+                "request.kernel_protocol_version.invalid",
+                f"kernel_protocol_version {value[:16]!r} MUST be MAJOR.MINOR, for example "
+                f"{PROTOCOL_VERSION!r}",
+            )
+        ]
+    if parsed[0] != PROTOCOL_MAJOR:
+        return [
+            Violation(
+                "kernel_protocol_version",
+                "request.kernel_protocol_version.other_major",
+                f"a kernel of protocol {value} cannot talk to this plugin of protocol "
+                f"{PROTOCOL_VERSION} (another major version)",
+            )
+        ]
+    return []
