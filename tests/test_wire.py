@@ -20,7 +20,7 @@ from test_schema_messages import CASES, full_name, has_map, populate
 
 from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
-from protocol_py.rules.validation import validate_request_shape
+from protocol_py.rules.request import validate_request_shape
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

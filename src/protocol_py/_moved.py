@@ -18,7 +18,12 @@ from typing import Any, Final
 
 MOVED: Final[dict[str, tuple[str, ...]]] = {
     "protocol_py.accumulate": ("protocol_py.rules.accumulate",),
-    "protocol_py.validation": ("protocol_py.rules.validation",),
+    "protocol_py.validation": (
+        "protocol_py.rules.capabilities",
+        "protocol_py.rules.request",
+        "protocol_py.rules.documents",
+        "protocol_py.rules.json_schema",
+    ),
     "protocol_py.validation_memo": ("protocol_py.rules.request_memo",),
     "protocol_py.pricing": ("protocol_py.rules.pricing",),
     "protocol_py.pricing_windows": ("protocol_py.rules.pricing_windows",),

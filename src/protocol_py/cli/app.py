@@ -69,6 +69,7 @@ from protocol_py.providers import (
     installed_providers,
     load_provider_class,
 )
+from protocol_py.rules.documents import load_document
 from protocol_py.rules.pricing import (
     RATE_FIELDS,
     PricingTable,
@@ -77,7 +78,6 @@ from protocol_py.rules.pricing import (
     parse_timestamp,
     validate_usage,
 )
-from protocol_py.rules.validation import load_document
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST,
@@ -770,7 +770,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``validate FILE``: print every violation as ``path: rule_id: message`` (a warning ends
     with `` (warning)``); exit 1 if any has error severity (warnings are printed but do not
     fail). JSON problems and rule violations are reported together
-    (:func:`protocol_py.rules.validation.validate_document`)."""
+    (:func:`protocol_py.rules.documents.validate_document`)."""
 
     kind, violations = load_document(args.file)
     for violation in violations:

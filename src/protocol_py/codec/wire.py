@@ -27,7 +27,7 @@ server checks each request body with upb first
 (:func:`protocol_py.server.grpc_layer.limits.decode_request`).
 
 :func:`decode_checked` also says whether the decoded message is *clean*: every enum number a
-known member and every map entry complete, so :mod:`protocol_py.rules.validation` may skip its
+known member and every map entry complete, so :mod:`protocol_py.rules.request` may skip its
 field-by-field Python type check (see :func:`mark_decoded`).
 """
 
@@ -177,7 +177,7 @@ def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
 
     Only the server marks requests, right after decoding them and before anything else can
     change them. :func:`wire_size` reads the size (for :func:`protocol_py.server.offload.run_cpu`);
-    :mod:`protocol_py.rules.validation` skips its Python-type walk of a clean message once
+    :mod:`protocol_py.rules.request` skips its Python-type walk of a clean message once
     (:func:`take_wire_clean`).
     """
     key = id(message)

@@ -1,7 +1,7 @@
 """Per-message request validation reused across turns (issue 12, turn latency).
 
 An agent kernel resends the whole conversation every turn: turn N's messages are a prefix of
-turn N+1's, byte for byte on the wire. :func:`protocol_py.rules.validation.validate_request` walks
+turn N+1's, byte for byte on the wire. :func:`protocol_py.rules.request.validate_request` walks
 every message every turn; for a request the server just decoded cleanly from the wire
 (:func:`protocol_py.codec.wire.take_wire_clean`), a message whose exact wire image already passed
 every message-local rule under the same model settings need not be walked again.
@@ -234,8 +234,8 @@ def take_request_images(request: betterproto2.Message) -> Sequence[bytes | None]
 
 
 VALIDATED: Final = ValidatedMessages()
-"""The process-wide memo :func:`protocol_py.rules.validation.validate_request` uses."""
+"""The process-wide memo :func:`protocol_py.rules.request.validate_request` uses."""
 
 PREFIXES: Final = valid_prefixes()
-"""The process-wide message lists :func:`protocol_py.rules.validation.validate_request` resumes
+"""The process-wide message lists :func:`protocol_py.rules.request.validate_request` resumes
 from."""

@@ -12,9 +12,9 @@ candidate is skipped when
 
 * its ``spec`` is absent (``routing.target.spec_missing``) or its provider name is empty
   (``routing.target.provider_empty``),
-* its ModelSpec itself is invalid (:func:`~protocol_py.rules.validation.validate_model_spec`; paths
-  are prefixed ``spec.``), or
-* the request breaks a rule against it (:func:`~protocol_py.rules.validation.validate_request`).
+* its ModelSpec itself is invalid
+  (:func:`~protocol_py.rules.capabilities.validate_model_spec`; paths are prefixed ``spec.``), or
+* the request breaks a rule against it (:func:`~protocol_py.rules.request.validate_request`).
 
 Only errors disqualify; warnings (for example non-portable tool-schema keywords) never do and
 are not listed in :attr:`Skipped.violations`.
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError, Violation, errors_only
-from protocol_py.rules.validation import _validate_request, validate_model_spec
+from protocol_py.rules.capabilities import validate_model_spec
+from protocol_py.rules.request import _validate_request
 from protocol_py_gen.model.v1 import ModelTarget, StreamCompletionRequest
 
 __all__ = ["Route", "Skipped", "route"]
