@@ -25,7 +25,11 @@ MOVED: Final[dict[str, tuple[str, ...]]] = {
         "protocol_py.rules.json_schema",
     ),
     "protocol_py.validation_memo": ("protocol_py.rules.request_memo",),
-    "protocol_py.pricing": ("protocol_py.rules.pricing",),
+    "protocol_py.pricing": (
+        "protocol_py.rules.pricing",
+        "protocol_py.rules.cost",
+        "protocol_py.rules.timestamps",
+    ),
     "protocol_py.pricing_windows": ("protocol_py.rules.pricing_windows",),
     "protocol_py.routing": ("protocol_py.rules.routing",),
     "protocol_py.replay": ("protocol_py.rules.replay",),
