@@ -20,13 +20,14 @@ from test_validation import make_request, make_spec
 
 from protocol_py.codec import protojson, structs
 from protocol_py.errors import ProtocolError, ValidationError, Violation, errors_only
-from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker, accumulate
+from protocol_py.rules.accumulate import StreamAccumulator, accumulate
 from protocol_py.rules.capabilities import validate_capabilities, validate_model_spec
 from protocol_py.rules.cost import cost, format_usd, prompt_tokens
 from protocol_py.rules.documents import detect_kind, load_document, validate_document
 from protocol_py.rules.pricing import PricingTable, validate_pricing
 from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.rules.routing import route
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.content.v1 import (
     ContentBlock,

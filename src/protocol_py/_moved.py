@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 MOVED: Final[dict[str, tuple[str, ...]]] = {
-    "protocol_py.accumulate": ("protocol_py.rules.accumulate",),
+    "protocol_py.accumulate": ("protocol_py.rules.accumulate", "protocol_py.rules.stream_order"),
     "protocol_py.validation": (
         "protocol_py.rules.capabilities",
         "protocol_py.rules.request",
