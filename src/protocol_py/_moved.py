@@ -36,7 +36,7 @@ MOVED: Final[dict[str, tuple[str, ...]]] = {
     "protocol_py.vendor_data": ("protocol_py.rules.vendor_data",),
     "protocol_py.wire": ("protocol_py.codec.wire",),
     "protocol_py.prefix_memo": ("protocol_py.codec.prefixes",),
-    "protocol_py.protojson": ("protocol_py.codec.protojson",),
+    "protocol_py.protojson": ("protocol_py.codec.protojson", "protocol_py.codec.type_check"),
     "protocol_py.structs": ("protocol_py.codec.structs",),
     "protocol_py.tls": ("protocol_py.transport.tls",),
     "protocol_py.launch": ("protocol_py.transport.launch",),

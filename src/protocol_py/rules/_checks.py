@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import betterproto2
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, Violation
 
 __all__: list[str] = []
@@ -25,10 +25,10 @@ def _join(path: str, name: str) -> str:
 
 
 def _walk(message: M, path: str, out: list[Violation]) -> M:
-    """:func:`protocol_py.codec.protojson.check_message`: the message with proto3 defaults for
+    """:func:`protocol_py.codec.type_check.check_message`: the message with proto3 defaults for
     ``None`` (``ModelSpec(id=None)`` is the empty id), Python types checked (raising), unknown
     enum numbers appended to ``out``."""
-    fixed, found = protojson.check_message(message, path=path)
+    fixed, found = type_check.check_message(message, path=path)
     out.extend(found)
     return fixed
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.rules.pricing import PricingTable, _check_count
 from protocol_py.rules.timestamps import _check_aware
@@ -72,7 +72,7 @@ def _usage(usage: object) -> Usage:
         and not usage.components
     ):
         return usage  # the common case: nothing to default (the optional counts may be None)
-    return protojson.with_defaults(usage)
+    return type_check.with_defaults(usage)
 
 
 def _check_consistent(usage: Usage, *, out: int, write: int, write_1h: int, reasoning: int) -> None:

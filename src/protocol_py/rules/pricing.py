@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
 from protocol_py.rules.pricing_windows import MAX_WINDOWS_PER_TIER, TierWeek, parse_windows
 from protocol_py.rules.timestamps import _check_aware, _format_time, parse_timestamp
@@ -414,7 +414,7 @@ def validate_pricing(
                 path, "pricing.not_pricing", f"expected Pricing, got {type(pricing).__name__}"
             )
         ]
-    pricing = protojson.with_defaults(pricing)
+    pricing = type_check.with_defaults(pricing)
     for name, expected in (("currency", str), ("free", bool), ("tiers", list)):
         if not isinstance(getattr(pricing, name), expected):
             out.append(
@@ -538,7 +538,7 @@ class PricingTable:
         ]
         if violations:
             raise ValidationError(violations, "pricing")
-        pricing = protojson.with_defaults(pricing)  # a None rate is the proto3 default, 0
+        pricing = type_check.with_defaults(pricing)  # a None rate is the proto3 default, 0
         self.pricing = pricing
         valid: list[_Bounds] = []
         for tier in pricing.tiers:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, Violation, errors_only
 from protocol_py.rules.capabilities import validate_model_spec
 from protocol_py.rules.request import _validate_request
@@ -138,7 +138,7 @@ def route(request: StreamCompletionRequest, candidates: Sequence[ModelTarget]) -
                 path=f"candidates[{index}]",
                 rule="value.wrong_type",
             )
-        checked, _unknown = protojson.check_message(target, path=f"candidates[{index}]")
+        checked, _unknown = type_check.check_message(target, path=f"candidates[{index}]")
         violations = _target_violations(request, checked)
         if not violations:
             return Route(target=target, index=index, skipped=skipped)

@@ -55,7 +55,7 @@ from typing import Any
 
 import betterproto2
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, StreamOrderError
 from protocol_py.rules.vendor_data import vendor_data_problems
 from protocol_py_gen.content.v1 import VendorData
@@ -144,7 +144,7 @@ def _event_member(event: object, index: int) -> tuple[str, Any]:
     if not name or value is None:
         raise StreamOrderError(index, "stream.event.empty", "no member of the event oneof is set")
     try:
-        checked, unknown = protojson.check_message(value, path=name)
+        checked, unknown = type_check.check_message(value, path=name)
     except InvalidValueError as exc:
         raise StreamOrderError(index, "stream.event.invalid", str(exc)) from None
     del unknown  # unknown enum numbers are judged by the order rules (stop.reason, error.kind)
