@@ -40,15 +40,14 @@ from typing import Any
 
 import betterproto2
 
+from protocol_py.codec import metadata
 from protocol_py.codec.structs import check_json, to_struct
 from protocol_py.codec.type_check import (
     INT_RANGES,
     INT_TYPES,
     MAX_MESSAGE_DEPTH,
     M,
-    _is_wkt,
     _join,
-    _meta,
     check_message,
 )
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
@@ -104,7 +103,7 @@ def _bp_name(field_name: str) -> str:
 @functools.cache
 def _keys_of(cls: type[betterproto2.Message]) -> dict[str, str]:
     keys: dict[str, str] = {}
-    for name in _meta(cls).meta_by_field_name:
+    for name in metadata.fields(cls):
         keys[json_name(name)] = name
         keys[name.rstrip("_")] = name
         keys.setdefault(_bp_name(name), name)
@@ -140,34 +139,33 @@ def _check_type(message_type: Any) -> None:
 @functools.cache
 def _renames(cls: type[betterproto2.Message]) -> dict[str, tuple[str, str]]:
     """betterproto2's ``to_dict`` key -> (json_name, field name)."""
-    return {_bp_name(name): (json_name(name), name) for name in _meta(cls).meta_by_field_name}
+    return {_bp_name(name): (json_name(name), name) for name in metadata.fields(cls)}
 
 
 def _fix_names(cls: type[betterproto2.Message], data: dict[str, Any]) -> dict[str, Any]:
     """Rename the keys of ``cls.to_dict()`` output to protoc's json_name, recursively."""
-    if _is_wkt(cls):
+    if metadata.is_well_known(cls):
         return data  # Struct contents and the other well-known types keep their own JSON
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     renames = _renames(cls)
     out: dict[str, Any] = {}
     for key, value in data.items():
         name, field_name = renames[key]
-        out[name] = _fix_value(meta_all, field_name, value)
+        out[name] = _fix_value(fields[field_name], value)
     return out
 
 
-def _fix_value(meta_all: Any, field_name: str, value: Any) -> Any:
-    meta = meta_all.meta_by_field_name[field_name]
-    if meta.map_meta is not None:
-        value_meta = meta.map_meta[1]
+def _fix_value(field: metadata.Field, value: Any) -> Any:
+    value_meta = field.map_value
+    if value_meta is not None:
         if value_meta.proto_type != "message" or value_meta.unwrap:
             return value
-        sub = meta_all.cls_by_field[f"{field_name}.value"]
+        sub = value_meta.cls
         return {k: _fix_names(sub, v) for k, v in value.items()}
-    if meta.proto_type != "message" or meta.unwrap:
+    if field.proto_type != "message" or field.unwrap:
         return value
-    sub = meta_all.cls_by_field[field_name]
-    if meta.repeated:
+    sub = field.cls
+    if field.repeated:
         return [_fix_names(sub, v) for v in value]
     return _fix_names(sub, value)
 
@@ -362,7 +360,7 @@ def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[
 def _json_message(
     cls: type[betterproto2.Message], data: Any, path: str, out: list[Violation], depth: int = 1
 ) -> None:
-    if _is_wkt(cls):
+    if metadata.is_well_known(cls):
         _json_wkt(cls, data, path, out)
         return
     if depth > MAX_MESSAGE_DEPTH:
@@ -384,7 +382,7 @@ def _json_message(
             )
         )
         return
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     by_key = _keys_of(cls)
     seen: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
@@ -413,18 +411,18 @@ def _json_message(
         seen[field_name] = key
         if value is None:
             continue  # proto3 JSON: null is the field's default
-        meta = meta_all.meta_by_field_name[field_name]
+        meta = fields[field_name]
         if meta.group is not None:
             groups.setdefault(meta.group, []).append(field_name)
-        field_cls = meta_all.cls_by_field.get(field_name)
-        if meta.map_meta is not None:
+        field_cls = meta.cls
+        if meta.map_key is not None and meta.map_value is not None:
             if not isinstance(value, Mapping):
                 out.append(
                     Violation(where, "json.invalid", f"expected an object, got {json_type(value)}")
                 )
                 continue
-            key_meta, value_meta = meta.map_meta
-            value_cls = meta_all.cls_by_field.get(f"{field_name}.value")
+            key_meta, value_meta = meta.map_key, meta.map_value
+            value_cls = value_meta.cls
             for map_key, item in value.items():
                 item_path = f"{where}.{map_key}"
                 _json_map_key(key_meta.proto_type, map_key, item_path, out)
@@ -507,21 +505,21 @@ def _build(cls: type[M], data: Any) -> M:
     """Build a message from JSON already checked by :func:`_json_message` (betterproto2's own
     ``from_dict`` cannot read fields such as ``cache_write_1h_per_mtok``, so it is used only for
     the Timestamp and Duration well-known types)."""
-    if _is_wkt(cls):
+    if metadata.is_well_known(cls):
         if cls is wkt.Struct:
             return cls(fields=to_struct(data).fields)  # type: ignore[call-arg]
         if cls is wkt.Empty:
             return cls()
         return cls.from_dict(data)
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     keys = _keys_of(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if value is None:
             continue
         name = keys[key]
-        meta = meta_all.meta_by_field_name[name]
-        field_cls = meta_all.cls_by_field.get(name)
+        meta = fields[name]
+        field_cls = meta.cls
 
         def one(item: Any, meta: Any = meta, field_cls: Any = field_cls) -> Any:
             if meta.proto_type == "message" and meta.unwrap:
@@ -531,9 +529,9 @@ def _build(cls: type[M], data: Any) -> M:
                 return _build(field_cls, item)
             return _build_scalar(meta.proto_type, field_cls, item)
 
-        if meta.map_meta is not None:
-            key_meta, value_meta = meta.map_meta
-            value_cls = meta_all.cls_by_field.get(f"{name}.value")
+        if meta.map_key is not None and meta.map_value is not None:
+            key_meta, value_meta = meta.map_key, meta.map_value
+            value_cls = value_meta.cls
             kwargs[name] = {
                 _build_map_key(key_meta.proto_type, k): one(v, value_meta, value_cls)
                 for k, v in value.items()
@@ -588,14 +586,14 @@ def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list
     ``data`` itself cannot be). Unknown fields and the second spelling of a duplicated field are
     left out without a pruned path (nothing that was given goes missing); a field whose value
     does not decode is removed and its path appended to ``pruned``."""
-    if _is_wkt(cls) or not isinstance(data, Mapping):
+    if metadata.is_well_known(cls) or not isinstance(data, Mapping):
         found: list[Violation] = []
         _json_message(cls, data, path, found)
         if found:
             pruned.append(path)
             return _DROP
         return data
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     by_key = _keys_of(cls)
     seen: set[str] = set()
     kept: dict[str, Any] = {}
@@ -615,14 +613,14 @@ def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list
             kept[key] = value
             names[key] = field_name
             continue
-        meta = meta_all.meta_by_field_name[field_name]
-        field_cls = meta_all.cls_by_field.get(field_name)
+        meta = fields[field_name]
+        field_cls = meta.cls
         is_message = (
             meta.proto_type == "message"
-            and meta.map_meta is None
+            and meta.map_value is None
             and not meta.unwrap
             and field_cls is not None
-            and not _is_wkt(field_cls)
+            and not metadata.is_well_known(field_cls)
         )
         if not is_message:
             pruned.append(where)
@@ -648,7 +646,7 @@ def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list
         names[key] = field_name
     groups: dict[str, list[str]] = {}
     for key, field_name in names.items():
-        group = meta_all.meta_by_field_name[field_name].group
+        group = fields[field_name].group
         if group is not None and kept.get(key) is not None:
             groups.setdefault(group, []).append(key)
     for keys in groups.values():

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import betterproto2
 
+from protocol_py.codec import metadata
 from protocol_py.errors import InvalidValueError, Violation
 
 __all__ = [
@@ -61,17 +62,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 """Inclusive ``(min, max)`` of each integer scalar type."""
 
 
-def _meta(cls: type[betterproto2.Message]) -> Any:
-    """betterproto2's per-class field metadata (typed loosely: its classproperty defeats mypy)."""
-    return getattr(cls, "_betterproto")  # noqa: B009
-
-
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
-
-
-def _is_wkt(cls: type) -> bool:
-    return cls.__module__.startswith("protocol_py_gen.google")
 
 
 def _type_error(path: str, expected: str, value: Any) -> InvalidValueError:
@@ -122,14 +114,7 @@ _PLAIN_TYPES: dict[str, type] = {"string": str, "bool": bool, "bytes": bytes, "d
 """Scalar proto types whose exact Python type needs no further check (no range, no enum)."""
 
 
-@functools.cache
-def _is_wkt_cached(cls: type) -> bool:
-    return _is_wkt(cls)
-
-
-@functools.cache
-def _meta_cached(cls: type[betterproto2.Message]) -> Any:
-    return _meta(cls)
+_is_wkt_cached = functools.cache(metadata.is_well_known)
 
 
 _SCALAR_DEFAULTS: dict[str, Any] = {"string": "", "bool": False, "bytes": b"", "double": 0.0}
@@ -148,23 +133,15 @@ def _map_default(proto_type: str, value_cls: Any) -> Any:
 def _flat_fields(cls: type) -> tuple[tuple[str, type], ...] | None:
     """(field, exact Python type) when every field of ``cls`` is a plain non-repeated string,
     bool, bytes or double (TextDelta, ToolCallDelta, ...); None otherwise."""
-    if not (isinstance(cls, type) and issubclass(cls, betterproto2.Message)) or _is_wkt(cls):
+    if not (isinstance(cls, type) and issubclass(cls, betterproto2.Message)) or _is_wkt_cached(cls):
         return None
-    fields: list[tuple[str, type]] = []
-    for name, meta in _meta(cls).meta_by_field_name.items():
-        plain = _PLAIN_TYPES.get(meta.proto_type)
-        if plain is None or meta.repeated or meta.map_meta is not None:
+    flat: list[tuple[str, type]] = []
+    for field in metadata.fields(cls).values():
+        plain = _PLAIN_TYPES.get(field.proto_type)
+        if plain is None or field.repeated or field.map_value is not None:
             return None
-        fields.append((name, plain))
-    return tuple(fields)
-
-
-@functools.cache
-def _no_presence(cls: type[betterproto2.Message]) -> frozenset[str]:
-    """Fields whose default is not ``None``: proto3 fields without presence, read as their
-    default when unset (scalars, enums, repeated fields and maps)."""
-    gen = _meta(cls).default_gen
-    return frozenset(name for name, make in gen.items() if make is not type(None))
+        flat.append((field.name, plain))
+    return tuple(flat)
 
 
 def _fix(
@@ -192,27 +169,25 @@ def _fix(
             rule="value.too_deep",
         )
     active.add(id(message))
-    meta_all = _meta_cached(cls)
-    no_presence = _no_presence(cls)
     changes: dict[str, Any] = {}
-    for name, meta in meta_all.meta_by_field_name.items():
+    for field in metadata.fields(cls).values():
+        name = field.name
         value = getattr(message, name, None)
         if value is None:
-            if name in no_presence:
-                changes[name] = meta_all.default_gen[name]()
+            if not field.presence:
+                changes[name] = field.default()
             continue
-        plain = _PLAIN_TYPES.get(meta.proto_type)
-        if plain is not None and type(value) is plain and not meta.repeated:
+        plain = _PLAIN_TYPES.get(field.proto_type)
+        if plain is not None and type(value) is plain and not field.repeated:
             continue  # the common case, checked without building a path
         where = _join(path, name)
-        field_cls = meta_all.cls_by_field.get(name)
-        if meta.map_meta is not None:
+        key_meta, value_meta = field.map_key, field.map_value
+        if key_meta is not None and value_meta is not None:
             if not isinstance(value, Mapping):
                 if out is None:
                     continue
                 raise _type_error(where, "dict", value)
-            key_meta, value_meta = meta.map_meta
-            value_cls = meta_all.cls_by_field.get(f"{name}.value")
+            value_cls = value_meta.cls
             new_map: dict[Any, Any] | None = None
             for key, given in value.items():
                 item_path = f"{where}.{key}"
@@ -233,7 +208,7 @@ def _fix(
             if new_map is not None:
                 changes[name] = new_map
             continue
-        if meta.repeated:
+        if field.repeated:
             if not isinstance(value, list):
                 if out is None:
                     continue
@@ -241,14 +216,14 @@ def _fix(
             new_list: list[Any] | None = None
             for i, item in enumerate(value):
                 item_path = f"{where}[{i}]"
-                fixed_item = _fix_item(meta, field_cls, item, item_path, out=out, active=active)
+                fixed_item = _fix_item(field, item, item_path, out=out, active=active)
                 if fixed_item is not item:
                     new_list = list(value) if new_list is None else new_list
                     new_list[i] = fixed_item
             if new_list is not None:
                 changes[name] = new_list
             continue
-        fixed_value = _fix_item(meta, field_cls, value, where, out=out, active=active)
+        fixed_value = _fix_item(field, value, where, out=out, active=active)
         if fixed_value is not value:
             changes[name] = fixed_value
     active.discard(id(message))
@@ -261,19 +236,19 @@ def _fix(
 
 
 def _fix_item(
-    meta: Any,
-    field_cls: Any,
+    field: metadata.Field,
     item: Any,
     path: str,
     *,
     out: list[Violation] | None,
     active: set[int],
 ) -> Any:
+    kind, field_cls = field.proto_type, field.cls
     if out is not None:
         if item is None:
             raise _type_error(path, "a value (None is not an element)", item)
-        _check_scalar(meta.proto_type, field_cls, item, path)
-        if meta.proto_type == "enum" and field_cls is not None and not _enum_known(field_cls, item):
+        _check_scalar(kind, field_cls, item, path)
+        if kind == "enum" and field_cls is not None and not _enum_known(field_cls, item):
             out.append(
                 Violation(
                     path,
@@ -281,7 +256,7 @@ def _fix_item(
                     f"{int(item)} is not a value of {field_cls.__name__}",
                 )
             )
-    if meta.proto_type == "message" and isinstance(item, betterproto2.Message):
+    if kind == "message" and isinstance(item, betterproto2.Message):
         return _fix(item, path, out, active)
     return item
 

@@ -43,6 +43,7 @@ from typing import Any, Final, TypeVar
 import betterproto2
 from grpclib.encoding.proto import ProtoCodec
 
+from protocol_py.codec import metadata
 from protocol_py.codec.wire_gen import (
     GENERATOR,
     MAX_DECODED_OBJECTS,
@@ -266,9 +267,7 @@ def keep_images(
     already (the list is shared, never changed); else they are computed here with
     :data:`MAX_KEPT_IMAGE_BYTES` (a larger element's image is None)."""
     if images is None:
-        cls: type[Any] = type(message)
-        meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
-        number = meta.meta_by_field_name[field].number
+        number = metadata.field_number(type(message), field)
         images = field_images(data, number, MAX_KEPT_IMAGE_BYTES)
     if images is None or len(images) != len(getattr(message, field)):
         return

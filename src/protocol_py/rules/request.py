@@ -27,7 +27,7 @@ from typing import Any, Final, cast
 
 import betterproto2
 
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.rules._checks import _enum_label, _join, _require, _struct_violation, _walk
@@ -70,28 +70,12 @@ __all__ = [
 ]
 
 
-def _meta(cls: type[betterproto2.Message]) -> Any:
-    """betterproto2's per-class field metadata (typed loosely: its classproperty defeats mypy)."""
-    return getattr(cls, "_betterproto")  # noqa: B009
-
-
 _TOOL_RESULT_KINDS = frozenset({"text", "image", "document"})
-
-
-_ONEOF_MEMBERS: dict[tuple[type[betterproto2.Message], str], tuple[str, ...]] = {}
-"""(class, oneof group) -> the group's member names in declaration order, built once."""
 
 
 def _set_members(message: betterproto2.Message, group: str) -> list[str]:
     """The members of oneof ``group`` set on ``message``, in declaration order."""
-    key = (type(message), group)
-    names = _ONEOF_MEMBERS.get(key)
-    if names is None:
-        meta = _meta(type(message))
-        order = list(meta.meta_by_field_name)
-        fields = meta.oneof_field_by_group.get(group, set())
-        names = tuple(sorted((f.name for f in fields), key=order.index))
-        _ONEOF_MEMBERS[key] = names
+    names = metadata.oneof_members(type(message), group)
     return [name for name in names if getattr(message, name, None) is not None]
 
 

@@ -35,11 +35,11 @@ import threading
 import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import betterproto2
 
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
 from protocol_py.codec.prefixes import BoundedLRU, ConversationPrefixes
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest, ThinkingSpec
@@ -179,13 +179,7 @@ _images: dict[int, tuple[weakref.ref[StreamCompletionRequest], list[bytes | None
 _images_lock = threading.RLock()  # re-entered by a weakref callback run by GC
 
 
-def _messages_field_number() -> int:
-    meta: Any = getattr(StreamCompletionRequest, "_betterproto")  # noqa: B009 (classproperty)
-    number: int = meta.meta_by_field_name["messages"].number
-    return number
-
-
-_MESSAGES_FIELD: Final = _messages_field_number()
+_MESSAGES_FIELD: Final = metadata.field_number(StreamCompletionRequest, "messages")
 
 
 def request_images(data: bytes) -> list[bytes | None] | None:

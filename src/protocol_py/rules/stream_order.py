@@ -55,7 +55,7 @@ from typing import Any
 
 import betterproto2
 
-from protocol_py.codec import type_check
+from protocol_py.codec import metadata, type_check
 from protocol_py.errors import InvalidValueError, StreamOrderError
 from protocol_py.rules.vendor_data import vendor_data_problems
 from protocol_py_gen.content.v1 import VendorData
@@ -98,13 +98,7 @@ _USAGE_COUNTS = (
 )
 
 
-def _event_members() -> tuple[str, ...]:
-    meta: Any = getattr(StreamEvent, "_betterproto")  # noqa: B009 (a classproperty)
-    group = {f.name for f in meta.oneof_field_by_group["event"]}
-    return tuple(name for name in meta.meta_by_field_name if name in group)
-
-
-_EVENT_MEMBERS = _event_members()
+_EVENT_MEMBERS = metadata.oneof_members(StreamEvent, "event")
 """The members of StreamEvent's ``event`` oneof, in declaration order (deltas first)."""
 
 _first_member = operator.attrgetter("text_delta")
