@@ -1,4 +1,5 @@
-"""proto3 JSON for the generated protocol messages (protobuf's proto3 JSON mapping; DESIGN D5).
+"""proto3 JSON for the generated protocol messages (protobuf's proto3 JSON mapping;
+docs/decisions.md#d5).
 
 One place for reading and writing the proto3-JSON form of every ``common.v1``, ``content.v1`` and
 ``model.v1`` message. Use it instead of betterproto2's ``to_dict``/``from_dict``:
@@ -6,7 +7,8 @@ One place for reading and writing the proto3-JSON form of every ``common.v1``, `
 * betterproto2 0.10 derives JSON names with a snake/camel round trip that breaks on a digit
   after an underscore. It writes ``cache_write_1h_tokens`` as ``cacheWrite1HTokens`` where
   protoc's ``json_name`` is ``cacheWrite1hTokens`` (google's parser rejects betterproto2's
-  spelling), and its ``from_dict`` reads back neither spelling nor the proto field name.
+  spelling), and its ``from_dict`` reads back neither spelling nor the proto field name
+  (``from_dict`` ignores ``json_name``: https://github.com/betterproto/python-betterproto2/issues/129).
 * ``from_dict`` is lenient: wrong JSON types and several members of one oneof go through.
 
 Public functions:

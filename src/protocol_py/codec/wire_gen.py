@@ -6,9 +6,8 @@ maps, wrapped well-known types) is turned into the source
 of two straight-line Python functions, compiled with ``exec`` once per class (as dataclasses
 and attrs build their methods): one decodes the class's fields from a buffer slice in place,
 one encodes an instance. They mirror betterproto2's own ``load`` and ``__bytes__`` rule by rule
-and raise :class:`FallbackError` for anything else, so :mod:`protocol_py.codec.wire` can hand such
-input
-back to betterproto2.
+and raise :class:`FallbackError` for anything else, so :mod:`protocol_py.codec.wire` can hand
+such input back to betterproto2.
 """
 
 from __future__ import annotations
@@ -41,14 +40,15 @@ create (all fields of the message, at any depth, counted together), in elements.
 object hangs from one of these, the top-level message or a chain of singular sub-messages
 (at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded request's objects whatever its
 shape: a body of tiny elements (two bytes each: ``0a 00``) otherwise turns each wire byte into
-over 100 bytes of Python objects (issue 8: 1 MiB of empty ``messages`` cost over 1 GiB). The
-largest legitimate request measured, 100,000 one-block messages (4.4 MB), counts 200,000."""
+over 100 bytes of Python objects (1 MiB of empty ``messages`` would take over 1 GiB). A
+request of 100,000 one-block messages (4.4 MB) counts 200,000."""
 
 
 LONG_TEXT_CHARS: Final = 1 << 20
 """Strings of this many characters or more (1 Mi) are encoded as a :class:`LongText` part,
 their UTF-8 bytes made this many characters at a time, never by one ``str.encode`` call over
-the whole text (a 60 MB copy holds the interpreter 30-45 ms: issue 8 item 4)."""
+the whole text (encoding tens of megabytes at once holds the interpreter for tens of
+milliseconds)."""
 
 
 class LongText:

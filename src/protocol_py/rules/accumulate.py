@@ -139,15 +139,16 @@ class AccumulatedResponse:
 
     Attributes:
         message: The assistant ``content.v1.Message``: role ASSISTANT, blocks in production
-            order, ``id`` a new ULID unless one was given (DESIGN D16), ``produced_by_model_id``
-            / ``produced_by_provider`` when given.
+            order, ``id`` a new ULID unless one was given (docs/decisions.md#d16),
+            ``produced_by_model_id`` / ``produced_by_provider`` when given.
         usage: The ``usage`` event, or None.
         stop: The ``stop`` event, or None.
         error: The ``error`` event, or None.
         metadata: Every ``metadata`` event merged (later values win field by field; ``attrs``
             merged key by key; a non-empty ``rate_limits`` replaces the earlier list), or None.
         safety_notices: The ``safety_notice`` events of a known kind, in order.
-        ignored_safety_notices: How many notices of an unknown kind were ignored (D12).
+        ignored_safety_notices: How many notices of an unknown kind were ignored
+            (docs/decisions.md#d12).
         provider_request_id: From ``stream_start``, or None.
         complete: True when ``stop`` or ``error`` arrived.
         unreplayable_blocks: Indices into ``message.content`` of thinking blocks without a
@@ -230,11 +231,11 @@ def _merge_metadata(old: StreamMetadata | None, new: StreamMetadata) -> StreamMe
 
 
 class StreamAccumulator:
-    """Folds a StreamEvent sequence into an :class:`AccumulatedResponse`, checking the D12 order
+    """Folds a StreamEvent sequence into an :class:`AccumulatedResponse`, checking the event order
     as it goes. Linear time and memory in the size of the stream.
 
     Args:
-        message_id: The message id to use; default a new ULID (DESIGN D16).
+        message_id: The message id to use; default a new ULID (docs/decisions.md#d16).
         produced_by_model_id: ``ModelSpec.id`` of the producing model, when known.
         produced_by_provider: ``ProducerRef.name`` of the producing provider, when known.
     """
@@ -281,7 +282,7 @@ class StreamAccumulator:
         """Fold the next event in.
 
         Raises:
-            StreamOrderError: the event breaks a D12 order rule (see the module docstring); the
+            StreamOrderError: the event breaks an order rule (see the module docstring); the
                 accumulated state is left as it was before the event.
         """
         name, value = self._checker._check(event)
@@ -396,7 +397,7 @@ def accumulate(
     """Fold a whole StreamEvent sequence (see :class:`StreamAccumulator`).
 
     Raises:
-        StreamOrderError: an event breaks a D12 order rule (naming its index and rule id).
+        StreamOrderError: an event breaks an order rule (naming its index and rule id).
         InvalidValueError: ``events`` is not iterable, or ``message_id`` /
             ``produced_by_model_id`` / ``produced_by_provider`` is not a string or None (rule
             ``value.wrong_type``).

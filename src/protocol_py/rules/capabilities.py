@@ -357,9 +357,10 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
     (``capabilities.models.empty``: a model provider serving no model is useless), each model
     (see :func:`validate_model_spec`, paths ``models[i]...``), unique non-empty model ids, hook
     points (no HOOK_POINT_UNSPECIFIED, no duplicates), and ``config_schema`` a valid JSON Schema
-    (draft 2020-12, formats checked: see :func:`validate_config_schema`) when present (DESIGN
-    D14). ``None`` in a field without proto3 presence reads
-    as its default (``protocol_version=None`` is the empty string).
+    (draft 2020-12, formats checked: see
+    :func:`~protocol_py.rules.json_schema.validate_config_schema`) when present
+    (docs/decisions.md#d14). ``None`` in a field without proto3 presence reads as its default
+    (``protocol_version=None`` is the empty string).
 
     The version's MAJOR must equal :data:`protocol_py.version.PROTOCOL_MAJOR`
     (``capabilities.protocol_version.incompatible``); a newer MINOR of the same major is the

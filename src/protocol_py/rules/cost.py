@@ -49,7 +49,7 @@ TERM_NAMES: tuple[str, ...] = (
     "cache_write_1h",
     "reasoning",
 )
-"""The cost terms of DESIGN D8, in the order they are rendered."""
+"""The cost terms of docs/decisions.md#d8, in the order they are rendered."""
 
 # Exact arithmetic: enough precision for any int64 count times any double's shortest repr, and
 # Inexact trapped so that a result that would need rounding raises instead of silently rounding.
@@ -151,8 +151,8 @@ def _as_violation(exc: InvalidValueError) -> Violation:
 
 
 def prompt_tokens(usage: Usage) -> int:
-    """The prompt size that selects a tier (DESIGN D9): ``input_tokens + cache_read_tokens +
-    cache_write_tokens``, absent counts being 0. Unit: tokens.
+    """The prompt size that selects a tier (docs/decisions.md#d9): ``input_tokens +
+    cache_read_tokens + cache_write_tokens``, absent counts being 0. Unit: tokens.
 
     Raises:
         InvalidValueError: ``usage`` is not a Usage (``usage.type``); a count is negative or
@@ -167,7 +167,7 @@ def prompt_tokens(usage: Usage) -> int:
 
 
 def format_usd(value: Decimal) -> str:
-    """Render an exact Decimal in plain notation (case C13).
+    """Render an exact Decimal in plain notation (testdata/cases/C13.json).
 
     No exponent, no rounding; trailing zeros after the point are removed, and zero is ``"0"``:
     ``Decimal("0.000750") -> "0.00075"``, ``Decimal("1E-7") -> "0.0000001"``,
@@ -192,7 +192,7 @@ def format_usd(value: Decimal) -> str:
 
 @dataclass(frozen=True)
 class CostBreakdown:
-    """The exact cost of one usage event (DESIGN D8).
+    """The exact cost of one usage event (docs/decisions.md#d8).
 
     Attributes:
         tier_index: Index into ``pricing.tiers`` of the tier applied; None for a free Pricing.
@@ -299,7 +299,8 @@ def _term(tokens: int, rate: Decimal | None, rate_field: str, tier_index: int) -
 
 
 def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBreakdown:
-    """Price one usage event exactly (DESIGN D7, D8; spec "Cost-computation worked example").
+    """Price one usage event exactly (docs/decisions.md#d7, docs/decisions.md#d8; spec
+    "Cost-computation worked example").
 
     The tier is the one matching (``at``, :func:`prompt_tokens`); its rates apply, or, where one
     of its recurring windows holds ``at`` (protocol 1.1), that window's rates over the tier's

@@ -86,10 +86,12 @@ def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
 
     The kind is detected from the top-level keys (see :func:`detect_kind`). The document is
     decoded strictly (:func:`protocol_py.codec.protojson.decode`: every ``json.*`` violation), and
-    what decodes is validated with :func:`validate_capabilities`, :func:`validate_model_spec` or
+    what decodes is validated with
+    :func:`~protocol_py.rules.capabilities.validate_capabilities`,
+    :func:`~protocol_py.rules.capabilities.validate_model_spec` or
     :func:`protocol_py.rules.pricing.validate_pricing` (a standalone Pricing has no caching
-    context, so
-    its cache-rate presence rule is not checked), so a JSON typo never hides a rule violation.
+    context, so its cache-rate presence rule is not checked), so a JSON typo never hides a rule
+    violation.
     Unknown fields are ignored by the rules. A field whose value cannot be decoded is treated as
     absent (:func:`protocol_py.codec.protojson.decode_lenient`), and a rule violation at that field,
     inside it, or at a message that contains it is not reported: it could be an artefact of the

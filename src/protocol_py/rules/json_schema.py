@@ -90,7 +90,8 @@ def _schema_violations(
 
 
 def validate_config_schema(schema: Any, *, path: str = "config_schema") -> list[Violation]:
-    """Check a provider's config schema (parsed JSON) the way Configure will use it (DESIGN D14).
+    """Check a provider's config schema (parsed JSON) the way Configure will use it
+    (docs/decisions.md#d14).
 
     The schema must be a valid JSON Schema (draft 2020-12) with the metaschema's formats checked:
     every ``pattern`` / ``patternProperties`` key compiles as a regular expression (Python's

@@ -151,8 +151,8 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
             )
         )
     elif typed and s_from is None and s_until is not None and s_until <= 0:
-        # sizes start at 0: [0, 0) matches no prompt (found by tests/reliability fuzzing; such
-        # a tier was accepted and then won resolution at size 0 over the tier that matched)
+        # sizes start at 0: [0, 0) matches no prompt; accepted, such a tier would win resolution
+        # at size 0 over the tier that matches
         ok = False
         out.append(
             Violation(
@@ -372,7 +372,8 @@ def _partition_violations(bounds: list[_Bounds], path: str) -> list[Violation]:
 def validate_pricing(
     pricing: Pricing, *, caching_supported: bool | None = None, path: str = "pricing"
 ) -> list[Violation]:
-    """Check a Pricing against every rule of the spec's "Pricing" section (DESIGN D8, D9).
+    """Check a Pricing against every rule of the spec's "Pricing" section (docs/decisions.md#d8,
+    docs/decisions.md#d9).
 
     Rules (rule ids in parentheses): currency is ``"USD"`` (``pricing.currency_not_usd``); at
     least one tier unless ``free`` (``pricing.tiers.empty``); every rate finite
@@ -469,7 +470,8 @@ def validate_pricing(
 
 
 def _rate(value: float | None) -> Decimal | None:
-    """A rate's exact Decimal from its shortest repr (DESIGN D8); never float arithmetic."""
+    """A rate's exact Decimal from its shortest repr (docs/decisions.md#d8); never float
+    arithmetic."""
     return None if value is None else Decimal(repr(float(value)))
 
 
@@ -501,7 +503,7 @@ def _rates(tier: PricingTier, window: PricingWindow | None = None) -> _Rates:
 
 
 class PricingTable:
-    """A validated Pricing indexed for O(log n) tier resolution (DESIGN D9).
+    """A validated Pricing indexed for O(log n) tier resolution (docs/decisions.md#d9).
 
     The index is the sorted list of the tiers' distinct time boundaries; for every time slab
     between two boundaries, the sorted size boundaries and the tier of each size cell. A lookup

@@ -332,7 +332,7 @@ class _RequestChecker:
                     _join(mpath, "id"),
                     "request.message.id_duplicate",
                     f"message id {message.id!r} is already used by "
-                    f"messages[{message_ids[message.id]}] (ids are unique per message, DESIGN D16)",
+                    f"messages[{message_ids[message.id]}] (ids are unique per message)",
                 )
             else:
                 message_ids[message.id] = i
@@ -754,7 +754,7 @@ def _check_request(
 
 
 def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[Violation]:
-    """Validate a StreamCompletionRequest against the resolved ModelSpec (issue 3 part 2).
+    """Validate a StreamCompletionRequest against the resolved ModelSpec.
 
     Covers model_id, messages (non-empty, unique non-empty ids, roles, at least one content block),
     content blocks (exactly one member; tool_use only in ROLE_ASSISTANT and tool_result only in
@@ -762,17 +762,17 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
     supports_tool_use, including blocks nested in tool_result and assembled_context; tool_result
     answering an earlier tool_use id; tool_use inputs that are JSON), tools (names, portable input
     schemas that are JSON), GenerationParams (temperature finite and >= 0, thinking
-    effort/budget/disable per DESIGN D4, disable_thinking never with a budget, max_output_tokens in
-    (0, model max], stop sequences, tool_choice), call_context, cache breakpoints (checked only when
-    the model declares ``caching.explicit_markers``; ignored otherwise, as the spec requires) and
-    ``provider_options`` (never interpreted, but it must be JSON: no NaN or Infinity). Every
-    ``google.protobuf.Struct`` handed on to a provider is checked with
-    :func:`protocol_py.codec.structs.from_struct`, so a request that passes never makes a provider
-    fail on
-    it. The rules that need no ModelSpec are :func:`validate_request_shape`, computed by the same
-    pass. ``None`` in a field without proto3 presence reads as its default. The spec itself is not
-    validated here; use :func:`validate_model_spec`. For a request the server just decoded
-    cleanly, messages whose exact wire images were validated before are not walked again
+    effort/budget/disable per docs/decisions.md#d4, disable_thinking never with a budget,
+    max_output_tokens in (0, model max], stop sequences, tool_choice), call_context, cache
+    breakpoints (checked only when the model declares ``caching.explicit_markers``; ignored
+    otherwise, as the spec requires) and ``provider_options`` (never interpreted, but it must be
+    JSON: no NaN or Infinity). Every ``google.protobuf.Struct`` handed on to a provider is
+    checked with :func:`protocol_py.codec.structs.from_struct`, so a request that passes never
+    makes a provider fail on it. The rules that need no ModelSpec are
+    :func:`validate_request_shape`, computed by the same pass. ``None`` in a field without proto3
+    presence reads as its default. The spec itself is not validated here; use
+    :func:`~protocol_py.rules.capabilities.validate_model_spec`. For a request the server just
+    decoded cleanly, messages whose exact wire images were validated before are not walked again
     (:mod:`protocol_py.rules.request_memo`); the result is the same.
 
     Returns:

@@ -1,4 +1,4 @@
-"""Per-message request validation reused across turns (issue 12, turn latency).
+"""Per-message request validation reused across turns.
 
 An agent kernel resends the whole conversation every turn: turn N's messages are a prefix of
 turn N+1's, byte for byte on the wire. :func:`protocol_py.rules.request.validate_request` walks

@@ -1,5 +1,5 @@
-"""Capability-aware routing (issue 3 part 3; spec: "generation-parameter validation and
-capability-aware routing").
+"""Capability-aware routing (spec: "generation-parameter validation and capability-aware
+routing").
 
 A kernel holds an ordered fallback chain of targets (provider + ModelSpec). :func:`route` returns
 the first target that can serve a request and, for every target it passed over, the violations

@@ -85,7 +85,8 @@ CONTENT_EVENT_KINDS = frozenset(
         "tool_call_done",
     }
 )
-"""StreamEvent oneof cases that carry content (DESIGN D12: the ``content*`` part of a stream)."""
+"""StreamEvent oneof cases that carry content (the ``content*`` part of a stream,
+docs/decisions.md#d12)."""
 _STOP_REASONS = frozenset(int(r) for r in StopReason if r != StopReason.UNSPECIFIED)
 _ERROR_KINDS = frozenset(int(k) for k in ErrorKind if k != ErrorKind.UNSPECIFIED)
 _USAGE_COUNTS = (
@@ -164,7 +165,7 @@ def _check_vendor_data(
 
 
 class StreamOrderChecker:
-    """Incremental checker of the StreamEvent order rules (DESIGN D12).
+    """Incremental checker of the StreamEvent order rules (docs/decisions.md#d12).
 
     Feed every event of one stream, in order, to :meth:`check`. Memory is O(number of tool
     calls); each check is O(1).
@@ -199,7 +200,7 @@ class StreamOrderChecker:
         """Check the next event of the stream.
 
         Raises:
-            StreamOrderError: the event breaks a D12 rule; ``index`` is the event's zero-based
+            StreamOrderError: the event breaks an order rule; ``index`` is the event's zero-based
                 position and ``rule`` one of the ids in the module docstring. The checker's state
                 is unchanged by a rejected event, except that the index still advances.
         """

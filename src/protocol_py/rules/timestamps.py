@@ -25,17 +25,18 @@ _DATETIME_RE = re.compile(
 
 
 def parse_timestamp(value: str, *, path: str = "") -> datetime:
-    """Parse an ISO 8601 / RFC 3339 date or date-time into an aware UTC datetime (DESIGN D9).
+    """Parse an ISO 8601 / RFC 3339 date or date-time into an aware UTC datetime
+    (docs/decisions.md#d9).
 
     Accepted forms, exactly (ISO 8601 extended format, a superset of RFC 3339): a date
     ``YYYY-MM-DD`` (meaning 00:00 UTC of that day) or a date-time
     ``YYYY-MM-DD(T|t|space)HH:MM[:SS[(.|,)fraction]]`` followed by ``Z``/``z`` or an offset
     ``+HH:MM`` / ``+HHMM`` / ``+HH``. The fraction may have any number of digits; digits beyond
-    microseconds are truncated, never rounded and never an error (case C14). Not accepted:
-    surrounding whitespace, the basic format (``20260701T000000Z``), week and ordinal dates
-    (``2026-W27-3``, ``2026-182``), an hour without minutes (``2026-07-01T00Z``) and hour
-    ``24``. A leap second ``:60`` (RFC 3339) reads as the next second. The result is identical
-    on every supported Python version (no use of :meth:`datetime.fromisoformat`).
+    microseconds are truncated, never rounded and never an error (testdata/cases/C14.json).
+    Not accepted: surrounding whitespace, the basic format (``20260701T000000Z``), week and
+    ordinal dates (``2026-W27-3``, ``2026-182``), an hour without minutes (``2026-07-01T00Z``)
+    and hour ``24``. A leap second ``:60`` (RFC 3339) reads as the next second. The result is
+    identical on every supported Python version (no use of :meth:`datetime.fromisoformat`).
 
     Args:
         value: The text.
