@@ -103,8 +103,8 @@ class _MovedModuleLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
         warnings.warn(
-            f"{module.__name__} is deprecated; import from {MOVED[module.__name__][0]} "
-            "(the old path is removed in 2.0)",
+            f"{module.__name__} is deprecated; import from "
+            f"{' or '.join(MOVED[module.__name__])} (the old path is removed in 2.0)",
             DeprecationWarning,
             stacklevel=2,
         )
