@@ -33,7 +33,7 @@ import httpx
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.http.sse import SSEParser
 from protocol_py.providers.openai.provider import OpenAIProvider
-from protocol_py.rules.accumulate import StreamOrderChecker
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.server import ModelServer
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py_gen.common.v1 import CallContext

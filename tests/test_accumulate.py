@@ -10,11 +10,8 @@ from ulid import ULID
 
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import StreamOrderError
-from protocol_py.rules.accumulate import (
-    StreamAccumulator,
-    StreamOrderChecker,
-    accumulate,
-)
+from protocol_py.rules.accumulate import StreamAccumulator, accumulate
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py_gen.content.v1 import Role
 from protocol_py_gen.model.v1 import (
     ErrorKind,

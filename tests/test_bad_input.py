@@ -18,27 +18,17 @@ import pytest
 from test_schema_messages import populate
 from test_validation import make_request, make_spec
 
-from protocol_py.codec import protojson, structs
+from protocol_py.codec import protojson, structs, type_check
 from protocol_py.errors import ProtocolError, ValidationError, Violation, errors_only
-from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker, accumulate
-from protocol_py.rules.pricing import (
-    PricingTable,
-    cost,
-    format_usd,
-    parse_timestamp,
-    prompt_tokens,
-    validate_pricing,
-)
+from protocol_py.rules.accumulate import StreamAccumulator, accumulate
+from protocol_py.rules.capabilities import validate_capabilities, validate_model_spec
+from protocol_py.rules.cost import cost, format_usd, prompt_tokens
+from protocol_py.rules.documents import detect_kind, load_document, validate_document
+from protocol_py.rules.pricing import PricingTable, validate_pricing
+from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.rules.routing import route
-from protocol_py.rules.validation import (
-    detect_kind,
-    load_document,
-    validate_capabilities,
-    validate_document,
-    validate_model_spec,
-    validate_request,
-    validate_request_shape,
-)
+from protocol_py.rules.stream_order import StreamOrderChecker
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     Message,
@@ -176,8 +166,8 @@ ARG_CASES: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
     (protojson.field_keys, (Usage,)),
     (protojson.json_type, ([],)),
     (protojson.json_name, ("cache_write_1h_tokens",)),
-    (protojson.with_defaults, (Usage(),)),
-    (protojson.check_message, (Usage(),)),
+    (type_check.with_defaults, (Usage(),)),
+    (type_check.check_message, (Usage(),)),
     (validate_model_spec, (make_spec(),)),
     (validate_capabilities, (Capabilities(protocol_version="1.0", models=[make_spec()]),)),
     (validate_request, (make_request(), make_spec())),
@@ -352,15 +342,15 @@ def test_messages_nested_beyond_protobufs_recursion_limit_are_a_typed_error() ->
         assert [v.rule for v in violations] == ["request.too_deep"]
         assert violations[0].path.startswith("messages[0].content[0].tool_result.content[0]")
     with pytest.raises(ProtocolError) as info:
-        protojson.check_message(request)
+        type_check.check_message(request)
     assert info.value.rule == "value.too_deep"  # type: ignore[attr-defined]
     shallow = make_request(messages=[Message(id="1", role=Role.USER, content=[nested(20)])])
-    assert protojson.check_message(shallow)[1] == []
+    assert type_check.check_message(shallow)[1] == []
 
 
 def test_map_entry_without_value_reads_as_the_value_default() -> None:
     meta = StreamMetadata(attrs={"k": None})  # type: ignore[dict-item]
-    checked, violations = protojson.check_message(meta)
+    checked, violations = type_check.check_message(meta)
     assert (checked.attrs, violations) == ({"k": ""}, [])
     assert meta.attrs == {"k": None}  # the input is not modified
     assert protojson.encode(meta) == {"attrs": {"k": ""}}

@@ -12,7 +12,8 @@ from grpclib import GRPCError, Status
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import ValidationError
 from protocol_py.providers.reference.provider import ReferenceProvider
-from protocol_py.rules.validation import validate_config_schema, validate_document
+from protocol_py.rules.documents import validate_document
+from protocol_py.rules.json_schema import validate_config_schema
 from protocol_py.server import ModelServer, validate_config
 from protocol_py_gen.model.v1 import Capabilities, ConfigureRequest
 

@@ -12,14 +12,9 @@ from decimal import Decimal
 import pytest
 
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.rules.pricing import (
-    PricingTable,
-    cost,
-    format_usd,
-    parse_timestamp,
-    prompt_tokens,
-    validate_pricing,
-)
+from protocol_py.rules.cost import cost, format_usd, prompt_tokens
+from protocol_py.rules.pricing import PricingTable, validate_pricing
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage, UsageComponent, VendorCost
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)

@@ -13,14 +13,9 @@ from typing import Any
 import pytest
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.rules.pricing import (
-    PricingTable,
-    cost,
-    format_usd,
-    parse_timestamp,
-    prompt_tokens,
-    validate_pricing,
-)
+from protocol_py.rules.cost import cost, format_usd, prompt_tokens
+from protocol_py.rules.pricing import PricingTable, validate_pricing
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage
 
 CASES = Path(__file__).resolve().parent.parent / "testdata" / "cases"

@@ -31,8 +31,10 @@ from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.catalog import deepseek_models
 from protocol_py.providers.reference.provider import reference_models
-from protocol_py.rules.pricing import PricingTable, cost, parse_timestamp, validate_pricing
+from protocol_py.rules.cost import cost
+from protocol_py.rules.pricing import PricingTable, validate_pricing
 from protocol_py.rules.pricing_windows import MAX_TIME_ZONE_LENGTH, MAX_WINDOWS_PER_TIER
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.model.v1 import (
     Pricing,
     PricingTier,

@@ -19,8 +19,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from protocol_py.providers.openai.provider import DeepSeekProvider
 from protocol_py.providers.reference.provider import ReferenceProvider
-from protocol_py.rules.pricing import PricingTable, cost
-from protocol_py.rules.validation import validate_capabilities
+from protocol_py.rules.capabilities import validate_capabilities
+from protocol_py.rules.cost import cost
+from protocol_py.rules.pricing import PricingTable
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.model.v1 import Capabilities, Usage
 

@@ -18,6 +18,7 @@ from typing import Any
 import betterproto2
 import pytest
 
+from protocol_py.codec import metadata
 from protocol_py.codec.structs import from_struct, parse_json_object, to_struct
 from protocol_py.errors import InvalidValueError
 from protocol_py_gen.google.protobuf import Struct
@@ -33,7 +34,7 @@ def load_case(case_id: str) -> dict[str, Any]:
 
 
 def field_number(cls: type[betterproto2.Message], name: str) -> int:
-    return cls._betterproto.meta_by_field_name[name].number
+    return metadata.field_number(cls, name)
 
 
 def empty_member_hex(number: int) -> str:
@@ -74,7 +75,7 @@ def test_b23_text_delta_with_empty_text() -> None:
 def test_b23_rule_every_event_member_set_to_its_default_message_keeps_its_case(
     member: str,
 ) -> None:
-    member_cls = StreamEvent._betterproto.cls_by_field[member]
+    member_cls = metadata.fields(StreamEvent)[member].cls
     event = StreamEvent(**{member: member_cls()})
     data = bytes(event)
     assert data.hex() == empty_member_hex(field_number(StreamEvent, member))

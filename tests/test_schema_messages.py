@@ -25,6 +25,7 @@ from google.protobuf import descriptor_pb2, json_format
 import protocol_py_gen.common.v1 as common_v1
 import protocol_py_gen.content.v1 as content_v1
 import protocol_py_gen.model.v1 as model_v1
+from protocol_py.codec import metadata
 from protocol_py.codec.structs import to_struct
 from protocol_py_gen.google.protobuf import Duration, Empty, Struct, Timestamp
 from protocol_py_gen.message_pool import default_message_pool
@@ -132,9 +133,8 @@ def field_value(
     depth: int,
 ) -> Any:
     """A non-default value for one (non-repeated, non-map) field."""
-    cls_by_field = owner._betterproto.cls_by_field
     if meta.proto_type == betterproto2.TYPE_ENUM:
-        return enum_value(cls_by_field[field.name], variant)
+        return enum_value(metadata.fields(owner)[field.name].cls, variant)
     if meta.proto_type != betterproto2.TYPE_MESSAGE:
         return scalar(meta.proto_type, meta.number, field.name, variant)
     if meta.unwrap is not None:
@@ -144,7 +144,7 @@ def field_value(
         if wrapped is Duration:
             return DURATION_SAMPLE
         raise AssertionError(f"populator does not know wrapped type {wrapped}")
-    sub_cls = cls_by_field[field.name]
+    sub_cls = metadata.fields(owner)[field.name].cls
     if sub_cls is Struct:
         return to_struct(STRUCT_SAMPLE)
     if sub_cls is Empty:
@@ -170,7 +170,7 @@ def populate(cls: type[betterproto2.Message], variant: int = 0, depth: int = 0) 
         if meta.proto_type == betterproto2.TYPE_MAP:
             assert meta.map_meta is not None
             key_meta, value_meta = meta.map_meta
-            entry_cls = cls._betterproto.cls_by_field[f"{field.name}.value"]
+            entry_cls = metadata.fields(cls)[field.name].map_value.cls
             values = []
             for i in (1, 0):
                 if value_meta.proto_type == betterproto2.TYPE_ENUM:
@@ -350,7 +350,7 @@ def has_map(cls: type[betterproto2.Message], seen: frozenset[type] = frozenset()
         meta = betterproto2.FieldMetadata.get(field)
         if meta.proto_type == betterproto2.TYPE_MAP:
             return True
-        sub = cls._betterproto.cls_by_field[field.name]
+        sub = metadata.fields(cls)[field.name].cls
         if (
             meta.proto_type == betterproto2.TYPE_MESSAGE
             and isinstance(sub, type)

@@ -11,7 +11,7 @@ import pytest
 
 from protocol_py.errors import InvalidValueError, StreamOrderError
 from protocol_py.rules.accumulate import accumulate
-from protocol_py.rules.pricing import cost
+from protocol_py.rules.cost import cost
 from protocol_py_gen.model.v1 import (
     Pricing,
     PricingTier,

@@ -1,7 +1,6 @@
-"""Unit tests of protocol_py.rules.validation on Python messages: rules reported together, typed
-errors
-for bad input types, unknown enum numbers, oneof misuse only reachable from Python, paths and
-messages."""
+"""Unit tests of the validators (protocol_py.rules.capabilities and .request) on Python messages:
+rules reported together, typed errors for bad input types, unknown enum numbers, oneof misuse
+only reachable from Python, paths and messages."""
 
 from __future__ import annotations
 
@@ -9,12 +8,9 @@ import pytest
 
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError, Violation, errors_only
-from protocol_py.rules.validation import (
-    PORTABLE_SCHEMA_KEYWORDS,
-    validate_capabilities,
-    validate_model_spec,
-    validate_request,
-)
+from protocol_py.rules.capabilities import validate_capabilities, validate_model_spec
+from protocol_py.rules.json_schema import PORTABLE_SCHEMA_KEYWORDS
+from protocol_py.rules.request import validate_request
 from protocol_py_gen.common.v1 import CallContext, HookPoint
 from protocol_py_gen.content.v1 import (
     ContentBlock,

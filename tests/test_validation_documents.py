@@ -1,4 +1,4 @@
-"""Strict proto3-JSON decoding (protojson.decode; validation.decode_json is its alias),
+"""Strict proto3-JSON decoding (protojson.decode; documents.decode_json is its alias),
 document kind detection (validate_document) and files (load_document, the
 ``protocol-py validate FILE`` backend)."""
 
@@ -14,12 +14,8 @@ import pytest
 
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
-from protocol_py.rules import validation
-from protocol_py.rules.validation import (
-    detect_kind,
-    load_document,
-    validate_document,
-)
+from protocol_py.rules import documents
+from protocol_py.rules.documents import detect_kind, load_document, validate_document
 from protocol_py_gen.content.v1 import ContentBlock, Role
 from protocol_py_gen.model.v1 import (
     ModelSpec,
@@ -71,8 +67,8 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> str:
 
 
 def test_validation_decode_json_is_the_protojson_alias() -> None:
-    assert validation.decode_json is protojson.decode
-    assert validation.decode_json_or_raise is protojson.decode_or_raise
+    assert documents.decode_json is protojson.decode
+    assert documents.decode_json_or_raise is protojson.decode_or_raise
 
 
 def test_decode_builds_typed_message() -> None:

@@ -17,7 +17,8 @@ from protocol_py.codec import wire
 from protocol_py.codec.prefixes import ConversationPrefixes
 from protocol_py.errors import Violation
 from protocol_py.providers.openai.provider import OpenAIProvider
-from protocol_py.rules import validation
+from protocol_py.rules import request as request_rules
+from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.rules.request_memo import (
     MAX_IMAGE_BYTES,
     MAX_PREFIX_BYTES,
@@ -28,7 +29,6 @@ from protocol_py.rules.request_memo import (
     take_request_images,
     valid_prefixes,
 )
-from protocol_py.rules.validation import validate_request, validate_request_shape
 from protocol_py.server.grpc_layer import limits
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
@@ -43,7 +43,7 @@ def strict() -> Any:
 @pytest.fixture
 def prefixes(monkeypatch: pytest.MonkeyPatch) -> ConversationPrefixes[ValidState]:
     fresh = valid_prefixes()
-    monkeypatch.setattr(validation, "PREFIXES", fresh)
+    monkeypatch.setattr(request_rules, "PREFIXES", fresh)
     return fresh
 
 
@@ -52,7 +52,7 @@ def memo(
     monkeypatch: pytest.MonkeyPatch, prefixes: ConversationPrefixes[ValidState]
 ) -> ValidatedMessages:
     fresh = ValidatedMessages()
-    monkeypatch.setattr(validation, "VALIDATED", fresh)
+    monkeypatch.setattr(request_rules, "VALIDATED", fresh)
     return fresh
 
 

@@ -6,12 +6,8 @@ import pytest
 from test_validation import make_request, make_spec, rules, text_message
 
 from protocol_py.errors import errors_only
-from protocol_py.rules.validation import (
-    validate_capabilities,
-    validate_model_spec,
-    validate_request,
-    validate_request_shape,
-)
+from protocol_py.rules.capabilities import validate_capabilities, validate_model_spec
+from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.content.v1 import (
     ContentBlock,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from protocol_py.errors import StreamOrderError
-from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
+from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.vendor_data import (
     MAX_ENTRIES,
     MAX_LOCATION_BYTES,

@@ -18,9 +18,9 @@ import pytest
 from conftest import UpbClasses
 from test_schema_messages import CASES, full_name, has_map, populate
 
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import to_struct
-from protocol_py.rules.validation import validate_request_shape
+from protocol_py.rules.request import validate_request_shape
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -47,7 +47,7 @@ def same(a: betterproto2.Message, b: betterproto2.Message) -> None:
     assert type(a) is type(b)
     assert a == b
     assert a._unknown_fields == b._unknown_fields
-    for name in type(a)._betterproto.meta_by_field_name:
+    for name in metadata.fields(type(a)):
         va, vb = getattr(a, name), getattr(b, name)
         assert type(va) is type(vb), name
         if isinstance(va, betterproto2.Message):

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from test_schema_messages import full_name, message_classes, populate, variant_count
 from test_wire import ld, same, tag
 
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire_gen import LARGE_STRING
 from protocol_py_gen.content.v1 import (
@@ -57,7 +57,7 @@ def same_layout(a: betterproto2.Message, b: betterproto2.Message) -> None:
 def layout(a: Any, b: Any) -> None:
     if isinstance(a, betterproto2.Message):
         assert list(vars(a)) == list(vars(b)), type(a).__name__
-        for name in type(a)._betterproto.meta_by_field_name:
+        for name in metadata.fields(type(a)):
             layout(getattr(a, name), getattr(b, name))
     elif isinstance(a, list):
         for x, y in zip(a, b, strict=True):
@@ -82,7 +82,7 @@ def levels(message: betterproto2.Message) -> int:
     """Message levels of ``message`` on the wire (a map entry is one level, as in
     betterproto2, whose entries are messages)."""
     deepest = 0
-    for name in type(message)._betterproto.meta_by_field_name:
+    for name in metadata.fields(type(message)):
         value = getattr(message, name)
         items = value.values() if isinstance(value, dict) else value
         for item in items if isinstance(value, (list, dict)) else [value]:

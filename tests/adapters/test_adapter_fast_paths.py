@@ -5,7 +5,7 @@ blank and
   ``data:`` lines inline; the CR path (line by line) is the reference.
 * :func:`protocol_py.providers.http.events.text` / ``thinking`` build the event from a copied
   template instead of the dataclass constructor.
-* :func:`protocol_py.rules.accumulate.event_member` reads a text delta with two C-level reads.
+* :func:`protocol_py.rules.stream_order.event_member` reads a text delta with two C-level reads.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from protocol_py.errors import StreamOrderError
 from protocol_py.providers.http import events as ev
 from protocol_py.providers.http.sse import MAX_SSE_EVENT_BYTES, SSEEvent, SSELimitError, SSEParser
 from protocol_py.providers.openai.provider import OpenAIProvider
-from protocol_py.rules.accumulate import StreamOrderChecker, event_member
+from protocol_py.rules.stream_order import StreamOrderChecker, event_member
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     StreamEvent,

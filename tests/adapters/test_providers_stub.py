@@ -19,7 +19,7 @@ from protocol_py.providers.anthropic.provider import AnthropicProvider
 from protocol_py.providers.http.base import HTTPProvider, Timeouts
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
-from protocol_py.rules.validation import validate_capabilities
+from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (

@@ -1,6 +1,6 @@
 """Usage normalisation (docs/adapters.md "Usage normalisation"): whatever usage object a vendor
 sends, the usage event an adapter emits passes the StreamAccumulator's checks and
-:func:`protocol_py.rules.pricing.cost`; a bad figure is dropped with a warning, the answer is
+:func:`protocol_py.rules.cost.cost`; a bad figure is dropped with a warning, the answer is
 kept."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from protocol_py.providers.anthropic.stream import map_anthropic_usage
 from protocol_py.providers.openai.stream import map_openai_usage
 from protocol_py.rules.accumulate import accumulate
-from protocol_py.rules.pricing import cost
+from protocol_py.rules.cost import cost
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Stop, StopReason, StreamEvent, Usage
 
 from ._support import kinds, lines_to_bytes, translate_body

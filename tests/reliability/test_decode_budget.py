@@ -4,7 +4,7 @@ by the object budget of the fast decoder (:data:`protocol_py.codec.wire.MAX_DECO
 body the fast decoder does not cover is never handed whole to betterproto2's unbounded parser
 (:data:`protocol_py.server.grpc_layer.limits.MAX_FALLBACK_BYTES`, wrong wire types refused first),
 and
-validation stops at :data:`protocol_py.rules.validation.MAX_VIOLATIONS`. Each server test ends with
+validation stops at :data:`protocol_py.rules.request.MAX_VIOLATIONS`. Each server test ends with
 the server still serving."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py.codec import wire
 from protocol_py.codec.wire_gen import varint_bytes
-from protocol_py.rules.validation import (
+from protocol_py.rules.request import (
     MAX_VIOLATIONS,
     TOO_MANY_VIOLATIONS_RULE,
     validate_request_shape,

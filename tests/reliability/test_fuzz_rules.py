@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 
 from protocol_py.errors import ValidationError
 from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.rules.capabilities import validate_model_spec
 from protocol_py.rules.pricing import PricingTable, validate_pricing
-from protocol_py.rules.validation import validate_model_spec
 from protocol_py_gen.model.v1 import CachingSpec, ModelSpec, Pricing, PricingTier
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

@@ -29,7 +29,8 @@ from protocol_py.providers.http.translation_cache import (
     message_key,
 )
 from protocol_py.providers.reference import provider as reference
-from protocol_py.rules import validation
+from protocol_py.rules import request as request_rules
+from protocol_py.rules.request import validate_request
 from protocol_py.rules.request_memo import (
     MAX_IMAGE_BYTES,
     ValidatedMessages,
@@ -37,7 +38,6 @@ from protocol_py.rules.request_memo import (
     take_request_images,
     valid_prefixes,
 )
-from protocol_py.rules.validation import validate_request
 from protocol_py.server import offload
 from protocol_py.server.grpc_layer import limits
 from protocol_py.server.reflection import build_descriptor_pool
@@ -148,8 +148,8 @@ def test_a_large_message_is_validated_uncached_and_its_list_not_kept(
 ) -> None:
     memo = ValidatedMessages()
     prefixes: ConversationPrefixes[ValidState] = valid_prefixes()
-    monkeypatch.setattr(validation, "VALIDATED", memo)
-    monkeypatch.setattr(validation, "PREFIXES", prefixes)
+    monkeypatch.setattr(request_rules, "VALIDATED", memo)
+    monkeypatch.setattr(request_rules, "PREFIXES", prefixes)
     for letter in "ab":  # two different large messages under the same id
         data = wire.encode(conversation(letter * (MAX_IMAGE_BYTES + 1)))
         request = limits.decode_request(data, StreamCompletionRequest, strict)

@@ -34,7 +34,8 @@ from protocol_py.providers.http.base import HTTPProvider, Timeouts
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
 from protocol_py.providers.openai.request import OpenAICompat
-from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker
+from protocol_py.rules.accumulate import StreamAccumulator
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent

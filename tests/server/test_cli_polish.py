@@ -13,7 +13,7 @@ import pytest
 
 from protocol_py.cli.app import capabilities_table, main
 from protocol_py.providers.reference.provider import reference_models
-from protocol_py.rules.pricing import TERM_NAMES
+from protocol_py.rules.cost import TERM_NAMES
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
 from .conftest import CONSOLE_SCRIPT, REPO

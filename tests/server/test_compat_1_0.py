@@ -24,8 +24,8 @@ from google.protobuf import unknown_fields
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import reference_models
 from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.replay import is_paused
-from protocol_py.rules.validation import validate_capabilities
 from protocol_py.rules.vendor_data import OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import (
     ContentBlock,

@@ -18,9 +18,11 @@ from protocol_py.providers.reference.provider import (
     count_text_tokens,
     tokenize,
 )
-from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
-from protocol_py.rules.pricing import prompt_tokens
-from protocol_py.rules.validation import validate_capabilities, validate_request
+from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.capabilities import validate_capabilities
+from protocol_py.rules.cost import prompt_tokens
+from protocol_py.rules.request import validate_request
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock, ToolResultBlock
 from protocol_py_gen.model.v1 import (
     CacheBreakpoint,

@@ -69,15 +69,10 @@ from protocol_py.providers import (
     installed_providers,
     load_provider_class,
 )
-from protocol_py.rules.pricing import (
-    RATE_FIELDS,
-    PricingTable,
-    cost,
-    format_usd,
-    parse_timestamp,
-    validate_usage,
-)
-from protocol_py.rules.validation import load_document
+from protocol_py.rules.cost import cost, format_usd, validate_usage
+from protocol_py.rules.documents import load_document
+from protocol_py.rules.pricing import RATE_FIELDS, PricingTable
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py.server import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST,
@@ -770,7 +765,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``validate FILE``: print every violation as ``path: rule_id: message`` (a warning ends
     with `` (warning)``); exit 1 if any has error severity (warnings are printed but do not
     fail). JSON problems and rule violations are reported together
-    (:func:`protocol_py.rules.validation.validate_document`)."""
+    (:func:`protocol_py.rules.documents.validate_document`)."""
 
     kind, violations = load_document(args.file)
     for violation in violations:
@@ -842,7 +837,7 @@ def _check_exact_rates(exact: Any, path: str) -> None:
 
 
 def _usage_rule_problems(usage: Usage, pruned: Sequence[str]) -> list[Any]:
-    """:func:`~protocol_py.rules.pricing.validate_usage`'s violations with paths as the JSON
+    """:func:`~protocol_py.rules.cost.validate_usage`'s violations with paths as the JSON
     problems
     name them (``input_tokens``), leaving out fields that did not decode (already reported)."""
     found = []

@@ -40,7 +40,7 @@ from protocol_py.client.conversation import Conversation
 from protocol_py.codec import protojson
 from protocol_py.errors import ProtocolError, ValidationError, describe_json_error
 from protocol_py.rules.accumulate import AccumulatedResponse, StreamAccumulator
-from protocol_py.rules.pricing import cost
+from protocol_py.rules.cost import cost
 from protocol_py.rules.replay import is_paused
 from protocol_py_gen.model.v1 import (
     GenerationParams,

@@ -1,11 +1,11 @@
 """A grpclib client for ModelService: the kernel side of the protocol, for tools and tests.
 
 :class:`ModelClient` connects to ``host:port`` (or ``unix:PATH``; TLS optional), validates the
-provider's Capabilities (:func:`protocol_py.rules.validation.validate_capabilities`), streams raw
+provider's Capabilities (:func:`protocol_py.rules.capabilities.validate_capabilities`), streams raw
 events
 (:meth:`ModelClient.stream`) or folds a whole completion (:meth:`ModelClient.complete`) into the
 canonical assistant Message with its usage, stop and exact cost: the usage event is priced with
-the tier matching its receipt time and prompt size (:func:`protocol_py.rules.pricing.cost`).
+the tier matching its receipt time and prompt size (:func:`protocol_py.rules.cost.cost`).
 Deadlines
 are per call (``timeout`` in seconds); cancelling the awaiting task, or leaving ``stream()``
 early, cancels the RPC, which closes the provider's upstream request.
@@ -40,8 +40,8 @@ from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire import WireCodec
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.rules.accumulate import AccumulatedResponse, StreamAccumulator
-from protocol_py.rules.pricing import CostBreakdown, cost
-from protocol_py.rules.validation import validate_capabilities
+from protocol_py.rules.capabilities import validate_capabilities
+from protocol_py.rules.cost import CostBreakdown, cost
 from protocol_py.transport.addresses import unix_socket_path
 from protocol_py.transport.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
 from protocol_py_gen.common.v1 import ProducerRef

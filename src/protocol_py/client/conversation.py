@@ -16,8 +16,8 @@ It holds what a kernel must carry from turn to turn and assigns what the spec re
   order of arrival;
 * :meth:`Conversation.request` builds the request with the generation parameters, tools,
   assembled context and cache breakpoints, validated against the model's ModelSpec when one
-  was given (:func:`~protocol_py.rules.validation.validate_request`), otherwise against the rules
-  that need none (:func:`~protocol_py.rules.validation.validate_request_shape`).
+  was given (:func:`~protocol_py.rules.request.validate_request`), otherwise against the rules
+  that need none (:func:`~protocol_py.rules.request.validate_request_shape`).
 
 A multi-turn exchange with a tool call::
 
@@ -41,7 +41,7 @@ from ulid import ULID
 
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
-from protocol_py.rules.validation import validate_request, validate_request_shape
+from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,

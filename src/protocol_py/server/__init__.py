@@ -7,7 +7,7 @@ wire protocol"; DESIGN D10-D16):
   refuses to start) and ``protocol_version`` is filled in;
 * StreamCompletion: the request is validated against the requested model's ModelSpec before the
   provider sees it (for an unknown ``model_id``, against every rule that needs no ModelSpec,
-  :func:`~protocol_py.rules.validation.validate_request_shape`, besides
+  :func:`~protocol_py.rules.request.validate_request_shape`, besides
   ``request.model_id.unknown``);
   an unknown ``model_id`` or any error-severity violation is answered with
   exactly one in-band ``error`` event (``ERROR_KIND_INVALID_REQUEST``; the message names each

@@ -25,13 +25,10 @@ from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
-from protocol_py.rules.accumulate import StreamOrderChecker
-from protocol_py.rules.validation import (
-    validate_capabilities,
-    validate_config_schema,
-    validate_request,
-    validate_request_shape,
-)
+from protocol_py.rules.capabilities import validate_capabilities
+from protocol_py.rules.json_schema import validate_config_schema
+from protocol_py.rules.request import validate_request, validate_request_shape
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,

@@ -14,7 +14,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py.bounded_text import bounded_message, listed, quote_value
 from protocol_py.errors import Violation
 from protocol_py.provider import NotImplementedRPC, ProviderError
-from protocol_py.rules.validation import violations_capped
+from protocol_py.rules.request import violations_capped
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -130,7 +130,7 @@ def invalid_request_event(violations: list[Violation]) -> StreamEvent:
     """The in-band INVALID_REQUEST error listing ``violations`` (as many as fit in
     :data:`~protocol_py.bounded_text.MAX_ERROR_MESSAGE_BYTES`; the count says how many are
     listed of how many; ``"more than N"`` when validation stopped at
-    :data:`~protocol_py.rules.validation.MAX_VIOLATIONS`)."""
+    :data:`~protocol_py.rules.request.MAX_VIOLATIONS`)."""
     more = violations_capped(violations)
     if more:
         violations = violations[:-1]

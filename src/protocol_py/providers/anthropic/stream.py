@@ -132,7 +132,7 @@ def map_anthropic_usage(
     "Usage normalisation"): ``cache_write_tokens`` = max(``cache_creation_input_tokens``,
     ``ephemeral_5m_input_tokens`` + ``ephemeral_1h_input_tokens``), present when any of the
     three is; ``cache_write_1h_tokens`` = ``ephemeral_1h_input_tokens`` as reported. The result
-    always passes the StreamAccumulator's usage checks and :func:`protocol_py.rules.pricing.cost`.
+    always passes the StreamAccumulator's usage checks and :func:`protocol_py.rules.cost.cost`.
     """
     input_tokens = ev.usage_count(raw, "input_tokens", "usage.input_tokens") or 0
     output_tokens = ev.usage_count(raw, "output_tokens", "usage.output_tokens") or 0

@@ -81,7 +81,7 @@ from protocol_py.providers.http.url import (
     redact_url,
     url_secrets,
 )
-from protocol_py.rules.accumulate import event_member
+from protocol_py.rules.stream_order import event_member
 from protocol_py.server.offload import run_cpu
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (

@@ -13,7 +13,7 @@ from typing import Any, Final, TypeVar
 
 import betterproto2
 
-from protocol_py.rules.accumulate import CONTENT_EVENT_KINDS
+from protocol_py.rules.stream_order import CONTENT_EVENT_KINDS
 from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
@@ -193,10 +193,10 @@ def counted_reasoning(output_tokens: int, reasoning_tokens: int | None, where: s
     """A vendor reasoning figure documented as inside the output count, checked against it.
 
     Reasoning that is part of the output cannot exceed it (``usage.reasoning_exceeds_output``
-    in :mod:`protocol_py.rules.pricing` and :mod:`protocol_py.rules.accumulate`). When a vendor
-    reports more,
-    the reasoning figure is dropped (None) with a warning naming ``where``; the output count,
-    which is what is billed, is kept, so the finished answer and its cost survive. Never raises.
+    in :mod:`protocol_py.rules.cost` and :mod:`protocol_py.rules.stream_order`). When a vendor
+    reports more, the reasoning figure is dropped (None) with a warning naming ``where``; the
+    output count, which is what is billed, is kept, so the finished answer and its cost survive.
+    Never raises.
     """
     if reasoning_tokens is None or reasoning_tokens <= output_tokens:
         return reasoning_tokens

@@ -1,51 +1,37 @@
-"""Capability and request validation (issue 3 parts 1, 2 and 7; DESIGN D4, D5, D13).
+"""StreamCompletionRequest validation (spec: "StreamCompletionRequest", "GenerationParams",
+"Canonical message & content-block schema", "Tool schema"; docs/decisions.md#d4,
+docs/decisions.md#d5, docs/decisions.md#d13, docs/decisions.md#d16).
 
-Every validator returns a list of :class:`~protocol_py.errors.Violation` values: each names a
-field path (``models[0].thinking.effort.default``), a stable rule id
-(``thinking.effort.default_not_a_level``) and a message naming the offending value. Every broken
-rule is reported, never only the first. Rule ids are part of the contract; the conformance vectors
-in ``testdata/conformance/`` (documented in ``testdata/conformance/validation.md``) pin them.
-
-Public functions:
-
-* :func:`validate_capabilities` and :func:`validate_model_spec`: what a kernel checks when it loads
-  a provider's Capabilities and a server checks at start-up (spec: "ModelSpec", "ThinkingSpec",
-  "CachingSpec", "Pricing"). Pricing rules are delegated to
-  :func:`protocol_py.rules.pricing.validate_pricing`.
-* :func:`validate_request`: a StreamCompletionRequest against the resolved ModelSpec (spec:
-  "StreamCompletionRequest", "GenerationParams", "Canonical message & content-block schema",
-  "Tool schema"). Its result mixes errors and warnings; warnings (``severity="warning"``) never
-  make a request invalid. Use :func:`~protocol_py.errors.errors_only` to keep the errors.
+* :func:`validate_request`: a request against the resolved ModelSpec. Its result mixes errors
+  and warnings; warnings (``severity="warning"``) never make a request invalid. Use
+  :func:`~protocol_py.errors.errors_only` to keep the errors.
 * :func:`validate_request_shape`: the request rules that need no ModelSpec (what a server still
   reports when ``model_id`` names no served model).
-* :func:`validate_document` and :func:`load_document`: strict proto3 JSON decoding
-  (:func:`protocol_py.codec.protojson.decode`; ``decode_json`` and ``decode_json_or_raise`` here are
-  aliases kept for existing callers) of a Capabilities, ModelSpec or Pricing document (the
-  ``protocol-py validate`` command). JSON problems become ``json.*`` violations, never
-  exceptions, and the rules still run on every field that decodes
-  (:func:`protocol_py.codec.protojson.decode_lenient`).
 
-Bad input types (a ``str`` where a ``ModelSpec`` is expected, a field holding a value of the wrong
-Python type) raise :class:`~protocol_py.errors.InvalidValueError`; unknown enum numbers kept by
-the decoder (betterproto2 keeps them as pseudo-members) are ``enum.unknown_value`` violations.
+Each violation names a field path (``messages[2].content[0].tool_use.id``), a stable rule id
+(``request.content.tool_use_id_duplicate``) and a message naming the offending value; every
+broken rule is reported, up to :data:`MAX_VIOLATIONS`. Rule ids are part of the contract (the
+conformance vectors in ``testdata/conformance/`` pin them). A request the server just decoded
+cleanly is walked only where its messages' wire images were not validated before
+(:mod:`protocol_py.rules.request_memo`); the result is the same.
+
+Bad input types raise :class:`~protocol_py.errors.InvalidValueError`; unknown enum numbers are
+``enum.unknown_value`` violations.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, cast
 
 import betterproto2
-from jsonschema import Draft202012Validator
 
-from protocol_py.codec import protojson, wire
+from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import from_struct
-from protocol_py.errors import InvalidValueError, Violation, describe_json_error
-from protocol_py.rules.pricing import validate_pricing
+from protocol_py.errors import InvalidValueError, Violation
+from protocol_py.rules._checks import _enum_label, _join, _require, _struct_violation, _walk
+from protocol_py.rules.json_schema import PORTABLE_SCHEMA_KEYWORDS, _schema_violations
 from protocol_py.rules.request_memo import (
     PREFIXES,
     VALIDATED,
@@ -56,8 +42,6 @@ from protocol_py.rules.request_memo import (
     take_request_images,
 )
 from protocol_py.rules.vendor_data import vendor_data_problems
-from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
-from protocol_py_gen.common.v1 import HookPoint
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     ContextSection,
@@ -68,10 +52,8 @@ from protocol_py_gen.google import protobuf as wkt
 from protocol_py_gen.model.v1 import (
     CacheBreakpoint,
     CachingSpec,
-    Capabilities,
     GenerationParams,
     ModelSpec,
-    Pricing,
     StreamCompletionRequest,
     ThinkingDisable,
     ThinkingSpec,
@@ -80,613 +62,20 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
-    "PORTABLE_SCHEMA_KEYWORDS",
-    "decode_json",
-    "decode_json_or_raise",
-    "detect_kind",
-    "load_document",
-    "validate_capabilities",
-    "validate_config_schema",
-    "validate_document",
-    "validate_model_spec",
+    "MAX_VIOLATIONS",
+    "TOO_MANY_VIOLATIONS_RULE",
     "validate_request",
     "validate_request_shape",
     "violations_capped",
 ]
 
-M = TypeVar("M", bound=betterproto2.Message)
-
-PORTABLE_SCHEMA_KEYWORDS = frozenset(
-    {"type", "properties", "required", "enum", "items", "description"}
-)
-"""The JSON Schema keywords every adapter MUST support (spec: "Tool schema")."""
-
-_PROTOCOL_VERSION_RE = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
-_OUR_MINOR = int(PROTOCOL_VERSION.split(".")[1])
-
-
-def _meta(cls: type[betterproto2.Message]) -> Any:
-    """betterproto2's per-class field metadata (typed loosely: its classproperty defeats mypy)."""
-    return getattr(cls, "_betterproto")  # noqa: B009
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
-
-
-# ---------------------------------------------------------------------------------------------
-# Generic checks of an already-built message: Python types and unknown enum numbers
-# ---------------------------------------------------------------------------------------------
-
-
-def _walk(message: M, path: str, out: list[Violation]) -> M:
-    """:func:`protocol_py.codec.protojson.check_message`: the message with proto3 defaults for
-    ``None`` (``ModelSpec(id=None)`` is the empty id), Python types checked (raising), unknown
-    enum numbers appended to ``out``."""
-    fixed, found = protojson.check_message(message, path=path)
-    out.extend(found)
-    return fixed
-
-
-def _require(value: Any, cls: type[M], what: str) -> M:
-    if not isinstance(value, cls):
-        raise InvalidValueError(
-            f"{what}: expected a {cls.__module__.rsplit('.', 2)[-2]}.{cls.__name__}, "
-            f"got {type(value).__name__}",
-            path="",
-            rule="value.wrong_type",
-        )
-    return value
-
-
-def _struct_violation(exc: InvalidValueError, path: str, rule: str) -> Violation:
-    """A Struct that cannot be JSON (NaN, Infinity, a Value with several kinds, a wrongly typed
-    field) as a violation at the offending value's path, naming the ``json.*`` rule."""
-    detail = str(exc)
-    if exc.path and detail.startswith(exc.path + ": "):
-        detail = detail[len(exc.path) + 2 :]
-    return Violation(exc.path or path, rule, f"{detail} ({exc.rule or 'json.invalid'})")
-
-
-_METASCHEMA = Draft202012Validator(Draft202012Validator.META_SCHEMA)
-# With the metaschema's formats checked (a ``pattern`` must compile as a regular expression):
-# what jsonschema's own ``check_schema`` does before a config is validated against the schema.
-_METASCHEMA_FORMATS = Draft202012Validator(
-    Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER
-)
-
-
-SCHEMA_MEMO_ENTRIES: Final = 1024
-"""Most JSON Schemas whose metaschema check is memoised (entries, LRU)."""
-
-SCHEMA_MEMO_MAX_CHARS: Final = 16 * 1024
-"""Longest schema JSON text whose metaschema check is memoised (characters): a longer one is
-checked every time, so the memo holds at most :data:`SCHEMA_MEMO_ENTRIES` x 16 Ki characters
-(16 Mi) of keys."""
-
-
-def _metaschema_errors(schema_json: str, formats: bool = False) -> tuple[tuple[str, str], ...]:
-    """(relative path, message) per offending location of one schema, memoised on its JSON text
-    up to :data:`SCHEMA_MEMO_MAX_CHARS` characters: the same tool declarations arrive with
-    every request of a session."""
-    if len(schema_json) > SCHEMA_MEMO_MAX_CHARS:
-        return _metaschema_check(schema_json, formats)
-    return _memoised_metaschema_check(schema_json, formats)
-
-
-def _metaschema_check(schema_json: str, formats: bool) -> tuple[tuple[str, str], ...]:
-    found: dict[str, str] = {}
-    checker = _METASCHEMA_FORMATS if formats else _METASCHEMA
-    for err in checker.iter_errors(json.loads(schema_json)):
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
-        # the metaschema's dynamic references repeat the same error several times
-        found.setdefault(where, err.message)
-    return tuple(found.items())
-
-
-_memoised_metaschema_check = functools.lru_cache(maxsize=SCHEMA_MEMO_ENTRIES)(_metaschema_check)
-
-
-def _schema_violations(
-    schema: Any, path: str, rule: str, *, formats: bool = False
-) -> list[Violation]:
-    """Check a JSON Schema against the draft 2020-12 metaschema: one violation per offending
-    location. ``formats`` also checks the metaschema's formats (``pattern`` a regex, ...)."""
-    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return [
-        Violation(
-            path + where if where else path,
-            rule,
-            f"not a valid JSON Schema (draft 2020-12): {message}",
-        )
-        for where, message in _metaschema_errors(text, formats)
-    ]
-
-
-def validate_config_schema(schema: Any, *, path: str = "config_schema") -> list[Violation]:
-    """Check a provider's config schema (parsed JSON) the way Configure will use it (DESIGN D14).
-
-    The schema must be a valid JSON Schema (draft 2020-12) with the metaschema's formats checked:
-    every ``pattern`` / ``patternProperties`` key compiles as a regular expression (Python's
-    ``re``, which is what validates the config), ``$ref``/``$id`` are URI references. Tool input
-    schemas are not format-checked: a vendor, not Python, applies their patterns.
-
-    Returns:
-        One ``capabilities.config_schema.invalid`` violation per offending location, its path
-        ``config_schema.properties.a.pattern``; a value that is not JSON (NaN, a non-str key)
-        gives one violation at its path. Empty when usable.
-    """
-    try:
-        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return [Violation(path, "capabilities.config_schema.invalid", f"not JSON: {exc}")]
-    return [
-        Violation(
-            path + where if where else path,
-            "capabilities.config_schema.invalid",
-            f"not a valid JSON Schema (draft 2020-12): {message}",
-        )
-        for where, message in _metaschema_errors(text, True)
-    ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Capabilities and ModelSpec (issue 3 part 1)
-# ---------------------------------------------------------------------------------------------
-
-
-def _enum_label(value: int, enum_cls: type[betterproto2.Enum]) -> str:
-    for member in enum_cls:
-        if member.value == value:
-            return member.proto_name or member.name or str(int(value))
-    return f"{int(value)} (unknown)"
-
-
-def _validate_thinking(thinking: ThinkingSpec, path: str, out: list[Violation]) -> None:
-    disable = thinking.disable
-    disable_name = _enum_label(disable, ThinkingDisable)
-    levels: list[str] = list(thinking.effort.levels) if thinking.effort is not None else []
-    if not thinking.supported:
-        if thinking.effort is not None:
-            out.append(
-                Violation(
-                    _join(path, "effort"),
-                    "thinking.unsupported.effort_present",
-                    "a model with supported=false MUST NOT declare an effort control",
-                )
-            )
-        if thinking.budget is not None:
-            out.append(
-                Violation(
-                    _join(path, "budget"),
-                    "thinking.unsupported.budget_present",
-                    "a model with supported=false MUST NOT declare a budget control",
-                )
-            )
-        if thinking.adaptive_by_default:
-            out.append(
-                Violation(
-                    _join(path, "adaptive_by_default"),
-                    "thinking.unsupported.adaptive_by_default",
-                    "a model with supported=false MUST have adaptive_by_default=false",
-                )
-            )
-        if disable in (ThinkingDisable.ALWAYS, ThinkingDisable.CONDITIONAL):
-            out.append(
-                Violation(
-                    _join(path, "disable"),
-                    "thinking.unsupported.disable",
-                    f"a model with supported=false MUST NOT claim reasoning can be turned off "
-                    f"(disable is {disable_name}; use UNSPECIFIED or NEVER)",
-                )
-            )
-    elif disable == ThinkingDisable.UNSPECIFIED:
-        out.append(
-            Violation(
-                _join(path, "disable"),
-                "thinking.disable.unspecified",
-                "a model with supported=true MUST set disable (NEVER, ALWAYS or CONDITIONAL)",
-            )
-        )
-
-    if thinking.effort is not None:
-        epath = _join(path, "effort")
-        if not levels:
-            out.append(
-                Violation(
-                    _join(epath, "levels"),
-                    "thinking.effort.levels_empty",
-                    "effort.levels MUST be non-empty",
-                )
-            )
-        seen: set[str] = set()
-        for i, level in enumerate(levels):
-            if level == "":
-                out.append(
-                    Violation(
-                        f"{epath}.levels[{i}]",
-                        "thinking.effort.level_empty",
-                        "an effort level MUST be a non-empty string",
-                    )
-                )
-            elif level in seen:
-                out.append(
-                    Violation(
-                        f"{epath}.levels[{i}]",
-                        "thinking.effort.level_duplicate",
-                        f"effort level {level!r} is listed more than once",
-                    )
-                )
-            seen.add(level)
-        default = thinking.effort.default
-        if default not in levels:
-            out.append(
-                Violation(
-                    _join(epath, "default"),
-                    "thinking.effort.default_not_a_level",
-                    f"effort.default {default!r} is not one of the levels {levels!r}",
-                )
-            )
-
-    if thinking.budget is not None:
-        bpath = _join(path, "budget")
-        rng = thinking.budget.range
-        if rng is None:
-            out.append(
-                Violation(
-                    _join(bpath, "range"),
-                    "thinking.budget.range_missing",
-                    "budget.range MUST be present",
-                )
-            )
-        else:
-            if rng.min < 0:
-                out.append(
-                    Violation(
-                        _join(bpath, "range.min"),
-                        "thinking.budget.range_negative",
-                        f"budget.range.min {rng.min} MUST be >= 0",
-                    )
-                )
-            if rng.min > rng.max:
-                out.append(
-                    Violation(
-                        _join(bpath, "range"),
-                        "thinking.budget.range_inverted",
-                        f"budget.range.min {rng.min} is above budget.range.max {rng.max}",
-                    )
-                )
-            default_budget = thinking.budget.default
-            if default_budget is not None and not rng.min <= default_budget <= rng.max:
-                out.append(
-                    Violation(
-                        _join(bpath, "default"),
-                        "thinking.budget.default_out_of_range",
-                        f"budget.default {default_budget} is outside the range "
-                        f"[{rng.min}, {rng.max}]",
-                    )
-                )
-
-    allowed = list(thinking.disable_allowed_efforts)
-    apath = _join(path, "disable_allowed_efforts")
-    if disable == ThinkingDisable.CONDITIONAL:
-        if thinking.effort is None:
-            out.append(
-                Violation(
-                    _join(path, "disable"),
-                    "thinking.disable.conditional_without_effort",
-                    "disable CONDITIONAL needs an effort control: the levels at which disabling "
-                    "is accepted are effort levels",
-                )
-            )
-        if not allowed:
-            out.append(
-                Violation(
-                    apath,
-                    "thinking.disable_allowed_efforts.missing",
-                    "disable is THINKING_DISABLE_CONDITIONAL, so disable_allowed_efforts MUST "
-                    "list the effort levels at which disabling is accepted",
-                )
-            )
-    elif allowed:
-        out.append(
-            Violation(
-                apath,
-                "thinking.disable_allowed_efforts.unexpected",
-                f"disable_allowed_efforts {allowed!r} is only allowed with disable "
-                f"THINKING_DISABLE_CONDITIONAL (disable is {disable_name})",
-            )
-        )
-    seen_allowed: set[str] = set()
-    for i, level in enumerate(allowed):
-        if level not in levels:
-            out.append(
-                Violation(
-                    f"{apath}[{i}]",
-                    "thinking.disable_allowed_efforts.not_a_level",
-                    f"{level!r} is not one of the effort levels {levels!r}",
-                )
-            )
-        elif level in seen_allowed:
-            out.append(
-                Violation(
-                    f"{apath}[{i}]",
-                    "thinking.disable_allowed_efforts.duplicate",
-                    f"effort level {level!r} is listed more than once",
-                )
-            )
-        seen_allowed.add(level)
-
-
-def _validate_caching(caching: CachingSpec, path: str, out: list[Violation]) -> None:
-    if not caching.supported:
-        for name in ("explicit_markers", "implicit_automatic"):
-            if getattr(caching, name):
-                out.append(
-                    Violation(
-                        _join(path, name),
-                        "caching.unsupported_with_mechanism",
-                        f"a model with caching.supported=false MUST have {name}=false",
-                    )
-                )
-    elif not (caching.explicit_markers or caching.implicit_automatic):
-        out.append(
-            Violation(
-                path,
-                "caching.supported_without_mechanism",
-                "caching.supported=true needs explicit_markers or implicit_automatic (or both)",
-            )
-        )
-
-
-def _pricing_violations(
-    pricing: Pricing, *, caching_supported: bool | None, path: str
-) -> list[Violation]:
-    # Unknown enum numbers (a window's day) are reported once, by the generic check (_walk).
-    return [
-        v
-        for v in validate_pricing(pricing, caching_supported=caching_supported, path=path)
-        if v.rule != "enum.unknown_value"
-    ]
-
-
-def _validate_spec_rules(spec: ModelSpec, path: str, out: list[Violation]) -> None:
-    if spec.id == "":
-        out.append(Violation(_join(path, "id"), "model.id.empty", "id MUST be non-empty"))
-    if spec.context_window <= 0:
-        out.append(
-            Violation(
-                _join(path, "context_window"),
-                "model.context_window.not_positive",
-                f"context_window {spec.context_window} MUST be > 0 tokens",
-            )
-        )
-    if spec.max_output_tokens <= 0:
-        out.append(
-            Violation(
-                _join(path, "max_output_tokens"),
-                "model.max_output_tokens.not_positive",
-                f"max_output_tokens {spec.max_output_tokens} MUST be > 0 tokens",
-            )
-        )
-    seen_modes: set[int] = set()
-    for i, mode in enumerate(spec.supported_tool_choice_modes):
-        where = f"{_join(path, 'supported_tool_choice_modes')}[{i}]"
-        if mode == ToolChoiceMode.UNSPECIFIED:
-            out.append(
-                Violation(
-                    where,
-                    "model.tool_choice_modes.unspecified",
-                    "TOOL_CHOICE_MODE_UNSPECIFIED MUST NOT be declared",
-                )
-            )
-        elif int(mode) in seen_modes:
-            out.append(
-                Violation(
-                    where,
-                    "model.tool_choice_modes.duplicate",
-                    f"{_enum_label(mode, ToolChoiceMode)} is declared more than once",
-                )
-            )
-        seen_modes.add(int(mode))
-    if spec.thinking is None:
-        out.append(
-            Violation(
-                _join(path, "thinking"),
-                "model.thinking.missing",
-                "thinking MUST be present ({supported: false} for a model that does not reason)",
-            )
-        )
-    else:
-        _validate_thinking(spec.thinking, _join(path, "thinking"), out)
-    if spec.caching is None:
-        out.append(
-            Violation(
-                _join(path, "caching"),
-                "model.caching.missing",
-                "caching MUST be present ({supported: false} for a model that does not cache)",
-            )
-        )
-    else:
-        _validate_caching(spec.caching, _join(path, "caching"), out)
-    if spec.pricing is None:
-        out.append(
-            Violation(
-                _join(path, "pricing"),
-                "model.pricing.missing",
-                "pricing MUST be present, even for a free model",
-            )
-        )
-    else:
-        caching_supported = spec.caching.supported if spec.caching is not None else None
-        out.extend(
-            _pricing_violations(
-                spec.pricing, caching_supported=caching_supported, path=_join(path, "pricing")
-            )
-        )
-
-
-def validate_model_spec(spec: ModelSpec, *, path: str = "") -> list[Violation]:
-    """Validate one ModelSpec (spec: "ModelSpec", "ThinkingSpec", "CachingSpec", "Pricing").
-
-    Args:
-        spec: The declaration to check.
-        path: Field path of ``spec`` inside its container, prefixed to every violation's path
-            (``"models[2]"`` when called for a Capabilities entry; empty at top level).
-
-    Returns:
-        Every violation, in field order (empty when valid). Pricing violations come from
-        :func:`protocol_py.rules.pricing.validate_pricing` at ``<path>.pricing``.
-
-    Raises:
-        InvalidValueError: ``spec`` is not a ModelSpec, or a field holds a value of the wrong
-            Python type (rule ``value.wrong_type``).
-    """
-    _require(spec, ModelSpec, "spec")
-    out: list[Violation] = []
-    spec = _walk(spec, path, out)
-    _validate_spec_rules(spec, path, out)
-    return out
-
-
-def validate_capabilities(caps: Capabilities) -> list[Violation]:
-    """Validate a provider's Capabilities: ``protocol_version`` present
-    (``capabilities.protocol_version.missing``) and shaped ``MAJOR.MINOR``
-    (``capabilities.protocol_version.malformed``), at least one model
-    (``capabilities.models.empty``: a model provider serving no model is useless), each model
-    (see :func:`validate_model_spec`, paths ``models[i]...``), unique non-empty model ids, hook
-    points (no HOOK_POINT_UNSPECIFIED, no duplicates), and ``config_schema`` a valid JSON Schema
-    (draft 2020-12, formats checked: see :func:`validate_config_schema`) when present (DESIGN
-    D14). ``None`` in a field without proto3 presence reads
-    as its default (``protocol_version=None`` is the empty string).
-
-    The version's MAJOR must equal :data:`protocol_py.version.PROTOCOL_MAJOR`
-    (``capabilities.protocol_version.incompatible``); a newer MINOR of the same major is the
-    *warning* ``capabilities.protocol_version.newer_minor`` (compatible; fields added since may
-    be ignored).
-
-    Raises:
-        InvalidValueError: ``caps`` is not a Capabilities or holds a wrongly typed field.
-    """
-    _require(caps, Capabilities, "caps")
-    out: list[Violation] = []
-    caps = _walk(caps, "", out)
-    if caps.protocol_version == "":
-        out.append(
-            Violation(
-                "protocol_version",
-                "capabilities.protocol_version.missing",
-                "protocol_version MUST name the protocol version the provider speaks "
-                "(MAJOR.MINOR, e.g. '1.0')",
-            )
-        )
-    if not caps.models:
-        out.append(
-            Violation(
-                "models",
-                "capabilities.models.empty",
-                "a model provider MUST serve at least one model",
-            )
-        )
-    first_index: dict[str, int] = {}
-    for i, spec in enumerate(caps.models):
-        _validate_spec_rules(spec, f"models[{i}]", out)
-        if spec.id == "":
-            continue
-        if spec.id in first_index:
-            out.append(
-                Violation(
-                    f"models[{i}].id",
-                    "capabilities.models.duplicate_id",
-                    f"model id {spec.id!r} is already declared by models[{first_index[spec.id]}]",
-                )
-            )
-        else:
-            first_index[spec.id] = i
-    seen_points: set[int] = set()
-    for i, point in enumerate(caps.supported_hook_points):
-        where = f"supported_hook_points[{i}]"
-        if point == HookPoint.UNSPECIFIED:
-            out.append(
-                Violation(
-                    where,
-                    "capabilities.hook_points.unspecified",
-                    "HOOK_POINT_UNSPECIFIED MUST NOT be listed",
-                )
-            )
-        elif int(point) in seen_points:
-            out.append(
-                Violation(
-                    where,
-                    "capabilities.hook_points.duplicate",
-                    f"{_enum_label(point, HookPoint)} is listed more than once",
-                )
-            )
-        seen_points.add(int(point))
-    version_match = _PROTOCOL_VERSION_RE.match(caps.protocol_version)
-    if caps.protocol_version and not version_match:
-        out.append(
-            Violation(
-                "protocol_version",
-                "capabilities.protocol_version.malformed",
-                f"protocol_version {caps.protocol_version!r} is not MAJOR.MINOR (e.g. '1.0')",
-            )
-        )
-    elif version_match:
-        major, minor = int(version_match.group(1)), int(version_match.group(2))
-        if major != PROTOCOL_MAJOR:
-            out.append(
-                Violation(
-                    "protocol_version",
-                    "capabilities.protocol_version.incompatible",
-                    f"protocol_version {caps.protocol_version!r} has major version {major}; this "
-                    f"package speaks {PROTOCOL_VERSION} (major {PROTOCOL_MAJOR}), and a change "
-                    "of major version is incompatible",
-                )
-            )
-        elif minor > _OUR_MINOR:
-            out.append(
-                Violation(
-                    "protocol_version",
-                    "capabilities.protocol_version.newer_minor",
-                    f"protocol_version {caps.protocol_version!r} is newer than this package's "
-                    f"{PROTOCOL_VERSION}: compatible, but fields added since may be ignored",
-                    "warning",
-                )
-            )
-    if caps.config_schema is not None:
-        try:
-            schema = from_struct(caps.config_schema, path="config_schema")
-        except InvalidValueError as exc:
-            out.append(
-                _struct_violation(exc, "config_schema", "capabilities.config_schema.invalid")
-            )
-        else:
-            out.extend(validate_config_schema(schema))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Request validation (issue 3 part 2)
-# ---------------------------------------------------------------------------------------------
 
 _TOOL_RESULT_KINDS = frozenset({"text", "image", "document"})
 
 
-_ONEOF_MEMBERS: dict[tuple[type[betterproto2.Message], str], tuple[str, ...]] = {}
-"""(class, oneof group) -> the group's member names in declaration order, built once."""
-
-
 def _set_members(message: betterproto2.Message, group: str) -> list[str]:
     """The members of oneof ``group`` set on ``message``, in declaration order."""
-    key = (type(message), group)
-    names = _ONEOF_MEMBERS.get(key)
-    if names is None:
-        meta = _meta(type(message))
-        order = list(meta.meta_by_field_name)
-        fields = meta.oneof_field_by_group.get(group, set())
-        names = tuple(sorted((f.name for f in fields), key=order.index))
-        _ONEOF_MEMBERS[key] = names
+    names = metadata.oneof_members(type(message), group)
     return [name for name in names if getattr(message, name, None) is not None]
 
 
@@ -943,7 +332,7 @@ class _RequestChecker:
                     _join(mpath, "id"),
                     "request.message.id_duplicate",
                     f"message id {message.id!r} is already used by "
-                    f"messages[{message_ids[message.id]}] (ids are unique per message, DESIGN D16)",
+                    f"messages[{message_ids[message.id]}] (ids are unique per message)",
                 )
             else:
                 message_ids[message.id] = i
@@ -1365,7 +754,7 @@ def _check_request(
 
 
 def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[Violation]:
-    """Validate a StreamCompletionRequest against the resolved ModelSpec (issue 3 part 2).
+    """Validate a StreamCompletionRequest against the resolved ModelSpec.
 
     Covers model_id, messages (non-empty, unique non-empty ids, roles, at least one content block),
     content blocks (exactly one member; tool_use only in ROLE_ASSISTANT and tool_result only in
@@ -1373,17 +762,17 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
     supports_tool_use, including blocks nested in tool_result and assembled_context; tool_result
     answering an earlier tool_use id; tool_use inputs that are JSON), tools (names, portable input
     schemas that are JSON), GenerationParams (temperature finite and >= 0, thinking
-    effort/budget/disable per DESIGN D4, disable_thinking never with a budget, max_output_tokens in
-    (0, model max], stop sequences, tool_choice), call_context, cache breakpoints (checked only when
-    the model declares ``caching.explicit_markers``; ignored otherwise, as the spec requires) and
-    ``provider_options`` (never interpreted, but it must be JSON: no NaN or Infinity). Every
-    ``google.protobuf.Struct`` handed on to a provider is checked with
-    :func:`protocol_py.codec.structs.from_struct`, so a request that passes never makes a provider
-    fail on
-    it. The rules that need no ModelSpec are :func:`validate_request_shape`, computed by the same
-    pass. ``None`` in a field without proto3 presence reads as its default. The spec itself is not
-    validated here; use :func:`validate_model_spec`. For a request the server just decoded
-    cleanly, messages whose exact wire images were validated before are not walked again
+    effort/budget/disable per docs/decisions.md#d4, disable_thinking never with a budget,
+    max_output_tokens in (0, model max], stop sequences, tool_choice), call_context, cache
+    breakpoints (checked only when the model declares ``caching.explicit_markers``; ignored
+    otherwise, as the spec requires) and ``provider_options`` (never interpreted, but it must be
+    JSON: no NaN or Infinity). Every ``google.protobuf.Struct`` handed on to a provider is
+    checked with :func:`protocol_py.codec.structs.from_struct`, so a request that passes never
+    makes a provider fail on it. The rules that need no ModelSpec are
+    :func:`validate_request_shape`, computed by the same pass. ``None`` in a field without proto3
+    presence reads as its default. The spec itself is not validated here; use
+    :func:`~protocol_py.rules.capabilities.validate_model_spec`. For a request the server just
+    decoded cleanly, messages whose exact wire images were validated before are not walked again
     (:mod:`protocol_py.rules.request_memo`); the result is the same.
 
     Returns:
@@ -1428,165 +817,3 @@ def validate_request_shape(request: StreamCompletionRequest) -> list[Violation]:
             of the wrong Python type (rule ``value.wrong_type``).
     """
     return _validate_request(request, None, check_model_id=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Strict proto3 JSON decoding (issue 3 part 7)
-# ---------------------------------------------------------------------------------------------
-
-decode_json = protojson.decode
-"""Alias of :func:`protocol_py.codec.protojson.decode` (strict proto3-JSON decoding)."""
-
-decode_json_or_raise = protojson.decode_or_raise
-"""Alias of :func:`protocol_py.codec.protojson.decode_or_raise`."""
-
-
-_DOCUMENT_KINDS: tuple[tuple[str, type[betterproto2.Message]], ...] = (
-    ("Capabilities", Capabilities),
-    ("ModelSpec", ModelSpec),
-    ("Pricing", Pricing),
-)
-
-
-def _field_keys(cls: type[betterproto2.Message]) -> set[str]:
-    return set(protojson.field_keys(cls))
-
-
-def detect_kind(data: Mapping[str, Any]) -> str | None:
-    """Name the message a proto3-JSON document holds: ``"Capabilities"``, ``"ModelSpec"``,
-    ``"Pricing"``, or ``None`` when no key is a field of any of them.
-
-    Rule: the kind whose fields (JSON or proto names) claim the most of the document's top-level
-    keys wins; ties go to Capabilities, then ModelSpec, then Pricing. The three field sets are
-    disjoint, so a well-formed document is always recognised by any one of its keys; keys the
-    winner does not know are then reported as ``json.unknown_field``. An empty object is not
-    recognised (it would be a valid empty Capabilities and an invalid ModelSpec or Pricing).
-
-    Raises:
-        InvalidValueError: ``data`` is not a mapping (rule ``value.wrong_type``).
-    """
-    if not isinstance(data, Mapping):
-        raise InvalidValueError(
-            f"data: expected a parsed JSON object, got {type(data).__name__}",
-            rule="value.wrong_type",
-        )
-    best: tuple[int, str] | None = None
-    for name, cls in _DOCUMENT_KINDS:
-        keys = _field_keys(cls)
-        hits = sum(1 for key in data if key in keys)
-        if hits and (best is None or hits > best[0]):
-            best = (hits, name)
-    return best[1] if best else None
-
-
-def validate_document(data: Mapping[str, Any]) -> tuple[str, list[Violation]]:
-    """Validate a parsed proto3-JSON Capabilities, ModelSpec or Pricing document.
-
-    The kind is detected from the top-level keys (see :func:`detect_kind`). The document is
-    decoded strictly (:func:`protocol_py.codec.protojson.decode`: every ``json.*`` violation), and
-    what decodes is validated with :func:`validate_capabilities`, :func:`validate_model_spec` or
-    :func:`protocol_py.rules.pricing.validate_pricing` (a standalone Pricing has no caching
-    context, so
-    its cache-rate presence rule is not checked), so a JSON typo never hides a rule violation.
-    Unknown fields are ignored by the rules. A field whose value cannot be decoded is treated as
-    absent (:func:`protocol_py.codec.protojson.decode_lenient`), and a rule violation at that field,
-    inside it, or at a message that contains it is not reported: it could be an artefact of the
-    missing value (``"maxOutputTokens": "x"`` gives only ``json.invalid``, never
-    ``model.max_output_tokens.not_positive``).
-
-    Returns:
-        ``(kind, violations)`` with kind ``"Capabilities"``, ``"ModelSpec"``, ``"Pricing"``, or
-        ``"unknown"`` (with one ``document.unknown_kind`` or ``document.not_object`` violation).
-        Never raises for bad data.
-    """
-    if not isinstance(data, Mapping):
-        return "unknown", [
-            Violation(
-                "",
-                "document.not_object",
-                f"expected a JSON object (Capabilities, ModelSpec or Pricing), got JSON "
-                f"{protojson.json_type(data)}",
-            )
-        ]
-    kind = detect_kind(data)
-    if kind is None:
-        keys = ", ".join(repr(k) for k in list(data)[:5]) or "none"
-        return "unknown", [
-            Violation(
-                "",
-                "document.unknown_kind",
-                "not a Capabilities, ModelSpec or Pricing document: no top-level key is a field "
-                f"of any of them (keys: {keys})",
-            )
-        ]
-    cls = dict(_DOCUMENT_KINDS)[kind]
-    message, violations, pruned = protojson.decode_lenient(cls, data)
-    if message is None:
-        return kind, violations
-    try:
-        rules = _document_rules(message)
-    except InvalidValueError as exc:  # defensive: a decoded document is well typed
-        return kind, [*violations, Violation(exc.path, exc.rule or "json.invalid", str(exc))]
-    return kind, [*violations, *(v for v in rules if not _masked(v.path, pruned))]
-
-
-def _document_rules(message: betterproto2.Message) -> list[Violation]:
-    if isinstance(message, Capabilities):
-        return validate_capabilities(message)
-    if isinstance(message, ModelSpec):
-        return validate_model_spec(message)
-    assert isinstance(message, Pricing)
-    out: list[Violation] = []
-    message = _walk(message, "", out)
-    for v in _pricing_violations(message, caching_supported=None, path=""):
-        out.append(Violation(v.path.lstrip("."), v.rule, v.message, v.severity))
-    return out
-
-
-def _masked(path: str, pruned: Sequence[str]) -> bool:
-    """Whether a rule violation at ``path`` may be an artefact of a field that did not decode
-    (and was treated as absent): it is at that field, inside it, or at a message containing it.
-    """
-    for gone in pruned:
-        if path == gone or path.startswith((gone + ".", gone + "[")):
-            return True
-        if gone.startswith((path + ".", path + "[")) or path == "":
-            return True
-    return False
-
-
-def load_document(path: str) -> tuple[str, list[Violation]]:
-    """Read a JSON file and validate it with :func:`validate_document`.
-
-    Returns:
-        ``(kind, violations)``. An unreadable file gives kind ``"unknown"`` and one
-        ``file.unreadable`` violation; text that is not UTF-8 JSON (or holds NaN/Infinity) one
-        ``file.not_json`` violation. Never raises for a bad file.
-
-    Raises:
-        InvalidValueError: ``path`` is not a file path (``str``, ``bytes`` or path-like; rule
-            ``value.wrong_type``). An ``int`` is refused rather than read as a file descriptor.
-    """
-    if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
-        raise InvalidValueError(
-            f"path: expected a file path, got {type(path).__name__}", rule="value.wrong_type"
-        )
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte
-        reason = getattr(exc, "strerror", None) or exc
-        return "unknown", [Violation(str(path), "file.unreadable", f"cannot read: {reason}")]
-
-    def reject(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number")
-
-    try:
-        data = json.loads(raw.decode("utf-8-sig"), parse_constant=reject)
-    except json.JSONDecodeError as exc:
-        return "unknown", [
-            Violation(str(path), "file.not_json", f"not valid JSON: {describe_json_error(exc)}")
-        ]
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return "unknown", [Violation(str(path), "file.not_json", f"not valid JSON: {exc}")]
-    return validate_document(data)
