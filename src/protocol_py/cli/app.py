@@ -53,6 +53,11 @@ from protocol_py.cli.chat import (
     read_prompt,
     stdin_binary,
 )
+from protocol_py.cli.options import (
+    add_client_options,
+    add_serve_options,
+    client_ssl_from_options,
+)
 from protocol_py.client.client import ModelClient, parse_address
 from protocol_py.codec import protojson
 from protocol_py.errors import (
@@ -88,12 +93,7 @@ from protocol_py.server import (
     parse_size,
 )
 from protocol_py.server.serve import ServeError, configure_logging, serve
-from protocol_py.transport.addresses import (
-    add_client_options,
-    add_serve_options,
-    client_ssl_from_options,
-    unix_socket_path,
-)
+from protocol_py.transport.addresses import unix_socket_path
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.model.v1 import (

@@ -41,9 +41,8 @@ from protocol_py.server.grpc_layer.connections import (
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.server.offload import start_workers
-from protocol_py.transport.addresses import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
+from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
+from protocol_py.transport.listen import (
     SOCKET_MODE,
     SocketIdentity,
     bind_unix_socket,
@@ -181,11 +180,11 @@ class ServerLifecycle:
             host: TCP host (ignored with ``path``).
             port: TCP port; 0 picks a free one (ignored with ``path``).
             path: Listen on this unix-domain socket instead; the file gets mode
-                :data:`~protocol_py.transport.addresses.SOCKET_MODE` and is removed on
+                :data:`~protocol_py.transport.listen.SOCKET_MODE` and is removed on
                 :meth:`shutdown`
                 if it is still the file created here. A socket a server listens on is refused
                 (``OSError`` EADDRINUSE, "address in use"); a stale one (connect refused) is
-                replaced (:func:`~protocol_py.transport.addresses.bind_unix_socket`).
+                replaced (:func:`~protocol_py.transport.listen.bind_unix_socket`).
             ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
             owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
                 remove it too on :meth:`shutdown`.

@@ -41,7 +41,8 @@ from protocol_py.server import (
 )
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
-from protocol_py.transport.addresses import EXIT_ON_STDIN_EOF_ENV, handshake_line, listen_spec
+from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, handshake_line
+from protocol_py.transport.listen import listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
 __all__ = [
@@ -130,7 +131,7 @@ async def serve_async(
             ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
             ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
             directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
-            TLS (:func:`protocol_py.transport.addresses.listen_spec`).
+            TLS (:func:`protocol_py.transport.listen.listen_spec`).
         tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
         tls_key: Its private key, PEM file.
         tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
