@@ -87,7 +87,7 @@ def test_wheel_holds_both_packages_py_typed_the_image_and_the_console_script(
     ):
         assert name in names, name
     assert image == IMAGE.read_bytes()
-    assert "protocol-py = protocol_py.cli.app:main" in entry_points
+    assert "protocol-py = protocol_py.cli:main" in entry_points
     assert f"Version: {PACKAGE_VERSION}" in metadata.splitlines()
     assert not any(n.startswith(("tests/", "src/", "gen/")) for n in names)
 

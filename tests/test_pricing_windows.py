@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.catalog import deepseek_models

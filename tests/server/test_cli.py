@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.client.client import ModelClient, parse_address
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.reference.provider import ReferenceProvider, tokenize

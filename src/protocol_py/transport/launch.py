@@ -241,7 +241,7 @@ def _start_failure(argv: Sequence[str], exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         message += (
             " (not found on PATH: activate the virtual environment that installed it, or pass"
-            " its full path, e.g. [sys.executable, '-m', 'protocol_py.cli.app', ...])"
+            " its full path, e.g. [sys.executable, '-m', 'protocol_py.cli', ...])"
         )
     return bounded_message(message)
 
