@@ -30,7 +30,7 @@ from protocol_py.cli import main
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.catalog import deepseek_models
-from protocol_py.providers.reference.provider import reference_models
+from protocol_py.providers.reference import reference_models
 from protocol_py.rules.pricing import PricingTable, cost, parse_timestamp, validate_pricing
 from protocol_py.rules.pricing_windows import MAX_TIME_ZONE_LENGTH, MAX_WINDOWS_PER_TIER
 from protocol_py_gen.model.v1 import (

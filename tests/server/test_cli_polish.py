@@ -13,7 +13,7 @@ import pytest
 
 from protocol_py.cli import main
 from protocol_py.cli.inspect import capabilities_table
-from protocol_py.providers.reference.provider import reference_models
+from protocol_py.providers.reference import reference_models
 from protocol_py.rules.pricing import TERM_NAMES
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 

@@ -25,7 +25,7 @@ from protocol_py._compat.grpclib_goaway import GOAWAY_NO_ERROR, goaway_error_cod
 from protocol_py.cli.inspect import TABLE_WIDTH, _tier_place, capabilities_table
 from protocol_py.client.client import ModelClient
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers.reference.provider import CONFIG_SCHEMA, reference_models
+from protocol_py.providers.reference import CONFIG_SCHEMA, reference_models
 from protocol_py.transport.launch import LaunchError, launch
 from protocol_py_gen.model.v1 import ErrorKind, PricingTier, RenderRequest
 
