@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py._compat import grpclib_private
 from protocol_py.server.codec_warmup import build_codecs
 from protocol_py.server.grpc_layer.admission import AdmissionHandler
 from protocol_py.server.grpc_layer.connections import (
@@ -247,7 +248,7 @@ class ServerLifecycle:
             self.socket_path, self.host, self.port = path, None, 0
         else:
             await self._listen(host=host, port=port, ssl=ssl)
-            listener = self._server._server
+            listener = grpclib_private.listener(self._server)
             assert listener is not None
             sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
             self.host, self.port = str(sockname[0]), int(sockname[1])
@@ -267,12 +268,13 @@ class ServerLifecycle:
         :attr:`handshake_timeout` (grpclib does not pass asyncio's ``ssl_handshake_timeout``,
         whose default is 60 s)."""
         server = self._server
-        assert server is not None and server._server is None
+        assert server is not None and grpclib_private.listener(server) is None
         loop = asyncio.get_running_loop()
         tls_timeout = self.handshake_timeout if ssl is not None else None
+        factory = grpclib_private.server_protocol_factory(server)
         if sock is not None:
             listener = await loop.create_unix_server(
-                server._protocol_factory,
+                factory,
                 sock=sock,
                 backlog=LISTEN_BACKLOG,
                 ssl=ssl,
@@ -280,15 +282,14 @@ class ServerLifecycle:
             )
         else:
             listener = await loop.create_server(
-                server._protocol_factory,
+                factory,
                 host,
                 port,
                 backlog=LISTEN_BACKLOG,
                 ssl=ssl,
                 ssl_handshake_timeout=tls_timeout,
             )
-        server._server = listener
-        server._server_closed_fut = loop.create_future()
+        grpclib_private.set_listener(server, listener)
 
     @property
     def address(self) -> str:
@@ -343,8 +344,9 @@ class ServerLifecycle:
         self.draining = True
         self.health_status.set(False)
         server = self._server
-        if server is not None and server._server is not None:
-            server._server.close()  # stop accepting connections; keep existing ones
+        listening = grpclib_private.listener(server) if server is not None else None
+        if listening is not None:
+            listening.close()  # stop accepting connections; keep existing ones
         if self._in_flight:
             started = time.monotonic()
             with contextlib.suppress(TimeoutError):

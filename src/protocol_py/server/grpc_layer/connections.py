@@ -54,6 +54,7 @@ from grpclib.protocol import H2Protocol
 from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError
 
+from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import bounded_message
 from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
@@ -146,7 +147,7 @@ def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | 
     client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
     its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
     DEADLINE_EXCEEDED), else ``cancelled``."""
-    error = getattr(stream._stream.wrapper, "_error", None)
+    error = grpclib_private.wrapper_error(grpclib_private.server_h2_stream(stream).wrapper)
     if isinstance(error, GRPCError) and error.status is Status.DEADLINE_EXCEEDED:
         return "deadline_exceeded", error.message
     if isinstance(error, TimeoutError):
@@ -274,7 +275,7 @@ class TransportHandler(grpclib.server.Handler):
                 release_stream()
 
         super().accept(stream, headers, release_once)
-        task = self._tasks[stream]
+        task = grpclib_private.handler_tasks(self)[stream]
         self.open_streams += 1
         self._disarm_idle_timer()
         timer: asyncio.TimerHandle | None = None
@@ -300,9 +301,9 @@ class TransportHandler(grpclib.server.Handler):
         # were sending its reply; they sit in reference cycles: break them now.
         wrapper = stream.wrapper
         if wrapper is not None:
-            _drop_traceback_cycle(getattr(wrapper, "_error", None))
+            _drop_traceback_cycle(grpclib_private.wrapper_error(wrapper))
         stream.wrapper = None
-        aborted = wrapper is not None and getattr(wrapper, "_error", None) is not None
+        aborted = wrapper is not None and grpclib_private.wrapper_error(wrapper) is not None
         if task.cancelled():
             aborted = True
             try:
@@ -312,17 +313,19 @@ class TransportHandler(grpclib.server.Handler):
         large = max(stream.data_sent, stream.data_received) >= LARGE_CALL_BYTES
         if self.trimmer is not None and (aborted or large):
             self.trimmer.request(self.loop)
-        if self._tasks.get(stream) is task:
-            del self._tasks[stream]
-        self._cancelled.discard(task)
+        tasks = grpclib_private.handler_tasks(self)
+        if tasks.get(stream) is task:
+            del tasks[stream]
+        grpclib_private.handler_cancelled(self).discard(task)
         self.open_streams -= 1
         if self.open_streams == 0 and not self.closing:
             self._arm_idle_timer()
 
     def _receive_expired(self, stream: Any, task: asyncio.Task[None]) -> None:
         buffer = stream.buffer
-        waiting = bool(getattr(buffer._unacked, "_getters", True))
-        if task.done() or buffer._eof or not waiting or getattr(stream, REQUEST_READ_ATTR, False):
+        waiting = grpclib_private.queue_has_getters(grpclib_private.buffer_unacked(buffer))
+        ended = grpclib_private.buffer_ended(buffer)
+        if task.done() or ended or not waiting or getattr(stream, REQUEST_READ_ATTR, False):
             return  # the request is complete, or the handler has read all it needed
         error = GRPCError(Status.DEADLINE_EXCEEDED, receive_timeout_message(self.receive_timeout))
         if stream.wrapper is not None:
@@ -332,17 +335,17 @@ class TransportHandler(grpclib.server.Handler):
 
     def cancel(self, stream: Any) -> None:
         """Cancel the task of a reset stream (tolerates a stream already finished)."""
-        task = self._tasks.pop(stream, None)
+        task = grpclib_private.handler_tasks(self).pop(stream, None)
         if task is not None:
             task.cancel()
-            self._cancelled.add(task)
+            grpclib_private.handler_cancelled(self).add(task)
 
     def close(self) -> None:
         """The connection is gone: cancel every call, also those already cancelled by a reset
         that are still finishing (grpclib forgets them, so one waiting to write its trailers on
         a connection paused for writing hung forever, holding its reply), and the idle timer."""
         self._disarm_idle_timer()
-        for task in self._cancelled:
+        for task in grpclib_private.handler_cancelled(self):
             if not task.done():
                 task.cancel()
         super().close()
@@ -372,7 +375,7 @@ def close_connection(protocol: H2Protocol, reason: str = "server shutting down")
     if connection is None or connection.is_closing():
         return
     with contextlib.suppress(Exception):
-        connection._connection.close_connection()
+        grpclib_private.connection_h2(connection).close_connection()
         connection.flush()
     with contextlib.suppress(Exception):
         protocol.processor.close(reason)
@@ -392,19 +395,15 @@ def protocol_factory(
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
     :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
     ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
-    server.__gc_step__()
     handler = (handler_class or TransportHandler)(
-        server._mapping,
-        server._codec,
-        server._status_details_codec,
-        server.__dispatch__,
+        *grpclib_private.handler_arguments(server),
         receive_timeout=receive_timeout,
         idle_timeout=idle_timeout,
         trimmer=trimmer,
     )
-    server._handlers.add(handler)
+    grpclib_private.add_handler(server, handler)
     make = protocol_class or TransportProtocol
-    protocol = make(handler, server._config, server._h2_config)
+    protocol = make(handler, *grpclib_private.protocol_configurations(server))
     if isinstance(protocol, TransportProtocol):
         protocol.handshake_timeout = handshake_timeout
     handler.protocol_ref = weakref.ref(protocol)
@@ -482,7 +481,7 @@ class TransportProtocol(H2Protocol):
 
 def _peer(connection: Any) -> str:
     """``host:port`` of the connection's peer (``unix`` peers have no address)."""
-    peer = connection._transport.get_extra_info("peername")
+    peer = grpclib_private.connection_transport(connection).get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer or "a unix socket peer")
