@@ -31,10 +31,7 @@ from grpclib.config import Configuration
 from grpclib.const import Cardinality
 from grpclib.exceptions import StreamTerminatedError
 
-# Installs the patch: a stream on a closed connection fails as "lost".
-import protocol_py._compat.grpclib_closed_connection
-import protocol_py._compat.grpclib_goaway  # (installs: a GOAWAY stays the reason streams fail)
-import protocol_py._compat.hyperframe_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
+from protocol_py import _compat
 from protocol_py._compat import grpclib_private
 from protocol_py.client.message_reader import MessageReader
 from protocol_py.codec.structs import to_struct
@@ -193,6 +190,7 @@ class ModelClient:
     """
 
     def __init__(self, channel: Channel) -> None:
+        _compat.install()  # the dependency patches (protocol_py._compat), once per process
         self.channel = channel
         self.stub = ModelServiceStub(channel)
         self._capabilities: Capabilities | None = None

@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py import _compat
 from protocol_py._compat import grpclib_private
 from protocol_py.server.codec_warmup import build_codecs
 from protocol_py.server.grpc_layer.admission import AdmissionHandler
@@ -200,6 +201,7 @@ class ServerLifecycle:
             ValidationError: invalid Capabilities (the server does not start).
             OSError: the address cannot be bound.
         """
+        _compat.install()
         if not self.prepared:
             await self.prepare()
         await asyncio.to_thread(build_codecs)  # not in the first call, on the event loop

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TextIO
 
+from protocol_py import _compat
 from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
 from protocol_py.provider import Provider, ProviderStartError
 from protocol_py.server import (
@@ -160,6 +161,7 @@ async def serve_async(
 
     Cancelling the task shuts the server down at once (grace period 0) and re-raises.
     """
+    _compat.install()
     if port is not None:
         _check_port(port)
     if log_level is not None:
