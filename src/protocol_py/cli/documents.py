@@ -103,7 +103,7 @@ _TIER_KEYS = protojson.field_keys(PricingTier)
 
 
 def _check_exact_rates(exact: Any, path: str) -> None:
-    """Reject a rate whose JSON text a double cannot carry exactly (DESIGN D8, case C13).
+    """Reject a rate whose JSON text a double cannot carry exactly (``docs/decisions.md#d8``).
 
     Rates are doubles on the wire and cost uses ``Decimal(repr(rate))``, which equals the JSON
     text for every shortest-repr number (``0.15``, ``3``, ``"0.6"``). A rate written with more

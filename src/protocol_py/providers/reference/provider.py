@@ -12,7 +12,8 @@ Behaviour (all deterministic for a given request and cache state):
   everything up to the furthest cache breakpoint when the model takes explicit markers and the
   request places some, otherwise every segment but the last message. Tokens of the longest
   previously seen prefix are reported as ``cache_read_tokens``, the rest of the cacheable
-  prefix as ``cache_write_tokens``, and the remainder as ``input_tokens`` (DESIGN D7).
+  prefix as ``cache_write_tokens``, and the remainder as ``input_tokens``
+  (``docs/decisions.md#d7``).
 * Thinking: ``reference-large`` thinks unless ``disable_thinking`` is true (more sentences at
   higher effort); ``reference-medium`` thinks only with ``thinking_budget_tokens`` (truncated to
   the budget). Thinking deltas are followed by a ``thinking_signature``
@@ -379,7 +380,7 @@ class ReferenceProvider(Provider):
             cache_read, cache_write = self._cache_usage(request, spec, segments)
         _check_signed_calls(list(request.messages))
         plan = self._plan(request, spec, limit)
-        # sha256 of the encoding, hashed part by part: no 60 MB encode or join (issue 8 item 4)
+        # sha256 of the encoding, hashed part by part: no whole encode or join of a large one
         digest = wire.sha256_of(request).hexdigest()[:12]
         return prompt_tokens, cache_read, cache_write, plan, digest
 
@@ -511,7 +512,7 @@ class ReferenceProvider(Provider):
             answer = f"I will call the tool {tool.name} to answer this."
         else:
             answer = ""
-        # the answer is spans: the echo of a long prompt is never built whole (issue 8 item 4)
+        # the answer is spans: the echo of a long prompt is never built whole
         spans: list[_Span] = [(answer, 0, len(answer))]
         if not results and tool is None:
             head = f"This is {spec.id}, the offline reference model. You wrote: "
@@ -614,7 +615,7 @@ class ReferenceProvider(Provider):
         elif config.max_tokens is not None:
             limit = min(limit, config.max_tokens)
         # tokenizing, prefix hashing and the request digest are CPU work: off the event loop
-        # for a large request (issue 8 item 4)
+        # for a large request
         prompt_tokens, cache_read, cache_write, plan, digest = await run_cpu(
             wire.wire_size(request), self._prepare, request, spec, limit
         )
@@ -641,7 +642,7 @@ class ReferenceProvider(Provider):
             if config.pace is not None:
                 await asyncio.sleep(tokens / config.pace)
 
-        # never verbatim: userinfo and query values (credentials) become *** (issue 9 item 4)
+        # never verbatim: userinfo and query values (credentials) become ***
         attrs = {"base_url": redact_url(config.base_url)} if config.base_url else {}
         events: list[tuple[StreamEvent, int]] = [
             (StreamEvent(stream_start=StreamStart(provider_request_id=request_id)), 0),

@@ -72,8 +72,8 @@ async def _markdown_escape_off_loop(text: str) -> str:
 
 MAX_REPEAT_PAYLOAD_BYTES: Final = 1024 * 1024
 """Largest ``reference.repeat`` Render payload, bytes (1 MiB): it carries one text and a count,
-and parsing a bigger JSON document (a 60 MiB one of nested lists took 5 s and 1.6 GB) would
-hold the event loop."""
+and parsing a much bigger JSON document (deeply nested lists) would hold the event loop for
+seconds; a larger payload is refused before it is parsed."""
 
 
 def _repeat(payload: bytes) -> tuple[str, int]:

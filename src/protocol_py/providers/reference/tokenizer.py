@@ -39,7 +39,7 @@ def tokenize(text: str) -> list[str]:
 TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
 """Characters counted per regex call (256 Ki): a long text is counted chunk by chunk, cut where
 whitespace meets non-whitespace (always a token boundary), so no single call holds the
-interpreter for long (issue 8 item 4)."""
+interpreter for long."""
 
 _BOUNDARY_RE: Final = re.compile(r"\S(?=\s)|\s(?=\S)")
 
@@ -100,7 +100,7 @@ _Span = tuple[str, int, int]
 def _strip_span(text: str) -> tuple[int, int]:
     """``(start, end)`` such that ``text[start:end] == text.strip()``, found
     :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time from each end (no copy of the whole
-    text: issue 8 item 4)."""
+    text)."""
     size, step = len(text), TOKEN_COUNT_CHUNK_CHARS
     start = 0
     while start < size:
@@ -174,8 +174,8 @@ def _tools_text(tools: list[ToolDeclaration]) -> str:
 
 
 def _message_parts(message: Message) -> tuple[str, ...]:
-    """The rendered message as parts, never joined: a 60 MiB text block stays the block's own
-    string (one join copied it whole, one long hold of the interpreter: issue 8 item 4)."""
+    """The rendered message as parts, never joined: a large text block stays the block's own
+    string (a join would copy it whole in one long hold of the interpreter)."""
     role = "assistant" if message.role is Role.ASSISTANT else "user"
     return (f"[{role}]\n", *(_block_text(b) for b in message.content), "\n")
 
@@ -210,7 +210,7 @@ def _contains_lowered(text: str, needle: str) -> bool:
     :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time, consecutive chunks overlapping by
     ``len(needle) - 1`` (a match spans at most ``len(needle)`` characters of ``text``; lowering
     depends on context only for a final sigma, which never lowers to ASCII), so no single call
-    holds the interpreter for long (issue 8 item 4)."""
+    holds the interpreter for long."""
     if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
         return needle in text.lower()
     overlap = len(needle) - 1

@@ -3,7 +3,7 @@
 grpclib answers both itself, before any handler runs: an unparsable ``grpc-timeout`` as
 ``UNKNOWN "Invalid grpc-timeout header"`` and a deadline already past (``1n``, ``1u``, an
 expired propagated deadline) as ``UNKNOWN "Internal Server Error"`` with an ERROR traceback
-("Timeout occurred"), and no per-RPC log record (issue 8, item 6). :class:`AdmissionHandler`
+("Timeout occurred"), and no per-RPC log record. :class:`AdmissionHandler`
 checks the header first: ``INVALID_ARGUMENT`` for a malformed value, ``DEADLINE_EXCEEDED`` for
 a deadline less than :data:`MIN_USABLE_DEADLINE` away, each with exactly one JSON log record
 (:class:`~protocol_py.server.records.RpcRecord`) for a ModelService method and no traceback.

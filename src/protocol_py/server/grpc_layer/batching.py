@@ -1,4 +1,4 @@
-"""Server-streaming writes that coalesce the events ready at once into one HTTP/2 write (issue 12).
+"""Server-streaming writes that coalesce the events ready at once into one HTTP/2 write.
 
 A vendor adapter translates one upstream read (a buffer of many SSE events) into many
 StreamEvents without waiting in between. grpclib sends each message as its own HTTP/2 DATA

@@ -1,10 +1,9 @@
-"""Exactly one request message on a unary or server-streaming call (issue 8, follow-up of the
-last outside attack; spec: "The wire protocol").
+"""Exactly one request message on a unary or server-streaming call (spec: "The wire protocol").
 
 gRPC's unary and server-streaming calls carry exactly one request message. grpclib reads the
-first message and ignores whatever follows it, so a client that sent two messages (grpcio's
-``stream_unary`` or ``stream_stream`` on a unary method) got an answer to the first as if the
-second never existed, and one that sent none got a misleading "truncated" error.
+first message and ignores whatever follows it: a client that sends two messages (grpcio's
+``stream_unary`` or ``stream_stream`` on a unary method) would get an answer to the first as if
+the second never existed, and one that sends none a misleading "truncated" error.
 
 The status is INTERNAL for both, as in grpc-java (``ServerCalls``: "Too many requests",
 "Half-closed without a request") and grpc-go (its "cardinality violation" errors): the

@@ -1,7 +1,7 @@
 """Per-connection hardening of the reference server: cancellation, flow control, stalled peers.
 
-What grpclib 0.4.9 leaves to the application, done here once for every RPC (issue 8, items
-2, 3, 7 and 8; spec: "The wire protocol"):
+What grpclib 0.4.9 leaves to the application, done here once for every RPC (spec: "The wire
+protocol"):
 
 * **Cancellation checkpoints** (:func:`send_events`): a server-streaming handler whose events
   come without any await (an unpaced provider) never gave the event loop a turn, so a client's
@@ -17,14 +17,13 @@ What grpclib 0.4.9 leaves to the application, done here once for every RPC (issu
 * **Released memory** (:class:`TransportHandler`): grpclib stores the exception that ended a
   cancelled call on the stream's wrapper; its traceback holds the frames that were sending the
   reply (the encoded message included) in a reference cycle, which only the cyclic garbage
-  collector frees, and it rarely runs because bytes do not count towards its thresholds (a
-  60 MiB Render refused by a client held ~200 MB until then). When a call ends the cycle is
-  broken and the finished task dropped at once.
-* **grpclib issue 217** (:class:`TransportHandler`): a stream whose HEADERS, DATA and
+  collector frees, and it rarely runs because bytes do not count towards its thresholds. When a
+  call ends the cycle is broken and the finished task dropped at once.
+* **Streams reset before their task ran** (:class:`TransportHandler`;
+  https://github.com/vmagamedov/grpclib/issues/217): a stream whose HEADERS, DATA and
   RST_STREAM arrive in one read is cancelled before its handler task first runs, so the task's
   ``finally`` never acknowledges the buffered DATA and the connection's receive window shrinks
-  for good (349 resets of 60 KB requests jammed a connection). Every accepted stream is now
-  released when its task ends, however it ends.
+  for good. Every accepted stream is released when its task ends, however it ends.
 * **Stalled peers**: a unary-request call whose handler is still waiting for request bytes
   (no END_STREAM yet) when the receive timeout (default :data:`DEFAULT_RECEIVE_TIMEOUT`) has
   passed since its HEADERS is ended with DEADLINE_EXCEEDED and its buffered bytes released
@@ -127,7 +126,7 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
     closing: contextlib.AbstractAsyncContextManager[Any] = (
         contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()
     )
-    writer = EventWriter(stream)  # events ready at once go out in one write (issue 12)
+    writer = EventWriter(stream)  # events ready at once go out in one write
     try:
         async with closing:
             due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
@@ -265,7 +264,7 @@ class TransportHandler(grpclib.server.Handler):
         release_stream: Callable[[], Any],
     ) -> None:
         """Start the call's task; release its stream when the task ends, however it ends
-        (grpclib issue 217), and watch its receive timeout."""
+        (https://github.com/vmagamedov/grpclib/issues/217), and watch its receive timeout."""
         released = False
 
         def release_once() -> None:
@@ -293,8 +292,9 @@ class TransportHandler(grpclib.server.Handler):
     ) -> None:
         if timer is not None:
             timer.cancel()
-        # grpclib issue 217: a task cancelled before its first step never ran the ``finally``
-        # that acknowledges the stream's buffered DATA; release it here (a no-op otherwise).
+        # https://github.com/vmagamedov/grpclib/issues/217: a task cancelled before its first
+        # step never ran the ``finally`` that acknowledges the stream's buffered DATA; release
+        # it here (a no-op otherwise).
         with contextlib.suppress(Exception):
             release()
         # The exceptions that ended the call hold, through their tracebacks, the frames that

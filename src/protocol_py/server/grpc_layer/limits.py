@@ -1,9 +1,9 @@
 """Transport limits of the reference server: message sizes and well-formed request bodies.
 
-Every size bound the server enforces on the wire lives here (spec: "The wire protocol"; server
-case C06): the maximum message size in both directions, the length-prefix check that refuses an
-oversized request before its body is read, and the strict (upb) well-formedness check that runs
-before betterproto2's lenient decoder.
+Every size bound the server enforces on the wire lives here (spec: "The wire protocol"): the
+maximum message size in both directions, the length-prefix check that refuses an oversized
+request before its body is read, and the strict (upb) well-formedness check that runs before
+betterproto2's lenient decoder.
 """
 
 from __future__ import annotations
