@@ -30,14 +30,24 @@ from collections.abc import Sequence
 from protocol_py.cli.chat import add_chat_parser, cmd_chat
 from protocol_py.cli.documents import add_cost_parser, add_validate_parser, cmd_cost, cmd_validate
 from protocol_py.cli.inspect import (
+    TABLE_WIDTH,
     add_capabilities_parser,
     add_describe_parser,
     add_version_parser,
+    capabilities_table,
     cmd_capabilities,
     cmd_describe,
     cmd_version,
 )
-from protocol_py.cli.options import EXIT_FAILURE, CliError, Parser
+from protocol_py.cli.options import (
+    CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Parser,
+)
 from protocol_py.cli.serve import add_serve_parser, cmd_serve
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
@@ -96,4 +106,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-__all__ = ["build_parser", "main"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "TABLE_WIDTH",
+    "CliError",
+    "build_parser",
+    "capabilities_table",
+    "cmd_capabilities",
+    "cmd_chat",
+    "cmd_cost",
+    "cmd_describe",
+    "cmd_serve",
+    "cmd_validate",
+    "cmd_version",
+    "main",
+]
+"""``main`` and ``build_parser``, and the names the 1.1 module ``protocol_py.cli`` had (each
+defined in the command's own module)."""

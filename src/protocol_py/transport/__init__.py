@@ -18,6 +18,7 @@ from protocol_py.transport.addresses import (
     DEFAULT_PORT,
     MAX_UNIX_PATH_BYTES,
     check_socket_path,
+    unix_socket_path,
 )
 from protocol_py.transport.handshake import (
     EXIT_ON_STDIN_EOF_ENV,
@@ -94,4 +95,5 @@ __all__ = [
     "parse_handshake",
     "remove_socket",
     "socket_identity",
+    "unix_socket_path",
 ]
