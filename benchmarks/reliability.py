@@ -184,7 +184,7 @@ def _spawn(*extra: str) -> tuple[subprocess.Popen[str], int]:
         [
             sys.executable,
             "-m",
-            "protocol_py.cli.app",
+            "protocol_py.cli",
             "serve",
             "--handshake",
             "--port",

@@ -14,7 +14,7 @@ from ulid import ULID
 from protocol_py import Conversation, ModelClient, ModelServer
 from protocol_py.client.conversation import document, image, text, tool
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.providers.reference.provider import ReferenceProvider, reference_models
+from protocol_py.providers.reference import ReferenceProvider, reference_models
 from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import Message, Role

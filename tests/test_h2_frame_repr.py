@@ -1,10 +1,9 @@
 """A received DATA frame's repr is hyperframe's text, computed without copying the payload
-(issue 12; :mod:`protocol_py._compat.hyperframe_frame_repr`)."""
+(:mod:`protocol_py._compat.hyperframe_frame_repr`; that the client and the server install it is
+pinned by ``tests/compat/test_install.py``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import timeit
 
 import pytest
@@ -45,23 +44,6 @@ def test_the_repr_text_is_hyperframes(data: bytes, pad: int | None) -> None:
     made = frame(data, pad)
     assert made._body_repr() == hyperframe_repr(made)
     assert repr(made).endswith(hyperframe_repr(made))
-
-
-@pytest.mark.parametrize("module", ["protocol_py.client.client", "protocol_py.server"])
-def test_importing_the_client_or_the_server_installs_it(module: str) -> None:
-    check = (
-        "from hyperframe.frame import DataFrame\n"
-        "assert '_body_repr' not in DataFrame.__dict__\n"
-        f"import {module}\n"
-        "from protocol_py._compat import hyperframe_frame_repr as h2_frame_repr\n"
-        "assert DataFrame.__dict__['_body_repr'] is h2_frame_repr.data_frame_body_repr\n"
-        "assert h2_frame_repr.install()\n"
-        "assert DataFrame.__dict__['_body_repr'] is h2_frame_repr.data_frame_body_repr\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", check], check=False, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def test_a_large_frame_repr_does_not_copy_the_payload() -> None:

@@ -26,11 +26,11 @@ from google.protobuf import json_format
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.catalog import deepseek_models
-from protocol_py.providers.reference.provider import reference_models
+from protocol_py.providers.reference import reference_models
 from protocol_py.rules.cost import cost
 from protocol_py.rules.pricing import PricingTable, validate_pricing
 from protocol_py.rules.pricing_windows import MAX_TIME_ZONE_LENGTH, MAX_WINDOWS_PER_TIER

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from protocol_py.cli import app as cli
+from protocol_py import cli
 from protocol_py.providers import provider_class
 from protocol_py.providers.anthropic.provider import AnthropicProvider
 from protocol_py.providers.http.base import HTTPProvider, request_failure

@@ -14,7 +14,7 @@ import pytest
 from grpclib.exceptions import GRPCError
 
 from protocol_py.codec.structs import to_struct
-from protocol_py.providers.reference.provider import MAX_REPEAT_PAYLOAD_BYTES, ReferenceProvider
+from protocol_py.providers.reference import MAX_REPEAT_PAYLOAD_BYTES, ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.server.records import MAX_LOGGED_CONFIG_KEYS, RpcRecord
 from protocol_py_gen.model.v1 import ConfigureRequest, RenderFormat, RenderRequest

@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.http.base import check_api_key
 from protocol_py.providers.openai.provider import OpenAIProvider

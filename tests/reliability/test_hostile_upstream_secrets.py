@@ -22,7 +22,7 @@ import pytest
 from adapters._stub import Reply, StubUpstream
 from adapters.test_providers_stub import MODEL, request
 
-from protocol_py.cli import app as cli
+from protocol_py import cli
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.model.v1 import ConfigureRequest, ErrorKind, StreamEvent

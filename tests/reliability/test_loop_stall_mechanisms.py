@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol_py.codec import wire
-from protocol_py.providers.reference import provider as reference
+from protocol_py.providers.reference import tokenizer as reference
 from protocol_py.server import offload
 from protocol_py.server.grpc_layer import strict_parse as strict_parse_module
 from protocol_py.server.grpc_layer.connections import MemoryTrimmer

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py.providers.reference import provider as reference
+from protocol_py.providers.reference import render as reference
 from protocol_py_gen.model.v1 import RenderFormat, RenderRequest, RenderResponse
 
 from .conftest import Served, acall, still_serving

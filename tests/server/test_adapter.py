@@ -18,7 +18,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py.client.client import ModelClient
 from protocol_py.errors import ValidationError
 from protocol_py.provider import Provider, ProviderError
-from protocol_py.providers.reference.provider import CONFIG_SCHEMA, ReferenceProvider
+from protocol_py.providers.reference import CONFIG_SCHEMA, ReferenceProvider
 from protocol_py.server import (
     ModelServer,
     classify_exception,

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.client.client import ModelClient, parse_address
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers.reference.provider import ReferenceProvider, tokenize
+from protocol_py.providers.reference import ReferenceProvider, tokenize
 from protocol_py.rules.cost import format_usd
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.model.v1 import StopReason

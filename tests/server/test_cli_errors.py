@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.client.client import ModelClient
 from protocol_py.codec.structs import to_struct
 from protocol_py_gen.model.v1 import ConfigureRequest

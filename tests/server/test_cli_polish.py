@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli.app import capabilities_table, main
-from protocol_py.providers.reference.provider import reference_models
+from protocol_py.cli import main
+from protocol_py.cli.inspect import capabilities_table
+from protocol_py.providers.reference import reference_models
 from protocol_py.rules.cost import TERM_NAMES
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 

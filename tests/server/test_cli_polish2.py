@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli.app import CONNECT_TIMEOUT, TABLE_WIDTH, build_parser, capabilities_table, main
+from protocol_py.cli import build_parser, main
 from protocol_py.cli.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
+from protocol_py.cli.inspect import TABLE_WIDTH, capabilities_table
+from protocol_py.cli.options import CONNECT_TIMEOUT
 from protocol_py.codec import protojson
 from protocol_py.providers.catalog import deepseek_models
 from protocol_py.version import PACKAGE_VERSION

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 
 
 @pytest.fixture

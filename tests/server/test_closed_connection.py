@@ -72,7 +72,7 @@ def test_describe_on_a_connection_closed_at_once_reports_a_lost_connection(
             [
                 sys.executable,
                 "-m",
-                "protocol_py.cli.app",
+                "protocol_py.cli",
                 "describe",
                 "--server",
                 f"unix:{closing_listener}",

@@ -22,7 +22,7 @@ import pytest
 from google.protobuf import unknown_fields
 
 from protocol_py.client.client import ModelClient
-from protocol_py.providers.reference.provider import reference_models
+from protocol_py.providers.reference import reference_models
 from protocol_py.rules.accumulate import accumulate
 from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.replay import is_paused

@@ -22,10 +22,10 @@ from h2.errors import ErrorCodes
 from h2.events import StreamEnded
 
 from protocol_py._compat.grpclib_goaway import GOAWAY_NO_ERROR, goaway_error_code
-from protocol_py.cli.app import TABLE_WIDTH, _tier_place, capabilities_table
+from protocol_py.cli.inspect import TABLE_WIDTH, _tier_place, capabilities_table
 from protocol_py.client.client import ModelClient
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers.reference.provider import CONFIG_SCHEMA, reference_models
+from protocol_py.providers.reference import CONFIG_SCHEMA, reference_models
 from protocol_py.transport.launch import LaunchError, launch
 from protocol_py_gen.model.v1 import ErrorKind, PricingTier, RenderRequest
 
@@ -44,7 +44,7 @@ async def test_launch_of_a_command_not_on_path_raises_launch_error_naming_it() -
         "cannot start the plugin command 'protocol-py-not-installed-here': "
         "ENOENT: No such file or directory (not found on PATH"
     )
-    assert "sys.executable, '-m', 'protocol_py.cli.app'" in message
+    assert "sys.executable, '-m', 'protocol_py.cli'" in message
 
 
 async def test_launch_of_a_non_executable_file_names_the_os_error() -> None:
@@ -63,8 +63,8 @@ async def test_launch_echoes_an_overlong_command_bounded() -> None:
 
 
 async def test_launch_with_the_interpreter_and_module_path_starts_the_plugin() -> None:
-    """The README's alternative to PATH: ``[sys.executable, "-m", "protocol_py.cli.app", ...]``."""
-    argv = [sys.executable, "-m", "protocol_py.cli.app", "serve", "--handshake"]
+    """The README's alternative to PATH: ``[sys.executable, "-m", "protocol_py.cli", ...]``."""
+    argv = [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake"]
     async with launch(argv, stderr=subprocess.DEVNULL) as plugin:
         assert (await plugin.client.describe(timeout=10)).name == "reference"
 

@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.transport.addresses import (
+from protocol_py.transport.handshake import (
     MAX_HANDSHAKE_LINE_BYTES,
-    PRIVATE_DIR_PREFIX,
     format_handshake,
-    listen_spec,
     parse_handshake,
 )
+from protocol_py.transport.listen import PRIVATE_DIR_PREFIX, listen_spec
 from protocol_py.transport.tls import CLIENT_CERT_ENV, TLSConfigError, generate_certificate
 
 

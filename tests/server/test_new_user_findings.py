@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 import protocol_py
-from protocol_py.cli.app import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, main
+from protocol_py.cli import main
+from protocol_py.cli.options import CONNECT_TIMEOUT, DEFAULT_TIMEOUT
 from protocol_py.provider import Provider
 from protocol_py.providers import ProviderLoadError, load_provider_class
 from protocol_py.server import ModelServer
@@ -117,7 +118,6 @@ def test_chat_first_call_is_bounded_even_with_a_long_timeout(
     silent_listener: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("protocol_py.cli.chat.CAPABILITIES_TIMEOUT", 1.0)
-    monkeypatch.setattr("protocol_py.cli.app.CAPABILITIES_TIMEOUT", 1.0)
     started = time.monotonic()
     assert main(["chat", "--server", silent_listener, "--timeout", "300", "hi"]) == 1
     took = time.monotonic() - started

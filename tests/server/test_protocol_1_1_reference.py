@@ -10,7 +10,7 @@ from protocol_py.client.client import ModelClient
 from protocol_py.client.conversation import Conversation
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.anthropic.request import build_anthropic_body
-from protocol_py.providers.reference.provider import SIGNATURE_LOCATION
+from protocol_py.providers.reference import SIGNATURE_LOCATION
 from protocol_py.rules.replay import continue_paused_turn, is_paused
 from protocol_py_gen.content.v1 import (
     ContentBlock,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.client.client import ModelClient
 from protocol_py.providers import (
     ENTRY_POINT_GROUP,
@@ -181,7 +181,7 @@ def test_vendor_provider_with_api_key_does_not_warn(monkeypatch: pytest.MonkeyPa
 
 def test_serve_help_shows_provider_forms_and_defaults() -> None:
     helped = subprocess.run(
-        [sys.executable, "-m", "protocol_py.cli.app", "serve", "--help"],
+        [sys.executable, "-m", "protocol_py.cli", "serve", "--help"],
         capture_output=True,
         text=True,
         timeout=30,

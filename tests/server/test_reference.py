@@ -12,7 +12,7 @@ import pytest
 from protocol_py.codec.structs import from_struct, to_struct
 from protocol_py.errors import errors_only
 from protocol_py.providers import provider_class
-from protocol_py.providers.reference.provider import (
+from protocol_py.providers.reference import (
     CONFIG_SCHEMA,
     ReferenceProvider,
     count_text_tokens,

@@ -9,7 +9,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from protocol_py.client.client import ModelClient
-from protocol_py.providers.reference.provider import MAX_RENDER_CHARS, ReferenceProvider
+from protocol_py.providers.reference import MAX_RENDER_CHARS, ReferenceProvider
 from protocol_py_gen.model.v1 import RenderFormat, RenderRequest, RenderResponse
 
 from .conftest import Running

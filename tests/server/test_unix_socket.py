@@ -19,12 +19,8 @@ from protocol_py.errors import InvalidValueError
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.server import serve as serving
-from protocol_py.transport.addresses import (
-    MAX_UNIX_PATH_BYTES,
-    PRIVATE_DIR_PREFIX,
-    SOCKET_NAME,
-    unix_socket_path,
-)
+from protocol_py.transport.addresses import MAX_UNIX_PATH_BYTES, unix_socket_path
+from protocol_py.transport.listen import PRIVATE_DIR_PREFIX, SOCKET_NAME
 
 from ._security import grpcio_describe, run_cli, spawn_plugin
 

@@ -31,10 +31,8 @@ from grpclib.config import Configuration
 from grpclib.const import Cardinality
 from grpclib.exceptions import StreamTerminatedError
 
-# Installs the patch: a stream on a closed connection fails as "lost".
-import protocol_py._compat.grpclib_closed_connection
-import protocol_py._compat.grpclib_goaway  # (installs: a GOAWAY stays the reason streams fail)
-import protocol_py._compat.hyperframe_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
+from protocol_py import _compat
+from protocol_py._compat import grpclib_private
 from protocol_py.client.message_reader import MessageReader
 from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire import WireCodec
@@ -125,10 +123,11 @@ def buffered_events(call: Any, taken: bytes = b"") -> list[StreamEvent]:
     it;
     empty when there are none or the buffer cannot be read). A partial message is dropped."""
     try:
-        buffer = call._stream.buffer
-        data = taken + b"".join(bytes(chunk.data) for chunk in buffer._acked)
-        while not buffer._unacked.empty():
-            data += buffer._unacked.get_nowait().data
+        buffer = grpclib_private.call_h2_stream(call).buffer
+        data = taken + b"".join(bytes(chunk.data) for chunk in grpclib_private.buffer_acked(buffer))
+        unacked = grpclib_private.buffer_unacked(buffer)
+        while not unacked.empty():
+            data += unacked.get_nowait().data
     except Exception:  # grpclib internals changed: nothing to salvage
         return []
     events: list[StreamEvent] = []
@@ -191,6 +190,7 @@ class ModelClient:
     """
 
     def __init__(self, channel: Channel) -> None:
+        _compat.install()  # the dependency patches (protocol_py._compat), once per process
         self.channel = channel
         self.stub = ModelServiceStub(channel)
         self._capabilities: Capabilities | None = None

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TextIO
 
+from protocol_py import _compat
 from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
 from protocol_py.provider import Provider, ProviderStartError
 from protocol_py.server import (
@@ -41,7 +42,8 @@ from protocol_py.server import (
 )
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
-from protocol_py.transport.addresses import EXIT_ON_STDIN_EOF_ENV, handshake_line, listen_spec
+from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, handshake_line
+from protocol_py.transport.listen import listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
 __all__ = [
@@ -130,7 +132,7 @@ async def serve_async(
             ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
             ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
             directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
-            TLS (:func:`protocol_py.transport.addresses.listen_spec`).
+            TLS (:func:`protocol_py.transport.listen.listen_spec`).
         tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
         tls_key: Its private key, PEM file.
         tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
@@ -159,6 +161,7 @@ async def serve_async(
 
     Cancelling the task shuts the server down at once (grace period 0) and re-raises.
     """
+    _compat.install()
     if port is not None:
         _check_port(port)
     if log_level is not None:

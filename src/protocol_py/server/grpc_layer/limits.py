@@ -1,9 +1,9 @@
 """Transport limits of the reference server: message sizes and well-formed request bodies.
 
-Every size bound the server enforces on the wire lives here (spec: "The wire protocol"; server
-case C06): the maximum message size in both directions, the length-prefix check that refuses an
-oversized request before its body is read, and the strict (upb) well-formedness check that runs
-before betterproto2's lenient decoder.
+Every size bound the server enforces on the wire lives here (spec: "The wire protocol"): the
+maximum message size in both directions, the length-prefix check that refuses an oversized
+request before its body is read, and the strict (upb) well-formedness check that runs before
+betterproto2's lenient decoder.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-un
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.codec import metadata, wire
 from protocol_py.rules.request_memo import keep_request_images, request_images
@@ -191,7 +192,7 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
             compressed one; RESOURCE_EXHAUSTED when the prefix announces more than
             ``max_size`` bytes.
     """
-    raw = stream._stream
+    raw = grpclib_private.server_h2_stream(stream)
     meta = await _recv_exactly(raw, 5, "request message missing or truncated")
     compressed, length = struct.unpack(">?I", meta)
     if compressed:
