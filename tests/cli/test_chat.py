@@ -20,9 +20,9 @@ import pytest
 
 from protocol_py.client.client import ModelClient
 
-from .conftest import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
+from ..support.servers import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
 
-RECORDING = REPO / "tests" / "server" / "recording_provider.py"
+RECORDING = REPO / "tests" / "cli" / "recording_provider.py"
 TOOLS = [
     {
         "name": "get_weather",

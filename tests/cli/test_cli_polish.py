@@ -16,7 +16,7 @@ from protocol_py.providers.reference.provider import reference_models
 from protocol_py.rules.pricing import TERM_NAMES
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
-from .conftest import CONSOLE_SCRIPT, REPO
+from ..support.servers import CONSOLE_SCRIPT, REPO
 
 README = (REPO / "README.md").read_text()
 

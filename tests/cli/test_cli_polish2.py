@@ -22,12 +22,12 @@ from protocol_py.codec import protojson
 from protocol_py.providers.catalog import deepseek_models
 from protocol_py.version import PACKAGE_VERSION
 
-from . import test_chat_session as chat_session
-from ._security import CA, run_cli
-from .conftest import REPO, Subprocess, spawn_server
-from .test_chat_session import chat, records, still_serving
+from ..support.security import CA, run_cli
+from ..support.servers import REPO, Subprocess, spawn_server
+from . import test_chat as chat_session
+from .test_chat import chat, records, still_serving
 
-PAUSING = REPO / "tests" / "server" / "pausing_provider.py"
+PAUSING = REPO / "tests" / "cli" / "pausing_provider.py"
 
 # A Tuesday: 11:00 UTC is in DeepSeek's off-peak window 10:00-24:00 Mon-Fri (window 3 of 4),
 # 02:00 UTC in the peak hours 01:00-04:00 (the tier's own rates).

@@ -20,7 +20,7 @@ from protocol_py.rules.pricing import format_usd
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 from protocol_py_gen.model.v1 import StopReason
 
-from .conftest import CONSOLE_SCRIPT, Subprocess, load_case, make_request
+from ..support.servers import CONSOLE_SCRIPT, Subprocess, load_case, make_request
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

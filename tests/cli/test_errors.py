@@ -16,7 +16,7 @@ from protocol_py.client.client import ModelClient
 from protocol_py.codec.structs import to_struct
 from protocol_py_gen.model.v1 import ConfigureRequest
 
-from .conftest import Running
+from ..support.servers import Running
 
 
 def write(tmp_path: Path, name: str, data: object) -> str:

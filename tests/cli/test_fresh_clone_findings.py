@@ -29,7 +29,7 @@ from protocol_py.providers.reference.provider import CONFIG_SCHEMA, reference_mo
 from protocol_py.transport.launch import LaunchError, launch
 from protocol_py_gen.model.v1 import ErrorKind, PricingTier, RenderRequest
 
-from .conftest import CONSOLE_SCRIPT, REPO, Running, make_request, spawn_server
+from ..support.servers import CONSOLE_SCRIPT, REPO, Running, make_request, spawn_server
 
 README = (REPO / "README.md").read_text()
 

@@ -24,8 +24,8 @@ from protocol_py.providers import ProviderLoadError, load_provider_class
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import Capabilities
 
-from ._security import CA
-from .conftest import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
+from ..support.security import CA
+from ..support.servers import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
 
 MISBEHAVING = f"{Path(__file__).with_name('misbehaving_provider.py')}:Misbehaving"
 PRICING = {"currency": "USD", "tiers": [{"inputPerMtok": 3, "outputPerMtok": 15}]}

@@ -24,9 +24,9 @@ from protocol_py.providers import (
 )
 from protocol_py.providers.reference.provider import ReferenceProvider
 
-from .conftest import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
+from ..support.servers import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
 
-RECORDING = "tests/server/recording_provider.py"
+RECORDING = "tests/cli/recording_provider.py"
 
 
 def describe_name(address: str) -> str:

@@ -10,15 +10,6 @@ from typing import TYPE_CHECKING, Any
 import betterproto2
 import pytest
 from google.protobuf import json_format
-from test_schema_messages import (
-    CASES,
-    descriptor_fields,
-    full_name,
-    has_map,
-    json_keys,
-    message_classes,
-    populate,
-)
 
 from protocol_py.codec import protojson
 from protocol_py.codec.structs import from_struct, to_struct
@@ -36,6 +27,16 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
     TextDelta,
     Usage,
+)
+
+from ..schema.test_messages import (
+    CASES,
+    descriptor_fields,
+    full_name,
+    has_map,
+    json_keys,
+    message_classes,
+    populate,
 )
 
 if TYPE_CHECKING:

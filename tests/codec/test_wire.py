@@ -15,8 +15,6 @@ from typing import Any
 
 import betterproto2
 import pytest
-from conftest import UpbClasses
-from test_schema_messages import CASES, full_name, has_map, populate
 
 from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
@@ -40,6 +38,9 @@ from protocol_py_gen.model.v1 import (
     TextDelta,
     Usage,
 )
+
+from ..conftest import UpbClasses
+from ..schema.test_messages import CASES, full_name, has_map, populate
 
 
 def same(a: betterproto2.Message, b: betterproto2.Message) -> None:

@@ -18,11 +18,8 @@ from typing import Any
 
 import betterproto2
 import pytest
-from conftest import UpbClasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_schema_messages import full_name, message_classes, populate, variant_count
-from test_wire import ld, same, tag
 
 from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
@@ -43,6 +40,10 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
     TextDelta,
 )
+
+from ..conftest import UpbClasses
+from ..schema.test_messages import full_name, message_classes, populate, variant_count
+from .test_wire import ld, same, tag
 
 MUTATIONS_PER_CLASS = 40
 """Random mutations of each class's valid encodings decoded (fixed seed: reproducible)."""

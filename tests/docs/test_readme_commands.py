@@ -24,7 +24,7 @@ import protocol_py
 from protocol_py.cli.chat import load_tools
 from protocol_py.codec.structs import from_struct
 
-from .conftest import REPO
+from ..support.servers import REPO
 
 README = (REPO / "README.md").read_text()
 BIN = Path(sys.executable).parent

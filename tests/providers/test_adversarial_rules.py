@@ -55,8 +55,8 @@ from protocol_py_gen.model.v1 import (
     ThinkingSpec,
 )
 
-from ._stub import Reply, StubUpstream
-from ._support import kinds, translate_body
+from ..support.adapters import kinds, translate_body
+from ..support.stub_upstream import Reply, StubUpstream
 
 KEY = "TOPSECRET-QWERTY-0123456789"  # not sk-shaped, like vLLM / Ollama / gateway keys
 MODEL = {"openai": "gpt-6-sol", "deepseek": "deepseek-flash", "anthropic": "claude-sonnet-5-5"}

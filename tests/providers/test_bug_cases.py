@@ -13,8 +13,8 @@ from protocol_py.providers.openai.stream import map_openai_finish
 from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
 
-from ._support import case_chunks, kinds, lines_to_bytes, load_case, translate_body
-from .test_sse import c10_chunks
+from ..providers.http.test_sse import c10_chunks
+from ..support.adapters import case_chunks, kinds, lines_to_bytes, load_case, translate_body
 
 OK = {"content-type": "text/event-stream"}
 

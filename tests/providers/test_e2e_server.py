@@ -22,9 +22,9 @@ from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import StopReason
 
+from ..support.adapters import VENDOR, kinds, load_fixture
+from ..support.stub_upstream import Reply, StubUpstream
 from ._compare import assert_events
-from ._stub import Reply, StubUpstream
-from ._support import VENDOR, kinds, load_fixture
 from .test_providers_stub import MODEL, make, request
 
 CASES = [

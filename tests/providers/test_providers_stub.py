@@ -31,9 +31,7 @@ from protocol_py_gen.model.v1 import (
     TokenCountMethod,
 )
 
-from ._compare import assert_events
-from ._stub import Reply, StubUpstream
-from ._support import (
+from ..support.adapters import (
     RECORDED_ABSENT,
     SHARED_RECORDED,
     VENDOR,
@@ -44,6 +42,8 @@ from ._support import (
     load_fixture,
     transcript_params,
 )
+from ..support.stub_upstream import Reply, StubUpstream
+from ._compare import assert_events
 
 TRANSCRIPTS = transcript_params(VENDOR) + transcript_params(
     SHARED_RECORDED, absent_reason=RECORDED_ABSENT

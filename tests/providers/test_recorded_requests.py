@@ -28,7 +28,7 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
 )
 
-from ._support import RECORDED_ABSENT, SHARED_RECORDED
+from ..support.adapters import RECORDED_ABSENT, SHARED_RECORDED
 
 AUTO = ToolChoice(mode=ToolChoiceMode.AUTO)
 CASES: dict[str, dict[str, Any]] = {

@@ -43,7 +43,14 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
 )
 
-from ._support import VENDOR, kinds, lines_to_bytes, load_case, load_fixture, translate_body
+from ..support.adapters import (
+    VENDOR,
+    kinds,
+    lines_to_bytes,
+    load_case,
+    load_fixture,
+    translate_body,
+)
 
 OPENAI = OpenAICompat()
 OPENAI_NO_USAGE = OpenAICompat(stream_usage=False)

@@ -25,8 +25,8 @@ from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
-from ._stub import Reply, StubUpstream
-from ._support import served_client
+from ..support.adapters import served_client
+from ..support.stub_upstream import Reply, StubUpstream
 from .test_providers_stub import MODEL, request
 
 KEY = "GW-KEY-4c1d9a7e22b04f0e"

@@ -15,8 +15,7 @@ from protocol_py.providers.http.sse import SSEParser
 from protocol_py.providers.openai.stream import OpenAIStreamTranslator
 from protocol_py.rules.accumulate import accumulate
 
-from ._compare import assert_events
-from ._support import (
+from ..support.adapters import (
     RECORDED_ABSENT,
     SHARED_RECORDED,
     VENDOR,
@@ -26,6 +25,7 @@ from ._support import (
     transcript_params,
     translate_body,
 )
+from ._compare import assert_events
 
 PROJECT = fixture_files(VENDOR)
 RECORDED = transcript_params(SHARED_RECORDED, absent_reason=RECORDED_ABSENT)

@@ -19,7 +19,7 @@ from protocol_py.rules.accumulate import accumulate
 from protocol_py.rules.pricing import cost
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Stop, StopReason, StreamEvent, Usage
 
-from ._support import kinds, lines_to_bytes, translate_body
+from ..support.adapters import kinds, lines_to_bytes, translate_body
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 ALL_RATES = Pricing(

@@ -8,7 +8,7 @@ import re
 from datetime import date
 from pathlib import Path
 
-CHANGELOG = (Path(__file__).resolve().parent.parent / "CHANGELOG.md").read_text(encoding="utf-8")
+CHANGELOG = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text(encoding="utf-8")
 
 HEADING = re.compile(r"^## \[([^\]]+)\](?: - (\S+))?$", re.MULTILINE)
 REFERENCE = re.compile(r"^\[([^\]]+)\]: (\S+)$", re.MULTILINE)

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from image_classes import classes_from_image
 
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_MAJOR
 
+from ..support.image_classes import classes_from_image
+
 pytestmark = pytest.mark.packaging
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE = REPO_ROOT / "gen" / "descriptor" / "protocol.binpb"
 STEP_TIMEOUT = 240.0
 """Upper bound of one build or install step, in seconds (a hang fails instead of blocking CI)."""

@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_schema_tools import copy_repo as copy_tree
-from test_schema_tools import run_tool
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from ..schema.test_tools import copy_repo as copy_tree
+from ..schema.test_tools import run_tool
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 COPIED = (
     "proto",
     "gen",

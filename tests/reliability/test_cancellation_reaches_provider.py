@@ -14,11 +14,11 @@ from typing import Any
 
 import grpc
 import pytest
-from server.conftest import Running, make_request, start_server
 
 from protocol_py.server import SEND_CHECKPOINT_INTERVAL
 from protocol_py_gen.model.v1 import GenerationParams
 
+from ..support.servers import Running, make_request, start_server
 from ._probes import RawH2, UnpacedProvider, grpc_frame, upb_class
 
 CONTRACT = 0.1

@@ -15,10 +15,10 @@ from typing import Any
 
 import h2.exceptions
 import pytest
-from server.conftest import make_request, start_server
 
 from protocol_py.server.grpc_layer.connections import DEADLINE_RESET_MARGIN, cancel_outcome
 
+from ..support.servers import make_request, start_server
 from ._probes import RawH2, UnpacedProvider, grpc_frame
 from .test_cancellation_reaches_provider import records, still_serving
 

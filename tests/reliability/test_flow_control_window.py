@@ -8,10 +8,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from server.conftest import make_request, start_server
 
 from protocol_py_gen.model.v1 import CountTokensRequest, DescribeRequest
 
+from ..support.servers import make_request, start_server
 from ._probes import RawH2, grpc_frame
 
 RESETS = 500

@@ -26,9 +26,6 @@ from typing import Any
 import betterproto2
 import httpx
 import pytest
-from adapters._stub import Reply, StubUpstream
-from adapters._support import served_client
-from adapters.test_providers_stub import MODEL, request
 
 from protocol_py.bounded_text import MAX_ERROR_MESSAGE_BYTES, encoded_size
 from protocol_py.client.client import ModelClient
@@ -41,6 +38,10 @@ from protocol_py.providers.http.sse import MAX_SSE_LINE_BYTES
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
+
+from ..providers.test_providers_stub import MODEL, request
+from ..support.adapters import served_client
+from ..support.stub_upstream import Reply, StubUpstream
 
 MIB = 1024 * 1024
 BOMB_MIB = 128

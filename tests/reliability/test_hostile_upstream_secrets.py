@@ -19,14 +19,14 @@ import re
 from urllib.parse import quote, unquote
 
 import pytest
-from adapters._stub import Reply, StubUpstream
-from adapters.test_providers_stub import MODEL, request
 
 from protocol_py.cli import app as cli
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.model.v1 import ConfigureRequest, ErrorKind, StreamEvent
 
+from ..providers.test_providers_stub import MODEL, request
+from ..support.stub_upstream import Reply, StubUpstream
 from .conftest import acall, serve
 
 KEY = "gw+K3y/with=Sl4sh+plus/x9=="

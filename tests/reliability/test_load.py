@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from server.conftest import make_request, start_server
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
@@ -21,6 +20,7 @@ from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
+from ..support.servers import make_request, start_server
 from ._probes import open_fds
 
 CONCURRENT = 500

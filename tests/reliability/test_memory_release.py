@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 import grpc
-from server.conftest import Subprocess, make_request, spawn_server, start_server
 
+from ..support.servers import Subprocess, make_request, spawn_server, start_server
 from ._probes import RawH2, UnpacedProvider, grpc_frame, rss_bytes, upb_class
 
 MIB = 1024 * 1024

@@ -8,11 +8,10 @@ import asyncio
 import json
 import time
 
-from server.conftest import spawn_server
-
 from protocol_py.server import HELD_COPIES, LARGE_REPLY_BYTES, REPLY_BUDGET_BYTES, ReplyBudget
 from protocol_py_gen.model.v1 import RenderRequest, RenderResponse
 
+from ..support.servers import spawn_server
 from ._probes import RawH2, grpc_frame, rss_bytes
 from .conftest import Served, acall, still_serving
 from .test_memory_release import REPLY_MIB, TOLERANCE, render, render_request, settle, stop

@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 import pytest
-from server.conftest import CONSOLE_SCRIPT, make_request, spawn_server, start_server
 
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import DEFAULT_IDLE_TIMEOUT, DEFAULT_RECEIVE_TIMEOUT, ModelServer
 from protocol_py_gen.model.v1 import CountTokensRequest, DescribeRequest
 
+from ..support.servers import CONSOLE_SCRIPT, make_request, spawn_server, start_server
 from ._probes import RawH2, grpc_frame
 
 RECEIVE_TIMEOUT = 0.5

@@ -19,12 +19,13 @@ from typing import Any
 
 import grpc
 import pytest
-from adapters._stub import Reply, StubUpstream
-from adapters.test_providers_stub import MODEL, make, request
 
 from protocol_py.providers.http.cancel import cancel_once, shielded
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import StreamEvent
+
+from ..providers.test_providers_stub import MODEL, make, request
+from ..support.stub_upstream import Reply, StubUpstream
 
 PATH = "/model.v1.ModelService/StreamCompletion"
 FIRST_CHUNK = (

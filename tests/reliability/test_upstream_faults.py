@@ -25,8 +25,6 @@ from typing import Any
 
 import betterproto2
 import pytest
-from adapters._stub import Reply, StubUpstream, dribble
-from adapters.test_providers_stub import MODEL, request
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.anthropic.provider import AnthropicProvider
@@ -38,6 +36,9 @@ from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
+
+from ..providers.test_providers_stub import MODEL, request
+from ..support.stub_upstream import Reply, StubUpstream, dribble
 
 ADAPTERS = ["openai", "deepseek", "anthropic", "compat"]
 """``compat``: OpenAIProvider with the settings docs/adapters.md gives for vLLM and Ollama."""

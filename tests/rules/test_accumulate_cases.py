@@ -27,7 +27,7 @@ from protocol_py_gen.model.v1 import (
     Usage,
 )
 
-CASES = Path(__file__).resolve().parent.parent / "testdata" / "cases"
+CASES = Path(__file__).resolve().parents[2] / "testdata" / "cases"
 _STOP = {"end_turn": StopReason.END_TURN, "tool_use": StopReason.TOOL_USE}
 
 

@@ -15,8 +15,6 @@ from typing import Any
 
 import betterproto2
 import pytest
-from test_schema_messages import populate
-from test_validation import make_request, make_spec
 
 from protocol_py.codec import protojson, structs
 from protocol_py.errors import ProtocolError, ValidationError, Violation, errors_only
@@ -59,6 +57,9 @@ from protocol_py_gen.model.v1 import (
     TextDelta,
     Usage,
 )
+
+from ..schema.test_messages import populate
+from .test_validation import make_request, make_spec
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -23,7 +23,7 @@ from protocol_py.rules.pricing import (
 )
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage
 
-CASES = Path(__file__).resolve().parent.parent / "testdata" / "cases"
+CASES = Path(__file__).resolve().parents[2] / "testdata" / "cases"
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 

@@ -41,7 +41,7 @@ from protocol_py_gen.model.v1 import (
     Usage,
 )
 
-CASES = Path(__file__).resolve().parent.parent / "testdata" / "cases"
+CASES = Path(__file__).resolve().parents[2] / "testdata" / "cases"
 WEEKDAYS = [
     PricingWindowDayOfWeek.MONDAY,
     PricingWindowDayOfWeek.TUESDAY,

@@ -24,7 +24,7 @@ from protocol_py.rules.validation import validate_capabilities
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.model.v1 import Capabilities, Usage
 
-BASELINE = Path(__file__).resolve().parent.parent / "proto-baseline" / "protocol-1.0.binpb"
+BASELINE = Path(__file__).resolve().parents[2] / "proto-baseline" / "protocol-1.0.binpb"
 
 
 def _capabilities_1_0() -> type[Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_turn_path import MODEL, conversation
 
 from protocol_py.codec import wire
 from protocol_py.codec.prefixes import ConversationPrefixes
@@ -33,6 +32,8 @@ from protocol_py.server.grpc_layer import limits
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
+
+from ..server.test_turn_path import MODEL, conversation
 
 
 @pytest.fixture(scope="module")

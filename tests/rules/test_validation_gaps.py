@@ -9,7 +9,6 @@ import math
 from pathlib import Path
 
 import pytest
-from test_validation import make_request, make_spec, rules, text_message
 
 from protocol_py.codec import protojson
 from protocol_py.codec.structs import to_struct
@@ -42,7 +41,9 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
 )
 
-CONFORMANCE = Path(__file__).resolve().parent.parent / "testdata" / "conformance"
+from .test_validation import make_request, make_spec, rules, text_message
+
+CONFORMANCE = Path(__file__).resolve().parents[2] / "testdata" / "conformance"
 
 
 def tool_use_request(struct: Struct) -> StreamCompletionRequest:

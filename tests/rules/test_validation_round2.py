@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from test_validation import make_request, make_spec, rules, text_message
 
 from protocol_py.errors import errors_only
 from protocol_py.rules.validation import (
@@ -30,6 +29,8 @@ from protocol_py_gen.model.v1 import (
     ThinkingSpec,
     TokenRange,
 )
+
+from .test_validation import make_request, make_spec, rules, text_message
 
 
 def conditional_spec(allowed: list[str]) -> ThinkingSpec:

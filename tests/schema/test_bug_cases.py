@@ -23,7 +23,7 @@ from protocol_py.errors import InvalidValueError
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import BudgetControl, Stop, StreamEvent, TextDelta
 
-CASES_DIR = Path(__file__).resolve().parent.parent / "testdata" / "cases"
+CASES_DIR = Path(__file__).resolve().parents[2] / "testdata" / "cases"
 
 
 def load_case(case_id: str) -> dict[str, Any]:

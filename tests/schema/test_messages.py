@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from conftest import UpbClasses
 
 GENERATED_MODULES = (common_v1, content_v1, model_v1)
-DESCRIPTOR_IMAGE = Path(__file__).resolve().parent.parent / "gen/descriptor/protocol.binpb"
+DESCRIPTOR_IMAGE = Path(__file__).resolve().parents[2] / "gen/descriptor/protocol.binpb"
 MAX_DEPTH = 4
 
 SIGNED = {

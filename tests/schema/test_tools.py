@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 COPIED = ("proto", "gen", "buf.yaml", "buf.gen.yaml", "proto-baseline", "tools")
 BUF_STEPS = ("lint", "format", "breaking", "drift")
 COMMON_PROTO = Path("proto/common/v1/types.proto")

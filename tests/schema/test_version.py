@@ -10,7 +10,7 @@ from pathlib import Path
 import protocol_py
 from protocol_py.version import PACKAGE_VERSION, PROTOCOL_MAJOR, PROTOCOL_VERSION
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = re.compile(r"^// Protocol version: (\d+\.\d+)$")
 
 

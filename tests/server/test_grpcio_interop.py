@@ -20,7 +20,7 @@ from google.protobuf.json_format import MessageToDict
 
 from protocol_py.version import PROTOCOL_VERSION
 
-from .conftest import Subprocess, load_case, spawn_server
+from ..support.servers import Subprocess, load_case, spawn_server
 
 SERVICE = "/model.v1.ModelService/"
 LIMIT = 1048576

@@ -11,7 +11,7 @@ import subprocess
 from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import StopReason
 
-from .conftest import make_request, spawn_server
+from ..support.servers import make_request, spawn_server
 
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) \S+ ")
 

@@ -18,7 +18,7 @@ from protocol_py.codec import wire
 from protocol_py.server.offload import MAX_CPU_JOBS, OFFLOAD_MIN_BYTES, run_cpu
 from protocol_py_gen.model.v1 import DescribeResponse
 
-from .conftest import Running, make_request, user
+from ..support.servers import Running, make_request, user
 from .test_malformed import raw_stream, raw_unary, stop_reason
 
 STALL_BOUND_S = 0.5

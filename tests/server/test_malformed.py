@@ -24,7 +24,7 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
 )
 
-from .conftest import Running, make_request
+from ..support.servers import Running, make_request
 
 SERVICE = "/model.v1.ModelService/"
 

@@ -10,7 +10,6 @@ value as an unknown enum number, and nothing fails.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -37,10 +36,8 @@ from protocol_py_gen.content.v1 import (
 )
 from protocol_py_gen.model.v1 import Capabilities, StopReason
 
-from .conftest import Subprocess, make_request
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from image_classes import classes_from_image
+from ..support.image_classes import classes_from_image
+from ..support.servers import Subprocess, make_request
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE_1_0 = REPO_ROOT / "proto-baseline" / "protocol-1.0.binpb"

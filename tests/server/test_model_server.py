@@ -45,7 +45,7 @@ from protocol_py_gen.model.v1 import (
     Usage,
 )
 
-from .conftest import Running, load_case, make_request, start_server
+from ..support.servers import Running, load_case, make_request, start_server
 
 
 class ScriptedProvider(ReferenceProvider):

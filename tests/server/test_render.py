@@ -12,7 +12,7 @@ from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import MAX_RENDER_CHARS, ReferenceProvider
 from protocol_py_gen.model.v1 import RenderFormat, RenderRequest, RenderResponse
 
-from .conftest import Running
+from ..support.servers import Running
 from .test_malformed import raw_unary
 
 

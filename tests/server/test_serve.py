@@ -21,7 +21,7 @@ from protocol_py.server import ModelServer
 from protocol_py.server import serve as serving
 from protocol_py_gen.model.v1 import Capabilities
 
-from .conftest import make_request
+from ..support.servers import make_request
 
 
 class NoModels(ReferenceProvider):

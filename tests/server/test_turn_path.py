@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from grpclib.exceptions import GRPCError
-from test_wire import conversation as wire_conversation
 
 from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
@@ -31,6 +30,8 @@ from protocol_py.server.grpc_layer import limits
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.content.v1 import Message, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest
+
+from ..codec.test_wire import conversation as wire_conversation
 
 MODEL = "gpt-6-sol"
 

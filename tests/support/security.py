@@ -25,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.model.v1 import DescribeResponse
 
-from .conftest import CONSOLE_SCRIPT
+from .servers import CONSOLE_SCRIPT
 
 DESCRIBE = "/model.v1.ModelService/Describe"
 

@@ -33,8 +33,8 @@ from protocol_py.transport.tls import (
     pinned_client_context,
 )
 
-from ._security import CA, grpcio_describe, run_cli, spawn_plugin
-from .conftest import CONSOLE_SCRIPT
+from ..support.security import CA, grpcio_describe, run_cli, spawn_plugin
+from ..support.servers import CONSOLE_SCRIPT
 
 SERVE = [str(CONSOLE_SCRIPT), "serve", "--handshake"]
 

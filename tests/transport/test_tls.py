@@ -18,8 +18,8 @@ from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.transport.tls import TLSConfigError, client_context, server_context
 
-from ._security import CA, Issued, grpcio_describe, run_cli
-from .conftest import spawn_server
+from ..support.security import CA, Issued, grpcio_describe, run_cli
+from ..support.servers import spawn_server
 
 
 @dataclass

@@ -26,7 +26,7 @@ from protocol_py.transport.addresses import (
     unix_socket_path,
 )
 
-from ._security import grpcio_describe, run_cli, spawn_plugin
+from ..support.security import grpcio_describe, run_cli, spawn_plugin
 
 NOBODY = 65534
 

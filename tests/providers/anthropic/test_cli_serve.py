@@ -11,10 +11,10 @@ from pathlib import Path
 
 from protocol_py.client.client import ModelClient
 
-from ._compare import assert_events
-from ._stub import Reply, StubUpstream
-from ._support import VENDOR, load_fixture
-from .test_providers_stub import request
+from ...providers._compare import assert_events
+from ...providers.test_providers_stub import request
+from ...support.adapters import VENDOR, load_fixture
+from ...support.stub_upstream import Reply, StubUpstream
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "protocol-py"
 

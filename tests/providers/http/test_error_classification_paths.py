@@ -12,9 +12,9 @@ import pytest
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
-from ._stub import Reply, StubUpstream
-from ._support import translate_body
-from .test_providers_stub import MODEL, collect, make
+from ...providers.test_providers_stub import MODEL, collect, make
+from ...support.adapters import translate_body
+from ...support.stub_upstream import Reply, StubUpstream
 
 # (vendor, natural HTTP status, error body, expected kind)
 TABLE: list[tuple[str, int, dict[str, Any], ErrorKind]] = [

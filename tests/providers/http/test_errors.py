@@ -19,7 +19,7 @@ from protocol_py.providers.http.errors import (
 )
 from protocol_py_gen.model.v1 import ErrorKind, RateLimitKind
 
-from ._support import load_case
+from ...support.adapters import load_case
 
 NOW = datetime(2026, 10, 21, 7, 28, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ import pytest
 
 from protocol_py.providers.http.sse import SSEEvent, SSEParser, aiter_sse
 
-from ._support import case_chunks, lines_to_bytes, load_case
+from ...support.adapters import case_chunks, lines_to_bytes, load_case
 
 
 def parse_all(chunks: list[bytes]) -> list[SSEEvent]:

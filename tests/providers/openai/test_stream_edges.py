@@ -11,7 +11,7 @@ import betterproto2
 from protocol_py.providers.openai.stream import map_openai_usage
 from protocol_py_gen.model.v1 import ErrorKind, SafetyKind, StopReason, StreamEvent
 
-from ._support import kinds, lines_to_bytes, load_case, translate_body
+from ...support.adapters import kinds, lines_to_bytes, load_case, translate_body
 
 OK = {"content-type": "text/event-stream"}
 

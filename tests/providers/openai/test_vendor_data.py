@@ -32,8 +32,8 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
 )
 
-from ._stub import Reply, StubUpstream
-from ._support import kinds, lines_to_bytes, load_case, translate_body
+from ...support.adapters import kinds, lines_to_bytes, load_case, translate_body
+from ...support.stub_upstream import Reply, StubUpstream
 
 B03 = load_case("B03")
 SIG = {"google": {"thought_signature": "SIG_G1"}}

@@ -30,8 +30,8 @@ from protocol_py_gen.model.v1 import (
     ThinkingSpec,
 )
 
-from .conftest import make_request, user
-from .test_reference import WEATHER
+from ...support.servers import make_request, user
+from .test_provider import WEATHER
 
 FULL_ANSWER_END = "nothing was sent over the network."
 

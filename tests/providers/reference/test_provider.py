@@ -37,7 +37,7 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
 )
 
-from .conftest import make_request, user
+from ...support.servers import make_request, user
 
 WEATHER = ToolDeclaration(
     name="get_weather",

@@ -26,7 +26,7 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
 )
 
-from .conftest import make_request, start_server
+from ...support.servers import make_request, start_server
 
 
 class BurstProvider(ReferenceProvider):
