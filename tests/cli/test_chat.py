@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from protocol_py.cli.chat import MAX_PAUSE_CONTINUATIONS, PAUSE_MARKER, TURN_DROPPED
 from protocol_py.client.client import ModelClient
 
 from ..support.servers import CONSOLE_SCRIPT, REPO, Subprocess, spawn_server
@@ -329,3 +330,60 @@ def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subproces
                 proc.communicate()
         assert proc.returncode == 130, err.decode(errors="replace")
         assert b"Fatal Python error" not in err
+
+
+PAUSING = REPO / "tests" / "cli" / "pausing_provider.py"
+
+
+def _stops(stdout: str) -> list[str]:
+    return [line.rsplit("stop: ", 1)[1] for line in stdout.splitlines() if "; stop: " in line]
+
+
+def test_one_shot_chat_continues_a_paused_turn_to_its_end(
+    recorded: tuple[Subprocess, Path],
+) -> None:
+    sub, record = recorded
+    done = chat(sub.address, "please pause turn now")
+    assert done.returncode == 0, done.stderr
+    assert _stops(done.stdout) == ["pause_turn", "end_turn"]
+    assert done.stderr.count(PAUSE_MARKER) == 1
+    first, second = records(record)
+    assert [m["role"] for m in second["messages"]] == ["USER", "ASSISTANT"]  # paused, sent back
+    assert second["turn_id"] == first["turn_id"]  # the same turn continues
+
+
+def test_interactive_history_holds_the_paused_and_continued_messages_of_the_turn(
+    recorded: tuple[Subprocess, Path],
+) -> None:
+    sub, record = recorded
+    done = chat(sub.address, stdin="please pause turn now\nand then hello\n")
+    assert done.returncode == 0, done.stderr
+    assert _stops(done.stdout) == ["pause_turn", "end_turn", "end_turn"]
+    assert done.stderr.count(PAUSE_MARKER) == 1 and "dropped" not in done.stderr
+    first, second, third = records(record)
+    assert [m["role"] for m in first["messages"]] == ["USER"]
+    assert [m["role"] for m in second["messages"]] == ["USER", "ASSISTANT"]
+    roles = [m["role"] for m in third["messages"]]
+    assert roles == ["USER", "ASSISTANT", "ASSISTANT", "USER"]
+    assert third["messages"][1] == second["messages"][1]  # the paused message, unmodified
+    assert first["turn_id"] == second["turn_id"] != third["turn_id"]
+
+
+def test_chat_stops_continuing_after_the_bound_and_the_session_goes_on() -> None:
+    sub = spawn_server("--provider", f"{PAUSING}:AlwaysPausingProvider")
+    try:
+        once = chat(sub.address, "hello")
+        assert once.returncode == 1
+        assert _stops(once.stdout) == ["pause_turn"] * (MAX_PAUSE_CONTINUATIONS + 1)
+        assert once.stderr.count(PAUSE_MARKER) == MAX_PAUSE_CONTINUATIONS
+        assert once.stderr.splitlines()[-1] == (
+            "protocol-py chat: the model paused the turn again after 8 continuations in a row; "
+            "stopped continuing; the answer above is incomplete"
+        )
+        session = chat(sub.address, stdin="hello\n")  # the turn is dropped, the session ends
+        assert session.returncode == 1
+        assert session.stderr.rstrip().endswith(f"incomplete; {TURN_DROPPED}")
+        assert sub.proc.poll() is None and still_serving(sub.address)
+    finally:
+        sub.proc.terminate()
+        sub.proc.communicate(timeout=15)

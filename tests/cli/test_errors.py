@@ -17,6 +17,7 @@ from protocol_py.codec.structs import to_struct
 from protocol_py_gen.model.v1 import ConfigureRequest
 
 from ..support.servers import Running
+from ._console import cli
 
 
 def write(tmp_path: Path, name: str, data: object) -> str:
@@ -113,3 +114,18 @@ def test_cost_bad_at_is_a_usage_error_before_any_file_is_read(
     missing = str(tmp_path / "none.json")
     assert main(["cost", "--pricing", missing, "--usage", missing, "--at", ""]) == 2
     assert capsys.readouterr().err.startswith("protocol-py cost: --at: empty")
+
+
+def test_a_missing_input_file_exits_1_in_every_command(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.json")
+    usage = write(tmp_path, "u.json", {"inputTokens": 1, "outputTokens": 1})
+    runs = {
+        "chat @FILE": cli("chat", "--server", "127.0.0.1:9", f"@{missing}"),
+        "chat --tools": cli("chat", "--server", "127.0.0.1:9", "--tools", missing, "hi"),
+        "validate": cli("validate", missing),
+        "cost --pricing": cli("cost", "--pricing", missing, "--usage", usage),
+    }
+    for what, done in runs.items():
+        assert done.returncode == 1, (what, done.stderr)
+        said = done.stdout + done.stderr  # validate lists its violations on stdout
+        assert "cannot read: No such file or directory" in said, (what, said)

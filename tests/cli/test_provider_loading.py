@@ -189,3 +189,34 @@ def test_serve_help_shows_provider_forms_and_defaults() -> None:
     )
     text = " ".join(helped.stdout.split())
     assert "module:Class or path/to/file.py:Class (default: reference)" in text
+
+
+def test_module_that_is_not_importable_says_sys_path_and_the_file_form(tmp_path: Path) -> None:
+    (tmp_path / "slowecho.py").write_text("x = 1\n")
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), "serve", "--provider", "slowecho:SlowEcho"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "protocol-py serve: provider 'slowecho:SlowEcho': no module named 'slowecho': the module "
+        "must be importable (on sys.path, e.g. via PYTHONPATH, or installed); for a source file "
+        "give path/to/file.py:Class (e.g. ./slowecho.py:SlowEcho)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "spec", ["no_such_module_xyz:Thing", "json:NoSuchClass", "json:dumps", "missing/file.py:X"]
+)
+def test_provider_load_errors_share_one_prefix(
+    spec: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ProviderLoadError) as info:
+        load_provider_class(spec)
+    assert str(info.value).startswith((f"provider {spec!r}: ", "provider file "))
+    assert main(["serve", "--provider", spec]) == 2
+    assert capsys.readouterr().err.startswith("protocol-py serve: provider ")

@@ -1,6 +1,7 @@
-"""Request and capability rules added after the fresh-user review: Structs that cannot be JSON
-(NaN in a tool_use input), the model-independent request shape, temperature, duplicate message
-ids, and None/missing fields read as their proto3 defaults."""
+"""StreamCompletionRequest rules (``validate_request``, ``validate_request_shape``): thinking
+disabled with a budget, tool use and tool result roles, messages without content, Structs that
+cannot be JSON (NaN in a tool_use input), the model-independent request shape, temperature and
+duplicate message ids."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from protocol_py.codec import protojson
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import errors_only
 from protocol_py.rules.validation import (
-    validate_capabilities,
-    validate_model_spec,
     validate_request,
     validate_request_shape,
 )
@@ -31,17 +30,92 @@ from protocol_py_gen.content.v1 import (
 )
 from protocol_py_gen.google.protobuf import ListValue, Struct, Value
 from protocol_py_gen.model.v1 import (
-    CachingSpec,
-    Capabilities,
     GenerationParams,
     ModelSpec,
-    Pricing,
     StreamCompletionRequest,
     ThinkingSpec,
     ToolDeclaration,
 )
 
 from .test_validation import make_request, make_spec, rules, text_message
+
+
+def test_disable_thinking_with_a_budget_is_rejected_even_without_a_model() -> None:
+    request = make_request(
+        params=GenerationParams(
+            disable_thinking=True, thinking_effort="low", thinking_budget_tokens=2000
+        )
+    )
+    expected = [("params.disable_thinking", "request.params.disable_thinking.with_budget")]
+    assert rules(validate_request(request, make_spec())) == expected
+    assert rules(validate_request_shape(request)) == expected
+
+
+def test_disable_thinking_with_an_allowed_effort_stays_valid() -> None:
+    request = make_request(params=GenerationParams(disable_thinking=True, thinking_effort="low"))
+    assert validate_request(request, make_spec()) == []
+
+
+def test_budget_without_disable_thinking_stays_valid() -> None:
+    request = make_request(
+        params=GenerationParams(disable_thinking=False, thinking_budget_tokens=2000)
+    )
+    assert validate_request(request, make_spec()) == []
+
+
+def tool_use(call_id: str = "c1") -> ContentBlock:
+    return ContentBlock(tool_use=ToolUseBlock(id=call_id, name="x"))
+
+
+def tool_result(call_id: str = "c1") -> ContentBlock:
+    return ContentBlock(
+        tool_result=ToolResultBlock(
+            tool_use_id=call_id, content=[ContentBlock(text=TextBlock(text="ok"))]
+        )
+    )
+
+
+def test_tool_use_in_a_user_message_is_a_violation() -> None:
+    request = make_request(
+        messages=[text_message("01A"), Message(id="01B", role=Role.USER, content=[tool_use()])]
+    )
+    assert rules(validate_request(request, make_spec())) == [
+        ("messages[1].content[0].tool_use", "request.content.tool_use_in_user_message")
+    ]
+
+
+def test_tool_result_in_an_assistant_message_is_a_violation() -> None:
+    request = make_request(
+        messages=[
+            text_message("01A"),
+            Message(id="01B", role=Role.ASSISTANT, content=[tool_use()]),
+            Message(id="01C", role=Role.ASSISTANT, content=[tool_result()]),
+        ]
+    )
+    assert rules(validate_request_shape(request)) == [
+        ("messages[2].content[0].tool_result", "request.content.tool_result_in_assistant_message")
+    ]
+
+
+def test_tool_use_by_assistant_answered_by_user_is_valid() -> None:
+    request = make_request(
+        messages=[
+            text_message("01A"),
+            Message(id="01B", role=Role.ASSISTANT, content=[tool_use()]),
+            Message(id="01C", role=Role.USER, content=[tool_result()]),
+        ]
+    )
+    assert validate_request(request, make_spec()) == []
+
+
+def test_message_without_content_is_a_violation() -> None:
+    request = make_request(
+        messages=[text_message("01A"), Message(id="01B", role=Role.ASSISTANT, content=[])]
+    )
+    assert rules(validate_request_shape(request)) == [
+        ("messages[1].content", "request.message.content_empty")
+    ]
+
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "testdata" / "conformance"
 
@@ -69,9 +143,6 @@ def tool_use_request(struct: Struct) -> StreamCompletionRequest:
             ),
         ],
     )
-
-
-# --- Structs handed on to the provider must be JSON --------------------------------------------
 
 
 @pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
@@ -124,28 +195,6 @@ def test_non_finite_tool_input_schema_is_a_violation() -> None:
     ]
 
 
-def test_non_finite_number_in_config_schema_is_a_violation() -> None:
-    caps = Capabilities(
-        protocol_version="1.0",
-        models=[make_spec()],
-        config_schema=Struct(fields={"maximum": Value(number_value=math.nan)}),
-    )
-    assert rules(validate_capabilities(caps)) == [
-        ("config_schema.maximum", "capabilities.config_schema.invalid")
-    ]
-
-
-def test_int_number_value_in_config_schema_does_not_crash() -> None:
-    schema = Struct(
-        fields={"type": Value(string_value="object"), "maxProperties": Value(number_value=5)}
-    )
-    caps = Capabilities(protocol_version="1.0", models=[make_spec()], config_schema=schema)
-    assert validate_capabilities(caps) == []
-
-
-# --- validate_request_shape: the checks that need no ModelSpec ---------------------------------
-
-
 def test_request_shape_reports_every_model_independent_violation() -> None:
     assert rules(validate_request_shape(StreamCompletionRequest())) == [
         ("model_id", "request.model_id.empty"),
@@ -196,9 +245,6 @@ def test_request_shape_of_a_valid_request_is_empty() -> None:
     assert validate_request_shape(make_request()) == []
 
 
-# --- temperature and message ids ---------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("temperature", "rule"),
     [
@@ -244,54 +290,6 @@ def test_thinking_block_to_a_model_without_thinking_stays_a_warning() -> None:
     spec = make_spec(thinking=ThinkingSpec(supported=False))
     (v,) = validate_request(request, spec)
     assert (v.rule, v.severity) == ("request.content.thinking_unsupported", "warning")
-
-
-# --- None and missing fields -------------------------------------------------------------------
-
-
-def test_model_id_none_is_empty() -> None:
-    spec = ModelSpec(
-        id=None,  # type: ignore[arg-type]
-        context_window=1,
-        max_output_tokens=1,
-        thinking=ThinkingSpec(),
-        caching=CachingSpec(),
-        pricing=Pricing(currency="USD", free=True),
-    )
-    assert rules(validate_model_spec(spec)) == [("id", "model.id.empty")]
-
-
-def test_none_in_scalar_and_repeated_fields_reads_as_the_default() -> None:
-    spec = make_spec(context_window=None, supported_tool_choice_modes=None)
-    assert rules(validate_model_spec(spec)) == [
-        ("context_window", "model.context_window.not_positive")
-    ]
-    request = make_request(messages=None, tools=None, model_id=None)
-    assert rules(validate_request(request, make_spec())) == [
-        ("model_id", "request.model_id.empty"),
-        ("messages", "request.messages.empty"),
-    ]
-
-
-def test_capabilities_without_models_is_a_violation() -> None:
-    assert rules(validate_capabilities(Capabilities(protocol_version="1.0"))) == [
-        ("models", "capabilities.models.empty")
-    ]
-    assert rules(validate_capabilities(Capabilities(protocol_version="1.0", models=None))) == [  # type: ignore[arg-type]
-        ("models", "capabilities.models.empty")
-    ]
-
-
-@pytest.mark.parametrize("version", [None, ""])
-def test_capabilities_without_protocol_version_is_a_violation(version: str | None) -> None:
-    caps = Capabilities(protocol_version=version, models=[make_spec()])  # type: ignore[arg-type]
-    assert rules(validate_capabilities(caps)) == [
-        ("protocol_version", "capabilities.protocol_version.missing")
-    ]
-
-
-def test_valid_capabilities_have_no_violations() -> None:
-    assert validate_capabilities(Capabilities(protocol_version="1.0", models=[make_spec()])) == []
 
 
 MODEL_INDEPENDENT_PREFIXES = (
