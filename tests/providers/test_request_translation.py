@@ -18,6 +18,7 @@ from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     ContextSection,
+    DocumentBlock,
     Message,
     RedactedThinkingBlock,
     Role,
@@ -51,6 +52,7 @@ from ..support.adapters import (
     load_fixture,
     translate_body,
 )
+from ._vendor_calls import user
 
 OPENAI = OpenAICompat()
 OPENAI_NO_USAGE = OpenAICompat(stream_usage=False)
@@ -501,3 +503,136 @@ def test_foreign_provider_thinking_is_not_replayed_to_anthropic() -> None:
         "redacted_thinking",
         "text",
     ]
+
+
+def model_spec(
+    markers: bool = False, replay: ThinkingReplay = ThinkingReplay.UNSPECIFIED
+) -> ModelSpec:
+    return ModelSpec(
+        id="m",
+        max_output_tokens=1000,
+        caching=CachingSpec(explicit_markers=True) if markers else None,
+        thinking=ThinkingSpec(replay=replay),
+    )
+
+
+def doc(media_type: str, data: bytes, filename: str = "") -> ContentBlock:
+    return ContentBlock(document=DocumentBlock(media_type=media_type, data=data, filename=filename))
+
+
+def doc_request(*blocks: ContentBlock) -> StreamCompletionRequest:
+    return StreamCompletionRequest(
+        model_id="m",
+        messages=[
+            Message(
+                role=Role.USER,
+                id="u1",
+                content=[*blocks, ContentBlock(text=TextBlock(text="read"))],
+            )
+        ],
+    )
+
+
+def test_anthropic_documents_use_the_text_source_for_text_and_base64_for_pdf() -> None:
+    body = build_anthropic_body(
+        doc_request(
+            doc("text/plain", "plain é".encode(), "a.txt"),
+            doc("text/markdown; charset=utf-8", b"# md"),
+            doc("application/pdf", b"%PDF-1.4", "b.pdf"),
+        ),
+        model_spec(),
+    )
+    blocks = body["messages"][0]["content"]
+    assert blocks[0] == {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "plain é"},
+        "title": "a.txt",
+    }
+    assert blocks[1]["source"] == {"type": "text", "media_type": "text/plain", "data": "# md"}
+    assert blocks[2]["source"] == {
+        "type": "base64",
+        "media_type": "application/pdf",
+        "data": "JVBERi0xLjQ=",
+    }
+
+
+def test_openai_sends_file_parts_for_pdf_only_and_text_documents_as_text() -> None:
+    body = build_openai_body(
+        doc_request(
+            doc("text/csv", b"a,b\n1,2", "t.csv"), doc("application/pdf", b"%PDF", "b.pdf")
+        ),
+        model_spec(),
+        OpenAICompat(),
+    )
+    parts = body["messages"][0]["content"]
+    assert parts[0] == {"type": "text", "text": "a,b\n1,2"}
+    assert parts[1] == {
+        "type": "file",
+        "file": {"filename": "b.pdf", "file_data": "data:application/pdf;base64,JVBERg=="},
+    }
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+def test_unsupported_or_undecodable_documents_are_rejected_naming_the_field(vendor: str) -> None:
+    for block in (
+        doc("application/vnd.openxmlformats-officedocument.wordprocessingml.document", b"PK"),
+        doc("text/plain", b"\xff\xfe\xfa"),
+    ):
+        with pytest.raises(InvalidValueError, match=r"messages\[0\]\.content\[0\]\.document"):
+            if vendor == "openai":
+                build_openai_body(doc_request(block), model_spec(), OpenAICompat())
+            else:
+                build_anthropic_body(doc_request(block), model_spec())
+
+
+def test_cache_marker_never_lands_on_a_thinking_block() -> None:
+    assistant = Message(
+        role=Role.ASSISTANT,
+        id="a1",
+        content=[
+            ContentBlock(text=TextBlock(text="ok")),
+            ContentBlock(thinking=ThinkingBlock(text="t", signature=b"S")),
+            ContentBlock(redacted_thinking=RedactedThinkingBlock(data=b"R")),
+        ],
+    )
+    only_thinking = Message(
+        role=Role.ASSISTANT,
+        id="a2",
+        content=[ContentBlock(thinking=ThinkingBlock(text="t", signature=b"S"))],
+    )
+    req = StreamCompletionRequest(
+        model_id="m",
+        messages=[user("q"), assistant, user("q2", "u2"), only_thinking, user("q3", "u3")],
+        cache_breakpoints=[
+            CacheBreakpoint(after_message_index=1),
+            CacheBreakpoint(after_message_index=3),
+        ],
+    )
+    msgs = build_anthropic_body(req, model_spec(markers=True, replay=ThinkingReplay.ALL))[
+        "messages"
+    ]
+    assert [("cache_control" in b, b["type"]) for b in msgs[1]["content"]] == [
+        (True, "text"),
+        (False, "thinking"),
+        (False, "redacted_thinking"),
+    ]
+    assert all("cache_control" not in b for b in msgs[3]["content"])
+
+
+@pytest.mark.parametrize(
+    ("compat", "replay"),
+    [
+        (OpenAICompat(), ThinkingReplay.OMIT),
+        (OpenAICompat(), ThinkingReplay.ALL),
+        (OpenAICompat(), ThinkingReplay.TOOL_TURNS),
+    ],
+)
+def test_openai_thinking_only_assistant_turn_is_not_replayed(
+    compat: OpenAICompat, replay: ThinkingReplay
+) -> None:
+    interrupted = Message(
+        role=Role.ASSISTANT, id="a", content=[ContentBlock(thinking=ThinkingBlock(text="partial"))]
+    )
+    req = StreamCompletionRequest(model_id="m", messages=[user("q"), interrupted, user("q2", "u2")])
+    body = build_openai_body(req, model_spec(replay=replay), compat)
+    assert body["messages"] == [{"role": "user", "content": "q"}, {"role": "user", "content": "q2"}]

@@ -5,19 +5,26 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import pytest
 
 from protocol_py.providers.http.errors import (
+    MAX_DURATION_S,
     RetryPolicy,
     anthropic_rate_limits,
     anthropic_reset_hint,
+    duration_from_seconds,
     error_from_http,
     openai_rate_limits,
     parse_go_duration,
     parse_retry_after,
 )
-from protocol_py_gen.model.v1 import ErrorKind, RateLimitKind
+from protocol_py_gen.model.v1 import (
+    ErrorKind,
+    ModelError,
+    RateLimitKind,
+)
 
 from ...support.adapters import load_case
 
@@ -148,3 +155,123 @@ def test_rate_limit_headers_only_what_was_sent() -> None:
     ]
     assert snaps[0].resets_at == datetime(2026, 5, 14, 9, 50, tzinfo=UTC)
     assert openai_rate_limits({}) == [] and anthropic_rate_limits({}) == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "99999999999999999999"}, float(MAX_DURATION_S)),
+        ({"retry-after-ms": "1" + "0" * 30}, float(MAX_DURATION_S)),
+        ({"retry-after": "9" * 400}, float(MAX_DURATION_S)),
+        ({"retry-after": "1e200"}, None),
+        ({"retry-after-ms": "1e15"}, None),
+        ({"retry-after": "1_0"}, None),
+        ({"retry-after-ms": "2_500"}, None),
+        ({"retry-after": "+2"}, None),
+        ({"retry-after": "0x10"}, None),
+        ({"retry-after": "\uff11\uff10"}, None),  # full-width digits are not HTTP DIGITs
+        ({"retry-after": " 2 "}, 2.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after-ms": "250", "retry-after": "1_0"}, 0.25),
+        ({"retry-after-ms": "1_0", "retry-after": "3"}, 3.0),
+    ],
+)
+def test_retry_after_follows_the_http_number_grammar_and_duration_range(
+    headers: dict[str, str], expected: float | None
+) -> None:
+    assert parse_retry_after(headers) == expected
+
+
+@pytest.mark.parametrize("raw", ["99999999999999999999", "1e200", "1" + "0" * 40])
+def test_huge_retry_after_is_rate_limited_not_retried_and_serializable(raw: str) -> None:
+    err = error_from_http(
+        429, b'{"error":{"message":"slow down"}}', {"retry-after": raw}, request_id_header="x"
+    )
+    assert (err.kind, err.retryable) == (ErrorKind.RATE_LIMITED, True)
+    if err.retry_after is not None:
+        assert err.retry_after.total_seconds() <= MAX_DURATION_S
+        assert RetryPolicy().delay(1, err) is None  # not waited for
+    decoded = ModelError.parse(bytes(err))
+    assert decoded.kind == ErrorKind.RATE_LIMITED
+
+
+def test_duration_from_seconds_clamps_to_the_protobuf_range() -> None:
+    assert duration_from_seconds(1e300) == timedelta(seconds=MAX_DURATION_S)
+    assert duration_from_seconds(float("inf")) == timedelta(seconds=MAX_DURATION_S)
+    assert duration_from_seconds(-1e300) == timedelta(seconds=-MAX_DURATION_S)
+    assert duration_from_seconds(float("nan")) == timedelta(0)
+    assert duration_from_seconds(2.5) == timedelta(seconds=2.5)
+
+
+def test_rate_limit_headers_take_only_plain_digits_and_clamp_resets() -> None:
+    snaps = openai_rate_limits(
+        {
+            "x-ratelimit-limit-requests": "1_000",
+            "x-ratelimit-remaining-requests": "99999999999999999999999",
+            "x-ratelimit-reset-requests": "99999999999999h",
+            "x-ratelimit-limit-tokens": "500",
+        }
+    )
+    assert snaps[0].limit is None and snaps[0].remaining is None
+    assert snaps[0].resets_after == timedelta(seconds=MAX_DURATION_S)
+    assert snaps[1].limit == 500
+
+
+_ANTHROPIC_400 = "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("status", "vtype", "message", "expected"),
+    [
+        (400, _ANTHROPIC_400, "tools: Number of tools exceeds the maximum of 128", "INVALID"),
+        (
+            400,
+            _ANTHROPIC_400,
+            "max_tokens: 100000 exceeds the maximum allowed value of 64000 for this model",
+            "INVALID",
+        ),
+        (400, _ANTHROPIC_400, "Image exceeds the maximum size of 5 MB", "INVALID"),
+        (400, _ANTHROPIC_400, "stop: too many stop sequences; exceeds the maximum of 4", "INVALID"),
+        (
+            413,
+            "request_too_large",
+            "Request exceeds the maximum allowed number of bytes.",
+            "INVALID",
+        ),
+        (400, None, "string too long. Expected a string with maximum length 1048576", "INVALID"),
+        (400, _ANTHROPIC_400, "prompt is too long: 210000 tokens > 200000 maximum", "OVERFLOW"),
+        (
+            400,
+            _ANTHROPIC_400,
+            "input length and `max_tokens` exceed context limit: 190000 + 20000 > 200000",
+            "OVERFLOW",
+        ),
+        (400, None, "This model's maximum context length is 4096 tokens.", "OVERFLOW"),
+        (400, None, "This model's maximum prompt length is 131072 but got 140000", "OVERFLOW"),
+        (400, None, "Input tokens exceed the configured limit of 272000 tokens.", "OVERFLOW"),
+        (400, None, "the input length exceeds the context length", "OVERFLOW"),
+        (
+            400,
+            None,
+            "The input token count (1200000) exceeds the maximum number of tokens allowed",
+            "OVERFLOW",
+        ),
+        (400, None, "Requested 9000 tokens which exceeds the model's context window", "OVERFLOW"),
+    ],
+)
+def test_context_overflow_only_when_the_prompt_did_not_fit(
+    status: int, vtype: str | None, message: str, expected: str
+) -> None:
+    err: dict[str, Any] = {"message": message}
+    if vtype:
+        err["type"] = vtype
+    body = json.dumps({"type": "error", "error": err}).encode()
+    got = error_from_http(status, body, {}, request_id_header="request-id", anthropic=True)
+    want = ErrorKind.CONTEXT_OVERFLOW if expected == "OVERFLOW" else ErrorKind.INVALID_REQUEST
+    assert got.kind == want, message
+
+
+def test_context_length_exceeded_code_is_overflow_whatever_the_message() -> None:
+    body = b'{"error":{"message":"Please reduce the length.","code":"context_length_exceeded"}}'
+    got = error_from_http(400, body, {}, request_id_header="x-request-id")
+    assert got.kind == ErrorKind.CONTEXT_OVERFLOW
