@@ -18,8 +18,9 @@ import pytest
 from protocol_py.server import SEND_CHECKPOINT_INTERVAL
 from protocol_py_gen.model.v1 import GenerationParams
 
+from ..support.h2_client import RawH2, grpc_frame
 from ..support.servers import Running, make_request, start_server
-from ._probes import RawH2, UnpacedProvider, grpc_frame, upb_class
+from ._probes import UnpacedProvider, upb_class
 
 CONTRACT = 0.1
 """Seconds from a cancel or deadline to the provider's stop (issue 8)."""

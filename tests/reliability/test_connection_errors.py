@@ -18,7 +18,7 @@ import grpc
 import h2.errors
 from h2.settings import SettingCodes
 
-from ._probes import RawH2
+from ..support.h2_client import RawH2
 from .conftest import SERVICE, Served, still_serving
 
 

@@ -18,8 +18,9 @@ import pytest
 
 from protocol_py.server.grpc_layer.connections import DEADLINE_RESET_MARGIN, cancel_outcome
 
+from ..support.h2_client import RawH2, grpc_frame
 from ..support.servers import make_request, start_server
-from ._probes import RawH2, UnpacedProvider, grpc_frame
+from ._probes import UnpacedProvider
 from .test_cancellation_reaches_provider import records, still_serving
 
 

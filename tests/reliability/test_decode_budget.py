@@ -27,7 +27,8 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest, StreamEvent
 
-from ._probes import rss_bytes, upb_class
+from ..support.proc import rss_bytes
+from ._probes import upb_class
 from .conftest import Served, acall, still_serving
 
 MODEL = b"reference-small"

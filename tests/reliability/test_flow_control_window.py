@@ -11,8 +11,8 @@ import pytest
 
 from protocol_py_gen.model.v1 import CountTokensRequest, DescribeRequest
 
+from ..support.h2_client import RawH2, grpc_frame
 from ..support.servers import make_request, start_server
-from ._probes import RawH2, grpc_frame
 
 RESETS = 500
 BODY = 60_000

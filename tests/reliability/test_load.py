@@ -20,8 +20,8 @@ from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
+from ..support.proc import open_fds
 from ..support.servers import make_request, start_server
-from ._probes import open_fds
 
 CONCURRENT = 500
 CANCELLED = 1_000

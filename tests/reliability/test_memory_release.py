@@ -13,8 +13,10 @@ from typing import Any
 
 import grpc
 
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.proc import rss_bytes
 from ..support.servers import Subprocess, make_request, spawn_server, start_server
-from ._probes import RawH2, UnpacedProvider, grpc_frame, rss_bytes, upb_class
+from ._probes import UnpacedProvider, upb_class
 
 MIB = 1024 * 1024
 REPLY_MIB = 60

@@ -11,8 +11,9 @@ import time
 from protocol_py.server import HELD_COPIES, LARGE_REPLY_BYTES, REPLY_BUDGET_BYTES, ReplyBudget
 from protocol_py_gen.model.v1 import RenderRequest, RenderResponse
 
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.proc import rss_bytes
 from ..support.servers import spawn_server
-from ._probes import RawH2, grpc_frame, rss_bytes
 from .conftest import Served, acall, still_serving
 from .test_memory_release import REPLY_MIB, TOLERANCE, render, render_request, settle, stop
 

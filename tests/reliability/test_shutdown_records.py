@@ -19,7 +19,7 @@ from protocol_py.server import ModelServer
 from protocol_py.server.records import RpcRecord
 from protocol_py_gen.model.v1 import StreamEvent
 
-from ._probes import RawH2
+from ..support.h2_client import RawH2
 from .conftest import Served, request, still_serving
 from .test_shutdown_report import spawn, stop
 

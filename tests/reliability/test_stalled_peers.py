@@ -18,8 +18,8 @@ from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import DEFAULT_IDLE_TIMEOUT, DEFAULT_RECEIVE_TIMEOUT, ModelServer
 from protocol_py_gen.model.v1 import CountTokensRequest, DescribeRequest
 
+from ..support.h2_client import RawH2, grpc_frame
 from ..support.servers import CONSOLE_SCRIPT, make_request, spawn_server, start_server
-from ._probes import RawH2, grpc_frame
 
 RECEIVE_TIMEOUT = 0.5
 IDLE_TIMEOUT = 0.5

@@ -21,7 +21,7 @@ import pytest
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest
 
-from ._probes import request_headers
+from ..support.h2_client import request_headers
 from .conftest import (
     Captured,
     Served,

@@ -20,9 +20,10 @@ from google.protobuf.json_format import MessageToDict
 
 from protocol_py.version import PROTOCOL_VERSION
 
+from ..support.h2_client import SERVICE, RawH2
+from ..support.proc import rss_bytes
 from ..support.servers import Subprocess, load_case, spawn_server
 
-SERVICE = "/model.v1.ModelService/"
 LIMIT = 1048576
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -206,84 +207,6 @@ def test_c06_message_size_with_grpcio(upb: Any, limited: Subprocess) -> None:
             msg("model.v1.GetCapabilitiesResponse"),
         )
         assert len(caps.capabilities.models) == 3
-
-
-class RawH2:
-    """A minimal HTTP/2 gRPC client over a plain socket, to send what grpcio would refuse."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
-        self.flush()
-
-    def flush(self) -> None:
-        self.sock.sendall(self.conn.data_to_send())
-
-    def open(self, method: str) -> int:
-        stream_id: int = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(
-            stream_id,
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", SERVICE + method),
-                (":authority", "127.0.0.1"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            ],
-        )
-        self.flush()
-        return stream_id
-
-    def send(self, stream_id: int, data: bytes, end: bool = False) -> None:
-        self.conn.send_data(stream_id, data, end_stream=end)
-        self.flush()
-
-    def outcome(self, stream_id: int, limit: float = 2.0) -> dict[str, Any]:
-        """Read until the stream ends or is reset: its headers/trailers, data and reset."""
-        result: dict[str, Any] = {"headers": {}, "data": b"", "reset": None, "ended": False}
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline and not (result["ended"] or result["reset"]):
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            for event in self.conn.receive_data(chunk):
-                if getattr(event, "stream_id", None) != stream_id:
-                    continue
-                if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
-                    result["headers"].update(
-                        {
-                            k.decode() if isinstance(k, bytes) else k: v.decode()
-                            if isinstance(v, bytes)
-                            else v
-                            for k, v in event.headers
-                        }
-                    )
-                elif isinstance(event, h2.events.DataReceived):
-                    result["data"] += event.data
-                    self.conn.acknowledge_received_data(event.flow_controlled_length, stream_id)
-                elif isinstance(event, h2.events.StreamEnded):
-                    result["ended"] = True
-                elif isinstance(event, h2.events.StreamReset):
-                    result["reset"] = event.error_code
-            self.flush()
-        return result
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_c06_huge_announced_length_is_refused_from_the_prefix(limited: Subprocess) -> None:
