@@ -43,7 +43,7 @@ async def test_markdown_repeat_whose_escaped_size_exceeds_the_limit_is_refused_f
     await still_serving(served)
 
 
-async def test_the_attackers_markdown_repeat_is_escaped_correctly(served: Served) -> None:
+async def test_a_16_mib_markdown_repeat_is_escaped_correctly(served: Served) -> None:
     result = await acall(
         served.address, "Render", markdown_render("reference.repeat", repeat("<" * 8, 1 << 20))
     )
