@@ -105,7 +105,7 @@ class _SecretWatch(logging.Handler):
 
 @pytest.fixture(autouse=True)
 def no_registered_secret_in_any_log_record() -> Iterator[None]:
-    """Issue 9: the API key never appears in a log line, at any level, in the whole suite."""
+    """The API key never appears in a log line, at any level, in the whole suite."""
     watch = _SecretWatch()
     root = logging.getLogger()
     root.addHandler(watch)

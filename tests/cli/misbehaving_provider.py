@@ -1,4 +1,4 @@
-"""A provider for the new-user findings tests (served with ``--provider FILE:Misbehaving``).
+"""A provider of the misbehaving-provider tests (served with ``--provider FILE:Misbehaving``).
 
 It declares no ``name`` (so it is named after its class) and picks its behaviour from the
 prompt: ``raise`` raises ``KeyError('secret')``; ``slow down`` ends with an in-band

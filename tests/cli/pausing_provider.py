@@ -1,4 +1,4 @@
-"""A test provider loaded by path (``serve --provider tests/server/pausing_provider.py:...``):
+"""A test provider loaded by path (``serve --provider tests/cli/pausing_provider.py:...``):
 the reference provider whose every answer ends with ``Stop{PAUSE_TURN}`` (protocol 1.1), so a
 client that continues paused turns without a bound would never stop."""
 

@@ -1,4 +1,4 @@
-"""A test provider loaded by path (``serve --provider tests/server/recording_provider.py:...``):
+"""A test provider loaded by path (``serve --provider tests/cli/recording_provider.py:...``):
 the reference provider that appends one JSON line per StreamCompletionRequest to the file named
 by ``$RECORD_FILE`` (roles, ids, call_context, and each thinking block's signature), so tests
 can see what a client replayed."""

@@ -1,4 +1,4 @@
-"""``protocol-py`` error reporting (tester 1, findings 10-14): exit statuses (usage errors 2,
+"""``protocol-py`` error reporting: exit statuses (usage errors 2,
 unreadable or invalid input files 1, in every command), one stderr line per failure with no
 repeated prefix, ``--at ""`` refused, and a deadline that passes mid-stream in ``chat`` reported
 as such (not as a connection failure)."""

@@ -1,4 +1,4 @@
-"""MessageReader (issue 12): grpclib's client stream buffer read in bulk gives exactly the
+"""MessageReader: grpclib's client stream buffer read in bulk gives exactly the
 messages grpclib's ``recv_message`` gives, acknowledging data only as it takes it."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""``client.parse_address``: ASCII ports 1-65535, bracketed IPv6, typed errors (tester 1,
-findings 7 and 20)."""
+"""``client.parse_address``: ASCII ports 1-65535, bracketed IPv6, typed errors."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""protocol_py.codec.protojson: protoc's JSON names at every depth, strict decoding, and agreement
-with
-google's json_format for every message type (enumerated as in test_schema_messages)."""
+"""protocol_py.codec.protojson: protoc's JSON names at every depth, strict decoding, and
+agreement with google's json_format for every message type (enumerated as in
+tests/schema/test_messages.py)."""
 
 from __future__ import annotations
 
@@ -248,7 +248,7 @@ def test_decode_reports_messages_nested_beyond_the_recursion_limit() -> None:
     assert violations[0].path.startswith("messages[0].content[0].tool_result.content[0]")
 
 
-# --- decode_lenient (tester 3 #2) -----------------------------------------------------------
+# --- decode_lenient ---------------------------------------------------------------------------
 
 
 def test_decode_lenient_keeps_what_decodes_and_lists_the_absent_fields() -> None:

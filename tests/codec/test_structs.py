@@ -1,4 +1,4 @@
-"""protocol_py.codec.structs: exact JSON <-> google.protobuf.Struct (DESIGN D5)."""
+"""protocol_py.codec.structs: exact JSON <-> google.protobuf.Struct (docs/decisions.md#d5)."""
 
 from __future__ import annotations
 
@@ -289,7 +289,8 @@ def test_from_struct_depth_limit_and_cycles() -> None:
 def test_from_struct_reads_an_int_number_value_as_a_double() -> None:
     # betterproto2 lets number_value hold a Python int; it is a double on the wire.
     assert from_struct(Struct(fields={"a": Value(number_value=5)})) == {"a": 5}
-    # An int the double cannot carry exactly is rejected, as check_json rejects it (D5).
+    # An int the double cannot carry exactly is rejected, as check_json rejects it
+    # (docs/decisions.md#d5).
     with pytest.raises(InvalidValueError) as info:
         from_struct(Struct(fields={"a": Value(number_value=2**53 + 1)}), path="in")
     assert (info.value.rule, info.value.path) == ("json.integer_beyond_2_53", "in.a")

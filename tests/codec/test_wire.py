@@ -175,7 +175,7 @@ TEXT_DELTA = ld(1, b"hi")  # TextDelta.text
         pytest.param(StreamEvent, ld(1, TEXT_DELTA + b"\xa0\x06\x01"), id="nested-unknown"),
         # a singular field twice: the last wins (betterproto2 replaces, even sub-messages)
         pytest.param(TextDelta, TEXT_DELTA + ld(1, b"again"), id="duplicate-scalar"),
-        # two oneof members on the wire: betterproto2 keeps both (DESIGN sharp edge)
+        # two oneof members on the wire: betterproto2 keeps both (a toolchain sharp edge)
         pytest.param(StreamEvent, ld(1, TEXT_DELTA) + ld(8, b""), id="two-oneof-members"),
         # a oneof member at its default keeps its case
         pytest.param(StreamEvent, ld(1, b""), id="oneof-default"),

@@ -1,4 +1,4 @@
-"""protocol_py.codec.wire's specialised generated code (issue 12) equals betterproto2 and upb.
+"""protocol_py.codec.wire's specialised generated code equals betterproto2 and upb.
 
 The generated decoders read fields into locals, decode sub-messages and Struct map entries
 inline (:data:`protocol_py.codec.wire_gen.INLINE_LEVELS` levels), read one- and two-byte tags and

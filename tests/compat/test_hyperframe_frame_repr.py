@@ -1,5 +1,5 @@
 """A received DATA frame's repr is hyperframe's text, computed without copying the payload
-(issue 12; :mod:`protocol_py._compat.hyperframe_frame_repr`)."""
+(:mod:`protocol_py._compat.hyperframe_frame_repr`)."""
 
 from __future__ import annotations
 

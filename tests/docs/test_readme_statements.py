@@ -84,7 +84,8 @@ def test_readme_client_option_list_names_every_client_tls_option() -> None:
 def test_readme_pinning_says_how_to_build_the_wheel_it_tells_users_to_install() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     pinning = readme.split("## Pinning the protocol version", 1)[1].split("\n## ", 1)[0]
-    wheel = f"protocol_py-{PACKAGE_VERSION}-py3-none-any.whl"  # the name tests/test_packaging.py
+    # the name tests/release/test_packaging.py builds
+    wheel = f"protocol_py-{PACKAGE_VERSION}-py3-none-any.whl"
     assert f"pip install {wheel}" in pinning  # builds with `python -m build`
     assert f"# {wheel}" in pinning
     assert f"git checkout v{PACKAGE_VERSION}\n" in pinning

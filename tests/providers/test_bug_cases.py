@@ -295,7 +295,7 @@ def test_b21_stop_mapping_table() -> None:
             stop = map_anthropic_stop(row["stop_reason"], row.get("stop_sequence"))
             raw = row["stop_reason"]
         assert_stop(StreamEvent(stop=stop), want["stop"])
-        assert stop.vendor_reason == raw  # always the raw value, verbatim (D11)
+        assert stop.vendor_reason == raw  # always the raw value, verbatim (docs/decisions.md#d11)
         known = stop.reason != StopReason.END_TURN or raw in ("stop", "end_turn")
         assert stop.model_affirmed is known or row.get("accumulated_tool_calls")
 

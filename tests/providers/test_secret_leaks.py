@@ -1,4 +1,4 @@
-"""Issue 9 item 4: the remaining secret leaks, each pinned.
+"""Secrets that reach no event and no log record, each pinned.
 
 * an upstream that echoes the Authorization header in ``x-request-id`` (or any other
   vendor-supplied string that reaches an event: metadata, error codes, safety notices, stop

@@ -37,7 +37,8 @@ def _run(path: Path) -> None:
         fixture_vendor(meta), meta["http"]["status"], meta["http"]["headers"], body
     )
     assert_events(events, meta["expected_events"])
-    folded = accumulate(events)  # raises StreamOrderError on any D12 violation
+    # raises StreamOrderError on any order violation (docs/decisions.md#d12)
+    folded = accumulate(events)
     assert folded.complete
     if fixture_vendor(meta) == "anthropic" and folded.stop is not None:
         assert folded.unreplayable_blocks == []  # every Anthropic thinking block is signed

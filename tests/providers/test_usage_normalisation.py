@@ -50,7 +50,7 @@ def assert_accepted(usage: Usage) -> None:
     assert Usage.parse(bytes(usage)) == usage  # encodes as a proto (int64 range)
 
 
-# --- the tester's inputs, exact expected values ------------------------------------------
+# --- vendor usage objects, exact expected values ------------------------------------------
 
 
 def test_anthropic_split_without_total_gives_total_as_sum() -> None:

@@ -1,5 +1,5 @@
 """``.ci/run`` builds its environment in ``.venv-ci`` (or ``$VENV``), never in the developer's
-``.venv`` (tester 1, finding 21). The interpreter is replaced by a stub that records the venv
+``.venv``. The interpreter is replaced by a stub that records the venv
 directory it is asked to create and stops the script there."""
 
 from __future__ import annotations

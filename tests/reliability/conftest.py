@@ -1,4 +1,4 @@
-"""Fixtures of the reliability suite (issue 8): an in-process server on the reference provider,
+"""Fixtures of the reliability suite: an in-process server on the reference provider,
 a capture of every log record, grpcio calls with raw bytes, and a raw HTTP/2 (``h2``) client
 for frames no gRPC client sends."""
 

@@ -1,4 +1,4 @@
-"""Issue 8 item 3: a cancel or a deadline stops a busy provider within 100 ms, whatever it does
+"""A cancel or a deadline stops a busy provider within 100 ms, whatever it does
 between yields; the RPC record says cancelled / deadline_exceeded; the log is never flooded.
 
 The contract is 100 ms; the assertions allow :data:`MARGIN` for a loaded 2-core machine and
@@ -23,7 +23,7 @@ from ..support.servers import Running, make_request, start_server
 from ._probes import UnpacedProvider, upb_class
 
 CONTRACT = 0.1
-"""Seconds from a cancel or deadline to the provider's stop (issue 8)."""
+"""Seconds from a cancel or deadline to the provider's stop (the contract)."""
 MARGIN = 0.3
 """Extra seconds allowed on a loaded machine (the measured figure is printed)."""
 

@@ -1,6 +1,6 @@
-"""Issue 8 item 7 (grpclib issue 217): streams reset before their handler reads the body give
+"""Streams reset before their handler reads the body give
 their bytes back to the connection window, so after any number of resets a new request on the
-same connection goes through."""
+same connection goes through (https://github.com/vmagamedov/grpclib/issues/217)."""
 
 from __future__ import annotations
 

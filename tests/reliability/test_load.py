@@ -1,4 +1,4 @@
-"""Issue 8, the load part of the reliability suite: 500 concurrent streams complete with every
+"""The load part of the reliability suite: 500 concurrent streams complete with every
 event in order; 1,000 streams cancelled at random points leave no asyncio task, socket or fd
 behind and no ERROR log line. benchmarks/reliability.py runs the same at any count and prints
 the figures."""

@@ -1,4 +1,4 @@
-"""Issue 8 (attacker report) item 2: large unary replies held at once are bounded by a byte
+"""Large unary replies held at once are bounded by a byte
 budget; one over it gets RESOURCE_EXHAUSTED at once, and the budget is given back when the
 holding client disconnects."""
 
@@ -82,10 +82,9 @@ async def test_one_reply_larger_than_the_whole_budget_is_sent_when_nothing_is_he
 
 
 def test_unread_60_mib_replies_from_4_clients_stay_within_the_budget() -> None:
-    """The attacker's case on a ``protocol-py serve`` subprocess: 4 raw HTTP/2 clients each ask
+    """On a ``protocol-py serve`` subprocess: 4 raw HTTP/2 clients each ask
     for 5 Render replies of 60 MiB, read nothing, then disconnect. Only replies fitting the
-    256 MiB budget are held; the others are refused, so the peak RSS stays near the budget
-    (before: 3.6 GB)."""
+    256 MiB budget are held; the others are refused, so the peak RSS stays near the budget."""
     sub = spawn_server("--log-level", "WARNING")
     try:
         assert render(sub.address, render_request(1)) == "OK"  # warm-up (lazy imports)

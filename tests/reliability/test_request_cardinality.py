@@ -1,4 +1,4 @@
-"""Issue 8, follow-up of the last outside attack: a unary or server-streaming call carries
+"""A unary or server-streaming call carries
 exactly one request message.
 
 Two messages (grpcio's ``stream_unary`` / ``stream_stream`` on these methods, or a second

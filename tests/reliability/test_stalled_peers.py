@@ -1,4 +1,4 @@
-"""Issue 8 item 8: a client that sends part of a request and goes quiet gets DEADLINE_EXCEEDED
+"""A client that sends part of a request and goes quiet gets DEADLINE_EXCEEDED
 after the receive timeout (its buffered bytes released, one JSON log record); a connection with
 no open stream for the idle timeout is closed with GOAWAY. Both are ModelServer keyword
 arguments and ``protocol-py serve`` flags."""

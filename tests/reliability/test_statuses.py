@@ -1,4 +1,4 @@
-"""Issue 8, item 6: clear statuses, never a bare UNKNOWN.
+"""Clear statuses, never a bare UNKNOWN.
 
 Each malformed or refused call gets INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE or
 RESOURCE_EXHAUSTED (never UNKNOWN "Internal Server Error"), no ERROR record or traceback in

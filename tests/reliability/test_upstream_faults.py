@@ -1,19 +1,20 @@
-"""Issue 8 item 9: upstream faults keep what was streamed.
+"""Upstream faults keep what was streamed.
 
-Every fault below is served by the loopback stub (``tests/adapters/_stub.py``) to every adapter
-code path: ``openai``, ``deepseek``, ``anthropic`` and the OpenAI-compatible settings used for
-vLLM / Ollama (``max_tokens``, ``done_ends_turn``). Each row checks, through the adapter:
+Every fault below is served by the loopback stub (``tests/support/stub_upstream.py``) to every
+adapter code path: ``openai``, ``deepseek``, ``anthropic`` and the OpenAI-compatible settings used
+for vLLM / Ollama (``max_tokens``, ``done_ends_turn``). Each row checks, through the adapter:
 
 * the documented ModelError kind (docs/adapters.md "Upstream faults"), ``retryable`` and, for an
   HTTP error, ``http_status``;
 * every event streamed before the fault, in order (stream_start, metadata, both text deltas);
-* the usage the vendor had reported (a usage figure in the stream, Anthropic's message_start)
-  as a ``usage`` event right before the ``error``, with the vendor's numbers;
-* the whole output passes the D12 order checker and accumulates to the streamed text;
+* the usage the vendor had reported (a usage figure in the stream, Anthropic's message_start) as a
+  ``usage`` event right before the ``error``, with the vendor's numbers;
+* the whole output passes the order checker (docs/decisions.md#d12) and accumulates to the streamed
+  text;
 * the stub sees the upstream connection closed.
 
-One row per fault (adapter rotating) also runs through the real gRPC server and client and must
-give the same events.
+One row per fault (adapter rotating) also runs through the real gRPC server and client and must give
+the same events.
 """
 
 from __future__ import annotations

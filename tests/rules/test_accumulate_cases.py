@@ -1,6 +1,6 @@
 """Cases B05, B06, B08 and B09 (testdata/cases/, copied from ../shared/cases): the Anthropic SSE
 lines are mapped onto StreamEvents here by hand (the adapter's own translation is tested in
-tests/adapters), folded by the accumulator, and the case's expected values asserted exactly."""
+tests/providers), folded by the accumulator, and the case's expected values asserted exactly."""
 
 from __future__ import annotations
 

@@ -301,7 +301,7 @@ def test_struct_conversion_survives_any_bad_field() -> None:
     mutate_everywhere(struct, lambda: structs.from_struct(struct))
 
 
-# --- the reviewer's exact calls, with the answers they now get ---------------------------------
+# --- calls with wrongly typed arguments, and their typed errors ---------------------------------
 
 
 def test_reported_calls_get_typed_errors_or_proto3_defaults() -> None:

@@ -91,7 +91,7 @@ def test_decode_builds_typed_message() -> None:
 
 def test_one_hour_rate_decodes_under_every_accepted_spelling() -> None:
     # protoc's JSON name, the proto name, and betterproto2's own to_dict spelling
-    # (betterproto2's from_dict cannot read any of them: DESIGN sharp edge).
+    # (betterproto2's from_dict cannot read any of them: a toolchain sharp edge).
     for key in ("cacheWrite1hPerMtok", "cache_write_1h_per_mtok", "cacheWrite1HPerMtok"):
         tier, violations = protojson.decode(PricingTier, {key: 10})
         assert violations == []
@@ -374,7 +374,7 @@ def test_timestamp_and_duration_fields_decode_to_python_values() -> None:
     assert "duration string" in violations[1].message
 
 
-# --- JSON problems never hide rule violations (tester 3 #2) ---------------------------------
+# --- JSON problems never hide rule violations ---------------------------------------------
 
 
 def test_json_errors_do_not_hide_rule_violations_in_pricing() -> None:

@@ -1,6 +1,6 @@
 """Cases B14-B19, C13 and C14 (testdata/cases/, copied from ../shared/cases): the vendor-shaped
 inputs are mapped onto Usage/Pricing here by hand (the adapters' own translation is tested in
-tests/adapters) and every expected figure of the case is asserted exactly."""
+tests/providers) and every expected figure of the case is asserted exactly."""
 
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ def _assert_usage(usage: Usage, expected: dict[str, Any]) -> None:
 
 
 def _anthropic_usage(start: dict[str, Any], delta: dict[str, Any]) -> Usage:
-    """Anthropic: input_tokens already excludes both cache classes (D7); output from the last
-    message_delta; cache_creation splits the 1h writes out."""
+    """Anthropic: input_tokens already excludes both cache classes (docs/decisions.md#d7);
+    output from the last message_delta; cache_creation splits the 1h writes out."""
     split = start.get("cache_creation") or {}
     return Usage(
         input_tokens=start["input_tokens"],
@@ -95,9 +95,10 @@ def _anthropic_usage(start: dict[str, Any], delta: dict[str, Any]) -> Usage:
 
 
 def _openai_usage(chunk: dict[str, Any]) -> Usage:
-    """OpenAI-shaped usage: prompt_tokens includes cached tokens (subtracted, D7); DeepSeek's
-    hit/miss fields are the one source when present; reasoning is inside completion_tokens when
-    prompt + completion == total and outside when prompt + completion + reasoning == total."""
+    """OpenAI-shaped usage: prompt_tokens includes cached tokens (subtracted,
+    docs/decisions.md#d7); DeepSeek's hit/miss fields are the one source when present; reasoning
+    is inside completion_tokens when prompt + completion == total and outside when
+    prompt + completion + reasoning == total."""
     prompt, completion = chunk["prompt_tokens"], chunk["completion_tokens"]
     reasoning = (chunk.get("completion_tokens_details") or {}).get("reasoning_tokens")
     if "prompt_cache_hit_tokens" in chunk:

@@ -1,4 +1,4 @@
-"""Recurring pricing windows (issue 11 item 2; src/protocol_py/pricing_windows.py).
+"""Recurring pricing windows (:mod:`protocol_py.rules.pricing_windows`).
 
 Override design: a window's rates replace its tier's while it holds the instant, and the tiers
 partition (time x prompt size) as in protocol 1.0. Case B20 with its exact figures, a property
@@ -7,7 +7,7 @@ minute-of-week index (exactly one rate set per instant; overlapping windows dete
 Python-only rules and limits, DeepSeek's catalog priced at peak and off-peak, and
 ``protocol-py cost --at`` across a window edge. The language-neutral vectors are in
 testdata/conformance/pricing.json and cost.json; what a 1.0 kernel sees is in
-tests/test_pricing_windows_compat.py.
+tests/rules/test_pricing_windows_compat.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A kernel built against protocol 1.0 keeps working with pricing windows (issue 11).
+"""A kernel built against protocol 1.0 keeps working with pricing windows.
 
 The Capabilities of the DeepSeek provider and of the reference provider are encoded by the
 current (1.1) classes, decoded with google's classes built from the 1.0 descriptor image

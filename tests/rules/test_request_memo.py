@@ -1,4 +1,4 @@
-"""Per-message validation reused across turns (issue 12; :mod:`protocol_py.rules.request_memo`).
+"""Per-message validation reused across turns (:mod:`protocol_py.rules.request_memo`).
 
 A request the server just decoded cleanly keeps each message's wire image; a message whose
 exact image passed every message-local rule under the same model settings is not walked again.

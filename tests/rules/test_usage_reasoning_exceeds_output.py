@@ -1,5 +1,5 @@
-"""Reasoning counted inside the output cannot exceed it (tester 3 #8): pricing rejects such a
-usage (``usage.reasoning_exceeds_output``), the D12 checker such a usage event
+"""Reasoning counted inside the output cannot exceed it: pricing rejects such a usage
+(``usage.reasoning_exceeds_output``), the order checker (docs/decisions.md#d12) such a usage event
 (``stream.usage.reasoning_exceeds_output``)."""
 
 from __future__ import annotations

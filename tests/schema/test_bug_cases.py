@@ -1,11 +1,11 @@
 """Bug cases B23, B24, B25 (testdata/cases/, copied from the shared cases) with exact values.
 
-Mapping onto this protocol: StreamEvent.text_delta is field 1 and StreamEvent.stop field 12 of
-the oneof ``event``, exactly as B23 assumes; text_delta carries a TextDelta message, so the
-case's ``text_delta = ''`` is ``TextDelta(text="")``. B24's binary case (``optional int32
-min_budget_tokens = 2``) is BudgetControl.default here (field 2, ``optional int64``): the same
-tag byte and the same presence rule. B25's Struct rules are protocol_py.codec.structs (D5).
-The general rule behind each case is tested beside it over every member / path.
+Mapping onto this protocol: StreamEvent.text_delta is field 1 and StreamEvent.stop field 12 of the
+oneof ``event``, exactly as B23 assumes; text_delta carries a TextDelta message, so the case's
+``text_delta = ''`` is ``TextDelta(text="")``. B24's binary case (``optional int32 min_budget_tokens
+= 2``) is BudgetControl.default here (field 2, ``optional int64``): the same tag byte and the same
+presence rule. B25's Struct rules are protocol_py.codec.structs (docs/decisions.md#d5). The general
+rule behind each case is tested beside it over every member / path.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ def populate(cls: type[betterproto2.Message], variant: int = 0, depth: int = 0) 
 # "cacheWrite1hTokens") and its from_dict snake-cases keys back to "cache_write1_h_tokens" (or
 # "cache_write_1_h_tokens" from the proto name), so a message holding one of these fields cannot
 # read its own JSON and google's parser rejects betterproto2's JSON. protocol_py.codec.protojson
-# (encode/decode) is the project's proto3 JSON and gets these right (tests/test_protojson.py);
+# (encode/decode) is the project's proto3 JSON and gets these right (tests/codec/test_protojson.py);
 # the strict xfails below pin betterproto2's own bug so that an upgrade fixing it is noticed.
 # test_json_names_match_descriptor keeps this set exact.
 KNOWN_JSON_NAME_BUGS = {

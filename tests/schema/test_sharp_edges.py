@@ -1,4 +1,4 @@
-"""The toolchain sharp edges of DESIGN.md, pinned so that an upgrade changing them is noticed.
+"""The toolchain sharp edges (DEVELOPMENT.md), pinned so that an upgrade changing them is noticed.
 
 * a oneof member at its default keeps its case (wire, to_dict, from_dict);
 * assigning a second oneof member does not clear the first (build events through constructors);

@@ -61,7 +61,7 @@ from protocol_py_gen.model.v1 import (
 if TYPE_CHECKING:
     from conftest import UpbClasses
 
-SIGNATURE = b"\x80\xffsig\x00\xc3(EqbA=="  # not UTF-8: carried verbatim (D6)
+SIGNATURE = b"\x80\xffsig\x00\xc3(EqbA=="  # not UTF-8: carried verbatim (docs/decisions.md#d6)
 TOOL_INPUT = {"city": "Zürich", "days": 3, "units": "metric", "when": None, "z": [1.5, True]}
 SCHEMA = {
     "properties": {"city": {"type": "string"}, "days": {"minimum": 1, "type": "integer"}},
@@ -515,7 +515,8 @@ def test_struct_tool_input_survives_both_decoders(upb: UpbClasses) -> None:
     assert ours.tool_use is not None
     ours_json = from_struct(ours.tool_use.input)
     assert ours_json == TOOL_INPUT
-    assert type(ours_json["days"]) is int  # D5: integral numbers come back as integers
+    # integral numbers come back as integers (docs/decisions.md#d5)
+    assert type(ours_json["days"]) is int
     theirs = upb.message("content.v1.ContentBlock").FromString(data)
     theirs_json = json_format.MessageToDict(theirs.tool_use.input)
     assert theirs_json == TOOL_INPUT

@@ -1,4 +1,5 @@
-"""D1: the protocol version is written once per proto file header and once in Python."""
+"""The protocol version (docs/decisions.md#d1) is written once per proto file header and once in
+Python."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A config schema the server cannot use is refused when Capabilities are loaded and at server
-start-up, and Configure never answers INTERNAL for a schema problem (tester 3 #3)."""
+start-up, and Configure never answers INTERNAL for a schema problem."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Grace-period expiry (tester 1, finding 15): a StreamCompletion still running when the grace
+"""Grace-period expiry: a StreamCompletion still running when the grace
 period ends gets a final in-band ``error`` event (TRANSIENT, retryable, "server shutting
 down") and a normal end of stream, not a bare transport failure."""
 

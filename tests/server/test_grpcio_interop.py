@@ -263,8 +263,8 @@ def test_malformed_request_bytes_then_still_serving(upb: Any, limited: Subproces
 
 
 def test_c06_default_limit_is_64_mib(upb: Any, cli_server: Subprocess) -> None:
-    """Without the flag the documented default applies: 64 MiB (issue 4 overrides the case's
-    4 MiB expectation), so a 4194305-byte request is accepted and 64 MiB + 1 is refused."""
+    """Without the flag the documented default applies: 64 MiB (the project's documented default,
+    not the case's 4 MiB), so a 4194305-byte request is accepted and 64 MiB + 1 is refused."""
     expected = load_case("C06")["expected"]["no_flag"]
     assert "4194304" in expected
     msg = upb.message

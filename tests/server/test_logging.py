@@ -1,4 +1,4 @@
-"""``protocol-py serve`` logs (tester 1, finding 13): each RPC's line on stderr is exactly one
+"""``protocol-py serve`` logs: each RPC's line on stderr is exactly one
 JSON object (no prefix); Configure's line names the keys set and never a value; other lines are
 ``<time> <LEVEL> <logger> <message>``."""
 

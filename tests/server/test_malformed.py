@@ -1,5 +1,5 @@
 """Request bodies that are not well-formed protobuf are refused with INVALID_ARGUMENT before
-anything is applied (tester 1, findings 3-6); legal-but-odd encodings never become INTERNAL."""
+anything is applied; legal-but-odd encodings never become INTERNAL."""
 
 from __future__ import annotations
 

@@ -118,7 +118,8 @@ def test_1_0_kernel_sees_pause_turn_as_an_unknown_stop_reason_number(
     enum_1_0 = v10("model.v1.Stop").DESCRIPTOR.fields_by_name["reason"].enum_type
     assert enum_1_0.values_by_number.get(STOP_REASON_PAUSE_TURN) is None  # not in 1.0
     assert stop.reason == STOP_REASON_PAUSE_TURN  # proto3 open enum: the number is kept
-    # What a 1.0 kernel acts on (DESIGN D11): the raw reason and that the vendor affirmed it.
+    # What a 1.0 kernel acts on (docs/decisions.md#d11): the raw reason and that the vendor
+    # affirmed it.
     assert (stop.vendor_reason, stop.model_affirmed) == ("pause_turn", True)
 
 

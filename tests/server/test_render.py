@@ -1,4 +1,4 @@
-"""Render (tester 1, finding 16): invalid payload values and unknown formats are INVALID_ARGUMENT
+"""Render: invalid payload values and unknown formats are INVALID_ARGUMENT
 naming the field; the reference provider answers in the requested format (plain text or
 Markdown)."""
 

@@ -1,4 +1,4 @@
-"""The server's per-turn path does each piece of work once (issue 12, turn latency):
+"""The server's per-turn path does each piece of work once:
 
 * an *exact* fast decode (every field known, with its wire type) skips the upb unknown-field
   walk, and a clean one the Struct gap fill; anything else still gets both, so a wrong wire

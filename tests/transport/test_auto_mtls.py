@@ -1,8 +1,7 @@
-"""Automatic mutual TLS for launched plugins (issue 9 item 3 and its "Done when"):
-``protocol_py.transport.launch`` starts ``protocol-py serve --handshake`` with
-``PROTOCOL_PY_CLIENT_CERT``
-in its environment; the plugin answers with its own certificate in the fifth handshake field;
-only the launching kernel's client completes an RPC."""
+"""Automatic mutual TLS for launched plugins: ``protocol_py.transport.launch`` starts
+``protocol-py serve --handshake`` with ``PROTOCOL_PY_CLIENT_CERT`` in its environment; the plugin
+answers with its own certificate in the fifth handshake field; only the launching kernel's client
+completes an RPC."""
 
 from __future__ import annotations
 
@@ -290,8 +289,8 @@ async def test_launch_fails_clearly_and_stops_the_plugin(tmp_path: Path) -> None
 async def test_launch_refuses_an_overlong_handshake_line_within_the_start_timeout(
     output: str,
 ) -> None:
-    """Issue 9 finding 1: after the kill, asyncio's ``Process.wait`` waited for the stdout pipe
-    to close while its reader sat paused on unread output: ``launch`` never returned."""
+    """After the kill, ``launch`` returns even though asyncio's ``Process.wait`` waits for the
+    stdout pipe to close while its reader sits paused on unread output."""
     code = f"import sys, time; sys.stdout.write({output}); sys.stdout.flush(); time.sleep(60)"
     started = time.monotonic()
     with pytest.raises(LaunchError, match=r"handshake line is longer than 16384 bytes"):
@@ -304,7 +303,7 @@ async def test_launch_refuses_an_overlong_handshake_line_within_the_start_timeou
 
 
 async def test_launch_refuses_a_certificate_field_that_is_not_a_certificate() -> None:
-    """Issue 9 finding 7: valid base64 that is not DER raised a raw ``ssl.SSLError``."""
+    """Valid base64 that is not DER is a typed error, never a raw ``ssl.SSLError``."""
     code = "print('1|tcp|127.0.0.1:9|grpc|QUFBQQ', flush=True); import time; time.sleep(60)"
     with pytest.raises(
         LaunchError,
@@ -322,8 +321,8 @@ async def test_launch_refuses_a_non_loopback_tcp_address() -> None:
 
 
 async def test_launch_close_leaves_a_socket_the_plugin_did_not_create(tmp_path: Path) -> None:
-    """Issue 9 finding 4: a hostile plugin named another live server's socket; close()
-    deleted it. Only a socket in the plugin's own private directory is removed."""
+    """A hostile plugin that names another live server's socket cannot make close() delete
+    it: only a socket in the plugin's own private directory is removed."""
     async with launch(SERVE, stderr=subprocess.DEVNULL) as victim:
         victim_path = victim.handshake.address  # a real private protocol-py-* socket
         outside = tmp_path / "operator.sock"
@@ -361,8 +360,8 @@ asyncio.run(main())
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
 def test_a_launched_plugin_exits_when_its_kernel_is_killed() -> None:
-    """Issue 9 finding 3: a plugin outlived a SIGKILLed kernel (adopted by PID 1, keeping the
-    key and its socket). It now shuts down on end of file on its stdin pipe."""
+    """A plugin does not outlive a SIGKILLed kernel (adopted by PID 1, keeping the key and its
+    socket): it shuts down on end of file on its stdin pipe."""
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
     assert kernel.stdout is not None
     pid_text, path = kernel.stdout.readline().split()

@@ -1,4 +1,4 @@
-"""The handshake line (issue 9 item 3's version rule): positional ``|`` fields, the fifth an
+"""The handshake line: positional ``|`` fields, the fifth an
 optional base64 DER certificate (standard alphabet, no padding, as go-plugin), unknown trailing
 fields ignored, a different first field refused; and the listening options behind it."""
 
@@ -64,7 +64,7 @@ def test_parse_handshake_ignores_fields_it_does_not_know() -> None:
         ("1|tcp|127.0.0.1:7\n", "handshake.fields"),
         ("1|tcp|127.0.0.1:7|grpc|not*base64\n", "handshake.cert"),
         ("1|tcp|127.0.0.1:7|grpc|" + "A" * MAX_HANDSHAKE_LINE_BYTES, "handshake.length"),
-        # Issue 9 finding 5: only loopback TCP addresses, never an empty one.
+        # only loopback TCP addresses, never an empty one.
         ("1|tcp|192.0.2.1:443|grpc\n", "handshake.address"),
         ("1|tcp|example.com:443|grpc\n", "handshake.address"),
         ("1|tcp|[2001:db8::1]:443|grpc\n", "handshake.address"),

@@ -1,4 +1,4 @@
-"""TLS and mutual TLS from files (issue 9 item 2): ``serve --tls-cert/--tls-key
+"""TLS and mutual TLS from files: ``serve --tls-cert/--tls-key
 [--tls-client-ca]``, the client's ``--tls-ca/--tls-cert/--tls-key``, with the project's client
 and with grpcio's ``ssl_channel_credentials``, against a throwaway CA."""
 

@@ -1,4 +1,4 @@
-"""Unix-domain sockets (issue 9 item 1 and its "Done when"): ``serve --socket PATH``, the
+"""Unix-domain sockets: ``serve --socket PATH``, the
 private socket of ``serve --handshake`` without an address (0700 directory, 0600 socket,
 ``1|unix|PATH|grpc``, removed on shutdown), ``unix:`` addresses in the client, the CLI and
 grpcio, and another user refused by the file-system permissions."""
@@ -216,8 +216,8 @@ async def test_serve_async_with_handshake_and_no_address_uses_a_private_socket(
 async def test_a_second_server_refuses_a_live_socket_and_the_first_keeps_serving(
     tmp_path: Path,
 ) -> None:
-    """Issue 9 finding 2: asyncio's create_unix_server unlinked the live server's socket, so a
-    second ``serve --socket PATH`` silently took it over."""
+    """A second ``serve --socket PATH`` never takes over a live server's socket (asyncio's
+    create_unix_server would unlink it)."""
     path = tmp_path / "model.sock"
     first = spawn_plugin("--socket", str(path))
     try:

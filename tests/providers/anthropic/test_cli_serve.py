@@ -11,10 +11,10 @@ from pathlib import Path
 
 from protocol_py.client.client import ModelClient
 
-from ...providers._compare import assert_events
-from ...providers.test_providers_stub import request
 from ...support.adapters import VENDOR, load_fixture
 from ...support.stub_upstream import Reply, StubUpstream
+from .._compare import assert_events
+from ..test_providers_stub import request
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "protocol-py"
 

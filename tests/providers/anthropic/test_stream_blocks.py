@@ -97,7 +97,8 @@ def test_anthropic_signature_that_arrived_before_a_cut_is_kept() -> None:
         an("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "hmm"}),
         an("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "SIG=="}),
     )
-    # content, then the usage message_start reported (issue 8 item 9), then the error
+    # content, then the usage message_start reported (docs/adapters.md "Upstream faults"), then the
+    # error
     assert kinds(events)[-4:] == ["thinking_delta", "thinking_signature", "usage", "error"]
     assert value(events[-3]).signature == b"SIG=="
     assert value(events[-1]).kind == ErrorKind.TRANSIENT

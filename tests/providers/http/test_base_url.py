@@ -26,8 +26,8 @@ from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
-from ...providers.test_providers_stub import request
 from ...support.stub_upstream import Reply, StubUpstream
+from ..test_providers_stub import request
 
 OPENAI_BODY = (
     b'data: {"id":"c1","model":"gpt-6-sol","choices":[{"index":0,"delta":{"content":"hi"},'

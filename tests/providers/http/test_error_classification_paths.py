@@ -1,5 +1,5 @@
-"""One classifier for both error paths (D10): the same vendor error body gives the same
-ErrorKind (and retryable flag) over HTTP (non-2xx status), as an in-band SSE error, and as a
+"""One classifier for both error paths (docs/decisions.md#d10): the same vendor error body gives the
+same ErrorKind (and retryable flag) over HTTP (non-2xx status), as an in-band SSE error, and as a
 bare JSON error body on a 2xx event-stream response."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
-from ...providers.test_providers_stub import MODEL, collect, make
 from ...support.adapters import translate_body
 from ...support.stub_upstream import Reply, StubUpstream
+from ..test_providers_stub import MODEL, collect, make
 
 # (vendor, natural HTTP status, error body, expected kind)
 TABLE: list[tuple[str, int, dict[str, Any], ErrorKind]] = [

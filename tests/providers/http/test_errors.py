@@ -1,4 +1,5 @@
-"""Retry hints (C11), HTTP error classification (D10) and rate-limit header parsing."""
+"""Retry hints (C11), HTTP error classification (docs/decisions.md#d10) and rate-limit header
+parsing."""
 
 from __future__ import annotations
 

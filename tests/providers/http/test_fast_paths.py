@@ -1,8 +1,7 @@
-"""The adapter full path's fast paths (issue 12) give exactly what the general code gives.
+"""The adapter full path's fast paths give exactly what the general code gives.
 
-* :class:`~protocol_py.providers.http.sse.SSEParser` splits a chunk without CR at once and handles
-blank and
-  ``data:`` lines inline; the CR path (line by line) is the reference.
+* :class:`~protocol_py.providers.http.sse.SSEParser` splits a chunk without CR at once and
+  handles blank and ``data:`` lines inline; the CR path (line by line) is the reference.
 * :func:`protocol_py.providers.http.events.text` / ``thinking`` build the event from a copied
   template instead of the dataclass constructor.
 * :func:`protocol_py.rules.accumulate.event_member` reads a text delta with two C-level reads.

@@ -1,4 +1,4 @@
-"""The translation cache's batch lookup (one lock for every lookup of a turn, issue 12):
+"""The translation cache's batch lookup (one lock for every lookup of a turn):
 hits give the bytes a miss gives, the same id with other content misses, bounds hold, and a
 translation error keeps what was translated before it."""
 

@@ -1,4 +1,4 @@
-"""The per-message translation cache never changes the bytes sent (issue 12).
+"""The per-message translation cache never changes the bytes sent.
 
 ``build_openai_content`` with a cold cache, a warm cache, and after messages change under the
 same id must equal ``dump_body(build_openai_body(...))`` byte for byte; the cache stays within

@@ -93,7 +93,7 @@ def test_a_new_id_on_the_index_of_a_nameless_call_does_not_merge_into_it() -> No
     err = value(events[-1])
     assert err.kind == ErrorKind.TRANSIENT and "call_a" in err.message and "name" in err.message
     assert "tool_call_start" not in kinds(events)
-    accumulate(events)  # D12-valid
+    accumulate(events)  # a valid event order (docs/decisions.md#d12)
 
 
 def test_a_new_id_on_the_same_index_opens_a_new_call_after_a_named_one() -> None:

@@ -1,5 +1,5 @@
 """The reference model's reasoning text counts the prompt's words in correct English: "1 word",
-"2 words" (tester 3 #9), on both the effort and the budget path."""
+"2 words", on both the effort and the budget path."""
 
 from __future__ import annotations
 

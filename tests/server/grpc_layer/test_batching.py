@@ -1,9 +1,8 @@
-"""Events a provider yields at once leave the server in one HTTP/2 write (issue 12,
-protocol_py.server.grpc_layer.batching): every event still arrives, equal and in order, to
-grpclib's and
-(via the console-script interop tests) grpcio's clients; a slow reader of a stream larger than
-the HTTP/2 flow-control window gets everything; a client that leaves mid-burst leaves the server
-serving."""
+"""Events a provider yields at once leave the server in one HTTP/2 write
+(protocol_py.server.grpc_layer.batching): every event still arrives, equal and in order, to
+grpclib's and (via the console-script interop tests) grpcio's clients; a slow reader of a stream
+larger than the HTTP/2 flow-control window gets everything; a client that leaves mid-burst leaves
+the server serving."""
 
 from __future__ import annotations
 
