@@ -1,6 +1,6 @@
-"""Issue 8, follow-up of the last outside attack (RSS creep after large StreamCompletions): every
-cache the server keeps across calls is bounded by bytes as well as entries, and a finished
-call's HTTP/2 stream is not kept by the connection handler."""
+"""No RSS creep after large StreamCompletions: every cache the server keeps across calls is bounded
+by bytes as well as entries, and a finished call's HTTP/2 stream is not kept by the connection
+handler."""
 
 from __future__ import annotations
 

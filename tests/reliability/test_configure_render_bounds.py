@@ -1,5 +1,5 @@
-"""Configure and Render's reference.repeat never do size-proportional work on the event loop
-(attack round 4): a config of many keys is checked in a worker thread and logged with a bounded
+"""Configure and Render's reference.repeat never do size-proportional work on the event loop:
+a config of many keys is checked in a worker thread and logged with a bounded
 key list; a reference.repeat payload over its bound is refused before it is parsed."""
 
 from __future__ import annotations

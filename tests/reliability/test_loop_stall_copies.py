@@ -1,4 +1,4 @@
-"""Issue 8 item 4, second round: no 60 MB single-call copy left beside the text's own decode.
+"""No 60 MB single-call copy left beside the text's own decode.
 
 Not timing assertions (``benchmarks/loop_stall.py`` measures the stall): each test pins one
 mechanism, and the server tests show it still serving afterwards:
