@@ -18,7 +18,7 @@ from protocol_py.version import PACKAGE_VERSION, PROTOCOL_VERSION
 
 from .conftest import CONSOLE_SCRIPT, REPO
 
-README = (REPO / "README.md").read_text()
+CLI_DOC = (REPO / "docs" / "cli.md").read_text()
 
 
 def test_dash_dash_version_prints_package_and_protocol() -> None:
@@ -67,7 +67,7 @@ def test_capabilities_table_wraps_within_a_narrow_width() -> None:
 
 
 def documented_cost_keys() -> tuple[list[str], list[str]]:
-    paragraph = README.split("`cost --json` prints one object with exactly these keys:", 1)[1]
+    paragraph = CLI_DOC.split("`cost --json` prints one object with exactly these keys:", 1)[1]
     paragraph = paragraph.split("\n\n", 1)[0]
     keys = re.findall(r"`(\w+)`\s+\(", paragraph)
     terms_text = paragraph.split("each cost term,", 1)[1].split("to a USD", 1)[0]

@@ -199,7 +199,7 @@ def test_timeout_bounds_the_tls_connect_to_a_silent_listener(
 
 
 def test_readme_client_option_list_names_every_client_tls_option() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "server.md").read_text(encoding="utf-8")
     sentence = readme.split("Clients (`chat`, `capabilities`, `describe`, `ModelClient.connect`)")
     listed = set(re.findall(r"--tls[\w-]*", sentence[1].split("\n- ", 1)[0]))
     subparsers = next(
@@ -216,7 +216,7 @@ def test_readme_client_option_list_names_every_client_tls_option() -> None:
 
 
 def test_readme_pinning_says_how_to_build_the_wheel_it_tells_users_to_install() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "pinning.md").read_text(encoding="utf-8")
     pinning = readme.split("## Pinning the protocol version", 1)[1].split("\n## ", 1)[0]
     wheel = f"protocol_py-{PACKAGE_VERSION}-py3-none-any.whl"  # the name tests/test_packaging.py
     assert f"pip install {wheel}" in pinning  # builds with `python -m build`

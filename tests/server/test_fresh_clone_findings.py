@@ -31,7 +31,7 @@ from protocol_py_gen.model.v1 import ErrorKind, PricingTier, RenderRequest
 
 from .conftest import CONSOLE_SCRIPT, REPO, Running, make_request, spawn_server
 
-README = (REPO / "README.md").read_text()
+REFERENCE_DOC = (REPO / "docs" / "reference-provider.md").read_text()
 
 
 async def test_launch_of_a_command_not_on_path_raises_launch_error_naming_it() -> None:
@@ -236,7 +236,7 @@ async def test_readme_simulate_error_kinds_and_repeat_payload_are_the_reference_
 ) -> None:
     """README "The built-in reference provider" lists every simulate_error.kind the Configure
     schema accepts, and its reference.repeat example renders as it says."""
-    listed = README.split("`kind` is the ErrorKind in\n  lowercase, one of ", 1)[1]
+    listed = REFERENCE_DOC.split("`kind` is the ErrorKind in\n  lowercase, one of ", 1)[1]
     listed = listed.split("; any other", 1)[0]
     kinds = [k.strip().strip("`") for k in listed.replace("\n", " ").split(",")]
     accepted = CONFIG_SCHEMA["properties"]["simulate_error"]["properties"]["kind"]["enum"]

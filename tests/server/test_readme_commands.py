@@ -1,8 +1,8 @@
-"""The README's commands and snippets, run as written (so the README cannot drift): the
-"Examples" section's shell lines, the ``buf curl`` line, and the Python snippet of "Building
-requests". Two substitutions only, both documented in the README: ``.venv/bin/`` is the bin
-directory of the environment running the tests (CI uses its own venv), and ``PORT`` (or the
-default 50051) is the port the server under test picked."""
+"""The commands and snippets of README.md and docs/, run as written (so the docs cannot drift):
+the README's "Examples" shell lines, the ``buf curl`` line of docs/server.md, and the Python
+snippet of docs/writing-a-kernel.md. Two substitutions only, both documented in the README:
+``.venv/bin/`` is the bin directory of the environment running the tests (CI uses its own venv),
+and ``PORT`` (or the default 50051) is the port the server under test picked."""
 
 from __future__ import annotations
 
@@ -26,14 +26,15 @@ from protocol_py.codec.structs import from_struct
 
 from .conftest import REPO
 
-README = (REPO / "README.md").read_text()
 BIN = Path(sys.executable).parent
 
 
-def section(title: str) -> str:
-    """The README text from the heading ``title`` to the next heading of any level."""
-    start = README.index(f"\n{title}\n")
-    rest = README[start + len(title) + 2 :]
+def section(title: str, page: str = "README.md") -> str:
+    """The text of ``page`` (README.md or a docs page) from the heading ``title`` to the next
+    heading of any level."""
+    text = (REPO / page).read_text()
+    start = text.index(f"\n{title}\n")
+    rest = text[start + len(title) + 2 :]
     end = re.search(r"^#{2,3} ", rest, re.MULTILINE)
     return rest[: end.start()] if end else rest
 
@@ -181,7 +182,7 @@ def test_echo_provider_example_serves_answers_fails_and_stops(index: int) -> Non
 
 
 def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
-    lines = [c for c in commands(section("## Running the reference server")) if "buf curl" in c]
+    lines = [c for c in commands(section("## Running the reference server", "docs/server.md")) if "buf curl" in c]
     assert lines == [
         ".venv/bin/buf curl --protocol grpc --http2-prior-knowledge "
         "http://127.0.0.1:50051/model.v1.ModelService/Describe"
@@ -195,7 +196,7 @@ def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
 
 
 def test_building_requests_script_runs_as_written(readme_server: int, tmp_path: Path) -> None:
-    (snippet,) = code_blocks(section("### Building requests (kernel side)"), "python")
+    (snippet,) = code_blocks(section("### Building requests (kernel side)", "docs/writing-a-kernel.md"), "python")
     assert "weather_tool = tool(" in snippet and snippet.rstrip().endswith("asyncio.run(main())")
     script = tmp_path / "kernel_turns.py"
     script.write_text(snippet.replace("127.0.0.1:50051", f"127.0.0.1:{readme_server}"))
@@ -207,7 +208,7 @@ def test_building_requests_script_runs_as_written(readme_server: int, tmp_path: 
 
 
 def test_tools_file_format_of_the_readme_is_what_chat_reads(tmp_path: Path) -> None:
-    (example,) = code_blocks(section("### Building requests (kernel side)"), "json")
+    (example,) = code_blocks(section("### Building requests (kernel side)", "docs/writing-a-kernel.md"), "json")
     path = tmp_path / "tools.json"
     path.write_text(example)
     (declared,) = load_tools(str(path))
@@ -216,7 +217,7 @@ def test_tools_file_format_of_the_readme_is_what_chat_reads(tmp_path: Path) -> N
 
 
 def test_serve_snippet_names_the_real_api() -> None:
-    (snippet,) = code_blocks(section("### Writing a provider"), "python")
+    (snippet,) = code_blocks(section("### Writing a provider", "docs/writing-a-provider.md"), "python")
     assert snippet == (
         "from protocol_py import serve\n\n"
         "serve(MyProvider(), port=0, handshake=True)  # blocks until SIGINT/SIGTERM\n"
