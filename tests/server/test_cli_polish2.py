@@ -199,7 +199,7 @@ def test_timeout_bounds_the_tls_connect_to_a_silent_listener(
 
 
 def test_readme_client_option_list_names_every_client_tls_option() -> None:
-    readme = (REPO / "docs" / "server.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     sentence = readme.split("Clients (`chat`, `capabilities`, `describe`, `ModelClient.connect`)")
     listed = set(re.findall(r"--tls[\w-]*", sentence[1].split("\n- ", 1)[0]))
     subparsers = next(
