@@ -114,7 +114,7 @@ def test_decisions_have_consecutive_anchors_each_with_its_section() -> None:
 def test_every_cited_decision_exists() -> None:
     known = set(ANCHOR.findall(DECISIONS.read_text(encoding="utf-8")))
     cited: dict[str, str] = {}
-    for folder in ("src", "tests", "benchmarks", "tools", "examples", "docs"):
+    for folder in ("src", "tests", "benchmarks", "tools", "examples", "docs", "testdata"):
         for path in (REPO / folder).rglob("*"):
             if path.suffix in {".py", ".md"} and path.is_file():
                 for anchor in CITATION.findall(path.read_text(encoding="utf-8")):
