@@ -8,7 +8,8 @@ read through :class:`protocol_py.providers.http.sse.SSEParser` plus ``json.loads
 client minimally does). Prints events/s for both and the ratio.
 
 With ``--processes`` the stub and the server each run in their own process and only the
-client runs here (the issue 12 measurement); without it everything shares one process.
+client runs here (the figure of the target in docs/performance.md); without it everything shares
+one process.
 
 Run: ``.venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 5] [--processes]``
 """

@@ -1,4 +1,4 @@
-"""Per-stage cost of one warm turn on a long conversation (issue 12), in this process.
+"""Per-stage cost of one warm turn on a long conversation, in this process.
 
 The server's work on a StreamCompletion request, stage by stage, each timed on its own as the
 server runs it on a kernel's repeated turns (the same conversation resent, warm caches): the

@@ -80,6 +80,6 @@ def test_client_deadlines_are_named_documented_constants() -> None:
     for command in ("describe", "capabilities"):
         help_text = cli(command, "--help").stdout
         assert "--timeout SECONDS" in help_text and "(default 30)" in help_text
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "cli.md").read_text()
     assert "`describe [--server H:P] [--timeout S]`" in readme
     assert "open the connection within 10 s" in readme

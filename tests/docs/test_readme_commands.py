@@ -1,8 +1,10 @@
-"""The README's commands and snippets, run as written (so the README cannot drift): the
-"Examples" section's shell lines, the ``buf curl`` line, and the Python snippet of "Building
-requests". Two substitutions only, both documented in the README: ``.venv/bin/`` is the bin
-directory of the environment running the tests (CI uses its own venv), and ``PORT`` (or the
-default 50051) is the port the server under test picked."""
+"""The commands and snippets of README.md and docs/, run as written (so the docs cannot drift):
+the README's provider that makes a tool call, its kernel in ten lines and its "Examples" shell
+lines, the ``buf curl`` line of docs/server.md, the serve snippet of docs/writing-a-provider.md
+and the script and tools file of docs/writing-a-kernel.md. Two substitutions only, both
+documented in the README: ``.venv/bin/`` is the bin directory of the environment running the
+tests (CI uses its own venv), and ``PORT`` (or the 50051 and 50052 of the README) is the port
+the server under test picked."""
 
 from __future__ import annotations
 
@@ -26,14 +28,15 @@ from protocol_py.codec.structs import from_struct
 
 from ..support.servers import REPO
 
-README = (REPO / "README.md").read_text()
 BIN = Path(sys.executable).parent
 
 
-def section(title: str) -> str:
-    """The README text from the heading ``title`` to the next heading of any level."""
-    start = README.index(f"\n{title}\n")
-    rest = README[start + len(title) + 2 :]
+def section(title: str, page: str = "README.md") -> str:
+    """The text of ``page`` (README.md or a docs page) from the heading ``title`` to the next
+    heading of any level."""
+    text = (REPO / page).read_text()
+    start = text.index(f"\n{title}\n")
+    rest = text[start + len(title) + 2 :]
     end = re.search(r"^#{2,3} ", rest, re.MULTILINE)
     return rest[: end.start()] if end else rest
 
@@ -62,7 +65,7 @@ def argv(command: str, port: int | None = None) -> list[str]:
     return words
 
 
-EXAMPLES = commands(section("### Examples"))
+EXAMPLES = commands(section("## Examples"))
 
 
 def test_the_examples_section_lists_the_commands_this_file_runs() -> None:
@@ -75,12 +78,14 @@ def test_the_examples_section_lists_the_commands_this_file_runs() -> None:
     ]
 
 
-def start(command: str, ready: re.Pattern[str], stream: str) -> tuple[subprocess.Popen[str], int]:
-    """Start a README server command in the repository and wait (at most 30 s) until
-    ``ready`` (with the port as group 1) appears on ``stream``."""
+def start(
+    command: str, ready: re.Pattern[str], stream: str, cwd: Path = REPO
+) -> tuple[subprocess.Popen[str], int]:
+    """Start a README server command (in the repository, or ``cwd``) and wait (at most 30 s)
+    until ``ready`` (with the port as group 1) appears on ``stream``."""
     proc = subprocess.Popen(
         argv(command),
-        cwd=REPO,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -129,6 +134,61 @@ def run(command: str, port: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv(command, port), cwd=REPO, capture_output=True, text=True, timeout=120, check=False
     )
+
+
+def run_snippet(snippet: str, directory: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """Run a Python snippet of the docs, saved in ``directory``, against the server on ``port``
+    (the snippet's 127.0.0.1:50051)."""
+    script = directory / "snippet.py"
+    script.write_text(snippet.replace("127.0.0.1:50051", f"127.0.0.1:{port}"))
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_readme_kernel_in_ten_lines_runs_against_the_reference_server(
+    readme_server: int, tmp_path: Path
+) -> None:
+    (snippet,) = code_blocks(section("## A kernel in ten lines"), "python")
+    assert len(snippet.splitlines()) <= 20
+    done = run_snippet(snippet, tmp_path, readme_server)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"END_TURN 0\.\d+ USD\n", done.stdout), done.stdout
+
+
+def test_readme_provider_makes_a_tool_call_served_as_the_readme_says(tmp_path: Path) -> None:
+    text = section("## A provider that makes a tool call")
+    (provider,) = code_blocks(text, "python")
+    (kernel,) = code_blocks(section("## A kernel in ten lines"), "python")
+    serve_line, chat_line = commands(text)
+    assert serve_line.endswith("serve --provider ./weather.py:WeatherCaller --port 50052")
+    assert chat_line.startswith(".venv/bin/protocol-py chat --server 127.0.0.1:50052 ")
+    (tmp_path / "weather.py").write_text(provider)
+    proc, port = start(
+        serve_line.replace("--port 50052", "--port 0"),
+        re.compile(r"INFO protocol_py\.server serving weather on 127\.0\.0\.1:(\d+)"),
+        "stderr",
+        cwd=tmp_path,
+    )
+    try:
+        chat = subprocess.run(
+            argv(chat_line.replace("50052", str(port))),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert chat.returncode == 0, chat.stderr
+        lines = [line for line in chat.stdout.splitlines() if line]
+        assert lines == [
+            '[tool call get_weather({"city": "Paris"})]',
+            "tokens: input 12, output 9; cost: 0.00003 USD; stop: tool_use",
+        ]
+        done = run_snippet(kernel, tmp_path, port)  # the README's kernel works with it too
+        assert (done.returncode, done.stdout) == (0, "TOOL_USE 0.00003 USD\n"), done.stderr
+    finally:
+        err = stop(proc)
+    assert err.count('"rpc": "StreamCompletion"') == 2 and '"outcome": "ok"' in err
 
 
 def test_kernel_example_routes_streams_accumulates_and_prices(readme_server: int) -> None:
@@ -181,7 +241,8 @@ def test_echo_provider_example_serves_answers_fails_and_stops(index: int) -> Non
 
 
 def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
-    lines = [c for c in commands(section("## Running the reference server")) if "buf curl" in c]
+    reflection = section("## Health checking and reflection", "docs/server.md")
+    lines = [c for c in commands(reflection) if "buf curl" in c]
     assert lines == [
         ".venv/bin/buf curl --protocol grpc --http2-prior-knowledge "
         "http://127.0.0.1:50051/model.v1.ModelService/Describe"
@@ -195,7 +256,7 @@ def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
 
 
 def test_building_requests_script_runs_as_written(readme_server: int, tmp_path: Path) -> None:
-    (snippet,) = code_blocks(section("### Building requests (kernel side)"), "python")
+    (snippet,) = code_blocks(section("## Building requests", "docs/writing-a-kernel.md"), "python")
     assert "weather_tool = tool(" in snippet and snippet.rstrip().endswith("asyncio.run(main())")
     script = tmp_path / "kernel_turns.py"
     script.write_text(snippet.replace("127.0.0.1:50051", f"127.0.0.1:{readme_server}"))
@@ -207,7 +268,7 @@ def test_building_requests_script_runs_as_written(readme_server: int, tmp_path: 
 
 
 def test_tools_file_format_of_the_readme_is_what_chat_reads(tmp_path: Path) -> None:
-    (example,) = code_blocks(section("### Building requests (kernel side)"), "json")
+    (example,) = code_blocks(section("## Building requests", "docs/writing-a-kernel.md"), "json")
     path = tmp_path / "tools.json"
     path.write_text(example)
     (declared,) = load_tools(str(path))
@@ -216,7 +277,7 @@ def test_tools_file_format_of_the_readme_is_what_chat_reads(tmp_path: Path) -> N
 
 
 def test_serve_snippet_names_the_real_api() -> None:
-    (snippet,) = code_blocks(section("### Writing a provider"), "python")
+    (snippet,) = code_blocks(section("## The contract", "docs/writing-a-provider.md"), "python")
     assert snippet == (
         "from protocol_py import serve\n\n"
         "serve(MyProvider(), port=0, handshake=True)  # blocks until SIGINT/SIGTERM\n"

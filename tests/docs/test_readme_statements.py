@@ -21,11 +21,12 @@ from protocol_py_gen.model.v1 import RenderRequest
 
 from ..support.servers import REPO, Running
 
-README = (REPO / "README.md").read_text()
+CLI_DOC = (REPO / "docs" / "cli.md").read_text()
+REFERENCE_DOC = (REPO / "docs" / "reference-provider.md").read_text()
 
 
 def documented_cost_keys() -> tuple[list[str], list[str]]:
-    paragraph = README.split("`cost --json` prints one object with exactly these keys:", 1)[1]
+    paragraph = CLI_DOC.split("`cost --json` prints one object with exactly these keys:", 1)[1]
     paragraph = paragraph.split("\n\n", 1)[0]
     keys = re.findall(r"`(\w+)`\s+\(", paragraph)
     terms_text = paragraph.split("each cost term,", 1)[1].split("to a USD", 1)[0]
@@ -62,7 +63,7 @@ def test_cost_json_keys_are_exactly_those_the_readme_documents(
 
 
 def test_readme_client_option_list_names_every_client_tls_option() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     sentence = readme.split("Clients (`chat`, `capabilities`, `describe`, `ModelClient.connect`)")
     listed = set(re.findall(r"--tls[\w-]*", sentence[1].split("\n- ", 1)[0]))
     subparsers = next(
@@ -79,7 +80,7 @@ def test_readme_client_option_list_names_every_client_tls_option() -> None:
 
 
 def test_readme_pinning_says_how_to_build_the_wheel_it_tells_users_to_install() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "pinning.md").read_text(encoding="utf-8")
     pinning = readme.split("## Pinning the protocol version", 1)[1].split("\n## ", 1)[0]
     # the name tests/release/test_packaging.py builds
     wheel = f"protocol_py-{PACKAGE_VERSION}-py3-none-any.whl"
@@ -95,7 +96,7 @@ async def test_readme_simulate_error_kinds_and_repeat_payload_are_the_reference_
 ) -> None:
     """README "The built-in reference provider" lists every simulate_error.kind the Configure
     schema accepts, and its reference.repeat example renders as it says."""
-    listed = README.split("`kind` is the ErrorKind in\n  lowercase, one of ", 1)[1]
+    listed = REFERENCE_DOC.split("`kind` is the ErrorKind in\n  lowercase, one of ", 1)[1]
     listed = listed.split("; any other", 1)[0]
     kinds = [k.strip().strip("`") for k in listed.replace("\n", " ").split(",")]
     accepted = CONFIG_SCHEMA["properties"]["simulate_error"]["properties"]["kind"]["enum"]

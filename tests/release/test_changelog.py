@@ -8,6 +8,8 @@ import re
 from datetime import date
 from pathlib import Path
 
+from protocol_py._moved import MOVED
+
 CHANGELOG = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text(encoding="utf-8")
 
 HEADING = re.compile(r"^## \[([^\]]+)\](?: - (\S+))?$", re.MULTILINE)
@@ -36,3 +38,20 @@ def test_every_heading_has_a_tag_range_reference_without_a_host() -> None:
         expected[newer] = f"{older}...v{newer}"
     assert references == expected
     assert not any("://" in target or "<" in target for target in references.values())
+
+
+def test_the_deprecated_entry_lists_every_old_module_path_and_where_it_went() -> None:
+    """[Unreleased] "Deprecated" names each old path of ``protocol_py._moved.MOVED`` once, under
+    the package that holds its new modules."""
+    unreleased = CHANGELOG.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
+    deprecated = unreleased.split("### Deprecated\n", 1)[1].split("\n### ", 1)[0]
+    listed: dict[str, str] = {}
+    for package, paths in re.findall(
+        r"^  - into `([\w.]+)`: (.*?)(?=^  - |\n\S|\Z)", deprecated, re.M | re.S
+    ):
+        for old in re.findall(r"`(protocol_py\.[\w.]+)`", paths.replace("\n", " ")):
+            assert old not in listed, old
+            listed[old] = package
+    assert set(listed) == set(MOVED)
+    for old, package in listed.items():
+        assert all(new.startswith(package + ".") for new in MOVED[old]), (old, MOVED[old])

@@ -101,6 +101,8 @@ def test_sdist_holds_sources_protos_baselines_and_image(dists: Dists) -> None:
         "pyproject.toml",
         "README.md",
         "CHANGELOG.md",
+        "DEVELOPMENT.md",
+        "docs/decisions.md",
         "src/protocol_py/__init__.py",
         "src/protocol_py/py.typed",
         "gen/python/protocol_py_gen/__init__.py",

@@ -158,7 +158,7 @@ class Completion:
     """One accumulated completion.
 
     Attributes:
-        message: The canonical assistant Message (a new ULID as id, DESIGN D16).
+        message: The canonical assistant Message (a new ULID as id, docs/decisions.md#d16).
         usage: The usage event, or None.
         stop: The stop event, or None (a failed or incomplete stream).
         error: The in-band ModelError, or None.
@@ -310,12 +310,12 @@ class ModelClient:
     ) -> AsyncIterator[StreamEvent]:
         """StreamCompletion's raw events. Leaving the loop early cancels the RPC.
 
-        A stream that ended in-band (its last event a ``stop`` or an ``error``, DESIGN D12) is
-        reported as it was sent even when the connection goes right after it: the server's
-        GOAWAY at shutdown makes grpclib fail every open stream at once, dropping events it
-        had already received; those are read from the stream's buffer and yielded, so a
-        shutdown shows as the server's in-band TRANSIENT "server shutting down" error, not as
-        a lost connection (issue 8, item 11).
+        A stream that ended in-band (its last event a ``stop`` or an ``error``,
+        docs/decisions.md#d12) is reported as it was sent even when the connection goes right after
+        it: the server's GOAWAY at shutdown makes grpclib fail every open stream at once, dropping
+        events it had already received; those are read from the stream's buffer and yielded, so a
+        shutdown shows as the server's in-band TRANSIENT "server shutting down" error, not as a
+        lost connection.
 
         Raises:
             GRPCError: a transport-level failure (DEADLINE_EXCEEDED when ``timeout`` passes).
@@ -335,7 +335,7 @@ class ModelClient:
                 timeout=timeout,
             ) as call:
                 await call.send_message(request, end=True)
-                reader = MessageReader(call)  # whole messages received, in bulk (issue 12)
+                reader = MessageReader(call)  # whole messages received, in bulk
                 try:
                     while events := await reader.batch():
                         for event in events:
@@ -364,7 +364,7 @@ class ModelClient:
         matches (the usage event's receipt time, its prompt size).
 
         Raises:
-            StreamOrderError: the server broke the event order (D12).
+            StreamOrderError: the server broke the event order (docs/decisions.md#d12).
             GRPCError / asyncio.TimeoutError: as :meth:`stream`.
             InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """

@@ -1,5 +1,5 @@
 """Request builders for kernel authors: a :class:`Conversation` builds the next
-StreamCompletionRequest (spec: "StreamCompletionRequest", "call_context"; DESIGN D16).
+StreamCompletionRequest (spec: "StreamCompletionRequest", "call_context"; docs/decisions.md#d16).
 
 It holds what a kernel must carry from turn to turn and assigns what the spec requires:
 
@@ -101,7 +101,7 @@ def tool(name: str, description: str, input_schema: dict[str, Any]) -> ToolDecla
     """A tool declaration; ``input_schema`` is the JSON Schema of the arguments object.
 
     Raises:
-        InvalidValueError: the schema is not JSON a Struct can carry (DESIGN D5).
+        InvalidValueError: the schema is not JSON a Struct can carry (docs/decisions.md#d5).
     """
     return ToolDeclaration(name=name, description=description, input_schema=to_struct(input_schema))
 

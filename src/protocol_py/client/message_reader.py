@@ -1,4 +1,4 @@
-"""Bulk reading of a grpclib client stream's response messages (issue 12, client receive path).
+"""Bulk reading of a grpclib client stream's response messages.
 
 grpclib's ``Stream.recv_message`` reads one message with two awaited buffer reads (the 5-byte
 gRPC length prefix, then the message), enters its cancellation wrapper, dispatches a

@@ -129,7 +129,7 @@ async def serve_async(
             ``on_started``).
         socket: Listen on this unix-domain socket (mode 0600) instead of TCP.
         handshake: Print the handshake line (``1|tcp|<host>:<port>|grpc``,
-            ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
+            ``1|unix|<path>|grpc``; docs/handshake.md) on stdout once serving. With no
             ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
             directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
             TLS (:func:`protocol_py.transport.listen.listen_spec`).
@@ -263,8 +263,9 @@ class _EndOfInput(asyncio.Protocol):
 
 async def watch_stdin_eof(on_eof: Callable[[], None]) -> asyncio.BaseTransport | None:
     """Call ``on_eof`` when stdin, a pipe, reaches end of file (the launching kernel exited or
-    was killed: every write end is closed); README "Security". Returns the pipe's transport
-    (close it to stop watching), or None when stdin is not a pipe (nothing is watched).
+    was killed: every write end is closed); docs/security.md, "Launch hardening". Returns the
+    pipe's transport (close it to stop watching), or None when stdin is not a pipe (nothing is
+    watched).
 
     :func:`serve_async` does this with ``handshake`` when :data:`EXIT_ON_STDIN_EOF_ENV` is
     ``1`` (set by :func:`protocol_py.transport.launch.launch`), and treats end of file as

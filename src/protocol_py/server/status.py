@@ -1,5 +1,5 @@
 """How failures become statuses: provider exceptions as ModelErrors, unary errors as gRPC
-statuses, violations as the in-band INVALID_REQUEST event (DESIGN D10)."""
+statuses, violations as the in-band INVALID_REQUEST event (docs/decisions.md#d10)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from protocol_py_gen.model.v1 import (
 
 
 def classify_exception(exc: BaseException) -> ModelError:
-    """Turn a provider exception into the ModelError that ends its stream (DESIGN D10).
+    """Turn a provider exception into the ModelError that ends its stream (docs/decisions.md#d10).
 
     :class:`ProviderError` keeps its own ModelError; ``httpx`` transport errors, ``OSError``
     and timeouts are TRANSIENT (retryable); an ``httpx.HTTPStatusError`` is classified by its

@@ -1,7 +1,7 @@
 """Small StreamEvent constructors and checks shared by the vendor stream translators.
 
-Every constructor builds the event through the oneof constructor (DESIGN "sharp edges": never
-assign a second oneof member).
+Every constructor builds the event through the oneof constructor (DEVELOPMENT.md, "Toolchain and
+sharp edges": never assign a second oneof member).
 """
 
 from __future__ import annotations
@@ -85,12 +85,14 @@ def thinking(value: str) -> StreamEvent:
 
 
 def signature(value: str) -> StreamEvent:
-    """A thinking_signature event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    """A thinking_signature event carrying the vendor string's UTF-8 bytes verbatim
+    (docs/decisions.md#d6)."""
     return StreamEvent(thinking_signature=ThinkingSignature(signature=value.encode("utf-8")))
 
 
 def redacted(value: str) -> StreamEvent:
-    """A redacted_thinking event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    """A redacted_thinking event carrying the vendor string's UTF-8 bytes verbatim
+    (docs/decisions.md#d6)."""
     return StreamEvent(redacted_thinking=RedactedThinking(data=value.encode("utf-8")))
 
 
@@ -163,8 +165,8 @@ def as_int(value: object) -> int | None:
 
 
 MAX_USAGE_COUNT = 2**53
-"""Largest vendor token count an adapter passes on (D5: integers beyond 2^53 are not exact in
-JSON); the sum of a few such counts still fits the proto's int64."""
+"""Largest vendor token count an adapter passes on (docs/decisions.md#d5: integers beyond 2^53 are
+not exact in JSON); the sum of a few such counts still fits the proto's int64."""
 
 _log = logging.getLogger("protocol_py.providers")
 
