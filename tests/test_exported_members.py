@@ -62,6 +62,7 @@ EXPORTED: Final[dict[str, list[str]]] = {
         "parse_handshake",
         "remove_socket",
         "socket_identity",
+        "unix_socket_path",
     ],
     "protocol_py.server": [
         "DEFAULT_GRACE_PERIOD",
