@@ -450,12 +450,7 @@ class HTTPProvider(Provider, abc.ABC):
             ) from None
         if response.status_code >= 300:
             err = self.redact_error(
-                error_from_http(
-                    response.status_code,
-                    body,
-                    response.headers,
-                    request_id_header=self.request_id_header,
-                )
+                self.classify_http_error(response.status_code, body, response.headers)
             )
             raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
@@ -464,14 +459,21 @@ class HTTPProvider(Provider, abc.ABC):
             raise ProviderStartError(
                 f"--discover: GET {self.models_path} did not return JSON"
             ) from None
-        entries = payload.get("data") if isinstance(payload, dict) else None
         official = self.base_url == parse_base_url(self.default_base_url)
-        for entry in entries if isinstance(entries, list) else []:
-            model_id = entry.get("id") if isinstance(entry, dict) else None
-            if isinstance(model_id, str) and model_id and model_id not in self._models:
+        for model_id in self.listed_model_ids(payload):
+            if model_id not in self._models:
                 self._models[model_id] = discovered_model(
                     model_id, priced_like=self.catalog() if official else None
                 )
+
+    def listed_model_ids(self, payload: object) -> list[str]:
+        """The model ids of a ``--discover`` listing (default: OpenAI's ``data[].id``)."""
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        return [
+            e["id"]
+            for e in (entries if isinstance(entries, list) else [])
+            if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"]
+        ]
 
     async def fetch(
         self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None
