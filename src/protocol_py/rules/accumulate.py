@@ -23,7 +23,15 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.order.content_after_usage``: a content event after ``usage``
 - ``stream.order.usage_repeated``: a second ``usage``
 - ``stream.stream_start.empty_id``: ``provider_request_id`` empty
-- ``stream.text_delta.empty``: an empty text fragment
+- ``stream.text_delta.empty``: an empty text fragment that carries no vendor data (protocol
+  1.2: a delta with vendor data may have empty text)
+- ``stream.text_delta.vendor_data.<rule>`` (protocol 1.2): ``vendor_data`` of a ``text_delta``
+  breaks a rule of :mod:`protocol_py.rules.vendor_data`, counted over the text block the delta
+  lands on (``location_duplicate`` across the block's deltas, ``too_many``, ...)
+- ``stream.vendor_block.<rule>`` (protocol 1.2): a ``vendor_block`` breaks a rule of
+  :mod:`protocol_py.rules.vendor_block` (``vendor_empty``, ``vendor_invalid``,
+  ``block_type_empty``, ``block_type_invalid``, ``data_empty``, ``data_too_large``,
+  ``data_not_object``)
 - ``stream.thinking_delta.empty``: an empty thinking fragment
 - ``stream.thinking_signature.empty``: an empty signature
 - ``stream.redacted_thinking.empty``: empty redacted data
@@ -48,7 +56,11 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.error.kind_unspecified``: ``error`` without a kind
 - ``stream.error.kind_unknown``: ``error`` with a kind outside ErrorKind
 
-Accumulation: consecutive text deltas form one text block; consecutive thinking deltas form one
+Accumulation: consecutive text deltas form one text block, unless a delta sets ``new_block``
+(protocol 1.2), which starts a new one; a delta's ``vendor_data`` is appended to the text block
+it lands on, and a block of empty text is kept when it carries vendor data (a Gemini part that
+holds only its signature); ``vendor_block`` is its own block, verbatim, and closes an open text
+or thinking block (protocol 1.2); consecutive thinking deltas form one
 thinking block, closed by ``thinking_signature`` (the signature is assigned, not appended); a
 signature with no open thinking block becomes its own thinking block with empty text (an
 Anthropic signature-only block is legal); ``redacted_thinking`` is its own block, verbatim; a
@@ -75,6 +87,7 @@ from ulid import ULID
 from protocol_py.codec import protojson
 from protocol_py.codec.structs import parse_json_object, to_struct
 from protocol_py.errors import InvalidValueError, StreamOrderError
+from protocol_py.rules.vendor_block import vendor_block_problems
 from protocol_py.rules.vendor_data import vendor_data_problems
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -84,6 +97,7 @@ from protocol_py_gen.content.v1 import (
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
+    VendorBlock,
     VendorData,
 )
 from protocol_py_gen.google.protobuf import Struct
@@ -117,6 +131,7 @@ CONTENT_EVENT_KINDS = frozenset(
         "tool_call_start",
         "tool_call_delta",
         "tool_call_done",
+        "vendor_block",
     }
 )
 """StreamEvent oneof cases that carry content (DESIGN D12: the ``content*`` part of a stream)."""
@@ -211,7 +226,15 @@ class StreamOrderChecker:
     calls); each check is O(1).
     """
 
-    __slots__ = ("_closed", "_index", "_open", "_open_vendor_data", "_terminated", "_usage_seen")
+    __slots__ = (
+        "_closed",
+        "_index",
+        "_open",
+        "_open_vendor_data",
+        "_terminated",
+        "_text_vendor_data",
+        "_usage_seen",
+    )
 
     def __init__(self) -> None:
         self._index = 0
@@ -220,6 +243,8 @@ class StreamOrderChecker:
         self._open: set[str] = set()
         self._closed: set[str] = set()
         self._open_vendor_data: dict[str, list[VendorData]] = {}
+        # vendor data of the open text block (empty when it has none or no text block is open)
+        self._text_vendor_data: list[VendorData] = []
 
     @property
     def terminated(self) -> bool:
@@ -261,6 +286,8 @@ class StreamOrderChecker:
                 type(value) is TextDelta
                 and type(value.text) is str
                 and value.text
+                and not value.vendor_data
+                and not value.new_block
                 and _other_members(event) == _ALL_UNSET
             ):
                 return "text_delta", value
@@ -309,8 +336,19 @@ class StreamOrderChecker:
         return name, value
 
     def _check_content(self, index: int, name: str, value: Any) -> None:
-        if name == "text_delta" and not value.text:
-            raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
+        if name == "text_delta":
+            self._check_text_delta(index, value)
+            return
+        if self._text_vendor_data and name not in ("tool_call_delta", "tool_call_done"):
+            self._text_vendor_data = []  # the event closes the open text block
+        if name == "vendor_block":
+            for problem in vendor_block_problems(value):
+                raise StreamOrderError(
+                    index,
+                    f"stream.vendor_block.{problem.rule}",
+                    f"vendor_block.{problem.field}: {problem.message}",
+                )
+            return
         if name == "thinking_delta" and not value.text:
             raise StreamOrderError(
                 index, "stream.thinking_delta.empty", "thinking fragment is empty"
@@ -365,6 +403,23 @@ class StreamOrderChecker:
                 self._open.discard(call_id)
                 self._open_vendor_data.pop(call_id, None)
                 self._closed.add(call_id)
+
+    def _check_text_delta(self, index: int, delta: TextDelta) -> None:
+        entries = delta.vendor_data
+        if not delta.text and not entries:
+            raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
+        if delta.new_block and self._text_vendor_data:
+            self._text_vendor_data = []
+        if not entries:
+            return
+        earlier = self._text_vendor_data
+        for problem in vendor_data_problems(entries, earlier, item="text block"):
+            raise StreamOrderError(
+                index,
+                f"stream.text_delta.vendor_data.{problem.rule}",
+                f"text_delta: vendor_data[{problem.entry}]: {problem.message}",
+            )
+        self._text_vendor_data = [*earlier, *entries]
 
     @staticmethod
     def _check_usage(index: int, usage: Usage) -> None:
@@ -428,13 +483,21 @@ class StreamOrderChecker:
 
 
 class _TextBuilder:
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "vendor_data")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        self.vendor_data: list[VendorData] = []
 
     def build(self) -> ContentBlock:
-        return ContentBlock(text=TextBlock(text="".join(self.parts)))
+        return ContentBlock(
+            text=TextBlock(
+                text="".join(self.parts),
+                vendor_data=[
+                    VendorData(location=v.location, value=bytes(v.value)) for v in self.vendor_data
+                ],
+            )
+        )
 
 
 class _ThinkingBuilder:
@@ -448,6 +511,18 @@ class _ThinkingBuilder:
         return ContentBlock(
             thinking=ThinkingBlock(text="".join(self.parts), signature=self.signature)
         )
+
+
+class _VendorBlockBuilder:
+    __slots__ = ("block",)
+
+    def __init__(self, block: VendorBlock) -> None:
+        self.block = VendorBlock(
+            vendor=block.vendor, block_type=block.block_type, data=bytes(block.data)
+        )
+
+    def build(self) -> ContentBlock:
+        return ContentBlock(vendor_block=self.block)
 
 
 class _RedactedBuilder:
@@ -495,7 +570,7 @@ class _ToolBuilder:
         )
 
 
-_Builder = _TextBuilder | _ThinkingBuilder | _RedactedBuilder | _ToolBuilder
+_Builder = _TextBuilder | _ThinkingBuilder | _RedactedBuilder | _ToolBuilder | _VendorBlockBuilder
 
 
 @dataclass
@@ -651,10 +726,13 @@ class StreamAccumulator:
         """
         name, value = self._checker._check(event)
         if name == "text_delta":
-            if not isinstance(self._open, _TextBuilder):
+            if not isinstance(self._open, _TextBuilder) or value.new_block:
                 self._open = _TextBuilder()
                 self._blocks.append(self._open)
-            self._open.parts.append(value.text)
+            if value.text:
+                self._open.parts.append(value.text)
+            if value.vendor_data:
+                self._open.vendor_data.extend(value.vendor_data)
         elif name == "thinking_delta":
             if not isinstance(self._open, _ThinkingBuilder):
                 self._open = _ThinkingBuilder()
@@ -670,6 +748,9 @@ class StreamAccumulator:
             self._open = None
         elif name == "redacted_thinking":
             self._blocks.append(_RedactedBuilder(bytes(value.data)))
+            self._open = None
+        elif name == "vendor_block":
+            self._blocks.append(_VendorBlockBuilder(value))
             self._open = None
         elif name == "tool_call_start":
             call = _ToolBuilder(value.id, value.name, value.vendor_data)
