@@ -72,7 +72,7 @@ def test_raw_error_object_after_a_stop_event_is_a_terminal_error_not_a_success(
     assert (error.kind, error.retryable, error.http_status, error.vendor_code) == (
         ErrorKind.OVERLOADED,
         True,
-        503,
+        None,  # inside a 200 body: no HTTP status of its own; its code decided the kind
         "UNAVAILABLE",
     )
     assert error.message == "The model is overloaded. Please try again later."

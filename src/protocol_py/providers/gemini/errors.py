@@ -31,8 +31,9 @@ anything else                                          the shared classifier
 =====================================================  ======================================
 
 ``retry_after`` is ``RetryInfo.retryDelay``, else "Please retry in 31.9s" in the message, else
-the ``retry-after`` header (Google sends none today); ``http_status`` is ``error.code`` (or the
-response's status); ``vendor_code`` is ``error.status`` (``RESOURCE_EXHAUSTED``), or the
+the ``retry-after`` header (Google sends none today); ``http_status`` is the response's status
+(an error object inside a 200 body has none: its ``error.code`` only decides the kind);
+``vendor_code`` is ``error.status`` (``RESOURCE_EXHAUSTED``), or the
 ErrorInfo reason when the object has no status.
 """
 
@@ -147,7 +148,7 @@ def classify_gemini_error(
             request_id=request_id,
         )
     code = _status_number(err.get("code"))
-    http_status = status if status is not None else code
+    http_status = status if status is not None else code  # decides the kind
     raw_status = err.get("status")
     google_status = raw_status if isinstance(raw_status, str) and raw_status else None
     message = err.get("message")
@@ -223,7 +224,7 @@ def classify_gemini_error(
         message=redact(printable(message)),
         retryable=retryable,
         retry_after=duration_from_seconds(hint) if hint is not None and retryable else None,
-        http_status=http_status,
+        http_status=status,  # only an HTTP response's own status (None in-band)
         vendor_code=printable(vendor_code, MAX_LISTED_ITEM_CHARS) if vendor_code else None,
         provider_request_id=printable(request_id, MAX_LISTED_ITEM_CHARS) if request_id else None,
     )
