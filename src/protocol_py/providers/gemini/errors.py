@@ -49,6 +49,7 @@ from protocol_py.providers.http.errors import (
     RETRYABLE_KINDS,
     classify_error_object,
     duration_from_seconds,
+    error_from_http,
     lower_headers,
     parse_retry_after,
     redact,
@@ -77,8 +78,6 @@ _STATUS_KINDS: Final[Mapping[str, ErrorKind]] = {
     "FAILED_PRECONDITION": ErrorKind.INVALID_REQUEST,
     "OUT_OF_RANGE": ErrorKind.INVALID_REQUEST,
 }
-_MAX_TEXT_BODY_SHOWN: Final = 500
-"""The most characters of a non-JSON error body (an HTML page) used as the error message."""
 
 
 def parse_duration_string(value: object) -> float | None:
@@ -236,11 +235,10 @@ def gemini_error_from_http(status: int, body: bytes, headers: Mapping[str, str])
     A body that is not JSON (an HTML page from a proxy) becomes the message (printable, at
     most 500 characters) and the HTTP status decides the kind.
     """
-    h = lower_headers(headers)
     try:
         obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
-    except ValueError:
-        text = body[:_MAX_TEXT_BODY_SHOWN].decode("utf-8", errors="replace").strip()
-        obj = {"error": {"message": printable(text, _MAX_TEXT_BODY_SHOWN)}} if text else {}
-        return classify_error_object(obj, status=status, retry_after_s=parse_retry_after(h))
-    return classify_gemini_error(obj, status=status, retry_after_s=parse_retry_after(h))
+    except ValueError:  # the shared reading of a non-JSON body
+        return error_from_http(status, body, headers, request_id_header="x-goog-request-id")
+    return classify_gemini_error(
+        obj, status=status, retry_after_s=parse_retry_after(lower_headers(headers))
+    )
