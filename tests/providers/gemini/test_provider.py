@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 
 import pytest
 from adapters._stub import Reply
+from adapters._support import served_client
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -29,6 +30,8 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
     ErrorKind,
+    GenerationParams,
+    StopReason,
     StreamCompletionRequest,
     StreamEvent,
     TokenCountMethod,
@@ -312,6 +315,44 @@ async def test_discover_adds_listed_models_with_conservative_defaults() -> None:
     assert stub.seen[0].path == "/models"
 
 
+async def test_raw_error_after_stop_reaches_the_kernel_as_an_error_through_grpc() -> None:
+    tail = (
+        b'{\r\n  "error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}\r\n}\r\n'
+    )
+    async with GeminiStub() as stub:
+        reply = stream_reply(*ANSWER)
+        reply.chunks.append(tail)
+        stub.queue(reply)
+        provider = GeminiProvider(api_key=KEY, base_url=stub.url)
+        async for client in served_client(provider):
+            done = await client.complete(completion("gemini-2.5-flash"), timeout=20)
+        await provider.aclose()
+    assert done.stop is None and done.error is not None
+    assert (done.error.kind, done.error.vendor_code) == (ErrorKind.OVERLOADED, "UNAVAILABLE")
+    assert done.usage is not None and done.usage.output_tokens == 1  # reported usage is kept
+
+
+async def test_a_matched_stop_sequence_ends_the_turn_and_closes_the_upstream_call() -> None:
+    first = {**ANSWER[0], "candidates": [{"content": {"parts": [{"text": "one two ST"}]}}]}
+    second = {**ANSWER[0], "candidates": [{"content": {"parts": [{"text": "OP three"}]}}]}
+    async with GeminiStub() as stub:
+        reply = stream_reply(first, second)
+        reply.hold = True  # the vendor would go on generating
+        stub.queue(reply)
+        provider = GeminiProvider(api_key=KEY, base_url=stub.url)
+        request = completion("gemini-2.5-flash", params=GenerationParams(stop_sequences=["STOP"]))
+        try:
+            events = await _collect(provider, request)
+            assert await stub.wait_all_closed(2.0), "the upstream call was not closed"
+        finally:
+            await provider.aclose()
+    assert _text(events) == "one two "
+    stop = events[-1].stop
+    assert stop is not None
+    assert (stop.reason, stop.matched_stop_sequence) == (StopReason.STOP_SEQUENCE, "STOP")
+    assert "stopSequences" not in stub.seen[0].body.decode()
+
+
 # --- Vertex AI ----------------------------------------------------------------------------------
 
 
@@ -332,6 +373,15 @@ def service_account() -> dict[str, str]:
         "client_id": "1",
         "token_uri": "https://oauth2.googleapis.com/token",
     }
+
+
+def test_vertex_location_must_be_a_location_name() -> None:
+    with pytest.raises(ValueError, match=r"GOOGLE_CLOUD_LOCATION: 'evil\.example/x#' is not a"):
+        VertexProvider.from_cli(
+            base_url=None, discover=False, env={"GOOGLE_CLOUD_LOCATION": "evil.example/x#"}
+        )
+    with pytest.raises(ValueError, match="location: 'US' is not a Vertex AI location"):
+        VertexProvider(location="US")
 
 
 def test_vertex_hosts_global_and_regional() -> None:

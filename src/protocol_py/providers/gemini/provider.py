@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -74,7 +75,13 @@ from protocol_py_gen.model.v1 import (
     TokenCountMethod,
 )
 
-__all__ = ["GeminiProvider", "VertexProvider", "kernel_speaks_1_2"]
+__all__ = [
+    "GeminiProvider",
+    "VertexProvider",
+    "check_location",
+    "kernel_speaks_1_2",
+    "vertex_base_url",
+]
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 """The Gemini API root."""
@@ -381,6 +388,24 @@ _VERTEX_SCHEMA: dict[str, Any] = {
 }
 
 
+_LOCATION = re.compile(r"[a-z0-9-]{1,64}")
+
+
+def check_location(location: str, what: str = "location") -> str:
+    """``location`` when it is a Vertex location name (lowercase letters, digits and ``-``, at
+    most 64 characters: it becomes part of a host name).
+
+    Raises:
+        ValueError: naming ``what`` and the rule, quoting at most 64 characters.
+    """
+    if not _LOCATION.fullmatch(location):
+        raise ValueError(
+            f"{what}: {location[:64]!r} is not a Vertex AI location (lowercase letters, digits "
+            "and '-', at most 64 characters; for example global or us-central1)"
+        )
+    return location
+
+
 def vertex_base_url(location: str) -> str:
     """The Vertex AI API root for a location (``global`` has no regional host)."""
     if location == "global":
@@ -406,7 +431,7 @@ class VertexProvider(GeminiProvider):
         **kwargs: Any,
     ) -> None:
         self.project = project
-        self.location = location
+        self.location = check_location(location)
         self.credentials = credentials or VertexCredentials()
         self._custom_base = base_url is not None
         self.default_base_url = vertex_base_url(location)
@@ -419,16 +444,20 @@ class VertexProvider(GeminiProvider):
         Credentials, ``VERTEX_TOKEN_URI``.
 
         Raises:
-            ValueError: ``--base-url`` or ``VERTEX_TOKEN_URI`` is not an absolute http(s) URL.
+            ValueError: ``--base-url`` or ``VERTEX_TOKEN_URI`` is not an absolute http(s) URL,
+                or ``GOOGLE_CLOUD_LOCATION`` is not a location name (:func:`check_location`).
         """
         if base_url is not None:
             base_url = parse_base_url(base_url, what="--base-url")
         token_uri = env.get("VERTEX_TOKEN_URI") or None
         if token_uri is not None:
             token_uri = parse_base_url(token_uri, what="VERTEX_TOKEN_URI")
+        location = check_location(
+            env.get("GOOGLE_CLOUD_LOCATION") or "global", "GOOGLE_CLOUD_LOCATION"
+        )
         return cls(
             project=env.get("GOOGLE_CLOUD_PROJECT") or None,
-            location=env.get("GOOGLE_CLOUD_LOCATION") or "global",
+            location=location,
             credentials=VertexCredentials(file=credentials_file_from_env(env), token_uri=token_uri),
             base_url=base_url,
             discover=discover,
@@ -456,7 +485,7 @@ class VertexProvider(GeminiProvider):
         if "project" in config:
             self.project = str(config["project"])
         if "location" in config:
-            self.location = str(config["location"])
+            self.location = check_location(str(config["location"]))
             self.default_base_url = vertex_base_url(self.location)
             if not self._custom_base and "base_url" not in config:
                 self.base_url = self.default_base_url
