@@ -6,12 +6,16 @@ across keys, and what creating and storing one costs reported in the usage."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.gemini.caching import EXPIRY_MARGIN_S, ExplicitCaches
 from protocol_py.providers.gemini.provider import GeminiProvider
 from protocol_py.providers.http.base import HTTPProvider
+from protocol_py.rules.fees import storage_cost
+from protocol_py.rules.pricing import cost
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
 from protocol_py_gen.google.protobuf import Empty
@@ -274,3 +278,32 @@ async def test_breakpoints_are_ignored_where_the_model_declares_no_explicit_mark
             await provider.aclose()
     assert stub.creates() == []
     assert "cachedContent" not in stub.streams()[0].json()
+
+
+async def test_creating_and_storing_a_cache_cost_exactly_what_google_bills() -> None:
+    """Google bills the creation at the input rate, the generate call's read of those tokens at
+    the cache-read rate, and the storage per token-hour: 2.5 Flash 0.30 / 0.03 / 1.00."""
+    async with GeminiStub() as stub:
+        stub.queue(_answer(4096), _answer(4096))
+        provider = _provider(stub)
+        try:
+            created = await _usage(provider, _request(2))
+            reused = await _usage(provider, _request(3))
+        finally:
+            await provider.aclose()
+    spec = provider.spec_for(MODEL)
+    assert spec is not None and spec.pricing is not None
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    first = cost(spec.pricing, created, at)
+    tier = spec.pricing.tiers[first.tier_index or 0]
+    assert {k: first.terms[k] for k in ("input", "output", "cache_read", "cache_write_5m")} == {
+        "input": Decimal("0.0002712"),  # 904 x 0.30
+        "output": Decimal("0.000025"),  # 10 x 2.50
+        "cache_read": Decimal("0"),
+        "cache_write_5m": Decimal("0.00135168"),  # 4096 x (0.30 created + 0.03 read)
+    }
+    assert storage_cost(created, tier, 0) == Decimal("0.004096")  # 4096 tokens for one hour
+    second = cost(spec.pricing, reused, at)
+    assert second.terms["cache_read"] == Decimal("0.00012288")  # 4096 x 0.03
+    assert second.terms["cache_write_5m"] == 0
+    assert storage_cost(reused, tier, 0) == 0

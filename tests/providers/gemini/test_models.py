@@ -10,6 +10,7 @@ import pytest
 from protocol_py.providers.gemini.models import BREAKPOINT_TTLS, MAX_STOP_SEQUENCES, gemini_models
 from protocol_py.providers.gemini.provider import GeminiProvider
 from protocol_py.rules.constraints import declaration_violations, request_violations
+from protocol_py.rules.fees import tier_violations
 from protocol_py.rules.validation import validate_capabilities, validate_request
 from protocol_py_gen.model.v1 import CacheBreakpoint, GenerationParams
 
@@ -38,6 +39,8 @@ def test_catalog_is_valid_and_covers_2_5_and_3() -> None:
         assert list(spec.caching.breakpoint_ttl_seconds) == list(BREAKPOINT_TTLS)
         assert spec.pricing is not None
         assert all(t.cache_storage_per_mtok_hour for t in spec.pricing.tiers)
+        for i, tier in enumerate(spec.pricing.tiers):
+            assert tier_violations(tier, f"pricing.tiers[{i}]", True) == []
 
 
 def test_pro_models_have_the_200k_prompt_tier() -> None:
