@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import betterproto2
-from adapters._stub import Reply, Seen, StubUpstream
 
 from protocol_py.providers.gemini.errors import gemini_error_from_http
 from protocol_py.providers.gemini.parts import CallIds
@@ -22,6 +21,8 @@ from protocol_py.providers.http.sse import SSEParser
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
+
+from ...support.stub_upstream import Reply, Seen, StubUpstream
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED = (

@@ -14,8 +14,8 @@ from protocol_py.codec.structs import to_struct
 from protocol_py.providers.gemini.caching import EXPIRY_MARGIN_S, ExplicitCaches
 from protocol_py.providers.gemini.provider import GeminiProvider
 from protocol_py.providers.http.base import HTTPProvider
+from protocol_py.rules.cost import cost
 from protocol_py.rules.fees import storage_cost
-from protocol_py.rules.pricing import cost
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, TextBlock
 from protocol_py_gen.google.protobuf import Empty
@@ -303,7 +303,9 @@ async def test_creating_and_storing_a_cache_cost_exactly_what_google_bills() -> 
         "cache_write_5m": Decimal("0.00135168"),  # 4096 x (0.30 created + 0.03 read)
     }
     assert storage_cost(created, tier, 0) == Decimal("0.004096")  # 4096 tokens for one hour
+    assert first.terms["cache_storage"] == Decimal("0.004096")
+    assert first.total == Decimal("0.00574388")  # every term above, nothing else
     second = cost(spec.pricing, reused, at)
     assert second.terms["cache_read"] == Decimal("0.00012288")  # 4096 x 0.03
-    assert second.terms["cache_write_5m"] == 0
-    assert storage_cost(reused, tier, 0) == 0
+    assert (second.terms["cache_write_5m"], second.terms["cache_storage"]) == (0, 0)
+    assert second.total == Decimal("0.00041908")  # 904 x 0.30 + 0.00012288 + 10 x 2.50

@@ -9,26 +9,6 @@ import zlib
 from typing import Any
 
 import pytest
-from adapters._stub import Reply, StubUpstream
-from adapters._support import served_client
-from adapters.test_providers_stub import request
-from reliability.test_hostile_upstream import (
-    MIB,
-    PEAK_LIMIT,
-    _stream_measured,
-    bomb,  # noqa: F401 (the fixture)
-)
-from reliability.test_upstream_faults import (
-    FAST,
-    FAULTS,
-    REQUEST_ID,
-    STALL,
-    Bodies,
-    Fault,
-    _check,
-    _through_adapter,
-    _through_grpc,
-)
 
 from protocol_py.bounded_text import MAX_ERROR_MESSAGE_BYTES, encoded_size
 from protocol_py.client.client import ModelClient
@@ -40,6 +20,26 @@ from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.providers.http.sse import MAX_SSE_LINE_BYTES
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
+from ...reliability.test_hostile_upstream import (
+    MIB,
+    PEAK_LIMIT,
+    _stream_measured,
+    bomb,  # noqa: F401 (the fixture)
+)
+from ...reliability.test_upstream_faults import (
+    FAST,
+    FAULTS,
+    REQUEST_ID,
+    STALL,
+    Bodies,
+    Fault,
+    _check,
+    _through_adapter,
+    _through_grpc,
+)
+from ...support.adapters import served_client
+from ...support.stub_upstream import Reply, StubUpstream
+from ..test_providers_stub import request
 from ._gemini import kinds, sse
 
 ADAPTERS = ["gemini", "vertex"]

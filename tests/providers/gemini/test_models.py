@@ -9,9 +9,10 @@ import pytest
 
 from protocol_py.providers.gemini.models import BREAKPOINT_TTLS, MAX_STOP_SEQUENCES, gemini_models
 from protocol_py.providers.gemini.provider import GeminiProvider
+from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.constraints import declaration_violations, request_violations
 from protocol_py.rules.fees import tier_violations
-from protocol_py.rules.validation import validate_capabilities, validate_request
+from protocol_py.rules.request import validate_request
 from protocol_py_gen.model.v1 import CacheBreakpoint, GenerationParams
 
 from ._gemini import completion

@@ -13,8 +13,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
-from adapters._stub import Reply
-from adapters._support import served_client
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -37,6 +35,8 @@ from protocol_py_gen.model.v1 import (
     TokenCountMethod,
 )
 
+from ...support.adapters import served_client
+from ...support.stub_upstream import Reply
 from ._gemini import GeminiStub, completion, kinds, stream_reply, user
 
 KEY = "AIzaSy-test-key-0001-abcdefgh"

@@ -30,7 +30,7 @@ from protocol_py.providers.catalog import discovered_model
 from protocol_py.providers.gemini.models import gemini_models
 from protocol_py.providers.gemini.parts import FUNCTION_CALL_ID, THOUGHT_SIGNATURE
 from protocol_py.rules.accumulate import accumulate
-from protocol_py.rules.pricing import cost
+from protocol_py.rules.cost import cost
 
 from ._gemini import (
     RECORDED,
@@ -132,7 +132,7 @@ def test_recording_translates_exactly(path: Path, kernel_1_2: bool) -> None:
     meta, body = load_recording(path)
     events = run_recording(meta, body, text_vendor_data=kernel_1_2)
     assert_events(events, our_mapping(meta, body, kernel_1_2=kernel_1_2))
-    folded = accumulate(events)  # raises on any order violation (D12)
+    folded = accumulate(events)  # raises on any order violation (docs/decisions.md#d12)
     assert folded.complete
     assert folded.tool_call_errors == {}
     assert folded.open_tool_calls == []

@@ -8,7 +8,6 @@ import dataclasses
 from typing import Any
 
 import pytest
-from adapters._support import served_client
 
 from protocol_py.client.client import Completion, ModelClient
 from protocol_py.client.conversation import Conversation, tool
@@ -16,6 +15,7 @@ from protocol_py.providers.gemini.auth import VertexCredentials
 from protocol_py.providers.gemini.provider import GeminiProvider, VertexProvider
 from protocol_py_gen.model.v1 import StopReason
 
+from ...support.adapters import served_client
 from ._gemini import SYNTHETIC_ID, GeminiStub, stream_reply
 from .test_provider import service_account  # noqa: F401 (the fixture)
 

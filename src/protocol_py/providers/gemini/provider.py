@@ -89,7 +89,7 @@ GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 
 def kernel_speaks_1_2(request: StreamCompletionRequest) -> bool:
     """Whether the request's kernel speaks protocol 1.2 or later
-    (``kernel_protocol_version``; absent: 1.0 or 1.1, docs/decisions.md#d18)."""
+    (``kernel_protocol_version``; absent: 1.0 or 1.1, docs/decisions.md#d30)."""
     version = request.kernel_protocol_version
     if not version:
         return False
@@ -322,7 +322,7 @@ class GeminiProvider(HTTPProvider):
     # -- CountTokens ----------------------------------------------------------------------------
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        """Count with the vendor's ``countTokens`` (VENDOR_API, DESIGN D15), system instruction
+        """Count with the vendor's ``countTokens`` (VENDOR_API, docs/decisions.md#d15), system instruction
         and tools included.
 
         Raises:

@@ -2,7 +2,7 @@
 
 Pure: consumes parsed SSE events (with :data:`~protocol_py.providers.http.sse.OTHER_LINE` lines,
 ``SSEParser(other_lines=True)``) and never does I/O. Implements the translation contract of
-``fixtures/vendor/README.md`` and DESIGN D6, D7, D10-D12 for Gemini's wire:
+``fixtures/vendor/README.md`` and docs/decisions.md#d6, #d7 and #d10 to #d12 for Gemini's wire:
 
 - Framing: each event is one ``data:`` line holding one whole ``GenerateContentResponse``; CR
   LF line ends; no ``event:`` field and no ``[DONE]``: the stream ends with the body. Text
@@ -42,7 +42,7 @@ Pure: consumes parsed SSE events (with :data:`~protocol_py.providers.http.sse.OT
   IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT, IMAGE_RECITATION, MODEL_ARMOR -> a MODERATION
   safety_notice, then CONTENT_FILTERED (affirmed); MALFORMED_FUNCTION_CALL and
   UNEXPECTED_TOOL_CALL -> a TRANSIENT, retryable error (never an empty success); any other value
-  -> END_TURN not affirmed (D11). ``promptFeedback.blockReason`` -> a MODERATION notice (scope
+  -> END_TURN not affirmed (docs/decisions.md#d11). ``promptFeedback.blockReason`` -> a MODERATION notice (scope
   prompt) and CONTENT_FILTERED. The body ending with neither -> TRANSIENT error.
 - Every terminal error first emits the usage reported so far (reported usage is never dropped).
 """

@@ -4,7 +4,7 @@ Gemini counts (ai.google.dev/api/generate-content#UsageMetadata): ``promptTokenC
 includes ``cachedContentTokenCount``; ``thoughtsTokenCount`` is outside
 ``candidatesTokenCount``; ``toolUsePromptTokenCount`` (results of server-side tools) is
 prompt input outside ``promptTokenCount``; ``totalTokenCount`` = prompt + candidates +
-toolUsePrompt + thoughts. The disjoint protocol categories (DESIGN D7):
+toolUsePrompt + thoughts. The disjoint protocol categories (docs/decisions.md#d7):
 
 - ``input_tokens`` = prompt - cached + toolUsePrompt (the cached part never twice);
 - ``cache_read_tokens`` = cached, when sent (implicit hits and explicit ``cachedContents``);
@@ -21,8 +21,8 @@ toolUsePrompt + thoughts. The disjoint protocol categories (DESIGN D7):
 Explicit caching: the completion that created a ``cachedContents`` entry (the adapter's own
 side call, :mod:`protocol_py.providers.gemini.caching`) also carries what creating it cost:
 ``cache_write_tokens`` = the cache's ``totalTokenCount`` (those tokens are then not counted as
-a cache read of this completion, so the prompt size of DESIGN D9 stays the vendor's prompt), and
-``cache_storage_token_seconds`` = tokens x the TTL set (protocol 1.2, docs/decisions.md#d17).
+a cache read of this completion, so the prompt size of docs/decisions.md#d9 stays the vendor's prompt), and
+``cache_storage_token_seconds`` = tokens x the TTL set (protocol 1.2, docs/decisions.md#d29).
 """
 
 from __future__ import annotations
