@@ -1,4 +1,5 @@
-"""Gemini and Vertex AI error objects -> ModelError (docs/decisions.md#d10; docs/adapters.md "Gemini").
+"""Gemini and Vertex AI error objects -> ModelError (docs/decisions.md#d10; docs/adapters.md
+"Gemini").
 
 Google APIs answer ``{"error": {"code", "message", "status", "details": [...]}}`` (some paths
 wrap it in an array, ``[{"error": ...}]``), for a non-2xx response and as a raw JSON object

@@ -322,8 +322,8 @@ class GeminiProvider(HTTPProvider):
     # -- CountTokens ----------------------------------------------------------------------------
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        """Count with the vendor's ``countTokens`` (VENDOR_API, docs/decisions.md#d15), system instruction
-        and tools included.
+        """Count with the vendor's ``countTokens`` (VENDOR_API, docs/decisions.md#d15), system
+        instruction and tools included.
 
         Raises:
             ProviderError: unknown model, a request the API cannot take, or the vendor's

@@ -42,8 +42,9 @@ Pure: consumes parsed SSE events (with :data:`~protocol_py.providers.http.sse.OT
   IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT, IMAGE_RECITATION, MODEL_ARMOR -> a MODERATION
   safety_notice, then CONTENT_FILTERED (affirmed); MALFORMED_FUNCTION_CALL and
   UNEXPECTED_TOOL_CALL -> a TRANSIENT, retryable error (never an empty success); any other value
-  -> END_TURN not affirmed (docs/decisions.md#d11). ``promptFeedback.blockReason`` -> a MODERATION notice (scope
-  prompt) and CONTENT_FILTERED. The body ending with neither -> TRANSIENT error.
+  -> END_TURN not affirmed (docs/decisions.md#d11). ``promptFeedback.blockReason`` -> a
+  MODERATION notice (scope prompt) and CONTENT_FILTERED. The body ending with neither ->
+  TRANSIENT error.
 - Every terminal error first emits the usage reported so far (reported usage is never dropped).
 """
 

@@ -21,7 +21,8 @@ toolUsePrompt + thoughts. The disjoint protocol categories (docs/decisions.md#d7
 Explicit caching: the completion that created a ``cachedContents`` entry (the adapter's own
 side call, :mod:`protocol_py.providers.gemini.caching`) also carries what creating it cost:
 ``cache_write_tokens`` = the cache's ``totalTokenCount`` (those tokens are then not counted as
-a cache read of this completion, so the prompt size of docs/decisions.md#d9 stays the vendor's prompt), and
+a cache read of this completion, so the prompt size of docs/decisions.md#d9 stays the vendor's
+prompt), and
 ``cache_storage_token_seconds`` = tokens x the TTL set (protocol 1.2, docs/decisions.md#d29).
 """
 
