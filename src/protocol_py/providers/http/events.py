@@ -87,6 +87,14 @@ def text(value: str) -> StreamEvent:
     return _new(StreamEvent, _EVENT, "text_delta", _new(TextDelta, _TEXT, "text", value))
 
 
+def signed_text(value: str, vendor_data: Sequence[VendorData]) -> StreamEvent:
+    """A text_delta that starts a new text block carrying ``vendor_data`` (protocol 1.2); its
+    text MAY be empty (a vendor part that holds only a signature)."""
+    return StreamEvent(
+        text_delta=TextDelta(text=value, vendor_data=list(vendor_data), new_block=True)
+    )
+
+
 def thinking(value: str) -> StreamEvent:
     """A thinking_delta event."""
     return _new(
