@@ -73,6 +73,7 @@ flow control, memory release, receive and idle timeouts, grpclib issue 217),
 
 from __future__ import annotations
 
+import protocol_py._compat.grpclib_unimplemented_content_type  # Trailers-Only content-type
 import protocol_py._compat.hyperframe_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
 from protocol_py.server.config_schema import (
     SECRET_KEY_RE,

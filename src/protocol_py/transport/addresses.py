@@ -356,6 +356,7 @@ def listen_spec(
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
     env: Mapping[str, str] | None = None,
+    client_cert_env: str = CLIENT_CERT_ENV,
 ) -> ListenSpec:
     """The listening address and TLS of ``serve`` from its options.
 
@@ -366,10 +367,11 @@ def listen_spec(
       otherwise TCP on :data:`DEFAULT_HOST`, port :data:`DEFAULT_PORT`.
     * ``--tls-cert``/``--tls-key`` (both or neither), ``--tls-client-ca`` (needs them): TLS
       from files (:func:`protocol_py.transport.tls.server_context`).
-    * ``handshake`` and :data:`~protocol_py.transport.tls.CLIENT_CERT_ENV` in ``env``: automatic
-    mutual
-      TLS (a fresh server certificate; only the kernel's certificate is accepted). It cannot be
-      combined with ``--tls-cert`` (the kernel could not verify that certificate).
+    * ``handshake`` and ``client_cert_env`` (default
+      :data:`~protocol_py.transport.tls.CLIENT_CERT_ENV`; go-plugin's ``PLUGIN_CLIENT_CERT``
+      for a kernel built on it, :mod:`protocol_py.transport.go_plugin`) in ``env``: automatic
+      mutual TLS (a fresh server certificate; only the kernel's certificate is accepted). It
+      cannot be combined with ``--tls-cert`` (the kernel could not verify that certificate).
 
     Raises:
         InvalidValueError: conflicting or malformed options (``TLSConfigError``, a subclass,
@@ -386,17 +388,17 @@ def listen_spec(
         raise TLSConfigError("--tls-cert and --tls-key must be given together", rule="tls.key_pair")
     if tls_client_ca is not None and tls_cert is None:
         raise TLSConfigError("--tls-client-ca needs --tls-cert and --tls-key", rule="tls.client_ca")
-    client_cert = environ.get(CLIENT_CERT_ENV) if handshake else None
+    client_cert = environ.get(client_cert_env) if handshake else None
     if client_cert and tls_cert is not None:
         raise TLSConfigError(
-            f"{CLIENT_CERT_ENV} (automatic mutual TLS) cannot be combined with --tls-cert",
+            f"{client_cert_env} (automatic mutual TLS) cannot be combined with --tls-cert",
             rule="tls.auto_conflict",
         )
     context: ssl.SSLContext | None = None
     certificate: bytes | None = None
     pinned: bytes | None = None
     if client_cert:
-        kernel_pem = parse_client_certificate(client_cert)
+        kernel_pem = parse_client_certificate(client_cert, client_cert_env)
         context, pair = auto_mtls_server_context(kernel_pem)
         certificate = pair.cert_der
         pinned = ssl.PEM_cert_to_DER_cert(kernel_pem.decode("ascii"))
@@ -498,6 +500,9 @@ class Handshake:
         protocol: ``grpc``.
         server_certificate: DER bytes of the AutoMTLS server certificate, or None.
         extra: Fields after the known ones (ignored, kept for diagnostics).
+        layout: ``"protocol-py"`` (the module docstring's layout) or ``"go-plugin"``
+            (hashicorp/go-plugin's, :mod:`protocol_py.transport.go_plugin`; ``version`` is then
+            its APP field).
     """
 
     version: int
@@ -506,6 +511,7 @@ class Handshake:
     protocol: str
     server_certificate: bytes | None
     extra: tuple[str, ...] = ()
+    layout: str = "protocol-py"
 
     @property
     def target(self) -> str:
@@ -548,16 +554,17 @@ LOOPBACK_NAMES: Final = frozenset({"localhost"})
 ::1)."""
 
 
-def _check_handshake_address(transport: str, address: str) -> None:
-    """A TCP address must be ``host:port`` on loopback; a unix address an absolute path."""
+def _check_handshake_address(transport: str, address: str, field: int = 3) -> None:
+    """A TCP address must be ``host:port`` on loopback; a unix address an absolute path
+    (``field``: the address's position in the line, for the message)."""
+    where = f"handshake address (field {field})"
     if transport == "unix":
         if not address.startswith("/"):
             raise InvalidValueError(
-                f"handshake address (field 3): a unix socket must be an absolute path, got "
-                f"{_quote(address)}",
+                f"{where}: a unix socket must be an absolute path, got {_quote(address)}",
                 rule="handshake.address",
             )
-        check_socket_path(address, "handshake address (field 3)")
+        check_socket_path(address, where)
         return
     host, colon, port = address.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
@@ -565,8 +572,7 @@ def _check_handshake_address(transport: str, address: str) -> None:
     valid_port = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536
     if not colon or not host or not valid_port:
         raise InvalidValueError(
-            f"handshake address (field 3): expected host:port, got {_quote(address)}",
-            rule="handshake.address",
+            f"{where}: expected host:port, got {_quote(address)}", rule="handshake.address"
         )
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -574,10 +580,26 @@ def _check_handshake_address(transport: str, address: str) -> None:
         loopback = host.lower() in LOOPBACK_NAMES
     if not loopback:
         raise InvalidValueError(
-            f"handshake address (field 3): a plugin must listen on loopback (127.0.0.1, ::1 or "
-            f"localhost), got {_quote(address)}",
+            f"{where}: a plugin must listen on loopback (127.0.0.1, ::1 or localhost), got "
+            f"{_quote(address)}",
             rule="handshake.address",
         )
+
+
+def _decode_certificate(text: str) -> bytes | None:
+    """A certificate field: DER from standard base64, padded or not; None when empty.
+
+    Raises:
+        InvalidValueError: not standard base64 (rule ``handshake.cert``).
+    """
+    if not text:
+        return None
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidValueError(
+            "handshake server certificate is not standard base64", rule="handshake.cert"
+        ) from None
 
 
 def parse_handshake(line: str) -> Handshake:
@@ -618,15 +640,7 @@ def parse_handshake(line: str) -> Handshake:
             rule="handshake.protocol",
         )
     _check_handshake_address(transport, address)
-    certificate: bytes | None = None
-    if len(fields) > 4 and fields[4]:
-        text = fields[4]
-        try:
-            certificate = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidValueError(
-                "handshake server certificate is not standard base64", rule="handshake.cert"
-            ) from None
+    certificate = _decode_certificate(fields[4]) if len(fields) > 4 else None
     return Handshake(
         version=int(version),
         transport=transport,
