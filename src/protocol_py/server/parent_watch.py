@@ -83,7 +83,7 @@ class ParentWatch:
         self._timer: asyncio.TimerHandle | None = None
         self._signal = False
         if use_signal and _set_parent_death_signal(PARENT_DEATH_SIGNAL):
-            loop.add_signal_handler(PARENT_DEATH_SIGNAL, self.check)
+            loop.add_signal_handler(PARENT_DEATH_SIGNAL, self._on_signal)
             self._signal = True
         self.method = (
             f"prctl(PR_SET_PDEATHSIG, {PARENT_DEATH_SIGNAL.name}) and a getppid() poll every "
@@ -113,6 +113,16 @@ class ParentWatch:
         log.info("the launching kernel (pid %d) is gone; shutting down", self.parent)
         self._stop_signal()
         on_death()
+
+    def _on_signal(self) -> None:
+        self.check()
+        if self._on_death is not None:
+            log.info(
+                "%s with the launching kernel (pid %d) alive (the thread that started this "
+                "plugin exited, or another sender): ignored",
+                PARENT_DEATH_SIGNAL.name,
+                self.parent,
+            )
 
     def close(self) -> None:
         """Stop watching (idempotent): the timer is cancelled, the parent-death signal reset."""

@@ -241,6 +241,14 @@ async def serve_async(
         log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
         if on_started is not None:
             on_started(server)
+        launched = handshake and os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1"
+        if launched or go_plugin is not None:  # watching from before the line is printed
+            parent_watch = watch_parent(
+                lambda: handler(0, None),
+                parent=parent,
+                use_signal=handle_signals and main_thread,
+            )
+            log.info("watching the launching kernel (pid %d): %s", parent, parent_watch.method)
         if go_plugin is not None:
             _log_go_plugin(go_plugin)
             sys.stdout.write(go_plugin.handshake_line(server, listen.server_certificate))
@@ -248,16 +256,8 @@ async def serve_async(
             sys.stdout.write(handshake_line(server, listen.server_certificate))
         if handshake:
             sys.stdout.flush()
-            launched = os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1"
-            if launched and go_plugin is None:  # go-plugin passes the kernel's own stdin
-                watcher = await watch_stdin_eof(lambda: handler(0, None))
-            if launched or go_plugin is not None:
-                parent_watch = watch_parent(
-                    lambda: handler(0, None),
-                    parent=parent,
-                    use_signal=handle_signals and main_thread,
-                )
-                log.info("watching the launching kernel (pid %d): %s", parent, parent_watch.method)
+        if launched and go_plugin is None:  # go-plugin passes the kernel's own stdin
+            watcher = await watch_stdin_eof(lambda: handler(0, None))
         try:
             await stop_event.wait()
         except asyncio.CancelledError:
