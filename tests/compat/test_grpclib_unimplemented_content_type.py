@@ -6,10 +6,12 @@ HEADERS frame ending the stream. grpc-go needs the content type to report the st
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import types
 from collections.abc import AsyncIterator
 
 import grpc
-import grpclib.server
 import h2.config
 import h2.connection
 import h2.events
@@ -156,7 +158,32 @@ async def test_grpcio_reads_unimplemented(port: int) -> None:
 
 
 def test_install_is_idempotent_and_marks_what_it_installed() -> None:
-    installed = grpclib.server._abort  # type: ignore[attr-defined]
-    assert getattr(installed, "_protocol_py_content_type", False)
-    assert patch.install() is True
-    assert grpclib.server._abort is installed  # type: ignore[attr-defined]
+    run_fresh(
+        "import grpclib.server\n"
+        "original = grpclib.server._abort\n"
+        "from protocol_py._compat import grpclib_unimplemented_content_type as patch\n"
+        "assert grpclib.server._abort is original  # importing installs nothing\n"
+        "assert patch.install()\n"
+        "installed = grpclib.server._abort\n"
+        "assert installed is not original and installed._protocol_py_content_type\n"
+        "assert patch.install() and grpclib.server._abort is installed\n"
+    )
+
+
+def test_install_is_a_no_op_on_another_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def _abort(stream: object, status: int) -> None:  # a grpclib with another signature
+        pass
+
+    monkeypatch.setattr(patch, "_server", types.SimpleNamespace(_abort=_abort))
+    assert patch.install() is False
+    assert patch._server._abort is _abort
+    monkeypatch.setattr(patch, "_server", types.SimpleNamespace())
+    assert patch.install() is False
+
+
+def run_fresh(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (no patch installed yet); fail with its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr

@@ -12,15 +12,9 @@ import pytest
 
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.rules.pricing import (
-    TERM_NAMES,
-    CostBreakdown,
-    PricingTable,
-    cost,
-    format_usd,
-    parse_timestamp,
-    validate_pricing,
-)
+from protocol_py.rules.cost import TERM_NAMES, CostBreakdown, cost, format_usd
+from protocol_py.rules.pricing import PricingTable, validate_pricing
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.model.v1 import Pricing, Usage
 
 DATA = Path(__file__).resolve().parents[2] / "testdata" / "conformance"

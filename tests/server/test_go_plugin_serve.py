@@ -29,7 +29,7 @@ from protocol_py.client.client import ModelClient
 from protocol_py.transport.go_plugin import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 from protocol_py.transport.tls import generate_certificate, pinned_client_context
 
-from .conftest import CONSOLE_SCRIPT, make_request
+from ..support.servers import CONSOLE_SCRIPT, make_request
 
 GO_PLUGIN = {MAGIC_COOKIE_KEY: MAGIC_COOKIE_VALUE, "PLUGIN_PROTOCOL_VERSIONS": "1"}
 SHUTDOWN = "/plugin.GRPCController/Shutdown"

@@ -20,7 +20,7 @@ from protocol_py.server import parent_watch
 from protocol_py.server.parent_watch import PARENT_DEATH_SIGNAL, PARENT_POLL_INTERVAL, watch_parent
 from protocol_py.transport.go_plugin import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 
-from .conftest import CONSOLE_SCRIPT
+from ..support.servers import CONSOLE_SCRIPT
 
 EXIT_TIMEOUT = 10.0
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from protocol_py.errors import InvalidValueError
-from protocol_py.transport.addresses import MAX_HANDSHAKE_LINE_BYTES, format_handshake
 from protocol_py.transport.go_plugin import (
     GO_PLUGIN_ENV,
     MAGIC_COOKIE_KEY,
@@ -24,6 +23,7 @@ from protocol_py.transport.go_plugin import (
     parse_handshake_line,
     socket_path_in,
 )
+from protocol_py.transport.handshake import MAX_HANDSHAKE_LINE_BYTES, format_handshake
 from protocol_py.transport.tls import generate_certificate
 
 COOKIE = {MAGIC_COOKIE_KEY: MAGIC_COOKIE_VALUE}

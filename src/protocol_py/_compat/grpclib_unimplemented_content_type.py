@@ -16,9 +16,9 @@ could not tell a method this plugin lacks from a broken plugin.
 as ``:status``, ``content-type`` :data:`CONTENT_TYPE`, ``grpc-status`` and ``grpc-message``
 (percent-encoded, as grpclib encodes its other status messages), then the stream is reset as
 before when it is still open; the HTTP-level refusals (405, 415, 400: not a gRPC request at
-all) go to grpclib's ``_abort`` unchanged. Installed when :mod:`protocol_py.server` is
-imported, once per process, and only when grpclib still has the shape it was written for (an
-``_abort(h2_stream, h2_status, grpc_status, grpc_message)`` coroutine in
+all) go to grpclib's ``_abort`` unchanged. Installed by :func:`protocol_py._compat.install`
+(with the other patches, when the server starts), and only when grpclib still has the shape it
+was written for (an ``_abort(h2_stream, h2_status, grpc_status, grpc_message)`` coroutine in
 ``grpclib.server``); otherwise nothing changes.
 """
 
@@ -80,6 +80,3 @@ def install() -> bool:
     setattr(abort_with_content_type, _MARK, True)
     _server._abort = abort_with_content_type
     return True
-
-
-install()

@@ -20,7 +20,7 @@ padding. A seventh field ``false`` follows only when the kernel set :data:`MULTI
 **go-plugin mode.** ``serve --handshake`` whose environment has :data:`PROTOCOL_VERSIONS_ENV`
 or :data:`MAGIC_COOKIE_KEY` (go-plugin always sets both) was launched by go-plugin
 (:func:`go_plugin_launch`); otherwise it prints this package's own line
-(:func:`protocol_py.transport.addresses.format_handshake`), as
+(:func:`protocol_py.transport.handshake.format_handshake`), as
 :func:`protocol_py.transport.launch.launch` expects, which removes every variable of
 :data:`GO_PLUGIN_ENV` from its plugin's environment. The published handshake config for Go
 kernels: ``ProtocolVersion`` :data:`HANDSHAKE_PROTOCOL_VERSION`, ``MagicCookieKey``
@@ -33,7 +33,7 @@ go-plugin mode without that cookie refuses to start (:class:`NotLaunchedByKernel
 * :data:`PROTOCOL_VERSIONS_ENV`: comma-separated decimal versions the kernel speaks.
 * :data:`MAGIC_COOKIE_KEY`: must equal :data:`MAGIC_COOKIE_VALUE`.
 * :data:`CLIENT_CERT_ENV`: the kernel's PEM certificate; AutoMTLS exactly as
-  ``PROTOCOL_PY_CLIENT_CERT`` (:func:`protocol_py.transport.addresses.listen_spec`).
+  ``PROTOCOL_PY_CLIENT_CERT`` (:func:`protocol_py.transport.listen.listen_spec`).
 * :data:`UNIX_SOCKET_DIR_ENV`: the socket is created in this directory (a file
   ``plugin-<random>.sock``, removed on shutdown; the directory is the kernel's) instead of a
   private ``protocol-py-*`` directory under ``$TMPDIR``.
@@ -57,14 +57,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from protocol_py.errors import InvalidValueError, ProtocolError
-from protocol_py.transport.addresses import (
+from protocol_py.transport.addresses import _quote, check_socket_path
+from protocol_py.transport.handshake import (
     HANDSHAKE_PROTOCOL,
     MAX_HANDSHAKE_LINE_BYTES,
     Handshake,
     _check_handshake_address,
     _decode_certificate,
-    _quote,
-    check_socket_path,
     handshake_line,
     parse_handshake,
 )
@@ -127,7 +126,7 @@ SOCKET_FILE_PREFIX: Final = "plugin-"
 """Name prefix of a socket created in :data:`UNIX_SOCKET_DIR_ENV` (``plugin-<12 hex>.sock``)."""
 
 LAYOUT: Final = "go-plugin"
-""":attr:`~protocol_py.transport.addresses.Handshake.layout` of a go-plugin line."""
+""":attr:`~protocol_py.transport.handshake.Handshake.layout` of a go-plugin line."""
 
 _TRANSPORTS: Final = ("tcp", "unix")
 
@@ -332,7 +331,7 @@ def free_port(host: str, low: int, high: int) -> int:
 
 def parse_handshake_line(line: str) -> Handshake:
     """Parse a handshake line of either layout (the kernel side): this package's
-    (:func:`~protocol_py.transport.addresses.parse_handshake`) or go-plugin's, told apart by
+    (:func:`~protocol_py.transport.handshake.parse_handshake`) or go-plugin's, told apart by
     the second field (a transport, or go-plugin's APP version).
 
     A go-plugin line must have at least five fields: CORE :data:`CORE_PROTOCOL_VERSION`, an
@@ -342,7 +341,7 @@ def parse_handshake_line(line: str) -> Handshake:
 
     Raises:
         InvalidValueError: longer than
-            :data:`~protocol_py.transport.addresses.MAX_HANDSHAKE_LINE_BYTES`, or a field
+            :data:`~protocol_py.transport.handshake.MAX_HANDSHAKE_LINE_BYTES`, or a field
             breaking those rules (the message names the field by its position).
     """
     if len(line.encode("utf-8", "replace")) > MAX_HANDSHAKE_LINE_BYTES:
