@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from protocol_py.transport.launch import launch
+from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest
@@ -138,7 +139,7 @@ def test_the_previous_releases_launch_uses_this_plugin(release: Path, auto_mtls:
         "transport": "unix",
         "address": report["address"],
         "auto_mtls": auto_mtls,
-        "protocol_version": "1.1",
+        "protocol_version": PROTOCOL_VERSION,
         "last_event": "stop",
         "returncode": 0,
         "socket_left": False,
