@@ -17,6 +17,7 @@ Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -44,6 +45,7 @@ from protocol_py.rules.pricing import CostBreakdown, cost
 from protocol_py.rules.validation import validate_capabilities
 from protocol_py.transport.addresses import unix_socket_path
 from protocol_py.transport.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
+from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
@@ -258,6 +260,18 @@ class ModelClient:
         self._capabilities = caps
         return caps
 
+    def _peer_is_newer(self) -> bool:
+        """Whether the plugin's Capabilities.protocol_version is a newer minor of our major:
+        its streams are then read by the forward-compatibility rules (an unknown stop reason
+        is END_TURN not affirmed, an unknown error kind goes by its retryable flag, an unknown
+        event kind is ignored; docs/forward-compatibility.md)."""
+        caps = self._capabilities
+        if caps is None:
+            return False
+        major, _, minor = caps.protocol_version.partition(".")
+        ours = PROTOCOL_VERSION.partition(".")[2]
+        return major == str(PROTOCOL_MAJOR) and minor.isdigit() and int(minor) > int(ours)
+
     async def describe(self, *, timeout: float | None = None) -> ProducerRef:  # noqa: ASYNC109
         """Describe: the plugin build's identity with its protocol version."""
         response = await self.stub.describe(DescribeRequest(), timeout=timeout)
@@ -320,10 +334,17 @@ class ModelClient:
         Raises:
             GRPCError: a transport-level failure (DEADLINE_EXCEEDED when ``timeout`` passes).
             StreamTerminatedError: the connection was lost before the stream ended in-band.
+
+        A request without ``kernel_protocol_version`` is sent with this package's version
+        (protocol 1.2: the plugin may then stream 1.2 events such as vendor blocks).
             asyncio.TimeoutError: the deadline passed while waiting for an event.
             InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """
         _require(request, StreamCompletionRequest, "stream")
+        if request.kernel_protocol_version is None:
+            # a kernel of 1.2 or later says so (the caller's request is not modified)
+            request = copy.copy(request)
+            request.kernel_protocol_version = PROTOCOL_VERSION
         last: StreamEvent | None = None
         salvaged: list[StreamEvent] = []
         try:
@@ -375,6 +396,7 @@ class ModelClient:
             message_id=message_id,
             produced_by_model_id=request.model_id,
             produced_by_provider=provider,
+            forward_compatible=self._peer_is_newer(),
         )
         received_at: datetime | None = None
         events = 0

@@ -64,6 +64,8 @@ the number of events: fragments are collected in lists and joined once.
 
 from __future__ import annotations
 
+import copy
+import logging
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -84,6 +86,7 @@ from protocol_py_gen.content.v1 import (
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
+    VendorBlock,
     VendorData,
 )
 from protocol_py_gen.google.protobuf import Struct
@@ -117,9 +120,11 @@ CONTENT_EVENT_KINDS = frozenset(
         "tool_call_start",
         "tool_call_delta",
         "tool_call_done",
+        "vendor_block",
     }
 )
 """StreamEvent oneof cases that carry content (DESIGN D12: the ``content*`` part of a stream)."""
+_log = logging.getLogger("protocol_py.rules")
 _STOP_REASONS = frozenset(int(r) for r in StopReason if r != StopReason.UNSPECIFIED)
 _ERROR_KINDS = frozenset(int(k) for k in ErrorKind if k != ErrorKind.UNSPECIFIED)
 _SAFETY_KINDS = frozenset(int(k) for k in SafetyKind if k != SafetyKind.UNSPECIFIED)
@@ -167,7 +172,7 @@ def event_member(event: StreamEvent) -> tuple[str, Any]:
     return found_name, found
 
 
-def _event_member(event: object, index: int) -> tuple[str, Any]:
+def _event_member(event: object, index: int, forward: bool = False) -> tuple[str, Any]:
     if not isinstance(event, StreamEvent):
         raise StreamOrderError(
             index, "stream.event.empty", f"expected a StreamEvent, got {type(event).__name__}"
@@ -177,6 +182,8 @@ def _event_member(event: object, index: int) -> tuple[str, Any]:
     except RuntimeError as exc:  # betterproto2 raises it when several members are set
         raise StreamOrderError(index, "stream.event.multiple", f"event oneof: {exc}") from None
     if not name or value is None:
+        if forward and getattr(event, "_unknown_fields", None):
+            return "", None  # a member of a newer protocol minor: the caller ignores it
         raise StreamOrderError(index, "stream.event.empty", "no member of the event oneof is set")
     try:
         checked, unknown = protojson.check_message(value, path=name)
@@ -209,11 +216,27 @@ class StreamOrderChecker:
 
     Feed every event of one stream, in order, to :meth:`check`. Memory is O(number of tool
     calls); each check is O(1).
+
+    Args:
+        forward_compatible: The stream comes from a plugin of a newer protocol minor (its
+            Capabilities.protocol_version): an event of an unknown kind (no known member set,
+            unknown fields present) is accepted (the accumulator ignores it), and an unknown
+            ``stop.reason`` or ``error.kind`` is accepted (the accumulator reads it by the
+            forward-compatibility rules in the module docstring). False: both are violations.
     """
 
-    __slots__ = ("_closed", "_index", "_open", "_open_vendor_data", "_terminated", "_usage_seen")
+    __slots__ = (
+        "_closed",
+        "_forward",
+        "_index",
+        "_open",
+        "_open_vendor_data",
+        "_terminated",
+        "_usage_seen",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, forward_compatible: bool = False) -> None:
+        self._forward = forward_compatible
         self._index = 0
         self._terminated = False
         self._usage_seen = False
@@ -261,10 +284,11 @@ class StreamOrderChecker:
                 type(value) is TextDelta
                 and type(value.text) is str
                 and value.text
+                and not value.vendor_data
                 and _other_members(event) == _ALL_UNSET
             ):
                 return "text_delta", value
-        name, value = _event_member(event, index)
+        name, value = _event_member(event, index, self._forward)
         if name in CONTENT_EVENT_KINDS:
             if self._usage_seen:
                 raise StreamOrderError(
@@ -300,7 +324,7 @@ class StreamOrderChecker:
                 raise StreamOrderError(
                     index, "stream.error.kind_unspecified", "error.kind must be set"
                 )
-            if kind not in _ERROR_KINDS:
+            if kind not in _ERROR_KINDS and not self._forward:
                 raise StreamOrderError(
                     index, "stream.error.kind_unknown", f"error.kind {kind} is not an ErrorKind"
                 )
@@ -309,7 +333,7 @@ class StreamOrderChecker:
         return name, value
 
     def _check_content(self, index: int, name: str, value: Any) -> None:
-        if name == "text_delta" and not value.text:
+        if name == "text_delta" and not value.text and not value.vendor_data:
             raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
         if name == "thinking_delta" and not value.text:
             raise StreamOrderError(
@@ -398,7 +422,7 @@ class StreamOrderChecker:
             raise StreamOrderError(
                 index, "stream.stop.reason_unspecified", "stop.reason must be set"
             )
-        if reason not in _STOP_REASONS:
+        if reason not in _STOP_REASONS and not self._forward:
             raise StreamOrderError(
                 index, "stream.stop.reason_unknown", f"stop.reason {reason} is not a StopReason"
             )
@@ -428,13 +452,34 @@ class StreamOrderChecker:
 
 
 class _TextBuilder:
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "vendor_data")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        self.vendor_data: list[VendorData] = []
 
     def build(self) -> ContentBlock:
-        return ContentBlock(text=TextBlock(text="".join(self.parts)))
+        return ContentBlock(
+            text=TextBlock(
+                text="".join(self.parts),
+                vendor_data=[
+                    VendorData(location=v.location, value=bytes(v.value)) for v in self.vendor_data
+                ],
+            )
+        )
+
+
+class _VendorBlockBuilder:
+    __slots__ = ("block",)
+
+    def __init__(self, block: VendorBlock) -> None:
+        self.block = block
+
+    def build(self) -> ContentBlock:
+        b = self.block
+        return ContentBlock(
+            vendor_block=VendorBlock(vendor=b.vendor, block_type=b.block_type, data=bytes(b.data))
+        )
 
 
 class _ThinkingBuilder:
@@ -495,7 +540,7 @@ class _ToolBuilder:
         )
 
 
-_Builder = _TextBuilder | _ThinkingBuilder | _RedactedBuilder | _ToolBuilder
+_Builder = _TextBuilder | _ThinkingBuilder | _RedactedBuilder | _ToolBuilder | _VendorBlockBuilder
 
 
 @dataclass
@@ -522,6 +567,12 @@ class AccumulatedResponse:
             reason (their block's input is ``{}``).
         open_tool_calls: Ids of tool calls started but never done (incomplete streams only);
             their blocks carry the arguments only if what arrived parses.
+        truncated_tool_calls: Ids of tool calls the output limit cut (a MAX_TOKENS stop, their
+            arguments not a whole JSON object): left out of ``message`` (the model never
+            finished the call; nothing to run or answer), raw text in ``tool_arguments``.
+        future_values: What a plugin of a newer protocol minor sent that this version reads
+            by the forward-compatibility rules (``stop.reason=9``, ``error.kind=12``,
+            ``events[3]: an event kind``), in arrival order.
     """
 
     message: Message
@@ -537,6 +588,8 @@ class AccumulatedResponse:
     tool_arguments: dict[str, str] = field(default_factory=dict)
     tool_call_errors: dict[str, str] = field(default_factory=dict)
     open_tool_calls: list[str] = field(default_factory=list)
+    truncated_tool_calls: list[str] = field(default_factory=list)
+    future_values: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The proto3-JSON form used by ``testdata/conformance/accumulate.json``: ``message``,
@@ -602,6 +655,9 @@ class StreamAccumulator:
         message_id: The message id to use; default a new ULID (DESIGN D16).
         produced_by_model_id: ``ModelSpec.id`` of the producing model, when known.
         produced_by_provider: ``ProducerRef.name`` of the producing provider, when known.
+        forward_compatible: The events come from a plugin of a newer protocol minor: unknown
+            event kinds, stop reasons and error kinds are read by the forward-compatibility
+            rules (module docstring) instead of being violations.
     """
 
     def __init__(
@@ -610,6 +666,7 @@ class StreamAccumulator:
         message_id: str | None = None,
         produced_by_model_id: str | None = None,
         produced_by_provider: str | None = None,
+        forward_compatible: bool = False,
     ) -> None:
         for what, given in (
             ("message_id", message_id),
@@ -622,7 +679,8 @@ class StreamAccumulator:
                     path=what,
                     rule="value.wrong_type",
                 )
-        self._checker = StreamOrderChecker()
+        self._checker = StreamOrderChecker(forward_compatible=forward_compatible)
+        self._future_values: list[str] = []
         self._message_id = message_id if message_id is not None else str(ULID())
         self._model_id = produced_by_model_id
         self._provider = produced_by_provider
@@ -651,10 +709,16 @@ class StreamAccumulator:
         """
         name, value = self._checker._check(event)
         if name == "text_delta":
-            if not isinstance(self._open, _TextBuilder):
+            if not isinstance(self._open, _TextBuilder) or value.new_block:
                 self._open = _TextBuilder()
                 self._blocks.append(self._open)
-            self._open.parts.append(value.text)
+            if value.text:
+                self._open.parts.append(value.text)
+            if value.vendor_data:
+                self._open.vendor_data.extend(value.vendor_data)
+        elif name == "vendor_block":
+            self._blocks.append(_VendorBlockBuilder(value))
+            self._open = None
         elif name == "thinking_delta":
             if not isinstance(self._open, _ThinkingBuilder):
                 self._open = _ThinkingBuilder()
@@ -684,9 +748,11 @@ class StreamAccumulator:
         elif name == "usage":
             self._usage = value
         elif name == "stop":
-            self._stop = value
+            self._stop = self._known_stop(value)
         elif name == "error":
-            self._error = value
+            self._error = self._known_error(value)
+        elif not name:
+            self._future_values.append(f"events[{self._checker.index - 1}]: an event kind")
         elif name == "stream_start":
             self._request_id = value.provider_request_id
         elif name == "metadata":
@@ -696,6 +762,34 @@ class StreamAccumulator:
                 self._notices.append(value)
             else:
                 self._ignored_notices += 1
+
+    def _known_stop(self, stop: Stop) -> Stop:
+        """A stop whose reason a newer minor added, read as END_TURN not affirmed (D11)."""
+        reason = int(stop.reason)
+        if reason in _STOP_REASONS:
+            return stop
+        self._future_values.append(f"stop.reason={reason}")
+        _log.warning(
+            "stop reason %d of a newer protocol minor read as END_TURN, not affirmed", reason
+        )
+        return Stop(
+            reason=StopReason.END_TURN,
+            model_affirmed=False,
+            vendor_reason=stop.vendor_reason,
+            matched_stop_sequence=None,
+        )
+
+    def _known_error(self, error: ModelError) -> ModelError:
+        """An error whose kind a newer minor added, read by its ``retryable`` flag: TRANSIENT
+        when retryable, else PERMANENT (everything else kept)."""
+        kind = int(error.kind)
+        if kind in _ERROR_KINDS:
+            return error
+        self._future_values.append(f"error.kind={kind}")
+        _log.warning("error kind %d of a newer protocol minor read by its retryable flag", kind)
+        known = copy.copy(error)
+        known.kind = ErrorKind.TRANSIENT if error.retryable else ErrorKind.PERMANENT
+        return known
 
     def result(self) -> AccumulatedResponse:
         """The response accumulated so far; may be called at any point and more than once.
@@ -708,6 +802,8 @@ class StreamAccumulator:
         errors: dict[str, str] = {}
         arguments: dict[str, str] = {}
         open_calls: list[str] = []
+        truncated: list[str] = []
+        limited = self._stop is not None and self._stop.reason == StopReason.MAX_TOKENS
         for builder in self._blocks:
             if isinstance(builder, _ThinkingBuilder) and not builder.signature:
                 unreplayable.append(len(content))
@@ -716,6 +812,9 @@ class StreamAccumulator:
                 if not builder.done:
                     open_calls.append(builder.call_id)
                     _try_partial(builder)
+                elif builder.error is not None and limited:
+                    truncated.append(builder.call_id)  # cut by the output limit: not a call
+                    continue
                 elif builder.error is not None:
                     errors[builder.call_id] = builder.error
             content.append(builder.build())
@@ -740,6 +839,8 @@ class StreamAccumulator:
             tool_arguments=arguments,
             tool_call_errors=errors,
             open_tool_calls=open_calls,
+            truncated_tool_calls=truncated,
+            future_values=list(self._future_values),
         )
 
 
