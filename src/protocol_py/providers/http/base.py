@@ -275,8 +275,11 @@ class HTTPProvider(Provider, abc.ABC):
         return dump_body(self.build_body(request, spec))
 
     @abc.abstractmethod
-    def make_translator(self, headers: Mapping[str, str]) -> Translator:
-        """A fresh stream translator for one response."""
+    def make_translator(
+        self, headers: Mapping[str, str], request: StreamCompletionRequest | None = None
+    ) -> Translator:
+        """A fresh stream translator for one response to ``request`` (its history's tool-call
+        ids are never reused: :mod:`protocol_py.providers.http.call_ids`)."""
 
     @abc.abstractmethod
     def auth_headers(self) -> dict[str, str]:
@@ -491,7 +494,8 @@ class HTTPProvider(Provider, abc.ABC):
             events = self._stream(request, client)
             try:
                 async for event in events:
-                    yield redact_event(event, secrets)
+                    # every string valid UTF-8 (a lone surrogate would fail the encoding)
+                    yield redact_event(ev.scrub_event(event), secrets)
             except Exception as exc:
                 failure = self.provider_error(exc)
             finally:
@@ -630,7 +634,9 @@ class HTTPProvider(Provider, abc.ABC):
                         continue
                     yield ev.error(error)
                     return
-                async with contextlib.aclosing(self._translate(response, deadline)) as events:
+                async with contextlib.aclosing(
+                    self._translate(response, deadline, request)
+                ) as events:
                     async for event in events:
                         yield event
                 return
@@ -652,9 +658,12 @@ class HTTPProvider(Provider, abc.ABC):
         )
 
     async def _translate(
-        self, response: httpx.Response, startup_deadline: float
+        self,
+        response: httpx.Response,
+        startup_deadline: float,
+        request: StreamCompletionRequest | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
-        translator = self.make_translator(response.headers)
+        translator = self.make_translator(response.headers, request)
         parser = SSEParser()
         loop = asyncio.get_running_loop()
         deadline = startup_deadline

@@ -34,6 +34,7 @@ __all__ = [
     "dump_body",
     "is_pdf",
     "is_text_document",
+    "kernel_speaks",
     "merge_provider_options",
 ]
 
@@ -186,3 +187,14 @@ def document_text(media_type: str, data: bytes, where: str) -> str:
             f"{where}.data: a {_base_media_type(media_type)} document that is not valid "
             f"{charset} text (rule adapter.document.text_encoding)"
         ) from None
+
+
+def kernel_speaks(request: StreamCompletionRequest | None, minor: int) -> bool:
+    """Whether the kernel that sent ``request`` speaks protocol ``1.<minor>`` or later, by its
+    ``kernel_protocol_version`` (protocol 1.2; absent: a 1.0 or 1.1 kernel). A plugin sends a
+    kernel nothing newer than its version: a vendor_block event and an empty text_delta that
+    only carries vendor data go to a 1.2 kernel only."""
+    if request is None or not request.kernel_protocol_version:
+        return False
+    major, _, rest = request.kernel_protocol_version.partition(".")
+    return major == "1" and rest.isdigit() and int(rest) >= minor
