@@ -6,8 +6,8 @@ metadata, ``[DONE]`` without a finish reason and thinking-only replays."""
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 from datetime import timedelta
 from typing import Any
 

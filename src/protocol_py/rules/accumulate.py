@@ -23,7 +23,15 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.order.content_after_usage``: a content event after ``usage``
 - ``stream.order.usage_repeated``: a second ``usage``
 - ``stream.stream_start.empty_id``: ``provider_request_id`` empty
-- ``stream.text_delta.empty``: an empty text fragment
+- ``stream.text_delta.empty``: an empty text fragment that carries no vendor data (protocol
+  1.2: a delta with vendor data may have empty text)
+- ``stream.text_delta.vendor_data.<rule>`` (protocol 1.2): ``vendor_data`` of a ``text_delta``
+  breaks a rule of :mod:`protocol_py.rules.vendor_data`, counted over the text block the delta
+  lands on (``location_duplicate`` across the block's deltas, ``too_many``, ...)
+- ``stream.vendor_block.<rule>`` (protocol 1.2): a ``vendor_block`` breaks a rule of
+  :mod:`protocol_py.rules.vendor_block` (``vendor_empty``, ``vendor_invalid``,
+  ``block_type_empty``, ``block_type_invalid``, ``data_empty``, ``data_too_large``,
+  ``data_not_object``)
 - ``stream.thinking_delta.empty``: an empty thinking fragment
 - ``stream.thinking_signature.empty``: an empty signature
 - ``stream.redacted_thinking.empty``: empty redacted data
@@ -48,7 +56,11 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.error.kind_unspecified``: ``error`` without a kind
 - ``stream.error.kind_unknown``: ``error`` with a kind outside ErrorKind
 
-Accumulation: consecutive text deltas form one text block; consecutive thinking deltas form one
+Accumulation: consecutive text deltas form one text block, unless a delta sets ``new_block``
+(protocol 1.2), which starts a new one; a delta's ``vendor_data`` is appended to the text block
+it lands on, and a block of empty text is kept when it carries vendor data (a Gemini part that
+holds only its signature); ``vendor_block`` is its own block, verbatim, and closes an open text
+or thinking block (protocol 1.2); consecutive thinking deltas form one
 thinking block, closed by ``thinking_signature`` (the signature is assigned, not appended); a
 signature with no open thinking block becomes its own thinking block with empty text (an
 Anthropic signature-only block is legal); ``redacted_thinking`` is its own block, verbatim; a
@@ -58,8 +70,19 @@ tool call is a ``tool_use`` block placed where it started, its arguments parsed 
 arguments that are not a JSON object, or hold an integer beyond 2^53 (D5), do not raise: the
 block keeps ``{}`` as input, and the call id and the reason are recorded in
 :attr:`AccumulatedResponse.tool_call_errors` (the raw text stays in ``tool_arguments``) so the
-kernel can answer the call with an error result instead of losing the turn. Time is linear in
-the number of events: fragments are collected in lists and joined once.
+kernel can answer the call with an error result instead of losing the turn. In a stream that
+stops with MAX_TOKENS such a call is one the output limit cut: it is left out of the message
+and listed in :attr:`AccumulatedResponse.truncated_tool_calls` (the model never finished it, so
+there is nothing to run or answer). Time is linear in the number of events: fragments are
+collected in lists and joined once.
+
+Forward compatibility (``forward_compatible=True``: the stream comes from a plugin of a newer
+protocol minor; docs/forward-compatibility.md): a value or member this version does not know is
+read, never rejected, and recorded in :attr:`AccumulatedResponse.future_values` with a warning:
+an unknown ``stop.reason`` is END_TURN with ``model_affirmed`` false (DESIGN D11; the vendor's
+``vendor_reason`` kept); an unknown ``error.kind`` is TRANSIENT when the error is retryable and
+PERMANENT otherwise (the rest of the error kept); an event with no known member but unknown
+fields (a new event kind) is ignored; an unknown ``safety_notice`` kind is ignored as always.
 """
 
 from __future__ import annotations
@@ -77,6 +100,7 @@ from ulid import ULID
 from protocol_py.codec import protojson
 from protocol_py.codec.structs import parse_json_object, to_struct
 from protocol_py.errors import InvalidValueError, StreamOrderError
+from protocol_py.rules.vendor_block import vendor_block_problems
 from protocol_py.rules.vendor_data import vendor_data_problems
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -232,6 +256,7 @@ class StreamOrderChecker:
         "_open",
         "_open_vendor_data",
         "_terminated",
+        "_text_vendor_data",
         "_usage_seen",
     )
 
@@ -243,6 +268,8 @@ class StreamOrderChecker:
         self._open: set[str] = set()
         self._closed: set[str] = set()
         self._open_vendor_data: dict[str, list[VendorData]] = {}
+        # vendor data of the open text block (empty when it has none or no text block is open)
+        self._text_vendor_data: list[VendorData] = []
 
     @property
     def terminated(self) -> bool:
@@ -285,6 +312,7 @@ class StreamOrderChecker:
                 and type(value.text) is str
                 and value.text
                 and not value.vendor_data
+                and not value.new_block
                 and _other_members(event) == _ALL_UNSET
             ):
                 return "text_delta", value
@@ -333,8 +361,19 @@ class StreamOrderChecker:
         return name, value
 
     def _check_content(self, index: int, name: str, value: Any) -> None:
-        if name == "text_delta" and not value.text and not value.vendor_data:
-            raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
+        if name == "text_delta":
+            self._check_text_delta(index, value)
+            return
+        if self._text_vendor_data and name not in ("tool_call_delta", "tool_call_done"):
+            self._text_vendor_data = []  # the event closes the open text block
+        if name == "vendor_block":
+            for problem in vendor_block_problems(value):
+                raise StreamOrderError(
+                    index,
+                    f"stream.vendor_block.{problem.rule}",
+                    f"vendor_block.{problem.field}: {problem.message}",
+                )
+            return
         if name == "thinking_delta" and not value.text:
             raise StreamOrderError(
                 index, "stream.thinking_delta.empty", "thinking fragment is empty"
@@ -389,6 +428,23 @@ class StreamOrderChecker:
                 self._open.discard(call_id)
                 self._open_vendor_data.pop(call_id, None)
                 self._closed.add(call_id)
+
+    def _check_text_delta(self, index: int, delta: TextDelta) -> None:
+        entries = delta.vendor_data
+        if not delta.text and not entries:
+            raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
+        if delta.new_block and self._text_vendor_data:
+            self._text_vendor_data = []
+        if not entries:
+            return
+        earlier = self._text_vendor_data
+        for problem in vendor_data_problems(entries, earlier, item="text block"):
+            raise StreamOrderError(
+                index,
+                f"stream.text_delta.vendor_data.{problem.rule}",
+                f"text_delta: vendor_data[{problem.entry}]: {problem.message}",
+            )
+        self._text_vendor_data = [*earlier, *entries]
 
     @staticmethod
     def _check_usage(index: int, usage: Usage) -> None:
@@ -469,19 +525,6 @@ class _TextBuilder:
         )
 
 
-class _VendorBlockBuilder:
-    __slots__ = ("block",)
-
-    def __init__(self, block: VendorBlock) -> None:
-        self.block = block
-
-    def build(self) -> ContentBlock:
-        b = self.block
-        return ContentBlock(
-            vendor_block=VendorBlock(vendor=b.vendor, block_type=b.block_type, data=bytes(b.data))
-        )
-
-
 class _ThinkingBuilder:
     __slots__ = ("parts", "signature")
 
@@ -493,6 +536,18 @@ class _ThinkingBuilder:
         return ContentBlock(
             thinking=ThinkingBlock(text="".join(self.parts), signature=self.signature)
         )
+
+
+class _VendorBlockBuilder:
+    __slots__ = ("block",)
+
+    def __init__(self, block: VendorBlock) -> None:
+        self.block = VendorBlock(
+            vendor=block.vendor, block_type=block.block_type, data=bytes(block.data)
+        )
+
+    def build(self) -> ContentBlock:
+        return ContentBlock(vendor_block=self.block)
 
 
 class _RedactedBuilder:
@@ -716,9 +771,6 @@ class StreamAccumulator:
                 self._open.parts.append(value.text)
             if value.vendor_data:
                 self._open.vendor_data.extend(value.vendor_data)
-        elif name == "vendor_block":
-            self._blocks.append(_VendorBlockBuilder(value))
-            self._open = None
         elif name == "thinking_delta":
             if not isinstance(self._open, _ThinkingBuilder):
                 self._open = _ThinkingBuilder()
@@ -734,6 +786,9 @@ class StreamAccumulator:
             self._open = None
         elif name == "redacted_thinking":
             self._blocks.append(_RedactedBuilder(bytes(value.data)))
+            self._open = None
+        elif name == "vendor_block":
+            self._blocks.append(_VendorBlockBuilder(value))
             self._open = None
         elif name == "tool_call_start":
             call = _ToolBuilder(value.id, value.name, value.vendor_data)

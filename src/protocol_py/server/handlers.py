@@ -32,6 +32,7 @@ from protocol_py.rules.validation import (
     validate_request,
     validate_request_shape,
 )
+from protocol_py.rules.version_gate import EventGate
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
@@ -576,6 +577,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 yield overflow
                 return
             checker = StreamOrderChecker()
+            gate = EventGate(request.kernel_protocol_version)
             upstream: AsyncIterator[StreamEvent] | None = None
             failure: ModelError | None = None
             try:
@@ -592,6 +594,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         )
                         log.error("provider %s: %s", self.provider.name, failure.message)
                         break
+                    if gate.filters and not gate.admits(event):
+                        continue  # an older kernel cannot read it (docs/decisions.md#d18)
                     record.events = (record.events or 0) + 1
                     if event.stop is not None:
                         record.stop = event.stop.reason.name
@@ -625,6 +629,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 if not isinstance(exc, ProviderError):
                     log_provider_exception(self.provider.name, "StreamCompletion", exc)
             finally:
+                if (note := gate.dropped_note()) is not None:
+                    log.warning("provider %s: %s", self.provider.name, note)
                 aclose = getattr(upstream, "aclose", None)
                 if aclose is not None:
                     await aclose()
