@@ -78,7 +78,7 @@ from typing import Any
 
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
-from protocol_py.providers.anthropic.stream import ANTHROPIC_CITATIONS, ANTHROPIC_VENDOR
+from protocol_py.providers.anthropic.stream import ANTHROPIC_VENDOR
 from protocol_py.providers.http.call_ids import ANTHROPIC_TOOL_USE_ID
 from protocol_py.providers.http.history import Repaired, WireIds, answer_dangling_calls
 from protocol_py.providers.http.request import (
@@ -93,6 +93,7 @@ from protocol_py.providers.http.request import (
     merge_provider_options,
     tool_input,
 )
+from protocol_py.rules.vendor_data import ANTHROPIC_TEXT_CITATIONS
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role
 from protocol_py_gen.model.v1 import (
     GenerationParams,
@@ -154,7 +155,7 @@ def _block(block: ContentBlock, where: str, ctx: _Context) -> dict[str, Any] | N
             return None
         text: dict[str, Any] = {"type": "text", "text": value.text}
         for k, entry in enumerate(value.vendor_data):
-            if entry.location == ANTHROPIC_CITATIONS:
+            if entry.location == ANTHROPIC_TEXT_CITATIONS:
                 text["citations"] = _json_value(
                     entry.value,
                     f"{where}.text.vendor_data[{k}].value",

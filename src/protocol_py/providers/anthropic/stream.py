@@ -75,7 +75,8 @@ from protocol_py.providers.http.errors import (
 )
 from protocol_py.providers.http.request import kernel_speaks
 from protocol_py.providers.http.sse import SSEEvent
-from protocol_py.rules.vendor_data import MAX_VALUE_BYTES
+from protocol_py.rules.vendor_block import vendor_block_problems
+from protocol_py.rules.vendor_data import ANTHROPIC_TEXT_CITATIONS, MAX_VALUE_BYTES
 from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
@@ -91,16 +92,7 @@ from protocol_py_gen.model.v1 import (
     UsageComponent,
 )
 
-__all__ = [
-    "ANTHROPIC_CITATIONS",
-    "AnthropicStreamTranslator",
-    "map_anthropic_stop",
-    "map_anthropic_usage",
-]
-
-ANTHROPIC_CITATIONS = "anthropic.text.citations"
-"""TextBlock.vendor_data location of an Anthropic text block's ``citations`` array (compact
-JSON text), sent back on that text block."""
+__all__ = ["AnthropicStreamTranslator", "map_anthropic_stop", "map_anthropic_usage"]
 
 _STOP: Mapping[str, StopReason] = {
     "end_turn": StopReason.END_TURN,
@@ -267,14 +259,10 @@ def _sum_iterations(iterations: list[Any]) -> dict[str, Any]:
 ANTHROPIC_VENDOR = "anthropic"
 """The adapter family name on the vendor blocks this translator writes (VendorBlock.vendor)."""
 
-MAX_VENDOR_BLOCK_BYTES = 16 * 1024 * 1024
-"""Largest VendorBlock.data (content.v1), in bytes."""
-
 MAX_CITATIONS_BYTES = MAX_VALUE_BYTES
 """Largest citations list kept on one text block (a VendorData value), in bytes."""
 
 _KNOWN_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
-_BLOCK_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _OUTPUT_LIMITS = frozenset({"max_tokens", "model_context_window_exceeded"})
 """Stop reasons that say the output limit cut the turn: a tool call's arguments may be cut."""
 
@@ -600,7 +588,9 @@ class AnthropicStreamTranslator:
         if len(value) > MAX_CITATIONS_BYTES:
             _log.warning("citations of %d bytes not kept (limit %d)", len(value), MAX_VALUE_BYTES)
             return
-        out.append(ev.text_vendor_data([VendorData(location=ANTHROPIC_CITATIONS, value=value)]))
+        out.append(
+            ev.text_vendor_data([VendorData(location=ANTHROPIC_TEXT_CITATIONS, value=value)])
+        )
 
     def _vendor_block(self, out: list[StreamEvent], entry: _Block) -> None:
         assert entry.raw is not None
@@ -614,14 +604,14 @@ class AnthropicStreamTranslator:
                 return
         if not self._v12:
             return  # a kernel of 1.1 has no slot for it (StreamCompletionRequest, 1.2)
-        if not _BLOCK_TYPE.fullmatch(entry.kind):
-            _log.warning("a vendor block of type %r not kept", entry.kind[:64])
-            return
         data = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode()
-        if len(data) > MAX_VENDOR_BLOCK_BYTES:
-            _log.warning("a %s block of %d bytes not kept", entry.kind, len(data))
+        event = ev.vendor_block(ANTHROPIC_VENDOR, entry.kind, data)
+        assert event.vendor_block is not None
+        problems = vendor_block_problems(event.vendor_block)
+        if problems:  # a type name outside the rules, or over MAX_DATA_BYTES: never cut
+            _log.warning("a %r block not kept: %s", entry.kind[:64], problems[0].message)
             return
-        out.append(ev.vendor_block(ANTHROPIC_VENDOR, entry.kind, data))
+        out.append(event)
 
     def _message_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
         delta = obj.get("delta")

@@ -22,6 +22,8 @@ import betterproto2
 
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
+from protocol_py.rules.version_gate import parse_protocol_version
+from protocol_py.version import PROTOCOL_MAJOR
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection
 from protocol_py_gen.model.v1 import CacheBreakpoint, ModelSpec, StreamCompletionRequest
 
@@ -237,7 +239,7 @@ def kernel_speaks(request: StreamCompletionRequest | None, minor: int) -> bool:
     ``kernel_protocol_version`` (protocol 1.2; absent: a 1.0 or 1.1 kernel). A plugin sends a
     kernel nothing newer than its version: a vendor_block event and an empty text_delta that
     only carries vendor data go to a 1.2 kernel only."""
-    if request is None or not request.kernel_protocol_version:
+    if request is None:
         return False
-    major, _, rest = request.kernel_protocol_version.partition(".")
-    return major == "1" and rest.isdigit() and int(rest) >= minor
+    version = parse_protocol_version(request.kernel_protocol_version)
+    return version is not None and version[0] == PROTOCOL_MAJOR and version[1] >= minor

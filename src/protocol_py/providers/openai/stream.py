@@ -95,7 +95,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +109,7 @@ from protocol_py.providers.http.errors import (
 )
 from protocol_py.providers.http.request import kernel_speaks
 from protocol_py.providers.http.sse import SSEEvent
+from protocol_py.rules.vendor_block import vendor_block_problems
 from protocol_py.rules.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
@@ -268,13 +268,8 @@ def map_openai_usage(
 OPENAI_VENDOR = "openai"
 """The adapter family name on the vendor blocks this translator writes (VendorBlock.vendor)."""
 
-MAX_VENDOR_BLOCK_BYTES = 16 * 1024 * 1024
-"""Largest VendorBlock.data (content.v1), in bytes."""
-
 _DETAIL_TEXT = frozenset({"text", "summary", "data"})
 """reasoning_details members whose streamed pieces are joined (the others: latest value)."""
-
-_BLOCK_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 def _separate(owner: _Call, name: str | None) -> bool:
@@ -704,12 +699,14 @@ class OpenAIStreamTranslator:
         for key in sorted(self._details):
             entry = self._details[key]
             kind = entry.get("type")
-            block_type = kind if isinstance(kind, str) and _BLOCK_TYPE.fullmatch(kind) else ""
             data = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode()
-            if not block_type or len(data) > MAX_VENDOR_BLOCK_BYTES:
+            event = ev.vendor_block(OPENAI_VENDOR, kind if isinstance(kind, str) else "", data)
+            assert event.vendor_block is not None
+            problems = vendor_block_problems(event.vendor_block)
+            if problems or not str(kind).startswith("reasoning."):
                 _log.warning("a reasoning_details entry of type %r not kept", str(kind)[:64])
                 continue
-            out.append(ev.vendor_block(OPENAI_VENDOR, block_type, data))
+            out.append(event)
         self._details.clear()
 
     def _tool_call(self, out: list[StreamEvent], pos: int, raw: Mapping[str, Any]) -> None:
