@@ -74,7 +74,8 @@ reasoning_tokens       ``completion_tokens_details.reasoning_tokens`` (only when
 reasoning_already...   true when reasoning is inside completion: decided by ``total_tokens``
                        (prompt + completion == total -> true; + reasoning == total -> unset),
                        else by the endpoint setting (default true: OpenAI, DeepSeek)
-vendor_cost            xAI ``cost_in_usd_ticks`` verbatim, unit ``xai_ticks_1e10``
+vendor_cost            xAI ``cost_in_usd_ticks`` verbatim, unit ``xai_ticks_1e10``; else
+                       OpenRouter's ``cost`` (USD), unit ``usd``
 vendor_total_tokens    ``total_tokens`` only when it differs from the sum of the parts
 =====================  ========================================================================
 
@@ -95,8 +96,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from protocol_py.providers.http import events as ev
@@ -256,6 +259,10 @@ def map_openai_usage(
     ticks = ev.usage_count(raw, "cost_in_usd_ticks", "usage.cost_in_usd_ticks")
     if ticks is not None:
         usage.vendor_cost = VendorCost(amount=str(ticks), unit="xai_ticks_1e10")
+    else:
+        amount = _usd_amount(raw.get("cost"))
+        if amount is not None:  # OpenRouter: the request's price in USD (credits)
+            usage.vendor_cost = VendorCost(amount=amount, unit="usd", currency="USD")
     if total is not None:
         parts = input_tokens + (cache_read or 0) + (cache_write or 0) + completion
         if reasoning is not None and not counted:
@@ -287,6 +294,16 @@ def _separate(owner: _Call, name: str | None) -> bool:
         return isinstance(json.loads(joined), dict)
     except ValueError:
         return False
+
+
+def _usd_amount(value: object) -> str | None:
+    """A vendor's USD price (a JSON number, finite, >= 0) as an exact decimal string of the
+    number as sent (``0.00066`` -> ``"0.00066"``), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return format(Decimal(repr(value)), "f")
 
 
 @dataclass
