@@ -913,8 +913,10 @@ def accumulate(
     message_id: str | None = None,
     produced_by_model_id: str | None = None,
     produced_by_provider: str | None = None,
+    forward_compatible: bool = False,
 ) -> AccumulatedResponse:
-    """Fold a whole StreamEvent sequence (see :class:`StreamAccumulator`).
+    """Fold a whole StreamEvent sequence (see :class:`StreamAccumulator`; ``forward_compatible``
+    for the events of a plugin of a newer protocol minor).
 
     Raises:
         StreamOrderError: an event breaks a D12 order rule (naming its index and rule id).
@@ -931,6 +933,7 @@ def accumulate(
         message_id=message_id,
         produced_by_model_id=produced_by_model_id,
         produced_by_provider=produced_by_provider,
+        forward_compatible=forward_compatible,
     )
     for event in events:
         acc.feed(event)
