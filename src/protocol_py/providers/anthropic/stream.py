@@ -14,14 +14,27 @@ Mapping summary:
   ``signature_delta`` -> the block's signature (assigned, emitted once as thinking_signature at
   ``content_block_stop``), ``redacted_thinking`` -> one redacted_thinking event with ``data``
   verbatim at ``content_block_start``, ``tool_use`` -> tool_call_start at
-  start, ``input_json_delta.partial_json`` fragments forwarded as received (empty ones
-  skipped), tool_call_done at ``content_block_stop``. Other block types (``compaction``,
-  ``server_tool_use`` and its results, which the vendor executes itself, citations) have no
-  protocol slot and emit nothing.
+  start (under the kernel id of :mod:`protocol_py.providers.http.call_ids`, the vendor's id kept
+  as ``anthropic.tool_use.id`` vendor data when it had to be replaced),
+  ``input_json_delta.partial_json`` fragments forwarded as received (empty ones skipped),
+  tool_call_done at ``content_block_stop``. Any other block type (``server_tool_use`` and the
+  ``*_tool_result`` kinds, which the vendor executes itself, ``compaction``) is assembled and
+  emitted whole at ``content_block_stop`` as one ``vendor_block`` (protocol 1.2); a text block's
+  ``citations_delta`` entries are sent when it ends as an empty text_delta carrying
+  ``anthropic.text.citations`` vendor data. Both only to a kernel of 1.2 or later
+  (``kernel_protocol_version``); never a client tool call.
+- Text, thinking and tool-argument fragments pass through a surrogate joiner: the halves of a
+  character split between two deltas are joined (a half that never pairs is U+FFFD).
+- A tool call whose arguments do not parse at ``content_block_stop`` is held open: when the
+  stop reason is the output limit (``max_tokens``, ``model_context_window_exceeded``) it is
+  closed as it is before usage and a MAX_TOKENS stop (the accumulator keeps it out of the
+  message); otherwise it is the TRANSIENT malformed-arguments error.
 - ``ping`` is ignored; ``event: error`` is one terminal error.
 - Usage: ``message_start.usage`` updated field by field by ``message_delta.usage`` (cumulative,
-  last value wins). When ``usage.iterations`` is present (server-side compaction) the event
-  carries the sum over the iterations.
+  last value wins); ``usage.server_tool_use`` counters become UsageComponents and, for the
+  billed ones (:data:`SERVER_TOOL_FEES`), RequestCounts (protocol 1.2). When
+  ``usage.iterations`` is present (server-side compaction) the event carries the sum over the
+  iterations.
 - Usage and stop are emitted at ``message_stop``. Blocks the vendor left open (no
   ``content_block_stop``) are closed first, in index order, exactly as ``content_block_stop``
   would close them (a tool call's arguments are checked, then tool_call_done; a thinking block's
@@ -32,8 +45,7 @@ Mapping summary:
   an open thinking block whose ``signature_delta`` already arrived (the block is then
   replayable); an unsigned thinking block of such a turn never gets a signature event (B09).
   Then the usage reported so far (``message_start`` merged with any ``message_delta``) is
-  emitted as a ``usage`` event before the ``error``: reported usage is never dropped (issue 8
-  item 9).
+  emitted as a ``usage`` event before the ``error``: reported usage is never dropped.
 - A whole JSON body (HTTP 2xx, not an event stream) goes to :meth:`on_json`.
 
 Usage table: input_tokens = ``input_tokens`` (already excludes cache), cache_read_tokens =

@@ -33,6 +33,19 @@ Content mapping:
   ladder when one is configured); DeepSeek: ``disable_thinking`` -> ``thinking: {"type":
   "disabled"}`` (false -> ``"enabled"``); OpenAI: ``disable_thinking`` -> ``reasoning_effort``
   ``"none"`` (or the lowest configured level). No budget control exists on this API.
+
+History repairs and refusals (docs/adapters.md "Requests a vendor would refuse"): a tool call
+left unanswered gets a "not executed" ``role: tool`` message before the next user text
+(:func:`protocol_py.providers.http.history.answer_dangling_calls`); tool-call ids are the
+vendor's own where it was kept (``openai.tool_call.id``), else the kernel's, an id over 40
+characters as a stable derived ``call_`` id (:func:`wire_ids`); stop sequences the model does
+not take are refused. A ``vendor_block`` of vendor ``openai`` and type ``reasoning.*`` goes back
+in the assistant message's ``reasoning_details`` (the reasoning text field is then not sent);
+any other vendor block is dropped with a warning.
+
+The translation cache keys each message by its own content; a message the repair changed or
+inserted is translated uncached. A message's wire ids depend only on the calls of the
+conversation (a kept vendor id is part of its call), so a cached fragment stays exact.
 """
 
 from __future__ import annotations

@@ -23,23 +23,34 @@ Mapping summary:
   1. The entry's slot is its ``index``; an entry without ``index`` takes its position in that
      chunk's ``tool_calls`` array.
   2. An entry whose ``id`` belongs to a call still open at another slot continues that call
-     (never a second tool_call_start for one id); an id whose call was already closed ends the
-     stream with a TRANSIENT error.
+     (never a second tool_call_start for one call), unless the entry names a function whose
+     name differs from the call's or the call's arguments are already a whole JSON object:
+     then it is a second call under the same id (two calls, never one). An entry that
+     continues a call already closed ends the stream with a TRANSIENT error.
   3. An entry with an ``id`` different from the id of the call open at its slot closes that
-     call (a call that never got a name is a TRANSIENT error then) and opens a new one; a
-     repeated id or name continues it (B02), and the name is set once, never concatenated.
-  4. An entry without ``id`` continues the call open at its slot, or opens one. A call that has
-     no id yet adopts the first id that arrives for its slot. A synthesized id never counts as
-     the vendor's: when a real id arrives for a call that already started under a synthesized
-     id, it continues that call (its events keep the synthesized id).
+     call (a call that never got a name is a TRANSIENT error then, one that got only an id is
+     ignored with a warning) and opens a new one; a repeated id or name continues it (B02),
+     and the name is set once, never concatenated.
+  4. An entry without ``id`` continues the call open at its slot, or opens one; an entry with
+     no id, no name and no arguments at a slot with no open call is ignored with a warning. A
+     call that has no id yet adopts the first id that arrives for its slot before it starts; a
+     real id arriving for a call that already started continues it.
   5. tool_call_start is emitted once the call has both its id and its name; fragments that came
      before are held and emitted right after it, in order. A named call without an id waits
      for one more entry of its slot: when that entry brings no id either (the server sends
-     none), or the call is closed first, it starts under a stream-unique synthesized id
-     (``call_<index>_<n>``).
+     none), or the call is closed first, it starts anyway. The id the kernel sees is chosen
+     then (:mod:`protocol_py.providers.http.call_ids`): the vendor's when it is free in the
+     conversation, else a fresh ``call_<ULID>``, the vendor's kept as
+     ``openai.tool_call.id`` vendor data when the history already used it.
 
   Arguments fragments are forwarded as received (empty ones skipped); every open call is
-  closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04).
+  closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04; with
+  ``length``, arguments cut by the output limit close as they are and the stop is MAX_TOKENS).
+- Text, reasoning and argument fragments pass through a surrogate joiner (the halves of a
+  character split between two chunks are joined; a half that never pairs is U+FFFD).
+- OpenRouter's ``reasoning_details`` entries are merged by ``index`` and emitted, when the
+  reasoning ends, as ``vendor_block`` events of vendor ``openai`` (to a kernel of 1.2 or
+  later); a ``signature`` in them is a thinking_signature.
 - Per-call vendor data (protocol 1.1, B03): an entry's ``extra_content`` object (Gemini's
   ``{"google": {"thought_signature": ...}}``, which may come in an entry of its own after the
   arguments) is kept for its call, later objects' members overriding earlier ones, and emitted
@@ -52,7 +63,7 @@ Mapping summary:
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
 - Every failure (vendor error, cut or stalled body, malformed chunk) emits the usage the vendor
   already reported (a usage chunk, or usage beside the error) as a ``usage`` event right before
-  the ``error`` event: reported usage is never dropped (issue 8 item 9).
+  the ``error`` event: reported usage is never dropped.
 - A ``moderation`` object (OpenAI's moderation option) with a flagged result becomes one
   ``safety_notice`` (MODERATION) per side; unflagged results produce nothing.
 - End of body without ``finish_reason`` -> TRANSIENT error, keeping what was streamed. So is
@@ -424,7 +435,7 @@ class OpenAIStreamTranslator:
             xg = chunk.get("x_groq")
             usage = xg.get("usage") if isinstance(xg, dict) else None
         if isinstance(usage, dict):
-            self._usage = usage  # read first: usage beside an error is kept (issue 8 item 9)
+            self._usage = usage  # read first: usage beside an error is kept
         if chunk.get("error") is not None:
             return self._fail(out, self._error_from_obj(chunk))
         if self._pending_error is not None:
@@ -572,7 +583,7 @@ class OpenAIStreamTranslator:
         if isinstance(finish, str) and finish:
             if finish == "insufficient_system_resource":
                 # held until [DONE] or the end of the body: the usage chunk that follows is
-                # emitted before the error (issue 8 item 9)
+                # emitted before the error
                 self._pending_error = ModelError(
                     kind=ErrorKind.OVERLOADED,
                     message="the vendor interrupted generation: insufficient system resource",
