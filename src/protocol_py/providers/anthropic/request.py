@@ -70,7 +70,6 @@ block's ``anthropic.text.citations`` vendor data is sent back as its ``citations
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -91,6 +90,7 @@ from protocol_py.providers.http.request import (
     is_pdf,
     is_text_document,
     merge_provider_options,
+    stored_json,
     tool_input,
 )
 from protocol_py.rules.vendor_data import ANTHROPIC_TEXT_CITATIONS
@@ -133,15 +133,6 @@ def _decode_opaque(data: bytes, where: str) -> str:
         ) from None
 
 
-def _json_value(data: bytes, where: str, rule: str) -> Any:
-    try:
-        return json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise InvalidValueError(
-            f"{where}: not the UTF-8 text of a JSON value (rule {rule})", path=where, rule=rule
-        ) from None
-
-
 @dataclass(slots=True)
 class _Context:
     replay: ThinkingReplay
@@ -156,10 +147,11 @@ def _block(block: ContentBlock, where: str, ctx: _Context) -> dict[str, Any] | N
         text: dict[str, Any] = {"type": "text", "text": value.text}
         for k, entry in enumerate(value.vendor_data):
             if entry.location == ANTHROPIC_TEXT_CITATIONS:
-                text["citations"] = _json_value(
+                text["citations"] = stored_json(
                     entry.value,
                     f"{where}.text.vendor_data[{k}].value",
                     "adapter.anthropic.text.citations",
+                    list,
                 )
         return text
     if name == "image":
@@ -225,16 +217,9 @@ def _block(block: ContentBlock, where: str, ctx: _Context) -> dict[str, Any] | N
                 value.vendor[:64],
             )
             return None
-        obj = _json_value(
-            value.data, f"{where}.vendor_block.data", "adapter.anthropic.vendor_block"
+        obj: dict[str, Any] = stored_json(
+            value.data, f"{where}.vendor_block.data", "adapter.anthropic.vendor_block", dict
         )
-        if not isinstance(obj, dict):
-            raise InvalidValueError(
-                f"{where}.vendor_block.data: not a JSON object "
-                "(rule adapter.anthropic.vendor_block)",
-                path=f"{where}.vendor_block.data",
-                rule="adapter.anthropic.vendor_block",
-            )
         return obj
     raise InvalidValueError(f"{where}: unknown block {name} (rule adapter.anthropic.block)")
 

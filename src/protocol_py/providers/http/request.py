@@ -39,6 +39,7 @@ __all__ = [
     "is_text_document",
     "kernel_speaks",
     "merge_provider_options",
+    "stored_json",
 ]
 
 PORTABLE_EFFORT_ORDER = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -243,3 +244,29 @@ def kernel_speaks(request: StreamCompletionRequest | None, minor: int) -> bool:
         return False
     version = parse_protocol_version(request.kernel_protocol_version)
     return version is not None and version[0] == PROTOCOL_MAJOR and version[1] >= minor
+
+
+def stored_json(
+    data: bytes, path: str, rule: str, kind: type[dict[str, Any]] | type[list[Any]]
+) -> Any:
+    """A JSON value an adapter stored verbatim (vendor data, a vendor block) parsed back.
+
+    Args:
+        data: The stored UTF-8 JSON text.
+        path: The field it came from, named in the error.
+        rule: The rule id of the error.
+        kind: ``dict`` (a JSON object) or ``list`` (an array).
+
+    Raises:
+        InvalidValueError: ``data`` is not the UTF-8 JSON text of a value of ``kind``.
+    """
+    try:
+        parsed = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, kind):
+        what = "an object" if kind is dict else "an array"
+        raise InvalidValueError(
+            f"{path}: not the JSON text of {what} (rule {rule})", path=path, rule=rule
+        )
+    return parsed

@@ -71,6 +71,7 @@ from protocol_py.providers.http.request import (
     is_pdf,
     is_text_document,
     merge_provider_options,
+    stored_json,
     tool_input,
 )
 from protocol_py.providers.http.translation_cache import TranslationCache
@@ -182,26 +183,6 @@ def _user_messages(message: Message, path: str, ids: WireIds) -> list[dict[str, 
     return out
 
 
-def _extra_content(value: bytes, path: str) -> dict[str, Any]:
-    """The ``extra_content`` object a tool call arrived with, parsed back from its JSON text.
-
-    Raises:
-        InvalidValueError: the value is not the UTF-8 JSON text of an object (rule
-            ``adapter.openai.tool_use.extra_content``).
-    """
-    try:
-        parsed = json.loads(value.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise InvalidValueError(
-            f"{path}: not the JSON text of an object (rule adapter.openai.tool_use.extra_content)",
-            path=path,
-            rule="adapter.openai.tool_use.extra_content",
-        )
-    return parsed
-
-
 def _assistant_message(
     message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat, ids: WireIds
 ) -> dict[str, Any]:
@@ -231,8 +212,11 @@ def _assistant_message(
             }
             for k, entry in enumerate(value.vendor_data):
                 if entry.location == OPENAI_EXTRA_CONTENT:
-                    call["extra_content"] = _extra_content(
-                        entry.value, f"{where}.tool_use.vendor_data[{k}].value"
+                    call["extra_content"] = stored_json(
+                        entry.value,
+                        f"{where}.tool_use.vendor_data[{k}].value",
+                        "adapter.openai.tool_use.extra_content",
+                        dict,
                     )
             calls.append(call)
         elif name == "vendor_block":
@@ -244,7 +228,11 @@ def _assistant_message(
                     value.vendor[:64],
                 )
                 continue
-            details.append(_detail(value.data, f"{where}.vendor_block.data"))
+            details.append(
+                stored_json(
+                    value.data, f"{where}.vendor_block.data", "adapter.openai.vendor_block", dict
+                )
+            )
         else:
             raise InvalidValueError(
                 f"{where}: {name} blocks are not valid in an assistant message "
@@ -260,26 +248,6 @@ def _assistant_message(
     if calls:
         out["tool_calls"] = calls
     return out
-
-
-def _detail(data: bytes, path: str) -> dict[str, Any]:
-    """One reasoning_details entry kept as a vendor block, parsed back from its JSON text.
-
-    Raises:
-        InvalidValueError: not the UTF-8 JSON text of an object (rule
-            ``adapter.openai.vendor_block``).
-    """
-    try:
-        parsed = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise InvalidValueError(
-            f"{path}: not the JSON text of an object (rule adapter.openai.vendor_block)",
-            path=path,
-            rule="adapter.openai.vendor_block",
-        )
-    return parsed
 
 
 MAX_TOOL_CALL_ID_CHARS = 40
