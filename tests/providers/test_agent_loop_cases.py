@@ -227,7 +227,8 @@ async def test_d06_web_search_counts_reach_usage_and_cost() -> None:
     assert usage.components == [UsageComponent(name="web_search_requests", value=3)]
     assert usage.request_counts == [RequestCount(name="web_search", count=3)]
     assert completion.cost is not None
-    tokens = sum(completion.cost.terms.values(), Decimal(0))
+    token_terms = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h", "reasoning")
+    tokens = sum((completion.cost.terms[name] for name in token_terms), Decimal(0))
     assert tokens == Decimal("0.0104")
     pricing = haiku().pricing
     fees = request_fees(usage, pricing.tiers[0], 0)
