@@ -289,3 +289,32 @@ def test_stop_sequences_a_model_refuses_are_refused_not_dropped() -> None:
         "params.stop_sequences",
         "request.params.stop_sequences.too_many",
     )
+
+
+def test_a_growing_conversation_is_repaired_the_same_from_the_memo() -> None:
+    """Turn after turn the repairs' memo skips the kept messages: the bytes equal a fresh
+    translation, a dangling call in the kept part included."""
+    spec = model("gpt-6-sol")
+    history = [
+        user("u0", text("go")),
+        assistant("a0", call("c0", vendor_id_entry(OPENAI_TOOL_CALL_ID, "read_file:0"))),
+        user("u1", text("never mind")),
+    ]
+    cache = TranslationCache()
+    for turn in range(1, 4):
+        history += [
+            assistant(f"a{turn}", call(f"c{turn}")),
+            user(f"r{turn}", answer(f"c{turn}")),
+        ]
+        req = request(*history)
+        req.model_id = spec.id
+        images = [wire.encode(m) for m in req.messages]
+        content = build_openai_content(req, spec, OpenAICompat(), cache, images)
+        fresh = build_openai_body(req, spec, OpenAICompat())
+        assert content == dump_body(fresh)
+        assert fresh["messages"][1]["tool_calls"][0]["id"] == "read_file:0"
+        assert fresh["messages"][2] == {
+            "role": "tool",
+            "tool_call_id": "read_file:0",
+            "content": NOT_EXECUTED,
+        }

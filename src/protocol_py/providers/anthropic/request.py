@@ -79,7 +79,7 @@ from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.anthropic.stream import ANTHROPIC_VENDOR
 from protocol_py.providers.http.call_ids import ANTHROPIC_TOOL_USE_ID
-from protocol_py.providers.http.history import Repaired, WireIds, answer_dangling_calls
+from protocol_py.providers.http.history import Repaired, WireIds, repaired_history
 from protocol_py.providers.http.request import (
     CacheTargets,
     block_case,
@@ -552,7 +552,7 @@ def build_anthropic_body(
     merge_provider_options(body, request)
     messages: list[Message] = list(request.messages)
     ids = WireIds(messages, location=ANTHROPIC_TOOL_USE_ID, prefix="toolu_", valid=_valid_id)
-    turns = _translate(answer_dangling_calls(messages), _replay(spec), ids, provider)
+    turns = _translate(repaired_history(messages), _replay(spec), ids, provider)
     _reconcile_thinking(body, turns, spec)
     body["messages"] = _messages(turns, cache, spec)
     if (

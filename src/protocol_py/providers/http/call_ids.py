@@ -99,10 +99,11 @@ class CallIds:
             for Anthropic), so a fresh id has the shape the vendor's own ids have.
     """
 
-    __slots__ = ("_history", "_issued", "_prefix", "_vendor_seen")
+    __slots__ = ("_history", "_issued", "_messages", "_prefix", "_vendor_seen")
 
     def __init__(self, taken: Iterable[str] = (), *, prefix: str = "call_") -> None:
-        self._history = set(taken)
+        self._history: set[str] | None = set(taken)
+        self._messages: Sequence[Message] = ()
         self._issued: set[str] = set()
         self._vendor_seen: set[str] = set()
         self._prefix = prefix
@@ -111,8 +112,21 @@ class CallIds:
     def from_request(
         cls, request: StreamCompletionRequest | None, *, prefix: str = "call_"
     ) -> CallIds:
-        """The issuer for a response to ``request`` (None: a response without history)."""
-        return cls(history_ids(request.messages) if request is not None else (), prefix=prefix)
+        """The issuer for a response to ``request`` (None: a response without history). The
+        history is read when the first call is issued (a response without tool calls never
+        walks it)."""
+        ids = cls(prefix=prefix)
+        if request is not None:
+            ids._history = None
+            ids._messages = request.messages
+        return ids
+
+    @property
+    def _taken(self) -> set[str]:
+        if self._history is None:
+            self._history = history_ids(self._messages)
+            self._messages = ()
+        return self._history
 
     def issue(self, vendor_id: str | None) -> IssuedId:
         """The kernel id of the next call of this response, whose vendor id is ``vendor_id``.
@@ -129,7 +143,7 @@ class CallIds:
         if vendor_id:
             same_response = vendor_id in self._vendor_seen or vendor_id in self._issued
             self._vendor_seen.add(vendor_id)
-            if not same_response and vendor_id not in self._history:
+            if not same_response and vendor_id not in self._taken:
                 self._issued.add(vendor_id)
                 return IssuedId(vendor_id, None)
             fresh = self._fresh()
@@ -140,7 +154,7 @@ class CallIds:
         for _ in range(MAX_ISSUE_ATTEMPTS):
             candidate = f"{self._prefix}{ULID()}"
             if (
-                candidate not in self._history
+                candidate not in self._taken
                 and candidate not in self._issued
                 and candidate not in self._vendor_seen
             ):

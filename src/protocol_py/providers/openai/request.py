@@ -60,7 +60,7 @@ from typing import Any, Literal
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.http.call_ids import OPENAI_TOOL_CALL_ID
-from protocol_py.providers.http.history import WireIds, answer_dangling_calls
+from protocol_py.providers.http.history import HistoryMemo, WireIds, repaired_history
 from protocol_py.providers.http.request import (
     block_case,
     check_stop_sequences,
@@ -250,6 +250,9 @@ def _assistant_message(
     return out
 
 
+HISTORY = HistoryMemo()
+"""The repairs' memo of each conversation's last message list (shared by every provider)."""
+
 MAX_TOOL_CALL_ID_CHARS = 40
 """The longest tool-call id Chat Completions accepts (OpenAI answers 400 above it)."""
 
@@ -365,7 +368,7 @@ def build_openai_body(
     body, replay = _body_head(request, spec, compat)
     messages = _system_messages(request)
     ids = wire_ids(request.messages)
-    for item in answer_dangling_calls(request.messages):
+    for item in repaired_history(request.messages):
         path = f"messages[{item.source}]" if item.source is not None else "messages"
         messages.extend(_translate_message(item.message, path, replay, compat, ids))
     body["messages"] = messages
@@ -394,23 +397,33 @@ def build_openai_content(
     head = dump_body(body)  # ends with "messages":[]} since messages is the last key
     fragments = [dump_body(m) for m in _system_messages(request)]
     settings = (replay, compat.reasoning_replay_field)
-    ids = wire_ids(request.messages)
-    repaired = answer_dangling_calls(request.messages)
-    messages = [item.message for item in repaired]
-    paths = [
-        f"messages[{item.source}]" if item.source is not None else "messages" for item in repaired
-    ]
-    if images and any(item.changed for item in repaired):
-        # a repaired or inserted message is not the one the wire image shows: no cache for it
-        by_source = list(images)
-        images = [
-            None if item.changed or item.source is None else by_source[item.source]
+    repaired, ids = HISTORY.plan(
+        request.messages,
+        images,
+        location=OPENAI_TOOL_CALL_ID,
+        prefix="call_",
+        valid=_valid_id,
+    )
+    messages: Sequence[Message] = request.messages
+    paths: list[str] | None = None  # None: messages[i] of the request
+    if repaired is not None:
+        messages = [item.message for item in repaired]
+        paths = [
+            f"messages[{item.source}]" if item.source is not None else "messages"
             for item in repaired
         ]
+        if images:
+            # a repaired or inserted message is not the one the wire image shows: uncached
+            by_source = list(images)
+            images = [
+                None if item.changed or item.source is None else by_source[item.source]
+                for item in repaired
+            ]
 
     def translate(i: int, message: Message) -> bytes:
+        path = paths[i] if paths is not None else f"messages[{i}]"
         return b",".join(
-            dump_body(m) for m in _translate_message(message, paths[i], replay, compat, ids)
+            dump_body(m) for m in _translate_message(message, path, replay, compat, ids)
         )
 
     found = cache.fragments(settings, messages, translate, images or None)
