@@ -53,7 +53,7 @@ def test_importing_the_client_or_the_server_installs_it(module: str) -> None:
         "from hyperframe.frame import DataFrame\n"
         "assert '_body_repr' not in DataFrame.__dict__\n"
         f"import {module}\n"
-        "from protocol_py import h2_frame_repr\n"
+        "from protocol_py._compat import hyperframe_frame_repr as h2_frame_repr\n"
         "assert DataFrame.__dict__['_body_repr'] is h2_frame_repr.data_frame_body_repr\n"
         "assert h2_frame_repr.install()\n"
         "assert DataFrame.__dict__['_body_repr'] is h2_frame_repr.data_frame_body_repr\n"

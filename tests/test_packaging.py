@@ -77,8 +77,8 @@ def test_wheel_holds_both_packages_py_typed_the_image_and_the_console_script(
         "protocol_py/__init__.py",
         "protocol_py/py.typed",
         "protocol_py/server/__init__.py",
-        "protocol_py/providers/reference.py",
-        "protocol_py/vendor_data.py",
+        "protocol_py/providers/reference/__init__.py",
+        "protocol_py/rules/vendor_data.py",
         "protocol_py_gen/__init__.py",
         "protocol_py_gen/py.typed",
         "protocol_py_gen/model/v1/__init__.py",
@@ -87,7 +87,7 @@ def test_wheel_holds_both_packages_py_typed_the_image_and_the_console_script(
     ):
         assert name in names, name
     assert image == IMAGE.read_bytes()
-    assert "protocol-py = protocol_py.cli.app:main" in entry_points
+    assert "protocol-py = protocol_py.cli:main" in entry_points
     assert f"Version: {PACKAGE_VERSION}" in metadata.splitlines()
     assert not any(n.startswith(("tests/", "src/", "gen/")) for n in names)
 
