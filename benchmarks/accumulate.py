@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
+from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py_gen.model.v1 import Stop, StopReason, StreamEvent, TextDelta, Usage
 
 

@@ -8,7 +8,8 @@ read through :class:`protocol_py.providers.http.sse.SSEParser` plus ``json.loads
 client minimally does). Prints events/s for both and the ratio.
 
 With ``--processes`` the stub and the server each run in their own process and only the
-client runs here (the issue 12 measurement); without it everything shares one process.
+client runs here (the figure of the target in docs/performance.md); without it everything shares
+one process.
 
 Run: ``.venv/bin/python benchmarks/adapter.py [--chunks 20000] [--repeat 5] [--processes]``
 """
@@ -33,7 +34,7 @@ import httpx
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.http.sse import SSEParser
 from protocol_py.providers.openai.provider import OpenAIProvider
-from protocol_py.rules.accumulate import StreamOrderChecker
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.server import ModelServer
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py_gen.common.v1 import CallContext

@@ -1,5 +1,5 @@
 """Benchmark: what copying a Conversation's request would cost (``Conversation.request()``
-shares the history's Message objects; README "Building requests").
+shares the history's Message objects; docs/writing-a-kernel.md, "Building requests").
 
 Usage: ``.venv/bin/python benchmarks/conversation_request_copy.py [MESSAGES] [REPEATS]`` (default
 MESSAGES = 600, REPEATS = 7).

@@ -1,4 +1,5 @@
-"""Benchmark: memory a hostile upstream can make a vendor adapter take (issue 9, findings 1, 2).
+"""Benchmark: memory a hostile upstream can make a vendor adapter take: decompression bombs and
+retired HTTP clients.
 
 Usage: ``.venv/bin/python benchmarks/hostile_upstream.py [REPEATS] [BOMB_MIB] [CYCLES]`` (default 3,
 128 and 100).

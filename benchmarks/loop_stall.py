@@ -1,4 +1,4 @@
-"""Loop stall (issue 8 item 4): huge requests served beside a running stream.
+"""Loop stall: huge requests served beside a running stream (no request may stall the others).
 
 Three processes: the reference server (``ModelServer`` + ``ReferenceProvider``, paced output)
 with a loop-lag probe (a task sleeping 1 ms and recording the longest gap between its wake-ups);

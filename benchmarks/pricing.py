@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from protocol_py.rules.pricing import PricingTable, cost, prompt_tokens
+from protocol_py.rules.cost import cost, prompt_tokens
+from protocol_py.rules.pricing import PricingTable
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage
 
 

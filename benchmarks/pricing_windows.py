@@ -29,7 +29,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from protocol_py.providers.catalog import deepseek_models
-from protocol_py.rules.pricing import PricingTable, cost, prompt_tokens
+from protocol_py.rules.cost import cost, prompt_tokens
+from protocol_py.rules.pricing import PricingTable
 from protocol_py_gen.model.v1 import Pricing, PricingTier, PricingWindow, Usage
 
 SIZE_SPLIT = 128_000

@@ -1,4 +1,5 @@
-"""Reliability figures of the reference server (issue 8, transport items), measured in one run.
+"""Reliability figures of the reference server (cancellation, memory release, resets, load),
+measured in one run.
 
 1. ``stop``: time from a client's cancel (google's grpcio client, after the first event) and
    from a 10 ms deadline to the provider's stop, for a provider yielding 21,000 events without
@@ -8,7 +9,8 @@
    grpcio's 4 MiB receive limit, plus one client that never reads then disconnects; fds of the
    server before and after.
 3. ``resets``: HEADERS + 60 KB DATA + RST_STREAM in one write, ``--resets`` times on one raw
-   HTTP/2 connection, then a Describe on it (grpclib issue 217).
+   HTTP/2 connection, then a Describe on it
+   (https://github.com/vmagamedov/grpclib/issues/217).
 4. ``load``: ``--streams`` concurrent StreamCompletions held at once (each checked event by
    event against the answer of a lone stream) and ``--cancels`` streams cancelled at random
    points: asyncio tasks and fds before and after, ERROR log lines.
@@ -184,7 +186,7 @@ def _spawn(*extra: str) -> tuple[subprocess.Popen[str], int]:
         [
             sys.executable,
             "-m",
-            "protocol_py.cli.app",
+            "protocol_py.cli",
             "serve",
             "--handshake",
             "--port",

@@ -1,6 +1,5 @@
-"""RSS of a ``protocol-py serve`` subprocess before and after large StreamCompletions (issue 8,
-follow-up of the last outside attack: RSS went 50 -> 85 MiB after 10 calls of 20,000 messages
-and stayed there).
+"""RSS of a ``protocol-py serve`` subprocess before and after large StreamCompletions: how much of
+the memory large calls took the process keeps once they end.
 
 Each call sends a conversation of ``--messages`` messages (about 1.5 MiB for 20,000) through
 google's grpcio client; the RSS (from /proc) is read after a warm-up call (baseline), at its

@@ -47,6 +47,7 @@ from grpclib.client import Channel
 from grpclib.encoding.base import CodecBase
 from grpclib.encoding.proto import ProtoCodec
 
+from protocol_py import _compat
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
@@ -314,6 +315,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     sizes = [5, 10, 50, args.per_stream, args.events]
+    _compat.install()  # the raw grpclib clients here get the patches a ModelClient installs
 
     with tempfile.TemporaryDirectory() as upb_dir:
         compile_upb(Path(upb_dir))

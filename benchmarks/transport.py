@@ -27,8 +27,8 @@ from typing import Any
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
-from protocol_py.transport.addresses import make_private_socket_path
 from protocol_py.transport.launch import launch
+from protocol_py.transport.listen import make_private_socket_path
 from protocol_py.transport.tls import (
     auto_mtls_server_context,
     generate_certificate,

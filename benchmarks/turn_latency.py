@@ -1,4 +1,4 @@
-"""Per-turn latency on long conversations (issue 12): what the plugin adds to time-to-first-event.
+"""Per-turn latency on long conversations: what the plugin adds to time-to-first-event.
 
 An agent kernel resends the whole conversation every turn. For conversations of 60, 300 and 600
 messages after the first user message (each pair: an assistant message with text and a tool

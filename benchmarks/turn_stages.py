@@ -1,4 +1,4 @@
-"""Per-stage cost of one warm turn on a long conversation (issue 12), in this process.
+"""Per-stage cost of one warm turn on a long conversation, in this process.
 
 The server's work on a StreamCompletion request, stage by stage, each timed on its own as the
 server runs it on a kernel's repeated turns (the same conversation resent, warm caches): the
@@ -27,7 +27,7 @@ from turn_latency import MODEL, _serve_plugin, _serve_stub, conversation, plugin
 from protocol_py.client.client import ModelClient
 from protocol_py.codec import wire
 from protocol_py.providers.openai.provider import OpenAIProvider
-from protocol_py.rules.validation import validate_request
+from protocol_py.rules.request import validate_request
 from protocol_py.server.context_window import check_context_window
 from protocol_py.server.grpc_layer.limits import decode_request, strict_request_classes
 from protocol_py.server.reflection import build_descriptor_pool

@@ -1,4 +1,4 @@
-"""Benchmark: the cost of reading upstream chunks through ``cancel_once`` (issue 8 item 10).
+"""Benchmark: the cost of reading upstream chunks through ``cancel_once``.
 
 Every upstream body read of the vendor adapters runs in a child task that is cancelled at most
 once (:mod:`protocol_py.providers.http.cancel`), so a repeated cancellation never interrupts

@@ -1,5 +1,9 @@
 """Shared pytest fixtures.
 
+``running``, ``client`` and ``cli_server`` (defined in :mod:`tests.support.servers`): an
+in-process server on the reference provider, a grpclib client of it, and the real console script
+serving the reference provider.
+
 ``upb``: google's protobuf classes (the upb runtime of the ``protobuf`` package) compiled at test
 time with ``grpc_tools.protoc`` from the same ``proto/`` sources as the committed betterproto2
 stubs. They are the reference encoder/decoder of the interop tests; they exist only inside the
@@ -19,6 +23,10 @@ from types import ModuleType
 import grpc_tools
 import pytest
 from grpc_tools import protoc
+
+from .support.servers import cli_server, client, running
+
+__all__ = ["cli_server", "client", "running"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO_ROOT / "proto"
@@ -97,7 +105,7 @@ class _SecretWatch(logging.Handler):
 
 @pytest.fixture(autouse=True)
 def no_registered_secret_in_any_log_record() -> Iterator[None]:
-    """Issue 9: the API key never appears in a log line, at any level, in the whole suite."""
+    """The API key never appears in a log line, at any level, in the whole suite."""
     watch = _SecretWatch()
     root = logging.getLogger()
     root.addHandler(watch)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
     from protocol_py.provider import Provider, ProviderError
     from protocol_py.rules.accumulate import StreamAccumulator, accumulate
-    from protocol_py.rules.pricing import cost
+    from protocol_py.rules.cost import cost
     from protocol_py.rules.routing import route
     from protocol_py.server import ModelServer
     from protocol_py.server.serve import ServeError, serve, serve_async
@@ -44,7 +44,7 @@ _LAZY: dict[str, str] = {
     "StreamAccumulator": "protocol_py.rules.accumulate",
     "ValidationError": "protocol_py.errors",
     "accumulate": "protocol_py.rules.accumulate",
-    "cost": "protocol_py.rules.pricing",
+    "cost": "protocol_py.rules.cost",
     "route": "protocol_py.rules.routing",
     "serve": "protocol_py.server.serve",
     "serve_async": "protocol_py.server.serve",

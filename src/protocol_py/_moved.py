@@ -17,17 +17,26 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 MOVED: Final[dict[str, tuple[str, ...]]] = {
-    "protocol_py.accumulate": ("protocol_py.rules.accumulate",),
-    "protocol_py.validation": ("protocol_py.rules.validation",),
+    "protocol_py.accumulate": ("protocol_py.rules.accumulate", "protocol_py.rules.stream_order"),
+    "protocol_py.validation": (
+        "protocol_py.rules.capabilities",
+        "protocol_py.rules.request",
+        "protocol_py.rules.documents",
+        "protocol_py.rules.json_schema",
+    ),
     "protocol_py.validation_memo": ("protocol_py.rules.request_memo",),
-    "protocol_py.pricing": ("protocol_py.rules.pricing",),
+    "protocol_py.pricing": (
+        "protocol_py.rules.pricing",
+        "protocol_py.rules.cost",
+        "protocol_py.rules.timestamps",
+    ),
     "protocol_py.pricing_windows": ("protocol_py.rules.pricing_windows",),
     "protocol_py.routing": ("protocol_py.rules.routing",),
     "protocol_py.replay": ("protocol_py.rules.replay",),
     "protocol_py.vendor_data": ("protocol_py.rules.vendor_data",),
     "protocol_py.wire": ("protocol_py.codec.wire",),
     "protocol_py.prefix_memo": ("protocol_py.codec.prefixes",),
-    "protocol_py.protojson": ("protocol_py.codec.protojson",),
+    "protocol_py.protojson": ("protocol_py.codec.protojson", "protocol_py.codec.type_check"),
     "protocol_py.structs": ("protocol_py.codec.structs",),
     "protocol_py.tls": ("protocol_py.transport.tls",),
     "protocol_py.launch": ("protocol_py.transport.launch",),
@@ -94,8 +103,8 @@ class _MovedModuleLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
         warnings.warn(
-            f"{module.__name__} is deprecated; import from {MOVED[module.__name__][0]} "
-            "(the old path is removed in 2.0)",
+            f"{module.__name__} is deprecated; import from "
+            f"{' or '.join(MOVED[module.__name__])} (the old path is removed in 2.0)",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -2,7 +2,7 @@
 
 A gRPC status message travels in the ``grpc-message`` trailer, percent-encoded and HPACK-coded;
 HPACK's cost grows with the square of a header's length, so an error that repeated a 1 MiB
-caller value froze every client for minutes (issue 8, item 1). Every path that builds a gRPC
+caller value would hold every client for minutes. Every path that builds a gRPC
 status, an in-band error message or a log detail from caller text goes through this module:
 
 * :func:`quote_value` echoes one caller value as its ``repr``, cut to

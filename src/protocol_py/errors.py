@@ -1,4 +1,5 @@
-"""Violations and the typed errors every public function of the package raises (DESIGN D13).
+"""Violations and the typed errors every public function of the package raises
+(docs/decisions.md#d13).
 
 A :class:`Violation` is one broken rule: a field path such as
 ``pricing.tiers[1].input_tokens_until``, a stable rule id such as ``pricing.tiers.overlap`` and a
@@ -94,7 +95,7 @@ class ValidationError(ProtocolError, ValueError):
 
 
 class StreamOrderError(ProtocolError):
-    """A StreamEvent sequence broke the event-order rules (DESIGN D12).
+    """A StreamEvent sequence broke the event-order rules (docs/decisions.md#d12).
 
     Attributes:
         index: Zero-based index of the offending event in the stream.

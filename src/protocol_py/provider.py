@@ -2,7 +2,7 @@
 
 A :class:`Provider` is what the reference server adapter (:mod:`protocol_py.server`) serves. The
 adapter owns everything generic: capability validation at start-up, request validation before
-the provider is called, Configure's JSON Schema check, event-order checking (DESIGN D12),
+the provider is called, Configure's JSON Schema check, event-order checking (docs/decisions.md#d12),
 exception classification and cancellation. A provider only translates.
 
 Methods a provider does not override answer gRPC ``UNIMPLEMENTED``.
@@ -115,7 +115,7 @@ class Provider(abc.ABC):
     def stream(
         self, request: StreamCompletionRequest, context: CallContext
     ) -> AsyncIterator[StreamEvent]:
-        """Run one completion, yielding StreamEvents in protocol order (DESIGN D12).
+        """Run one completion, yielding StreamEvents in protocol order (docs/decisions.md#d12).
 
         The request has already been validated against the requested model's ModelSpec. Raise
         :class:`ProviderError` for a classified failure. On cancellation the iterator is closed
@@ -125,16 +125,17 @@ class Provider(abc.ABC):
     def count_input_tokens(self, request: StreamCompletionRequest) -> int | None:
         """The input tokens of a validated StreamCompletion request, or None (cannot count).
 
-        Called by the server before :meth:`stream` (issue 8, item 5): a count above the model's
-        ``context_window`` ends the stream with one CONTEXT_OVERFLOW error and the provider is
-        never called. Synchronous and CPU-bound by design, so the server may run it off the
-        event loop. Use the same method as :meth:`count_tokens` (exact tokenizer or the
-        documented estimate). Default: None (no check).
+        Called by the server before :meth:`stream` (docs/decisions.md#d25): a count above the
+        model's ``context_window`` ends the stream with one CONTEXT_OVERFLOW error and the provider
+        is never called. Synchronous and CPU-bound by design, so the server may run it off the
+        event loop. Use the same method as :meth:`count_tokens` (exact tokenizer or the documented
+        estimate). Default: None (no check).
         """
         return None
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        """Count a request's input tokens and say how (DESIGN D15). Default: UNIMPLEMENTED."""
+        """Count a request's input tokens and say how (docs/decisions.md#d15). Default:
+        UNIMPLEMENTED."""
         raise NotImplementedRPC("CountTokens")
 
     async def render(self, request: RenderRequest) -> RenderResponse:

@@ -1,4 +1,4 @@
-"""Version constants (DESIGN D1).
+"""Version constants (docs/decisions.md#d1).
 
 ``PROTOCOL_VERSION`` is the wire protocol's ``MAJOR.MINOR``; it equals the version written in the
 header comment of every ``.proto`` file (a test keeps them equal). ``PACKAGE_VERSION`` is this

@@ -26,7 +26,7 @@ from protocol_py.client.client import ModelClient
 from protocol_py.errors import StreamOrderError, errors_only
 from protocol_py.providers import catalog
 from protocol_py.rules.accumulate import accumulate
-from protocol_py.rules.validation import validate_capabilities
+from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model import v1 as model
 from protocol_py_gen.model.v1 import (
@@ -39,7 +39,7 @@ from protocol_py_gen.model.v1 import (
     StreamCompletionRequest,
     StreamEvent,
 )
-from tests.adapters._support import load_case
+from tests.support.adapters import load_case
 
 IMAGE = Path(__file__).resolve().parents[2] / "gen" / "descriptor" / "protocol.binpb"
 NEWER = "1.3"

@@ -13,11 +13,8 @@ from ulid import ULID
 
 from protocol_py.codec import protojson
 from protocol_py.errors import StreamOrderError
-from protocol_py.rules.accumulate import (
-    StreamAccumulator,
-    StreamOrderChecker,
-    accumulate,
-)
+from protocol_py.rules.accumulate import StreamAccumulator, accumulate
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
     ModelError,

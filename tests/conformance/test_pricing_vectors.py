@@ -12,15 +12,9 @@ import pytest
 
 from protocol_py.codec import protojson
 from protocol_py.errors import InvalidValueError, ValidationError
-from protocol_py.rules.pricing import (
-    TERM_NAMES,
-    CostBreakdown,
-    PricingTable,
-    cost,
-    format_usd,
-    parse_timestamp,
-    validate_pricing,
-)
+from protocol_py.rules.cost import TERM_NAMES, CostBreakdown, cost, format_usd
+from protocol_py.rules.pricing import PricingTable, validate_pricing
+from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.model.v1 import Pricing, Usage
 
 DATA = Path(__file__).resolve().parents[2] / "testdata" / "conformance"
@@ -128,6 +122,7 @@ def test_cost(vector: dict[str, Any]) -> None:
         assert out["terms"] == expected["terms"]
     assert out["vendor_cost"] == expected.get("vendor_cost")
     assert out["components"] == expected.get("components", [])
+    assert out["request_fees"] == expected.get("request_fees", {})
     # The total is the exact sum of the terms, and plain notation never uses an exponent.
     assert breakdown.total == exact_sum
     assert "E" not in out["total_usd"] and "e" not in out["total_usd"]

@@ -11,8 +11,9 @@ import pytest
 
 from protocol_py.codec import protojson
 from protocol_py.errors import Violation
+from protocol_py.rules.documents import validate_document
+from protocol_py.rules.request import validate_request
 from protocol_py.rules.routing import route
-from protocol_py.rules.validation import validate_document, validate_request
 from protocol_py_gen.model.v1 import ModelSpec, ModelTarget, StreamCompletionRequest
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "testdata" / "conformance"

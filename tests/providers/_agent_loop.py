@@ -15,8 +15,8 @@ from protocol_py.providers.http.base import HTTPProvider
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
-from tests.adapters._stub import Reply, StubUpstream
-from tests.adapters._support import lines_to_bytes, load_case
+from tests.support.adapters import lines_to_bytes, load_case
+from tests.support.stub_upstream import Reply, StubUpstream
 
 __all__ = ["Served", "case", "decode", "lines_to_bytes", "served", "spec_of", "sse_reply"]
 

@@ -23,7 +23,7 @@ from protocol_py.providers.openai.stream import OpenAIStreamTranslator
 from protocol_py.rules.accumulate import AccumulatedResponse, accumulate
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import StreamEvent
-from tests.adapters._support import (
+from tests.support.adapters import (
     RECORDED_ABSENT,
     SHARED_RECORDED,
     VENDOR,

@@ -22,7 +22,7 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
     ToolCallDone,
 )
-from tests.adapters._support import RECORDED_ABSENT, SHARED_RECORDED, load_fixture
+from tests.support.adapters import RECORDED_ABSENT, SHARED_RECORDED, load_fixture
 
 
 def an(kind: str, **obj: Any) -> str:

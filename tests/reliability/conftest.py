@@ -1,4 +1,4 @@
-"""Fixtures of the reliability suite (issue 8): an in-process server on the reference provider,
+"""Fixtures of the reliability suite: an in-process server on the reference provider,
 a capture of every log record, grpcio calls with raw bytes, and a raw HTTP/2 (``h2``) client
 for frames no gRPC client sends."""
 
@@ -25,7 +25,7 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
-from ._probes import SERVICE, RawH2, grpc_frame
+from ..support.h2_client import SERVICE, RawH2, grpc_frame
 
 UNARY_RPCS = ("GetCapabilities", "Configure", "CountTokens", "Render", "Describe")
 

@@ -1,8 +1,8 @@
-"""Issue 8, item 1: bounded error text.
+"""Bounded error text.
 
-A status that echoed caller text made ``grpc-message`` as long as the input (HPACK is
-quadratic: a 1 MiB ``payload_type`` froze grpcio clients for 2 minutes). Every status message
-is now at most ``MAX_ERROR_MESSAGE_BYTES`` once percent-encoded, every echoed value is cut with
+A status that echoes caller text would make ``grpc-message`` as long as the input (HPACK is
+quadratic: a 1 MiB ``payload_type`` can freeze a grpcio client for minutes). Every status
+message is at most ``MAX_ERROR_MESSAGE_BYTES`` once percent-encoded, every echoed value is cut with
 a marker and its length, log lines are capped the same way, and a list of problems says how
 many it lists of how many. Checked through google's grpcio client with 1 MiB and 4 MiB inputs.
 """

@@ -1,6 +1,6 @@
-"""Issue 8, follow-up of the last outside attack (RSS creep after large StreamCompletions): every
-cache the server keeps across calls is bounded by bytes as well as entries, and a finished
-call's HTTP/2 stream is not kept by the connection handler."""
+"""No RSS creep after large StreamCompletions: every cache the server keeps across calls is bounded
+by bytes as well as entries, and a finished call's HTTP/2 stream is not kept by the connection
+handler."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from protocol_py.providers.http.body_memo import MAX_KEPT_BODY_BYTES, BodyMemo
 from protocol_py.providers.http.translation_cache import TranslationCache, message_key
 from protocol_py.providers.reference import provider as reference
 from protocol_py.providers.reference.provider import ReferenceProvider
-from protocol_py.rules import validation
+from protocol_py.rules import json_schema
+from protocol_py.rules.request import validate_request_shape
 from protocol_py.server.grpc_layer.admission import AdmissionHandler
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import Role
@@ -92,7 +93,7 @@ def test_translation_cache_counts_its_keys_message_encodings() -> None:
 
 
 def test_metaschema_memo_skips_schemas_over_its_size_bound() -> None:
-    memo = validation._memoised_metaschema_check
+    memo = json_schema._memoised_metaschema_check
     memo.cache_clear()
     small = {"type": "object", "properties": {"a": {"type": "string"}}}
     large = {
@@ -102,7 +103,7 @@ def test_metaschema_memo_skips_schemas_over_its_size_bound() -> None:
     for schema in (small, large):
         tool = ToolDeclaration(name="f", input_schema=to_struct(schema))
         request = StreamCompletionRequest(model_id="m", tools=[tool])
-        validation.validate_request_shape(request)
+        validate_request_shape(request)
     assert memo.cache_info().currsize == 1  # only the small schema is memoised
 
 

@@ -1,4 +1,4 @@
-"""Issue 8 item 3: a cancel or a deadline stops a busy provider within 100 ms, whatever it does
+"""A cancel or a deadline stops a busy provider within 100 ms, whatever it does
 between yields; the RPC record says cancelled / deadline_exceeded; the log is never flooded.
 
 The contract is 100 ms; the assertions allow :data:`MARGIN` for a loaded 2-core machine and
@@ -14,15 +14,16 @@ from typing import Any
 
 import grpc
 import pytest
-from server.conftest import Running, make_request, start_server
 
 from protocol_py.server import SEND_CHECKPOINT_INTERVAL
 from protocol_py_gen.model.v1 import GenerationParams
 
-from ._probes import RawH2, UnpacedProvider, grpc_frame, upb_class
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.servers import Running, make_request, start_server
+from ._probes import UnpacedProvider, upb_class
 
 CONTRACT = 0.1
-"""Seconds from a cancel or deadline to the provider's stop (issue 8)."""
+"""Seconds from a cancel or deadline to the provider's stop (the contract)."""
 MARGIN = 0.3
 """Extra seconds allowed on a loaded machine (the measured figure is printed)."""
 

@@ -1,5 +1,5 @@
-"""Configure and Render's reference.repeat never do size-proportional work on the event loop
-(attack round 4): a config of many keys is checked in a worker thread and logged with a bounded
+"""Configure and Render's reference.repeat never do size-proportional work on the event loop:
+a config of many keys is checked in a worker thread and logged with a bounded
 key list; a reference.repeat payload over its bound is refused before it is parsed."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from grpclib.exceptions import GRPCError
 
 from protocol_py.codec.structs import to_struct
-from protocol_py.providers.reference.provider import MAX_REPEAT_PAYLOAD_BYTES, ReferenceProvider
+from protocol_py.providers.reference import MAX_REPEAT_PAYLOAD_BYTES, ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.server.records import MAX_LOGGED_CONFIG_KEYS, RpcRecord
 from protocol_py_gen.model.v1 import ConfigureRequest, RenderFormat, RenderRequest

@@ -1,4 +1,4 @@
-"""Issue 8, item 12: Configure rejects numbers beyond 2^53 (DESIGN D5), including values that
+"""Configure rejects numbers beyond 2^53 (docs/decisions.md#d5), including values that
 arrive as doubles, and an API key an HTTP header cannot carry (a newline) is a PERMANENT
 configuration error: INVALID_ARGUMENT at Configure naming the field, a clear usage error at
 start-up from the environment, never a retryable TRANSIENT on the first request."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.http.base import check_api_key
 from protocol_py.providers.openai.provider import OpenAIProvider

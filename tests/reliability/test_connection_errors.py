@@ -1,4 +1,4 @@
-"""Issue 8 (attacker report) items 3 and 4: an HTTP/2 connection error caused by one request
+"""An HTTP/2 connection error caused by one request
 (a header list over the advertised SETTINGS_MAX_HEADER_LIST_SIZE, a stream beyond
 SETTINGS_MAX_CONCURRENT_STREAMS) closes that connection with a GOAWAY carrying the error code
 and one WARNING naming the peer and the rule; other connections keep working.
@@ -18,7 +18,7 @@ import grpc
 import h2.errors
 from h2.settings import SettingCodes
 
-from ._probes import RawH2
+from ..support.h2_client import RawH2
 from .conftest import SERVICE, Served, still_serving
 
 
@@ -72,7 +72,7 @@ async def test_the_101st_concurrent_stream_gets_goaway_and_one_warning(
     def flood() -> tuple[Any, bool]:
         raw = RawH2(served.port)
         try:
-            # Ignore the server's SETTINGS_MAX_CONCURRENT_STREAMS of 100, as the attacker did.
+            # Ignore the server's SETTINGS_MAX_CONCURRENT_STREAMS of 100, as a flooding client does.
             raw.conn.remote_settings._settings[SettingCodes.MAX_CONCURRENT_STREAMS] = (
                 collections.deque([1000])
             )

@@ -1,12 +1,12 @@
-"""Issue 8, item 5: a request whose counted input exceeds the model's context window gets
+"""A request whose counted input exceeds the model's context window gets
 exactly one in-band CONTEXT_OVERFLOW error, naming the count and the window, before the
 provider is called. The reference provider counts exactly (its tokenizer, the CountTokens
 count); the vendor adapters by their documented estimate, ceil(body bytes / 4).
 
-The issue's figure is 100,000 messages to a 32,000-token model: that many go through
+The figure to hold is 100,000 messages to a 32,000-token model: that many go through
 :func:`check_context_window` directly (the count takes about 0.6 s); through the server the
 suite sends 3,000 messages (about 42,000 tokens), since decoding and validating 100,000
-messages alone takes several seconds (item 4, another engineer's)."""
+messages alone takes several seconds (tests/server/test_loop_stall.py covers that)."""
 
 from __future__ import annotations
 

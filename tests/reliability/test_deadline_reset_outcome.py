@@ -1,8 +1,8 @@
-"""Issue 9 finding 8: a client that enforces its own deadline resets the stream at that
-deadline, measured from its send time, so the reset reaches the server just before the
-server's own deadline timer: the RPC record said ``cancelled`` where grpcio reported
-DEADLINE_EXCEEDED. A reset within ``DEADLINE_RESET_MARGIN`` seconds of the ``grpc-timeout``
-deadline is now recorded as ``deadline_exceeded``; an earlier reset stays ``cancelled``."""
+"""A client that enforces its own deadline resets the stream at that deadline, measured from its
+send time, so the reset reaches the server just before the server's own deadline timer; the RPC
+record must say what grpcio reports, DEADLINE_EXCEEDED. A reset within ``DEADLINE_RESET_MARGIN``
+seconds of the ``grpc-timeout`` deadline is recorded as ``deadline_exceeded``; an earlier reset
+stays ``cancelled``."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from typing import Any
 
 import h2.exceptions
 import pytest
-from server.conftest import make_request, start_server
 
 from protocol_py.server.grpc_layer.connections import DEADLINE_RESET_MARGIN, cancel_outcome
 
-from ._probes import RawH2, UnpacedProvider, grpc_frame
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.servers import make_request, start_server
+from ._probes import UnpacedProvider
 from .test_cancellation_reaches_provider import records, still_serving
 
 

@@ -1,11 +1,10 @@
-"""One request's decoded size and its violations are bounded whatever its shape (issue 8,
-outside attacker's finding 1 and 4): a tiny body of millions of empty sub-messages is refused
-by the object budget of the fast decoder (:data:`protocol_py.codec.wire.MAX_DECODED_OBJECTS`), a
-body the fast decoder does not cover is never handed whole to betterproto2's unbounded parser
+"""One request's decoded size and its violations are bounded whatever its shape: a tiny body of
+millions of empty sub-messages is refused by the object budget of the fast decoder
+(:data:`protocol_py.codec.wire.MAX_DECODED_OBJECTS`), a body the fast decoder does not cover is
+never handed whole to betterproto2's unbounded parser
 (:data:`protocol_py.server.grpc_layer.limits.MAX_FALLBACK_BYTES`, wrong wire types refused first),
-and
-validation stops at :data:`protocol_py.rules.validation.MAX_VIOLATIONS`. Each server test ends with
-the server still serving."""
+and validation stops at :data:`protocol_py.rules.request.MAX_VIOLATIONS`. Each server test ends
+with the server still serving."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py.codec import wire
 from protocol_py.codec.wire_gen import varint_bytes
-from protocol_py.rules.validation import (
+from protocol_py.rules.request import (
     MAX_VIOLATIONS,
     TOO_MANY_VIOLATIONS_RULE,
     validate_request_shape,
@@ -27,7 +26,8 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest, StreamEvent
 
-from ._probes import rss_bytes, upb_class
+from ..support.proc import rss_bytes
+from ._probes import upb_class
 from .conftest import Served, acall, still_serving
 
 MODEL = b"reference-small"
@@ -94,7 +94,7 @@ def test_the_budget_is_not_handed_to_betterproto2(monkeypatch: pytest.MonkeyPatc
 async def test_empty_messages_under_the_budget_list_the_first_violations_and_say_more(
     served: Served,
 ) -> None:
-    body = empty_messages(128 * 1024)  # the attacker's 256 KiB body
+    body = empty_messages(128 * 1024)  # a 256 KiB body
     result = await _timed(served, "StreamCompletion", body, stream=True)
     assert result.code == "OK", result
     events = [StreamEvent.parse(r) for r in result.replies]

@@ -1,6 +1,6 @@
-"""Issue 8 item 7 (grpclib issue 217): streams reset before their handler reads the body give
+"""Streams reset before their handler reads the body give
 their bytes back to the connection window, so after any number of resets a new request on the
-same connection goes through."""
+same connection goes through (https://github.com/vmagamedov/grpclib/issues/217)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from server.conftest import make_request, start_server
 
 from protocol_py_gen.model.v1 import CountTokensRequest, DescribeRequest
 
-from ._probes import RawH2, grpc_frame
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.servers import make_request, start_server
 
 RESETS = 500
 BODY = 60_000

@@ -1,4 +1,4 @@
-"""Issue 8, reliability suite: random and mutated bytes into every message decoder.
+"""Random and mutated bytes into every message decoder.
 
 Every message of ``common.v1``, ``content.v1`` and ``model.v1`` (and the Struct/Value
 well-known types) goes through the server's strict decode path,

@@ -1,4 +1,4 @@
-"""Issue 8, reliability suite: random and mutated bytes into every RPC of the real server.
+"""Random and mutated bytes into every RPC of the real server.
 
 The server runs on its own event loop in a thread; google's grpcio client sends each input
 as the raw request body of one of the six ModelService RPCs. Every answer is a defined status

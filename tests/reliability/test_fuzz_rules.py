@@ -1,22 +1,22 @@
-"""Issue 8 reliability suite, the rules part: random ModelSpecs and Pricings (hypothesis,
-bounded) through validation and tier resolution, against a brute-force cell check.
+"""The rules under random input: random ModelSpecs and Pricings (hypothesis, bounded) through
+validation and tier resolution, against a brute-force cell check.
 
 The oracle here is independent of :mod:`protocol_py.rules.pricing`: every tier is a box of half-open
 integer intervals, one per :class:`Dimension`; the grid is every point where some tier boundary
-starts a cell (plus one point below all boundaries), so every cell of the plane has a point in
-it, and a point's verdict is simply the list of tiers whose box contains it. From that:
+starts a cell (plus one point below all boundaries), so every cell of the plane has a point in it,
+and a point's verdict is simply the list of tiers whose box contains it. From that:
 
 * a gap exists iff some grid point matches no tier; an overlap iff some point matches two;
 * ``validate_pricing`` / ``validate_model_spec`` must report ``pricing.tiers.gap`` /
-  ``pricing.tiers.overlap`` exactly then, and the point each message names must really be a gap
-  (no tier) or an overlap (exactly the tiers it lists);
-* for a valid Pricing, ``PricingTable.resolve`` returns, at every grid point and at the points
-  just below each boundary, the unique tier that contains it; an invalid one cannot be built.
+  ``pricing.tiers.overlap`` exactly then, and the point each message names must really be a gap (no
+  tier) or an overlap (exactly the tiers it lists);
+* for a valid Pricing, ``PricingTable.resolve`` returns, at every grid point and at the points just
+  below each boundary, the unique tier that contains it; an invalid one cannot be built.
 
-Time coordinates are whole days after :data:`EPOCH`, written in several equivalent ISO 8601
-forms (a date, ``Z``, a ``+02:00`` offset); prompt sizes are token counts. A third tier
-dimension (e.g. recurring time-of-day windows) is added by appending a :class:`Dimension` with
-its fields, its wire encoding and how a point is passed to ``resolve``.
+Time coordinates are whole days after :data:`EPOCH`, written in several equivalent ISO 8601 forms (a
+date, ``Z``, a ``+02:00`` offset); prompt sizes are token counts. A third tier dimension (e.g.
+recurring time-of-day windows) is added by appending a :class:`Dimension` with its fields, its wire
+encoding and how a point is passed to ``resolve``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 
 from protocol_py.errors import ValidationError
 from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.rules.capabilities import validate_model_spec
 from protocol_py.rules.pricing import PricingTable, validate_pricing
-from protocol_py.rules.validation import validate_model_spec
 from protocol_py_gen.model.v1 import CachingSpec, ModelSpec, Pricing, PricingTier
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -56,7 +56,7 @@ Interval = tuple[int | None, int | None]
 def _time_text(day: int, form: int) -> str:
     at = EPOCH + timedelta(days=day)
     if form == 0:
-        return at.date().isoformat()  # a date means 00:00 UTC (D9)
+        return at.date().isoformat()  # a date means 00:00 UTC (docs/decisions.md#d9)
     if form == 1:
         return at.strftime("%Y-%m-%dT%H:%M:%SZ")
     return (at + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S+02:00")  # the same instant

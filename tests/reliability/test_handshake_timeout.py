@@ -1,6 +1,6 @@
-"""Issue 9 finding 6: a client that connects and never sends the HTTP/2 preface (or never
-finishes its TLS handshake) was held until the idle timeout (300 s; asyncio's TLS default is
-60 s). Both are now bounded by the server's handshake timeout
+"""A client that connects and never sends the HTTP/2 preface (or never finishes its TLS
+handshake) is not held until the idle timeout (300 s; asyncio's TLS default is 60 s): both are
+bounded by the server's handshake timeout
 (``DEFAULT_HANDSHAKE_TIMEOUT``), and the server keeps serving afterwards."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Issue 9 (outside attacker, findings 4 and 5): credentials in a base URL and encoded keys.
+"""Credentials in a base URL and encoded keys.
 
-* ``base_url`` / ``--base-url`` with userinfo (``http://alice:pass@host``) made httpx send
-  ``Authorization: Basic ...`` instead of the API key, and an upstream echoing it leaked the
-  credentials. Decision: userinfo is refused up front (Configure: INVALID_ARGUMENT naming
-  ``base_url``; ``serve``: exit 2), the value never echoed; nothing is applied.
-* An upstream echoing ENCODED copies of the key (percent-encoded, standard and URL-safe base64
-  of the key, of ``Bearer <key>`` and of ``<user>:<key>``, hex) got past redaction: now no
-  event field and no log record at any level lets the key be recovered.
+* ``base_url`` / ``--base-url`` with userinfo (``http://alice:pass@host``) would make httpx send
+  ``Authorization: Basic ...`` instead of the API key, for an upstream to echo. So userinfo is
+  refused up front (Configure: INVALID_ARGUMENT naming ``base_url``; ``serve``: exit 2), the value
+  never echoed; nothing is applied.
+* An upstream echoing ENCODED copies of the key (percent-encoded, standard and URL-safe base64 of
+  the key, of ``Bearer <key>`` and of ``<user>:<key>``, hex): no event field and no log record at
+  any level lets the key be recovered.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import re
 from urllib.parse import quote, unquote
 
 import pytest
-from adapters._stub import Reply, StubUpstream
-from adapters.test_providers_stub import MODEL, request
 
-from protocol_py.cli import app as cli
+from protocol_py import cli
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py_gen.model.v1 import ConfigureRequest, ErrorKind, StreamEvent
 
+from ..providers.test_providers_stub import MODEL, request
+from ..support.stub_upstream import Reply, StubUpstream
 from .conftest import acall, serve
 
 KEY = "gw+K3y/with=Sl4sh+plus/x9=="
@@ -70,7 +70,7 @@ def _recoverable(text: str) -> bool:
 
 
 def test_the_leak_probe_finds_every_encoding() -> None:
-    """The probe itself: every encoding the attacker used is recoverable before redaction."""
+    """The probe itself: every encoding listed is recoverable before redaction."""
     for text in _encodings():
         assert _recoverable(f"x {text} y"), text
     assert not _recoverable("nothing to see here")

@@ -1,4 +1,4 @@
-"""Issue 8, the load part of the reliability suite: 500 concurrent streams complete with every
+"""The load part of the reliability suite: 500 concurrent streams complete with every
 event in order; 1,000 streams cancelled at random points leave no asyncio task, socket or fd
 behind and no ERROR log line. benchmarks/reliability.py runs the same at any count and prints
 the figures."""
@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from server.conftest import make_request, start_server
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
@@ -21,7 +20,8 @@ from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
-from ._probes import open_fds
+from ..support.proc import open_fds
+from ..support.servers import make_request, start_server
 
 CONCURRENT = 500
 CANCELLED = 1_000

@@ -1,6 +1,6 @@
-"""Every per-RPC log line stays under MAX_LOG_LINE_BYTES bytes after JSON encoding (issue 8,
-attacker's finding: 32 long non-ASCII Configure keys gave a 14,179-byte line, each kept
-character escaped as ``\\u00e9``)."""
+"""Every per-RPC log line stays under MAX_LOG_LINE_BYTES bytes after JSON encoding, also
+for 32 long non-ASCII Configure keys (each kept character written as itself, never escaped as
+``\\u00e9``)."""
 
 from __future__ import annotations
 

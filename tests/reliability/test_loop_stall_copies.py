@@ -1,4 +1,4 @@
-"""Issue 8 item 4, second round: no 60 MB single-call copy left beside the text's own decode.
+"""No 60 MB single-call copy left beside the text's own decode.
 
 Not timing assertions (``benchmarks/loop_stall.py`` measures the stall): each test pins one
 mechanism, and the server tests show it still serving afterwards:
@@ -28,8 +28,10 @@ from protocol_py.providers.http.translation_cache import (
     TranslationCache,
     message_key,
 )
-from protocol_py.providers.reference import provider as reference
-from protocol_py.rules import validation
+from protocol_py.providers.reference import ReferenceProvider, reference_models
+from protocol_py.providers.reference import tokenizer as reference
+from protocol_py.rules import request as request_rules
+from protocol_py.rules.request import validate_request
 from protocol_py.rules.request_memo import (
     MAX_IMAGE_BYTES,
     ValidatedMessages,
@@ -37,7 +39,6 @@ from protocol_py.rules.request_memo import (
     take_request_images,
     valid_prefixes,
 )
-from protocol_py.rules.validation import validate_request
 from protocol_py.server import offload
 from protocol_py.server.grpc_layer import limits
 from protocol_py.server.reflection import build_descriptor_pool
@@ -148,12 +149,12 @@ def test_a_large_message_is_validated_uncached_and_its_list_not_kept(
 ) -> None:
     memo = ValidatedMessages()
     prefixes: ConversationPrefixes[ValidState] = valid_prefixes()
-    monkeypatch.setattr(validation, "VALIDATED", memo)
-    monkeypatch.setattr(validation, "PREFIXES", prefixes)
+    monkeypatch.setattr(request_rules, "VALIDATED", memo)
+    monkeypatch.setattr(request_rules, "PREFIXES", prefixes)
     for letter in "ab":  # two different large messages under the same id
         data = wire.encode(conversation(letter * (MAX_IMAGE_BYTES + 1)))
         request = limits.decode_request(data, StreamCompletionRequest, strict)
-        assert validate_request(request, reference.reference_models()[0]) == []
+        assert validate_request(request, reference_models()[0]) == []
     assert len(memo) == 2  # the two small messages, not the large one
     assert memo.hits == 2  # the second request hit the small ones only
     assert len(prefixes) == 0
@@ -161,7 +162,7 @@ def test_a_large_message_is_validated_uncached_and_its_list_not_kept(
     bad = conversation("c" * (MAX_IMAGE_BYTES + 1))
     bad.messages[1].role = Role.UNSPECIFIED
     request = limits.decode_request(wire.encode(bad), StreamCompletionRequest, strict)
-    found = validate_request(request, reference.reference_models()[0])
+    found = validate_request(request, reference_models()[0])
     assert [v.rule for v in found] == ["request.message.role_unspecified"]
 
 
@@ -220,7 +221,7 @@ CHUNK = reference.TOKEN_COUNT_CHUNK_CHARS
 def test_reference_answer_to_a_long_prompt_is_unchanged(
     prompt: str, stops: list[str], limit: int
 ) -> None:
-    provider = reference.ReferenceProvider()
+    provider = ReferenceProvider()
     spec = provider._spec("reference-large")
     request = StreamCompletionRequest(
         model_id="reference-large",
@@ -295,7 +296,7 @@ def test_prompt_cache_digests_are_those_of_the_joined_texts() -> None:
         messages=[user(t, f"01J0000000000000000000000{i}") for i, t in enumerate(texts)],
         call_context=CallContext(session_id="s", turn_id="t"),
     )
-    provider = reference.ReferenceProvider()
+    provider = ReferenceProvider()
     spec = provider._spec("reference-large")
     segments = reference.prompt_segments(list(request.messages), [], [])
     assert [s.text for s in segments] == [f"[user]\n{t}\n" for t in texts]

@@ -1,4 +1,4 @@
-"""Issue 8 item 4: the mechanisms that keep one large request from stalling the event loop.
+"""The mechanisms that keep one large request from stalling the event loop.
 
 Not timing assertions (``benchmarks/loop_stall.py`` measures the stall): each test pins one
 mechanism and the same statuses and messages as before for every input:
@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol_py.codec import wire
-from protocol_py.providers.reference import provider as reference
+from protocol_py.providers.reference import tokenizer as reference
 from protocol_py.server import offload
 from protocol_py.server.grpc_layer import strict_parse as strict_parse_module
 from protocol_py.server.grpc_layer.connections import MemoryTrimmer
@@ -295,7 +295,7 @@ def seed_bodies() -> list[bytes]:
 
 
 def outcome(parse: Any, data: bytes) -> tuple[str, str | None]:
-    """What a parse gave: its error (type and text), or OK and the wrong-wire-type finding."""
+    """What a parse gave: its error (type and text), or OK and the wrong-wire-type check."""
     try:
         parsed = parse(data)
     except Exception as exc:  # DecodeError

@@ -1,6 +1,6 @@
-"""Issue 8 (attacker report) item 7: ``protocol-py serve`` limits glibc's malloc arenas so the
-native heap of worker threads can be trimmed (the RSS measurement is in the report and the
-module docstring of :mod:`protocol_py.server.malloc_arenas`)."""
+"""``protocol-py serve`` limits glibc's malloc arenas so the
+native heap of worker threads can be trimmed (why: the module docstring of
+:mod:`protocol_py.server.malloc_arenas`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 8 item 2: memory returns to baseline after aborted replies, and sending honours HTTP/2
+"""Memory returns to baseline after aborted replies, and sending honours HTTP/2
 flow control (a peer that reads nothing pauses the provider instead of the server buffering).
 
 RSS is read from /proc of a ``protocol-py serve`` subprocess (the real console script)."""
@@ -12,15 +12,17 @@ import time
 from typing import Any
 
 import grpc
-from server.conftest import Subprocess, make_request, spawn_server, start_server
 
-from ._probes import RawH2, UnpacedProvider, grpc_frame, rss_bytes, upb_class
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.proc import rss_bytes
+from ..support.servers import Subprocess, make_request, spawn_server, start_server
+from ._probes import UnpacedProvider, upb_class
 
 MIB = 1024 * 1024
 REPLY_MIB = 60
-"""Size of the Render reply refused by the clients, MiB (the issue's 60 MiB)."""
+"""Size of the Render reply refused by the clients, MiB (60 MiB)."""
 TOLERANCE = 0.20
-"""RSS after the calls must come back within this fraction of the baseline (issue 8)."""
+"""RSS after the calls must come back within this fraction of the baseline."""
 
 
 def render_request(mib: int) -> Any:

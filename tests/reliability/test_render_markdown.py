@@ -1,4 +1,4 @@
-"""Issue 8 (attacker report) item 1: a Markdown Render never holds the event loop, its output
+"""A Markdown Render never holds the event loop, its output
 size is checked before the work, and a deadline or cancel stops the escaping."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from protocol_py.providers.reference import provider as reference
+from protocol_py.providers.reference import render as reference
 from protocol_py_gen.model.v1 import RenderFormat, RenderRequest, RenderResponse
 
 from .conftest import Served, acall, still_serving
@@ -43,7 +43,7 @@ async def test_markdown_repeat_whose_escaped_size_exceeds_the_limit_is_refused_f
     await still_serving(served)
 
 
-async def test_the_attackers_markdown_repeat_is_escaped_correctly(served: Served) -> None:
+async def test_a_16_mib_markdown_repeat_is_escaped_correctly(served: Served) -> None:
     result = await acall(
         served.address, "Render", markdown_render("reference.repeat", repeat("<" * 8, 1 << 20))
     )
@@ -112,6 +112,6 @@ async def test_describe_stays_fast_while_a_large_markdown_echo_is_escaped(served
         f"Render {result.seconds:.2f} s; Describe control max {max(control):.3f} s, "
         f"during the Render max {worst:.3f} s over {len(during)} calls"
     )
-    # Generous on a loaded machine: before the fix one Describe waited the whole escape.
+    # Generous on a loaded machine; a Describe never waits for the whole escape.
     assert worst < max(1.0, 10 * max(control))
     await still_serving(served)

@@ -1,4 +1,4 @@
-"""Issue 8 (attacker report) item 2: large unary replies held at once are bounded by a byte
+"""Large unary replies held at once are bounded by a byte
 budget; one over it gets RESOURCE_EXHAUSTED at once, and the budget is given back when the
 holding client disconnects."""
 
@@ -8,12 +8,12 @@ import asyncio
 import json
 import time
 
-from server.conftest import spawn_server
-
 from protocol_py.server import HELD_COPIES, LARGE_REPLY_BYTES, REPLY_BUDGET_BYTES, ReplyBudget
 from protocol_py_gen.model.v1 import RenderRequest, RenderResponse
 
-from ._probes import RawH2, grpc_frame, rss_bytes
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.proc import rss_bytes
+from ..support.servers import spawn_server
 from .conftest import Served, acall, still_serving
 from .test_memory_release import REPLY_MIB, TOLERANCE, render, render_request, settle, stop
 
@@ -82,10 +82,9 @@ async def test_one_reply_larger_than_the_whole_budget_is_sent_when_nothing_is_he
 
 
 def test_unread_60_mib_replies_from_4_clients_stay_within_the_budget() -> None:
-    """The attacker's case on a ``protocol-py serve`` subprocess: 4 raw HTTP/2 clients each ask
+    """On a ``protocol-py serve`` subprocess: 4 raw HTTP/2 clients each ask
     for 5 Render replies of 60 MiB, read nothing, then disconnect. Only replies fitting the
-    256 MiB budget are held; the others are refused, so the peak RSS stays near the budget
-    (before: 3.6 GB)."""
+    256 MiB budget are held; the others are refused, so the peak RSS stays near the budget."""
     sub = spawn_server("--log-level", "WARNING")
     try:
         assert render(sub.address, render_request(1)) == "OK"  # warm-up (lazy imports)

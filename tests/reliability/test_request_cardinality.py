@@ -1,4 +1,4 @@
-"""Issue 8, follow-up of the last outside attack: a unary or server-streaming call carries
+"""A unary or server-streaming call carries
 exactly one request message.
 
 Two messages (grpcio's ``stream_unary`` / ``stream_stream`` on these methods, or a second
@@ -20,7 +20,7 @@ from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server.grpc_layer.cardinality import EXTRA_MESSAGE, NO_MESSAGE
 from protocol_py_gen.model.v1 import CountTokensRequest, RenderRequest
 
-from ._probes import RawH2, grpc_frame
+from ..support.h2_client import RawH2, grpc_frame
 from .conftest import SERVICE, Captured, Served, raw_call, request, serve, still_serving
 from .test_statuses import one_record
 

@@ -1,9 +1,9 @@
-"""Issue 8 (attacker report) items 5 and 6: RPC records say why a call ended.
+"""RPC records say why a call ended.
 
-5. A second SIGTERM during a 30 s grace period stops at once; the records of the streams it
-   ended say "server shutting down (second signal)", not "(grace period expired)".
-6. A receive-timeout record carries ``"error_kind": "DEADLINE_EXCEEDED"`` like every other
-   ``deadline_exceeded`` record."""
+* A second SIGTERM during a 30 s grace period stops at once; the records of the streams it
+  ended say "server shutting down (second signal)", not "(grace period expired)".
+* A receive-timeout record carries ``"error_kind": "DEADLINE_EXCEEDED"`` like every other
+  ``deadline_exceeded`` record."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from protocol_py.server import ModelServer
 from protocol_py.server.records import RpcRecord
 from protocol_py_gen.model.v1 import StreamEvent
 
-from ._probes import RawH2
+from ..support.h2_client import RawH2
 from .conftest import Served, request, still_serving
 from .test_shutdown_report import spawn, stop
 

@@ -1,10 +1,10 @@
-"""Issue 8, item 11: the client reports a shutdown as the server sent it.
+"""The client reports a shutdown as the server sent it.
 
 At grace-period expiry the server ends each in-flight StreamCompletion with an in-band
 TRANSIENT "server shutting down" error, then sends GOAWAY and closes the connection. grpclib's
-client fails every open stream on GOAWAY, dropping events it had already received, so
-``ModelClient`` and ``protocol-py chat`` printed "connection lost: Received GOAWAY" (6 of 8
-runs before the fix). Both sides are fixed: the server lingers after the final events
+client fails every open stream on GOAWAY, dropping events it had already received, which
+``ModelClient`` and ``protocol-py chat`` would print as "connection lost: Received GOAWAY".
+So on both sides: the server lingers after the final events
 (SIGTERM test), and the client yields the in-band events already in its buffer even when the
 GOAWAY arrives in the same read (raw HTTP/2 server test)."""
 

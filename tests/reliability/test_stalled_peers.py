@@ -1,4 +1,4 @@
-"""Issue 8 item 8: a client that sends part of a request and goes quiet gets DEADLINE_EXCEEDED
+"""A client that sends part of a request and goes quiet gets DEADLINE_EXCEEDED
 after the receive timeout (its buffered bytes released, one JSON log record); a connection with
 no open stream for the idle timeout is closed with GOAWAY. Both are ModelServer keyword
 arguments and ``protocol-py serve`` flags."""
@@ -13,13 +13,13 @@ import time
 from typing import Any
 
 import pytest
-from server.conftest import CONSOLE_SCRIPT, make_request, spawn_server, start_server
 
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import DEFAULT_IDLE_TIMEOUT, DEFAULT_RECEIVE_TIMEOUT, ModelServer
 from protocol_py_gen.model.v1 import CountTokensRequest, DescribeRequest
 
-from ._probes import RawH2, grpc_frame
+from ..support.h2_client import RawH2, grpc_frame
+from ..support.servers import CONSOLE_SCRIPT, make_request, spawn_server, start_server
 
 RECEIVE_TIMEOUT = 0.5
 IDLE_TIMEOUT = 0.5

@@ -1,4 +1,4 @@
-"""Issue 8, item 6: clear statuses, never a bare UNKNOWN.
+"""Clear statuses, never a bare UNKNOWN.
 
 Each malformed or refused call gets INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE or
 RESOURCE_EXHAUSTED (never UNKNOWN "Internal Server Error"), no ERROR record or traceback in
@@ -21,7 +21,7 @@ import pytest
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest
 
-from ._probes import request_headers
+from ..support.h2_client import request_headers
 from .conftest import (
     Captured,
     Served,

@@ -1,11 +1,11 @@
-"""Issue 8 item 10: after a client deadline or cancel, the vendor connection is closed within 1 s.
+"""After a client deadline or cancel, the vendor connection is closed within 1 s.
 
 Through the real gRPC server (in process) with the OpenAI adapter, called by google's grpcio
 client, against a loopback stub that counts the connections it holds open. 100 runs: 25 each of
 (waiting for response headers | mid-stream) x (deadline | explicit cancel), 5 calls at a time.
-Before the fix a deadline left the connection ESTABLISHED in about a third of the runs: grpclib's
-server-side deadline timer and the client's RST_STREAM cancel the handler twice, and the second
-cancellation interrupted httpcore while it closed the connection.
+The sharp edge: grpclib's server-side deadline timer and the client's RST_STREAM cancel the
+handler twice, and a second cancellation that interrupts httpcore while it closes the connection
+leaves it ESTABLISHED.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any
 
 import grpc
 import pytest
-from adapters._stub import Reply, StubUpstream
-from adapters.test_providers_stub import MODEL, make, request
 
 from protocol_py.providers.http.cancel import cancel_once, shielded
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import StreamEvent
+
+from ..providers.test_providers_stub import MODEL, make, request
+from ..support.stub_upstream import Reply, StubUpstream
 
 PATH = "/model.v1.ModelService/StreamCompletion"
 FIRST_CHUNK = (

@@ -1,19 +1,20 @@
-"""Issue 8 item 9: upstream faults keep what was streamed.
+"""Upstream faults keep what was streamed.
 
-Every fault below is served by the loopback stub (``tests/adapters/_stub.py``) to every adapter
-code path: ``openai``, ``deepseek``, ``anthropic`` and the OpenAI-compatible settings used for
-vLLM / Ollama (``max_tokens``, ``done_ends_turn``). Each row checks, through the adapter:
+Every fault below is served by the loopback stub (``tests/support/stub_upstream.py``) to every
+adapter code path: ``openai``, ``deepseek``, ``anthropic`` and the OpenAI-compatible settings used
+for vLLM / Ollama (``max_tokens``, ``done_ends_turn``). Each row checks, through the adapter:
 
 * the documented ModelError kind (docs/adapters.md "Upstream faults"), ``retryable`` and, for an
   HTTP error, ``http_status``;
 * every event streamed before the fault, in order (stream_start, metadata, both text deltas);
-* the usage the vendor had reported (a usage figure in the stream, Anthropic's message_start)
-  as a ``usage`` event right before the ``error``, with the vendor's numbers;
-* the whole output passes the D12 order checker and accumulates to the streamed text;
+* the usage the vendor had reported (a usage figure in the stream, Anthropic's message_start) as a
+  ``usage`` event right before the ``error``, with the vendor's numbers;
+* the whole output passes the order checker (docs/decisions.md#d12) and accumulates to the streamed
+  text;
 * the stub sees the upstream connection closed.
 
-One row per fault (adapter rotating) also runs through the real gRPC server and client and must
-give the same events.
+One row per fault (adapter rotating) also runs through the real gRPC server and client and must give
+the same events.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from typing import Any
 
 import betterproto2
 import pytest
-from adapters._stub import Reply, StubUpstream, dribble
-from adapters.test_providers_stub import MODEL, request
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.anthropic.provider import AnthropicProvider
@@ -34,10 +33,14 @@ from protocol_py.providers.http.base import HTTPProvider, Timeouts
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
 from protocol_py.providers.openai.request import OpenAICompat
-from protocol_py.rules.accumulate import StreamAccumulator, StreamOrderChecker
+from protocol_py.rules.accumulate import StreamAccumulator
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
+
+from ..providers.test_providers_stub import MODEL, request
+from ..support.stub_upstream import Reply, StubUpstream, dribble
 
 ADAPTERS = ["openai", "deepseek", "anthropic", "compat"]
 """``compat``: OpenAIProvider with the settings docs/adapters.md gives for vLLM and Ollama."""
@@ -388,7 +391,7 @@ async def test_dribbled_body_gives_the_same_events_as_one_write() -> None:
         assert [bytes(e) for e in byte_by_byte] == [bytes(e) for e in once], adapter
 
 
-def test_matrix_covers_every_fault_of_the_issue_for_every_adapter() -> None:
+def test_matrix_covers_every_listed_fault_for_every_adapter() -> None:
     names = {f.name for f in FAULTS}
     assert {
         "reset_mid_stream",

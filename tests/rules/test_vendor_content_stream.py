@@ -7,7 +7,8 @@ import betterproto2
 import pytest
 
 from protocol_py.errors import StreamOrderError
-from protocol_py.rules.accumulate import StreamOrderChecker, accumulate
+from protocol_py.rules.accumulate import accumulate
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.vendor_block import MAX_DATA_BYTES
 from protocol_py.rules.vendor_data import (
     ANTHROPIC_TEXT_CITATIONS,

@@ -1,5 +1,5 @@
 """What each side sends a peer of an older minor (protocol_py.rules.version_gate,
-docs/decisions.md#d18)."""
+docs/decisions.md#d30)."""
 
 from __future__ import annotations
 

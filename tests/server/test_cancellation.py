@@ -26,7 +26,7 @@ from protocol_py_gen.model.v1 import (
     TextDelta,
 )
 
-from .conftest import load_case, make_request, start_server
+from ..support.servers import load_case, make_request, start_server
 
 PATH = "/model.v1.ModelService/StreamCompletion"
 

@@ -1,4 +1,4 @@
-"""Configure's ``uri`` format follows RFC 3986 absolute-URI syntax (tester 1, finding 17):
+"""Configure's ``uri`` format follows RFC 3986 absolute-URI syntax:
 any scheme is accepted (``file:``, ``urn:``), malformed strings are refused with the path."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Grace-period expiry (tester 1, finding 15): a StreamCompletion still running when the grace
+"""Grace-period expiry: a StreamCompletion still running when the grace
 period ends gets a final in-band ``error`` event (TRANSIENT, retryable, "server shutting
 down") and a normal end of stream, not a bare transport failure."""
 
@@ -10,7 +10,7 @@ import time
 from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import ErrorKind, StreamEvent
 
-from .conftest import make_request, start_server
+from ..support.servers import make_request, start_server
 
 
 async def test_grace_expiry_ends_in_flight_streams_with_an_in_band_transient_error() -> None:

@@ -18,7 +18,7 @@ from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.model.v1 import StopReason
 
-from .conftest import Subprocess, load_case, make_request, spawn_server
+from ..support.servers import Subprocess, load_case, make_request, spawn_server
 
 PROBE = Path(__file__).with_name("grpcio_probe.py")
 

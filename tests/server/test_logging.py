@@ -1,4 +1,4 @@
-"""``protocol-py serve`` logs (tester 1, finding 13): each RPC's line on stderr is exactly one
+"""``protocol-py serve`` logs: each RPC's line on stderr is exactly one
 JSON object (no prefix); Configure's line names the keys set and never a value; other lines are
 ``<time> <LEVEL> <logger> <message>``."""
 
@@ -11,7 +11,7 @@ import subprocess
 from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import StopReason
 
-from .conftest import make_request, spawn_server
+from ..support.servers import make_request, spawn_server
 
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) \S+ ")
 

@@ -1,5 +1,5 @@
 """Request bodies that are not well-formed protobuf are refused with INVALID_ARGUMENT before
-anything is applied (tester 1, findings 3-6); legal-but-odd encodings never become INTERNAL."""
+anything is applied; legal-but-odd encodings never become INTERNAL."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
 )
 
-from .conftest import Running, make_request
+from ..support.servers import Running, make_request
 
 SERVICE = "/model.v1.ModelService/"
 

@@ -1,4 +1,4 @@
-"""Compatibility between protocol 1.1 and 1.2 through grpcio (docs/decisions.md#d18): a 1.1
+"""Compatibility between protocol 1.1 and 1.2 through grpcio (docs/decisions.md#d30): a 1.1
 kernel gets a stream its rules accept from this 1.2 plugin, and this 1.2 kernel keeps working
 with a 1.1 plugin.
 
@@ -35,13 +35,14 @@ from protocol_py_gen.content.v1 import (
 )
 from protocol_py_gen.model.v1 import StopReason
 
-from .conftest import CONSOLE_SCRIPT, Subprocess, make_request, spawn_server
+from ..support.image_classes import classes_from_image
+from ..support.servers import CONSOLE_SCRIPT, Subprocess, make_request, spawn_server
 from .protocol_1_2_provider import (
     FINAL_SIGNATURE,
     SERVER_TOOL_USE,
     TEXT_SIGNATURE,
 )
-from .test_compat_1_0 import SERVICE, classes_from_image, unknown
+from .test_minor_version_compatibility import SERVICE, unknown
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE_1_1 = REPO_ROOT / "proto-baseline" / "protocol-1.1.binpb"

@@ -1,4 +1,4 @@
-"""Render (tester 1, finding 16): invalid payload values and unknown formats are INVALID_ARGUMENT
+"""Render: invalid payload values and unknown formats are INVALID_ARGUMENT
 naming the field; the reference provider answers in the requested format (plain text or
 Markdown)."""
 
@@ -9,10 +9,10 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from protocol_py.client.client import ModelClient
-from protocol_py.providers.reference.provider import MAX_RENDER_CHARS, ReferenceProvider
+from protocol_py.providers.reference import MAX_RENDER_CHARS, ReferenceProvider
 from protocol_py_gen.model.v1 import RenderFormat, RenderRequest, RenderResponse
 
-from .conftest import Running
+from ..support.servers import Running
 from .test_malformed import raw_unary
 
 

@@ -1,1 +1,127 @@
-"""Patches of dependencies, each in its own module (see :func:`install`)."""
+"""Every change protocol-py makes to a dependency, in one place.
+
+Each patch is one module named for the dependency and what it fixes. :func:`install` installs
+them all; the client (:class:`~protocol_py.client.client.ModelClient` construction) and the
+server (:func:`protocol_py.server.serve.serve_async` and
+:meth:`~protocol_py.server.lifecycle.ServerLifecycle.start`) call it, so importing the package
+changes nothing. A patch checks the shape of what it replaces and leaves a dependency whose
+shape differs untouched (its ``install`` then returns False).
+
+=============================  ==========  ==============  ==============================
+Patch                          Dependency  Versions        Upstream
+=============================  ==========  ==============  ==============================
+``grpclib_goaway``             grpclib     >=0.4.9,<0.5    none filed
+``grpclib_closed_connection``  grpclib     >=0.4.9,<0.5    vmagamedov/grpclib#110, #185
+``hyperframe_frame_repr``      hyperframe  >=6.1,<7        none filed
+=============================  ==========  ==============  ==============================
+
+:data:`PATCHES` holds the full rows: the symptom each patch fixes, the upstream report and when
+the patch can be deleted. Reads of grpclib's private attributes (no patch: nothing is
+replaced) go through :mod:`protocol_py._compat.grpclib_private`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from protocol_py._compat import (
+    grpclib_closed_connection,
+    grpclib_goaway,
+    hyperframe_frame_repr,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """One patch of a dependency.
+
+    Attributes:
+        module: The patch's module in this package.
+        dependency: The distribution it patches.
+        versions: The versions it was checked against (a PEP 440 specifier).
+        symptom: What goes wrong without it.
+        upstream: The upstream issue URL(s), or ``"none filed"``.
+        delete_when: When the patch can go.
+        install: Installs it (idempotent); True when installed, False when the dependency's
+            shape differs (nothing changed).
+    """
+
+    module: str
+    dependency: str
+    versions: str
+    symptom: str
+    upstream: str
+    delete_when: str
+    install: Callable[[], bool]
+
+
+PATCHES: Final[tuple[Patch, ...]] = (
+    Patch(
+        module="grpclib_goaway",
+        dependency="grpclib",
+        versions=">=0.4.9,<0.5",
+        symptom="a server shutting down (HTTP/2 GOAWAY, NO_ERROR) is reported to the client as "
+        "'Connection lost': the transport's connection_lost fails the streams again after the "
+        "GOAWAY did, and the last reason wins",
+        upstream="none filed",
+        delete_when="a grpclib release keeps the GOAWAY as the reason of every stream it ends "
+        "(EventsProcessor.close called after process_connection_terminated)",
+        install=grpclib_goaway.install,
+    ),
+    Patch(
+        module="grpclib_closed_connection",
+        dependency="grpclib",
+        versions=">=0.4.9,<0.5",
+        symptom="a stream opened on a connection the peer just closed raises AttributeError "
+        "'_transport' (Connection.create_stream reads the transport close() deleted) instead "
+        "of StreamTerminatedError",
+        upstream="https://github.com/vmagamedov/grpclib/issues/110 (the same AttributeError, "
+        "server side), https://github.com/vmagamedov/grpclib/issues/185 (client side, the "
+        "server closing the connection); create_stream is unguarded in 0.4.9",
+        delete_when="Connection.create_stream raises StreamTerminatedError on a closed "
+        "connection (it checks for the transport)",
+        install=grpclib_closed_connection.install,
+    ),
+    Patch(
+        module="hyperframe_frame_repr",
+        dependency="hyperframe",
+        versions=">=6.1,<7",
+        symptom="every received DATA frame is serialized and hex-encoded whole for a trace log "
+        "line nobody reads (h2's _receive_frame formats repr(frame) eagerly): about 1.5 ms of "
+        "the event loop per 1 MB request",
+        upstream="none filed",
+        delete_when="hyperframe's DataFrame repr stops serializing the whole body, or h2 "
+        "formats received frames only when its logger traces",
+        install=hyperframe_frame_repr.install,
+    ),
+)
+"""Every patch of a dependency: the table above, with symptoms and when to delete each."""
+
+_installed: dict[str, bool] = {}
+"""The result of the first :func:`install` (empty before it)."""
+
+log = logging.getLogger("protocol_py")
+
+
+def install() -> dict[str, bool]:
+    """Install every patch of :data:`PATCHES` (idempotent; after the first call it only
+    returns the first call's result).
+
+    Returns:
+        Patch module name -> whether it is installed (False: the dependency's shape differs
+        from the versions checked, nothing was changed; logged once at DEBUG).
+    """
+    if not _installed:
+        for patch in PATCHES:
+            _installed[patch.module] = installed = patch.install()
+            if not installed:
+                log.debug(
+                    "dependency patch %s not installed: its target's shape differs", patch.module
+                )
+    return dict(_installed)
+
+
+__all__ = ["PATCHES", "Patch", "install"]

@@ -8,8 +8,9 @@ attribute '_transport'``. :func:`install` makes it raise what every other use of
 connection raises, ``StreamTerminatedError("Connection lost")``, so clients and the command
 line report a lost connection instead of an internal error.
 
-Installed when :mod:`protocol_py.client.client` is imported, once per process, and only when grpclib
-still has the shape it was written for; otherwise nothing changes.
+Installed by :func:`protocol_py._compat.install` (client and server start), once per process,
+and only when grpclib still has the shape it was written for (a ``Connection.create_stream``);
+otherwise nothing changes. Checked on grpclib 0.4.9 (the pinned range is ``>=0.4.9,<0.5``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,3 @@ def install() -> bool:
     create_stream._protocol_py_closed = True  # type: ignore[attr-defined]
     connection.create_stream = create_stream
     return True
-
-
-install()

@@ -8,9 +8,10 @@ wins, so a server shutting down (GOAWAY with NO_ERROR) was usually reported as a
 connection. :func:`install` makes grpclib keep the GOAWAY as the reason of every later close of
 that connection; :func:`goaway_error_code` reads the code back from the error's text.
 
-Installed when :mod:`protocol_py.client.client` is imported, once per process, and only when grpclib
-still has the shape it was written for (``EventsProcessor.process_connection_terminated`` and
-``EventsProcessor.close``); otherwise nothing changes.
+Installed by :func:`protocol_py._compat.install` (client and server start), once per process,
+and only when grpclib still has the shape it was written for
+(``EventsProcessor.process_connection_terminated`` and ``EventsProcessor.close``); otherwise
+nothing changes. Checked on grpclib 0.4.9 (the pinned range is ``>=0.4.9,<0.5``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,3 @@ def install() -> bool:
     processor.process_connection_terminated = process_connection_terminated
     processor.close = close_keeping_goaway
     return True
-
-
-install()

@@ -1,4 +1,4 @@
-"""The repr of a received HTTP/2 DATA frame without copying its payload (issue 12).
+"""The repr of a received HTTP/2 DATA frame without copying its payload (hyperframe 6).
 
 h2 (4.x) formats every frame it receives for its trace log whether or not anything logs it
 (``H2Connection._receive_frame`` calls ``repr(frame)`` eagerly), and hyperframe's (6.x)
@@ -8,10 +8,10 @@ loop on every turn, spent on text nobody reads (and the same per event frame on 
 
 :func:`install` replaces ``DataFrame._body_repr`` with one that hex-encodes only the first
 :data:`REPR_HEAD_BYTES` bytes of the serialized body: the repr text is exactly hyperframe's
-(tests compare both). It is installed when :mod:`protocol_py.client.client` or
-:mod:`protocol_py.server` is imported, once per process, and only when hyperframe still has
-the shape it was written for (a ``DataFrame`` without its own ``_body_repr``, and
-``hyperframe.frame._raw_data_repr``); otherwise nothing changes.
+(tests compare both). It is installed by :func:`protocol_py._compat.install` (client and
+server start), once per process, and only when hyperframe still has the shape it was written
+for (a ``DataFrame`` without its own ``_body_repr``, and ``hyperframe.frame._raw_data_repr``);
+otherwise nothing changes. Checked on hyperframe 6.1.0 with h2 4.4.1.
 """
 
 from __future__ import annotations
@@ -54,6 +54,3 @@ def install() -> bool:
         return False
     data_frame._body_repr = data_frame_body_repr
     return True
-
-
-install()

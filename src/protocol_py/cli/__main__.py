@@ -2,6 +2,6 @@
 
 import sys
 
-from protocol_py.cli.app import main
+from protocol_py.cli import main
 
 sys.exit(main())

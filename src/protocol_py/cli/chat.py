@@ -19,6 +19,7 @@ stream cancels the RPC, ends the partial line with a newline and says it was can
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -35,12 +36,23 @@ from typing import Any, BinaryIO, Final, TextIO
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from protocol_py.cli.options import (
+    DEFAULT_SERVER,
+    SERVER_HELP,
+    CliError,
+    Parser,
+    add_client_options,
+    deadline_seconds,
+    non_negative_float,
+    positive_int,
+    run_client,
+)
 from protocol_py.client.client import ModelClient
 from protocol_py.client.conversation import Conversation
 from protocol_py.codec import protojson
 from protocol_py.errors import ProtocolError, ValidationError, describe_json_error
 from protocol_py.rules.accumulate import AccumulatedResponse, StreamAccumulator
-from protocol_py.rules.pricing import cost
+from protocol_py.rules.cost import cost
 from protocol_py.rules.replay import is_paused
 from protocol_py_gen.model.v1 import (
     GenerationParams,
@@ -58,8 +70,10 @@ __all__ = [
     "PAUSE_MARKER",
     "ChatError",
     "ChatOptions",
+    "add_chat_parser",
     "chat_interactive",
     "chat_once",
+    "cmd_chat",
     "load_tools",
     "read_prompt",
 ]
@@ -599,3 +613,80 @@ def build_params(
 def stdin_binary() -> BinaryIO:
     """The process's stdin as bytes."""
     return sys.stdin.buffer
+
+
+def add_chat_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    """Add ``chat`` and its options to ``sub``."""
+    chat = sub.add_parser("chat", help="stream one answer from a running server")
+    chat.add_argument("--server", default=DEFAULT_SERVER, help=SERVER_HELP)
+    add_client_options(chat)
+    chat.add_argument("--model", default=None, help="model id (default: the first served)")
+    chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
+    chat.add_argument(
+        "--timeout",
+        type=deadline_seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="deadline, seconds",
+    )
+    chat.add_argument("--effort", default=None, help="thinking effort level (e.g. low, high)")
+    chat.add_argument("--budget", type=positive_int, default=None, help="thinking budget, tokens")
+    chat.add_argument("--max-tokens", type=positive_int, default=None, help="max output tokens")
+    chat.add_argument("--temperature", type=non_negative_float, default=None, help="temperature")
+    chat.add_argument(
+        "--stop", action="append", default=None, metavar="TEXT", help="stop sequence (repeatable)"
+    )
+    chat.add_argument(
+        "--tools",
+        default=None,
+        metavar="FILE.json",
+        help="JSON array of tool declarations {name, description, inputSchema}",
+    )
+    chat.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default=None,
+        help="the prompt, '-' for stdin, @FILE for a file's text; omitted: an interactive "
+        "session (one turn per line of stdin, /exit or end of input to quit)",
+    )
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """``chat``: stream one answer (see :mod:`protocol_py.cli.chat`), or without PROMPT an
+    interactive multi-turn session reading stdin line by line."""
+    try:
+        prompt = read_prompt(args.prompt, stdin_binary())
+        options = ChatOptions(
+            model=args.model,
+            system=args.system,
+            timeout=args.timeout,
+            params=build_params(
+                effort=args.effort,
+                budget=args.budget,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                stop=args.stop,
+            ),
+            tools=load_tools(args.tools) if args.tools else [],
+        )
+    except ChatError as exc:
+        raise CliError(str(exc), exc.status) from None
+
+    async def run(client: ModelClient) -> int:
+        try:
+            if prompt is None:
+                return await chat_interactive(
+                    client, options, stdin_binary(), sys.stdout, sys.stderr
+                )
+            return await chat_once(client, prompt, options, sys.stdout)
+        except ChatError as exc:
+            raise CliError(str(exc), exc.status) from None
+
+    try:
+        first_call = min(args.timeout, CAPABILITIES_TIMEOUT)  # a deadline escaping chat's own
+        status: int = run_client(run, args.server, args, first_call)
+    except KeyboardInterrupt:
+        print(file=sys.stdout, flush=True)
+        raise CliError("cancelled (SIGINT)", EXIT_CANCELLED) from None
+    return status

@@ -1,11 +1,11 @@
 """A grpclib client for ModelService: the kernel side of the protocol, for tools and tests.
 
 :class:`ModelClient` connects to ``host:port`` (or ``unix:PATH``; TLS optional), validates the
-provider's Capabilities (:func:`protocol_py.rules.validation.validate_capabilities`), streams raw
+provider's Capabilities (:func:`protocol_py.rules.capabilities.validate_capabilities`), streams raw
 events
 (:meth:`ModelClient.stream`) or folds a whole completion (:meth:`ModelClient.complete`) into the
 canonical assistant Message with its usage, stop and exact cost: the usage event is priced with
-the tier matching its receipt time and prompt size (:func:`protocol_py.rules.pricing.cost`).
+the tier matching its receipt time and prompt size (:func:`protocol_py.rules.cost.cost`).
 Deadlines
 are per call (``timeout`` in seconds); cancelling the awaiting task, or leaving ``stream()``
 early, cancels the RPC, which closes the provider's upstream request.
@@ -13,7 +13,7 @@ early, cancels the RPC, which closes the provider's upstream request.
 Every request :meth:`ModelClient.stream` sends states the kernel's protocol version
 (``kernel_protocol_version``, :data:`~protocol_py.version.PROTOCOL_VERSION` unless the request sets
 one) and, once GetCapabilities has answered, carries nothing the plugin's version cannot decode
-(:func:`protocol_py.rules.version_gate.request_for_plugin`; docs/decisions.md#d18).
+(:func:`protocol_py.rules.version_gate.request_for_plugin`; docs/decisions.md#d30).
 
 Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
 ``ConnectionError`` when the server cannot be reached); in-band failures arrive as the
@@ -38,17 +38,15 @@ from grpclib.config import Configuration
 from grpclib.const import Cardinality
 from grpclib.exceptions import StreamTerminatedError
 
-# Installs the patch: a stream on a closed connection fails as "lost".
-import protocol_py._compat.grpclib_closed_connection
-import protocol_py._compat.grpclib_goaway  # (installs: a GOAWAY stays the reason streams fail)
-import protocol_py._compat.hyperframe_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
+from protocol_py import _compat
+from protocol_py._compat import grpclib_private
 from protocol_py.client.message_reader import MessageReader
 from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire import WireCodec
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.rules.accumulate import AccumulatedResponse, StreamAccumulator
-from protocol_py.rules.pricing import CostBreakdown, cost
-from protocol_py.rules.validation import validate_capabilities
+from protocol_py.rules.capabilities import validate_capabilities
+from protocol_py.rules.cost import CostBreakdown, cost
 from protocol_py.rules.version_gate import request_for_plugin
 from protocol_py.transport.addresses import unix_socket_path
 from protocol_py.transport.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
@@ -136,10 +134,11 @@ def buffered_events(call: Any, taken: bytes = b"") -> list[StreamEvent]:
     it;
     empty when there are none or the buffer cannot be read). A partial message is dropped."""
     try:
-        buffer = call._stream.buffer
-        data = taken + b"".join(bytes(chunk.data) for chunk in buffer._acked)
-        while not buffer._unacked.empty():
-            data += buffer._unacked.get_nowait().data
+        buffer = grpclib_private.call_h2_stream(call).buffer
+        data = taken + b"".join(bytes(chunk.data) for chunk in grpclib_private.buffer_acked(buffer))
+        unacked = grpclib_private.buffer_unacked(buffer)
+        while not unacked.empty():
+            data += unacked.get_nowait().data
     except Exception:  # grpclib internals changed: nothing to salvage
         return []
     events: list[StreamEvent] = []
@@ -170,7 +169,7 @@ class Completion:
     """One accumulated completion.
 
     Attributes:
-        message: The canonical assistant Message (a new ULID as id, DESIGN D16).
+        message: The canonical assistant Message (a new ULID as id, docs/decisions.md#d16).
         usage: The usage event, or None.
         stop: The stop event, or None (a failed or incomplete stream).
         error: The in-band ModelError, or None.
@@ -202,6 +201,7 @@ class ModelClient:
     """
 
     def __init__(self, channel: Channel) -> None:
+        _compat.install()  # the dependency patches (protocol_py._compat), once per process
         self.channel = channel
         self.stub = ModelServiceStub(channel)
         self._capabilities: Capabilities | None = None
@@ -333,12 +333,12 @@ class ModelClient:
     ) -> AsyncIterator[StreamEvent]:
         """StreamCompletion's raw events. Leaving the loop early cancels the RPC.
 
-        A stream that ended in-band (its last event a ``stop`` or an ``error``, DESIGN D12) is
-        reported as it was sent even when the connection goes right after it: the server's
-        GOAWAY at shutdown makes grpclib fail every open stream at once, dropping events it
-        had already received; those are read from the stream's buffer and yielded, so a
-        shutdown shows as the server's in-band TRANSIENT "server shutting down" error, not as
-        a lost connection (issue 8, item 11).
+        A stream that ended in-band (its last event a ``stop`` or an ``error``,
+        docs/decisions.md#d12) is reported as it was sent even when the connection goes right after
+        it: the server's GOAWAY at shutdown makes grpclib fail every open stream at once, dropping
+        events it had already received; those are read from the stream's buffer and yielded, so a
+        shutdown shows as the server's in-band TRANSIENT "server shutting down" error, not as a
+        lost connection.
 
         Raises:
             GRPCError: a transport-level failure (DEADLINE_EXCEEDED when ``timeout`` passes).
@@ -359,7 +359,7 @@ class ModelClient:
                 timeout=timeout,
             ) as call:
                 await call.send_message(request, end=True)
-                reader = MessageReader(call)  # whole messages received, in bulk (issue 12)
+                reader = MessageReader(call)  # whole messages received, in bulk
                 try:
                     while events := await reader.batch():
                         for event in events:
@@ -406,7 +406,7 @@ class ModelClient:
         matches (the usage event's receipt time, its prompt size).
 
         Raises:
-            StreamOrderError: the server broke the event order (D12).
+            StreamOrderError: the server broke the event order (docs/decisions.md#d12).
             GRPCError / asyncio.TimeoutError: as :meth:`stream`.
             InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """

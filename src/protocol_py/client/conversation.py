@@ -1,5 +1,5 @@
 """Request builders for kernel authors: a :class:`Conversation` builds the next
-StreamCompletionRequest (spec: "StreamCompletionRequest", "call_context"; DESIGN D16).
+StreamCompletionRequest (spec: "StreamCompletionRequest", "call_context"; docs/decisions.md#d16).
 
 It holds what a kernel must carry from turn to turn and assigns what the spec requires:
 
@@ -16,8 +16,8 @@ It holds what a kernel must carry from turn to turn and assigns what the spec re
   order of arrival;
 * :meth:`Conversation.request` builds the request with the generation parameters, tools,
   assembled context and cache breakpoints, validated against the model's ModelSpec when one
-  was given (:func:`~protocol_py.rules.validation.validate_request`), otherwise against the rules
-  that need none (:func:`~protocol_py.rules.validation.validate_request_shape`).
+  was given (:func:`~protocol_py.rules.request.validate_request`), otherwise against the rules
+  that need none (:func:`~protocol_py.rules.request.validate_request_shape`).
 
 A multi-turn exchange with a tool call::
 
@@ -41,7 +41,7 @@ from ulid import ULID
 
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
-from protocol_py.rules.validation import validate_request, validate_request_shape
+from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
@@ -102,7 +102,7 @@ def tool(name: str, description: str, input_schema: dict[str, Any]) -> ToolDecla
     """A tool declaration; ``input_schema`` is the JSON Schema of the arguments object.
 
     Raises:
-        InvalidValueError: the schema is not JSON a Struct can carry (DESIGN D5).
+        InvalidValueError: the schema is not JSON a Struct can carry (docs/decisions.md#d5).
     """
     return ToolDeclaration(name=name, description=description, input_schema=to_struct(input_schema))
 

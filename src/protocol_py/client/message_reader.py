@@ -1,4 +1,4 @@
-"""Bulk reading of a grpclib client stream's response messages (issue 12, client receive path).
+"""Bulk reading of a grpclib client stream's response messages.
 
 grpclib's ``Stream.recv_message`` reads one message with two awaited buffer reads (the 5-byte
 gRPC length prefix, then the message), enters its cancellation wrapper, dispatches a
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any, Final
 
-from grpclib.events import _ident
+from protocol_py._compat import grpclib_private
 
 __all__ = ["MAX_BATCH_BYTES", "MessageReader"]
 
@@ -62,9 +62,9 @@ class MessageReader:
             AssertionError: the response ended inside a message (grpclib's own error).
         """
         call = self._call
-        if not call._recv_initial_metadata_done:
+        if not grpclib_private.call_initial_metadata_received(call):
             await call.recv_initial_metadata()
-        with call._wrapper:
+        with grpclib_private.call_wrapper(call):
             while True:
                 messages = self._split()
                 if messages or self._eof:
@@ -74,25 +74,25 @@ class MessageReader:
             if self._rest:
                 raise AssertionError("Received less data than expected")
             return messages
-        dispatch = call._dispatch.recv_message
-        if dispatch is not _ident:  # RecvMessage listeners: called per message, as grpclib does
+        dispatch = grpclib_private.call_recv_dispatch(call)
+        if dispatch is not grpclib_private.NO_LISTENER:  # listeners: per message, as grpclib
             messages = [(await dispatch(message))[0] for message in messages]
-        call._messages_received += len(messages)
-        connection = call._stream.connection
+        grpclib_private.count_messages_received(call, len(messages))
+        connection = grpclib_private.call_h2_stream(call).connection
         connection.messages_received += len(messages)
         connection.last_message_received = time.monotonic()
         return messages
 
     async def _fill(self) -> None:
         """Take the received DATA frames (waiting for one), acknowledging them together."""
-        buffer = self._call._stream.buffer
-        queue = buffer._unacked
+        buffer = grpclib_private.call_h2_stream(self._call).buffer
+        queue = grpclib_private.buffer_unacked(buffer)
         parts = [self._rest]
         size = acked = 0
         item = await queue.get()
         while True:
             data, data_size, ack_size = item
-            if not ack_size and buffer._eof and queue.empty():
+            if not ack_size and grpclib_private.buffer_ended(buffer) and queue.empty():
                 self._eof = True  # grpclib's end-of-stream marker (b"", 0, 0)
                 break
             parts.append(data)
@@ -102,7 +102,7 @@ class MessageReader:
                 break
             item = queue.get_nowait()
         if acked:
-            buffer._ack_callback(acked)
+            grpclib_private.buffer_ack(buffer, acked)
         self._rest = b"".join(parts)
 
     def _split(self) -> list[Any]:
@@ -112,7 +112,7 @@ class MessageReader:
         if end < _PREFIX_BYTES:
             return []
         call = self._call
-        codec, recv_type = call._codec, call._recv_type
+        codec, recv_type = grpclib_private.call_codec(call), grpclib_private.call_recv_type(call)
         messages: list[Any] = []
         offset = 0
         while end - offset >= _PREFIX_BYTES:

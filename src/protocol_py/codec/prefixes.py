@@ -1,4 +1,4 @@
-"""What was derived from a conversation's last message list, kept for the next turn (issue 12).
+"""What was derived from a conversation's last message list, kept for the next turn.
 
 An agent kernel resends the whole conversation every turn, so turn N+1's messages start with
 exactly turn N's, byte for byte on the wire. :class:`ConversationPrefixes` keeps, per

@@ -1,4 +1,5 @@
-"""proto3 JSON for the generated protocol messages (protobuf's proto3 JSON mapping; DESIGN D5).
+"""proto3 JSON for the generated protocol messages (protobuf's proto3 JSON mapping;
+docs/decisions.md#d5).
 
 One place for reading and writing the proto3-JSON form of every ``common.v1``, ``content.v1`` and
 ``model.v1`` message. Use it instead of betterproto2's ``to_dict``/``from_dict``:
@@ -6,7 +7,8 @@ One place for reading and writing the proto3-JSON form of every ``common.v1``, `
 * betterproto2 0.10 derives JSON names with a snake/camel round trip that breaks on a digit
   after an underscore. It writes ``cache_write_1h_tokens`` as ``cacheWrite1HTokens`` where
   protoc's ``json_name`` is ``cacheWrite1hTokens`` (google's parser rejects betterproto2's
-  spelling), and its ``from_dict`` reads back neither spelling nor the proto field name.
+  spelling), and its ``from_dict`` reads back neither spelling nor the proto field name
+  (``from_dict`` ignores ``json_name``: https://github.com/betterproto/python-betterproto2/issues/129).
 * ``from_dict`` is lenient: wrong JSON types and several members of one oneof go through.
 
 Public functions:
@@ -22,33 +24,38 @@ Public functions:
   ``google.protobuf.Struct`` values are left as they are.
 * :func:`json_name`, :func:`field_keys` and :func:`json_type`: the naming rule, the accepted keys
   of a message, and the JSON type name of a parsed value (for messages).
-* :func:`with_defaults` and :func:`check_message`: the Python-side counterpart of strict
-  decoding, for a message built in code. betterproto2 lets any field hold any Python value;
-  ``with_defaults`` reads ``None`` in a field without proto3 presence as that field's default
-  (what the message means on the wire), and ``check_message`` also checks every field's Python
-  type and reports unknown enum numbers.
+* Messages built in Python are checked by :mod:`protocol_py.codec.type_check`
+  (:func:`~protocol_py.codec.type_check.with_defaults`,
+  :func:`~protocol_py.codec.type_check.check_message`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import functools
 import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import betterproto2
 
+from protocol_py.codec import metadata
 from protocol_py.codec.structs import check_json, to_struct
+from protocol_py.codec.type_check import (
+    INT_RANGES,
+    INT_TYPES,
+    MAX_MESSAGE_DEPTH,
+    M,
+    _join,
+    check_message,
+)
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
 from protocol_py_gen.google import protobuf as wkt
 
 __all__ = [
-    "check_message",
     "decode",
     "decode_lenient",
     "decode_or_raise",
@@ -57,58 +64,12 @@ __all__ = [
     "field_keys",
     "json_name",
     "json_type",
-    "with_defaults",
 ]
-
-M = TypeVar("M", bound=betterproto2.Message)
-
-INT_TYPES = frozenset(
-    {
-        "int32",
-        "int64",
-        "uint32",
-        "uint64",
-        "sint32",
-        "sint64",
-        "fixed32",
-        "fixed64",
-        "sfixed32",
-        "sfixed64",
-    }
-)
-"""betterproto2 proto type names of the integer scalars."""
-
-INT_RANGES: dict[str, tuple[int, int]] = {
-    "int32": (-(2**31), 2**31 - 1),
-    "sint32": (-(2**31), 2**31 - 1),
-    "sfixed32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "sint64": (-(2**63), 2**63 - 1),
-    "sfixed64": (-(2**63), 2**63 - 1),
-    "uint32": (0, 2**32 - 1),
-    "fixed32": (0, 2**32 - 1),
-    "uint64": (0, 2**64 - 1),
-    "fixed64": (0, 2**64 - 1),
-}
-"""Inclusive ``(min, max)`` of each integer scalar type."""
 
 _BASE64_RE = re.compile(r"^[A-Za-z0-9+/\-_]*={0,2}$")
 _INT_STRING_RE = re.compile(r"^-?[0-9]+$")
 _NUMBER_RE = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$")
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def _meta(cls: type[betterproto2.Message]) -> Any:
-    """betterproto2's per-class field metadata (typed loosely: its classproperty defeats mypy)."""
-    return getattr(cls, "_betterproto")  # noqa: B009
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
-
-
-def _is_wkt(cls: type) -> bool:
-    return cls.__module__.startswith("protocol_py_gen.google")
 
 
 def json_name(field_name: str) -> str:
@@ -144,7 +105,7 @@ def _bp_name(field_name: str) -> str:
 @functools.cache
 def _keys_of(cls: type[betterproto2.Message]) -> dict[str, str]:
     keys: dict[str, str] = {}
-    for name in _meta(cls).meta_by_field_name:
+    for name in metadata.fields(cls):
         keys[json_name(name)] = name
         keys[name.rstrip("_")] = name
         keys.setdefault(_bp_name(name), name)
@@ -180,34 +141,33 @@ def _check_type(message_type: Any) -> None:
 @functools.cache
 def _renames(cls: type[betterproto2.Message]) -> dict[str, tuple[str, str]]:
     """betterproto2's ``to_dict`` key -> (json_name, field name)."""
-    return {_bp_name(name): (json_name(name), name) for name in _meta(cls).meta_by_field_name}
+    return {_bp_name(name): (json_name(name), name) for name in metadata.fields(cls)}
 
 
 def _fix_names(cls: type[betterproto2.Message], data: dict[str, Any]) -> dict[str, Any]:
     """Rename the keys of ``cls.to_dict()`` output to protoc's json_name, recursively."""
-    if _is_wkt(cls):
+    if metadata.is_well_known(cls):
         return data  # Struct contents and the other well-known types keep their own JSON
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     renames = _renames(cls)
     out: dict[str, Any] = {}
     for key, value in data.items():
         name, field_name = renames[key]
-        out[name] = _fix_value(meta_all, field_name, value)
+        out[name] = _fix_value(fields[field_name], value)
     return out
 
 
-def _fix_value(meta_all: Any, field_name: str, value: Any) -> Any:
-    meta = meta_all.meta_by_field_name[field_name]
-    if meta.map_meta is not None:
-        value_meta = meta.map_meta[1]
+def _fix_value(field: metadata.Field, value: Any) -> Any:
+    value_meta = field.map_value
+    if value_meta is not None:
         if value_meta.proto_type != "message" or value_meta.unwrap:
             return value
-        sub = meta_all.cls_by_field[f"{field_name}.value"]
+        sub = value_meta.cls
         return {k: _fix_names(sub, v) for k, v in value.items()}
-    if meta.proto_type != "message" or meta.unwrap:
+    if field.proto_type != "message" or field.unwrap:
         return value
-    sub = meta_all.cls_by_field[field_name]
-    if meta.repeated:
+    sub = field.cls
+    if field.repeated:
         return [_fix_names(sub, v) for v in value]
     return _fix_names(sub, value)
 
@@ -222,11 +182,13 @@ def encode(message: betterproto2.Message) -> dict[str, Any]:
     ``json_name`` (:func:`json_name`) at every depth, so google's ``json_format.Parse`` accepts
     the result.
 
-    ``None`` in a field without proto3 presence is that field's default (:func:`with_defaults`).
+    ``None`` in a field without proto3 presence is that field's default
+    (:func:`~protocol_py.codec.type_check.with_defaults`).
 
     Raises:
         InvalidValueError: ``message`` is not a generated message, or a field holds a value of
-            the wrong Python type (rule ``value.wrong_type``; see :func:`check_message`).
+            the wrong Python type (rule ``value.wrong_type``; see
+            :func:`~protocol_py.codec.type_check.check_message`).
     """
     if not isinstance(message, betterproto2.Message):
         raise InvalidValueError(
@@ -400,7 +362,7 @@ def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[
 def _json_message(
     cls: type[betterproto2.Message], data: Any, path: str, out: list[Violation], depth: int = 1
 ) -> None:
-    if _is_wkt(cls):
+    if metadata.is_well_known(cls):
         _json_wkt(cls, data, path, out)
         return
     if depth > MAX_MESSAGE_DEPTH:
@@ -422,7 +384,7 @@ def _json_message(
             )
         )
         return
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     by_key = _keys_of(cls)
     seen: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
@@ -451,18 +413,18 @@ def _json_message(
         seen[field_name] = key
         if value is None:
             continue  # proto3 JSON: null is the field's default
-        meta = meta_all.meta_by_field_name[field_name]
+        meta = fields[field_name]
         if meta.group is not None:
             groups.setdefault(meta.group, []).append(field_name)
-        field_cls = meta_all.cls_by_field.get(field_name)
-        if meta.map_meta is not None:
+        field_cls = meta.cls
+        if meta.map_key is not None and meta.map_value is not None:
             if not isinstance(value, Mapping):
                 out.append(
                     Violation(where, "json.invalid", f"expected an object, got {json_type(value)}")
                 )
                 continue
-            key_meta, value_meta = meta.map_meta
-            value_cls = meta_all.cls_by_field.get(f"{field_name}.value")
+            key_meta, value_meta = meta.map_key, meta.map_value
+            value_cls = value_meta.cls
             for map_key, item in value.items():
                 item_path = f"{where}.{map_key}"
                 _json_map_key(key_meta.proto_type, map_key, item_path, out)
@@ -545,21 +507,21 @@ def _build(cls: type[M], data: Any) -> M:
     """Build a message from JSON already checked by :func:`_json_message` (betterproto2's own
     ``from_dict`` cannot read fields such as ``cache_write_1h_per_mtok``, so it is used only for
     the Timestamp and Duration well-known types)."""
-    if _is_wkt(cls):
+    if metadata.is_well_known(cls):
         if cls is wkt.Struct:
             return cls(fields=to_struct(data).fields)  # type: ignore[call-arg]
         if cls is wkt.Empty:
             return cls()
         return cls.from_dict(data)
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     keys = _keys_of(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if value is None:
             continue
         name = keys[key]
-        meta = meta_all.meta_by_field_name[name]
-        field_cls = meta_all.cls_by_field.get(name)
+        meta = fields[name]
+        field_cls = meta.cls
 
         def one(item: Any, meta: Any = meta, field_cls: Any = field_cls) -> Any:
             if meta.proto_type == "message" and meta.unwrap:
@@ -569,9 +531,9 @@ def _build(cls: type[M], data: Any) -> M:
                 return _build(field_cls, item)
             return _build_scalar(meta.proto_type, field_cls, item)
 
-        if meta.map_meta is not None:
-            key_meta, value_meta = meta.map_meta
-            value_cls = meta_all.cls_by_field.get(f"{name}.value")
+        if meta.map_key is not None and meta.map_value is not None:
+            key_meta, value_meta = meta.map_key, meta.map_value
+            value_cls = value_meta.cls
             kwargs[name] = {
                 _build_map_key(key_meta.proto_type, k): one(v, value_meta, value_cls)
                 for k, v in value.items()
@@ -626,14 +588,14 @@ def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list
     ``data`` itself cannot be). Unknown fields and the second spelling of a duplicated field are
     left out without a pruned path (nothing that was given goes missing); a field whose value
     does not decode is removed and its path appended to ``pruned``."""
-    if _is_wkt(cls) or not isinstance(data, Mapping):
+    if metadata.is_well_known(cls) or not isinstance(data, Mapping):
         found: list[Violation] = []
         _json_message(cls, data, path, found)
         if found:
             pruned.append(path)
             return _DROP
         return data
-    meta_all = _meta(cls)
+    fields = metadata.fields(cls)
     by_key = _keys_of(cls)
     seen: set[str] = set()
     kept: dict[str, Any] = {}
@@ -653,14 +615,14 @@ def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list
             kept[key] = value
             names[key] = field_name
             continue
-        meta = meta_all.meta_by_field_name[field_name]
-        field_cls = meta_all.cls_by_field.get(field_name)
+        meta = fields[field_name]
+        field_cls = meta.cls
         is_message = (
             meta.proto_type == "message"
-            and meta.map_meta is None
+            and meta.map_value is None
             and not meta.unwrap
             and field_cls is not None
-            and not _is_wkt(field_cls)
+            and not metadata.is_well_known(field_cls)
         )
         if not is_message:
             pruned.append(where)
@@ -686,7 +648,7 @@ def _lenient(cls: type[betterproto2.Message], data: Any, path: str, pruned: list
         names[key] = field_name
     groups: dict[str, list[str]] = {}
     for key, field_name in names.items():
-        group = meta_all.meta_by_field_name[field_name].group
+        group = fields[field_name].group
         if group is not None and kept.get(key) is not None:
             groups.setdefault(group, []).append(key)
     for keys in groups.values():
@@ -743,264 +705,3 @@ def decode_or_raise(message_type: type[M], data: Mapping[str, Any]) -> M:
     if message is None:
         raise ValidationError(violations, what=f"{message_type.__name__} JSON")
     return message
-
-
-# ---------------------------------------------------------------------------------------------
-# Messages built in Python: proto3 defaults for None, Python types, unknown enum numbers
-# ---------------------------------------------------------------------------------------------
-
-
-def _type_error(path: str, expected: str, value: Any) -> InvalidValueError:
-    return InvalidValueError(
-        f"{path or 'value'}: expected {expected}, got {type(value).__name__} {value!r:.60}",
-        path=path,
-        rule="value.wrong_type",
-    )
-
-
-def _check_scalar(kind: str, cls: Any, value: Any, path: str) -> None:
-    if kind == "string":
-        if not isinstance(value, str):
-            raise _type_error(path, "str", value)
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise _type_error(path, "bool", value)
-    elif kind in INT_TYPES or kind == "enum":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _type_error(path, "an enum value" if kind == "enum" else "int", value)
-        lo, hi = INT_RANGES["int32" if kind == "enum" else kind]
-        if not lo <= value <= hi:
-            raise InvalidValueError(
-                f"{path or 'value'}: {int(value)} is outside the {kind} range [{lo}, {hi}]",
-                path=path,
-                rule="value.out_of_range",
-            )
-    elif kind in ("double", "float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _type_error(path, "float", value)
-    elif kind == "bytes":
-        if not isinstance(value, (bytes, bytearray)):
-            raise _type_error(path, "bytes", value)
-    elif kind == "message" and cls is not None and not isinstance(value, cls):
-        raise _type_error(path, cls.__name__, value)
-
-
-def _enum_known(enum_cls: type[betterproto2.Enum], value: int) -> bool:
-    return bool(getattr(value, "name", "x")) and any(m.value == value for m in enum_cls)
-
-
-MAX_MESSAGE_DEPTH = 100
-"""Deepest nesting of messages :func:`check_message` accepts (the top-level message is level 1);
-protobuf's default recursion limit. ``google.protobuf.Struct`` contents are limited separately
-(:data:`protocol_py.codec.structs.MAX_DEPTH`)."""
-
-_PLAIN_TYPES: dict[str, type] = {"string": str, "bool": bool, "bytes": bytes, "double": float}
-"""Scalar proto types whose exact Python type needs no further check (no range, no enum)."""
-
-
-@functools.cache
-def _is_wkt_cached(cls: type) -> bool:
-    return _is_wkt(cls)
-
-
-@functools.cache
-def _meta_cached(cls: type[betterproto2.Message]) -> Any:
-    return _meta(cls)
-
-
-_SCALAR_DEFAULTS: dict[str, Any] = {"string": "", "bool": False, "bytes": b"", "double": 0.0}
-
-
-def _map_default(proto_type: str, value_cls: Any) -> Any:
-    """The default of a map's value type (a map entry on the wire may omit its value)."""
-    if proto_type == "message":
-        return value_cls()
-    if proto_type == "enum":
-        return value_cls(0)
-    return _SCALAR_DEFAULTS.get(proto_type, 0.0 if proto_type == "float" else 0)
-
-
-@functools.cache
-def _flat_fields(cls: type) -> tuple[tuple[str, type], ...] | None:
-    """(field, exact Python type) when every field of ``cls`` is a plain non-repeated string,
-    bool, bytes or double (TextDelta, ToolCallDelta, ...); None otherwise."""
-    if not (isinstance(cls, type) and issubclass(cls, betterproto2.Message)) or _is_wkt(cls):
-        return None
-    fields: list[tuple[str, type]] = []
-    for name, meta in _meta(cls).meta_by_field_name.items():
-        plain = _PLAIN_TYPES.get(meta.proto_type)
-        if plain is None or meta.repeated or meta.map_meta is not None:
-            return None
-        fields.append((name, plain))
-    return tuple(fields)
-
-
-@functools.cache
-def _no_presence(cls: type[betterproto2.Message]) -> frozenset[str]:
-    """Fields whose default is not ``None``: proto3 fields without presence, read as their
-    default when unset (scalars, enums, repeated fields and maps)."""
-    gen = _meta(cls).default_gen
-    return frozenset(name for name, make in gen.items() if make is not type(None))
-
-
-def _fix(
-    message: betterproto2.Message,
-    path: str,
-    out: list[Violation] | None,
-    active: set[int],
-) -> betterproto2.Message:
-    """The message with defaults for ``None`` (a copy only when something changed); with ``out``
-    also check Python types (raising) and report unknown enum numbers (appending)."""
-    cls = type(message)
-    if _is_wkt_cached(cls):
-        return message
-    if id(message) in active:
-        raise InvalidValueError(
-            f"{path or 'value'}: the message contains itself (a reference cycle)",
-            path=path,
-            rule="value.cyclic",
-        )
-    if len(active) >= MAX_MESSAGE_DEPTH:  # ``active`` holds the messages on the current path
-        raise InvalidValueError(
-            f"{path or 'value'}: messages nested more than {MAX_MESSAGE_DEPTH} levels deep "
-            "(protobuf's default recursion limit)",
-            path=path,
-            rule="value.too_deep",
-        )
-    active.add(id(message))
-    meta_all = _meta_cached(cls)
-    no_presence = _no_presence(cls)
-    changes: dict[str, Any] = {}
-    for name, meta in meta_all.meta_by_field_name.items():
-        value = getattr(message, name, None)
-        if value is None:
-            if name in no_presence:
-                changes[name] = meta_all.default_gen[name]()
-            continue
-        plain = _PLAIN_TYPES.get(meta.proto_type)
-        if plain is not None and type(value) is plain and not meta.repeated:
-            continue  # the common case, checked without building a path
-        where = _join(path, name)
-        field_cls = meta_all.cls_by_field.get(name)
-        if meta.map_meta is not None:
-            if not isinstance(value, Mapping):
-                if out is None:
-                    continue
-                raise _type_error(where, "dict", value)
-            key_meta, value_meta = meta.map_meta
-            value_cls = meta_all.cls_by_field.get(f"{name}.value")
-            new_map: dict[Any, Any] | None = None
-            for key, given in value.items():
-                item_path = f"{where}.{key}"
-                item = given
-                if item is None:
-                    # a map entry without its value field: the value's default (proto3)
-                    item = _map_default(value_meta.proto_type, value_cls)
-                    new_map = dict(value) if new_map is None else new_map
-                    new_map[key] = item
-                if out is not None:
-                    _check_scalar(key_meta.proto_type, None, key, item_path)
-                    _check_scalar(value_meta.proto_type, value_cls, item, item_path)
-                if isinstance(item, betterproto2.Message):
-                    fixed = _fix(item, item_path, out, active)
-                    if fixed is not item:
-                        new_map = dict(value) if new_map is None else new_map
-                        new_map[key] = fixed
-            if new_map is not None:
-                changes[name] = new_map
-            continue
-        if meta.repeated:
-            if not isinstance(value, list):
-                if out is None:
-                    continue
-                raise _type_error(where, "list", value)
-            new_list: list[Any] | None = None
-            for i, item in enumerate(value):
-                item_path = f"{where}[{i}]"
-                fixed_item = _fix_item(meta, field_cls, item, item_path, out=out, active=active)
-                if fixed_item is not item:
-                    new_list = list(value) if new_list is None else new_list
-                    new_list[i] = fixed_item
-            if new_list is not None:
-                changes[name] = new_list
-            continue
-        fixed_value = _fix_item(meta, field_cls, value, where, out=out, active=active)
-        if fixed_value is not value:
-            changes[name] = fixed_value
-    active.discard(id(message))
-    if not changes:
-        return message
-    copied = copy.copy(message)
-    for name, value in changes.items():
-        setattr(copied, name, value)
-    return copied
-
-
-def _fix_item(
-    meta: Any,
-    field_cls: Any,
-    item: Any,
-    path: str,
-    *,
-    out: list[Violation] | None,
-    active: set[int],
-) -> Any:
-    if out is not None:
-        if item is None:
-            raise _type_error(path, "a value (None is not an element)", item)
-        _check_scalar(meta.proto_type, field_cls, item, path)
-        if meta.proto_type == "enum" and field_cls is not None and not _enum_known(field_cls, item):
-            out.append(
-                Violation(
-                    path,
-                    "enum.unknown_value",
-                    f"{int(item)} is not a value of {field_cls.__name__}",
-                )
-            )
-    if meta.proto_type == "message" and isinstance(item, betterproto2.Message):
-        return _fix(item, path, out, active)
-    return item
-
-
-def with_defaults(message: M) -> M:
-    """``message`` with every ``None`` in a field without proto3 presence (a plain scalar, an
-    enum, a repeated field, a map) replaced by that field's default, at every depth.
-
-    That is what the message means on the wire: ``ModelSpec(id=None)`` encodes exactly as
-    ``ModelSpec(id="")``. Fields with presence (``optional``, message fields, oneof members)
-    keep ``None`` (absent). The input is never modified; a copy is made only along the paths
-    that change, and the message itself is returned when nothing does. Values of the wrong Python
-    type are left as they are (see :func:`check_message`).
-
-    Raises:
-        InvalidValueError: ``message`` is not a generated message (rule ``value.wrong_type``),
-            contains itself (``value.cyclic``) or nests more than :data:`MAX_MESSAGE_DEPTH`
-            messages deep (``value.too_deep``).
-    """
-    if not isinstance(message, betterproto2.Message):
-        raise _type_error("", "a generated message", message)
-    return _fix(message, "", None, set())  # type: ignore[return-value]
-
-
-def check_message(message: M, *, path: str = "") -> tuple[M, list[Violation]]:
-    """Check a message built in Python: :func:`with_defaults`, plus every field's Python type.
-
-    Returns:
-        ``(message with defaults, violations)``: one ``enum.unknown_value`` violation per enum
-        field holding a number outside its enum (proto3 keeps such numbers; validators decide).
-
-    Raises:
-        InvalidValueError: ``message`` is not a generated message, a field holds a value of the
-            wrong Python type (a ``str`` in an int64 field, ``None`` inside a repeated field; rule
-            ``value.wrong_type``), an integer outside its type's range (``value.out_of_range``),
-            the message contains itself (``value.cyclic``), or messages are nested more than
-            :data:`MAX_MESSAGE_DEPTH` deep (``value.too_deep``). ``path`` prefixes the error's path.
-    """
-    flat = _flat_fields(type(message))
-    if flat is not None and all(type(getattr(message, n)) is t for n, t in flat):
-        return message, []  # fast path: a message of plain scalars, each of its exact type
-    if not isinstance(message, betterproto2.Message):
-        raise _type_error(path, "a generated message", message)
-    out: list[Violation] = []
-    fixed = _fix(message, path, out, set())
-    return fixed, out  # type: ignore[return-value]

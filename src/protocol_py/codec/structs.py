@@ -1,4 +1,4 @@
-"""Exact conversion between JSON and ``google.protobuf.Struct`` (DESIGN D5).
+"""Exact conversion between JSON and ``google.protobuf.Struct`` (docs/decisions.md#d5).
 
 Tool arguments, tool input schemas, ``provider_options``, Configure's config and the config
 schema are ``Struct`` on the wire. Every Struct number is an IEEE-754 double, so this module

@@ -1,19 +1,18 @@
-"""Fast protobuf wire codec for the generated betterproto2 classes (issue 12).
+"""Fast protobuf wire codec for the generated betterproto2 classes.
 
 betterproto2's own codec is generic pure Python that copies every nested field several times;
 it decodes a long conversation about 300x slower than google's upb. This module encodes and
 decodes the *same* generated classes (plugin authors and kernels keep them) with per-class
 functions generated once from betterproto2's own metadata (:mod:`protocol_py.codec.wire_gen`),
-reading
-the buffer in place: each decoder reads fields into locals, decodes sub-messages and Struct map
-entries inline (:data:`protocol_py.codec.wire_gen.INLINE_LEVELS` levels) and sets the instance's
-attributes once, in the order betterproto2's constructor sets them; each encoder appends every
-part of a message and its sub-messages to one list, joined once.
+reading the buffer in place: each decoder reads fields into locals, decodes sub-messages and
+Struct map entries inline (:data:`protocol_py.codec.wire_gen.INLINE_LEVELS` levels) and sets the
+instance's attributes once, in the order betterproto2's constructor sets them; each encoder
+appends every part of a message and its sub-messages to one list, joined once.
 
 * :func:`decode` returns exactly what ``cls.parse(data)`` returns, field for field, including
   ``_unknown_fields`` (the raw bytes of fields the class does not know, in wire order), a
   duplicated singular field (the last one wins, as in betterproto2), both members of a oneof
-  sent together (betterproto2 keeps both; DESIGN's sharp edges), unknown enum numbers and map
+  sent together (betterproto2 keeps both), unknown enum numbers and map
   entries without a value. Map entries keep their wire order, so a ``google.protobuf.Struct``
   renders its JSON keys in the order the kernel sent them (upb's maps do not keep that order,
   which is why upb does not carry the request here).
@@ -27,7 +26,7 @@ server checks each request body with upb first
 (:func:`protocol_py.server.grpc_layer.limits.decode_request`).
 
 :func:`decode_checked` also says whether the decoded message is *clean*: every enum number a
-known member and every map entry complete, so :mod:`protocol_py.rules.validation` may skip its
+known member and every map entry complete, so :mod:`protocol_py.rules.request` may skip its
 field-by-field Python type check (see :func:`mark_decoded`).
 """
 
@@ -43,6 +42,7 @@ from typing import Any, Final, TypeVar
 import betterproto2
 from grpclib.encoding.proto import ProtoCodec
 
+from protocol_py.codec import metadata
 from protocol_py.codec.wire_gen import (
     GENERATOR,
     MAX_DECODED_OBJECTS,
@@ -177,7 +177,7 @@ def mark_decoded(message: betterproto2.Message, size: int, clean: bool) -> None:
 
     Only the server marks requests, right after decoding them and before anything else can
     change them. :func:`wire_size` reads the size (for :func:`protocol_py.server.offload.run_cpu`);
-    :mod:`protocol_py.rules.validation` skips its Python-type walk of a clean message once
+    :mod:`protocol_py.rules.request` skips its Python-type walk of a clean message once
     (:func:`take_wire_clean`).
     """
     key = id(message)
@@ -212,8 +212,8 @@ def take_wire_clean(message: betterproto2.Message) -> bool:
 MAX_KEPT_IMAGE_BYTES: Final = 1024 * 1024
 """Largest wire image of a repeated sub-message that :func:`field_images` copies out, bytes
 (1 MiB): a larger element gets None instead (no copy of it, no hash of it, nothing kept
-alive by it), so whoever keys a cache by images treats that element as uncached (issue 8
-item 4: one 60 MB copy or hash holds the interpreter 30-50 ms)."""
+alive by it), so whoever keys a cache by images treats that element as uncached (a copy or
+hash of an image of tens of megabytes holds the interpreter for tens of milliseconds)."""
 
 _images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes | None]]] = {}
 
@@ -266,9 +266,7 @@ def keep_images(
     already (the list is shared, never changed); else they are computed here with
     :data:`MAX_KEPT_IMAGE_BYTES` (a larger element's image is None)."""
     if images is None:
-        cls: type[Any] = type(message)
-        meta: Any = getattr(cls, "_betterproto")  # noqa: B009 (a classproperty mypy cannot type)
-        number = meta.meta_by_field_name[field].number
+        number = metadata.field_number(type(message), field)
         images = field_images(data, number, MAX_KEPT_IMAGE_BYTES)
     if images is None or len(images) != len(getattr(message, field)):
         return

@@ -1,13 +1,13 @@
 """Per-class encode/decode functions for :mod:`protocol_py.codec.wire`, generated at first use.
 
-For each generated betterproto2 class, the field table (betterproto2's own metadata: numbers,
-proto types, repeated/optional/oneof, maps, wrapped well-known types) is turned into the source
+For each generated betterproto2 class, the field table (betterproto2's own metadata, read
+through :func:`protocol_py.codec.metadata.fields`: numbers, proto types, repeated/optional/oneof,
+maps, wrapped well-known types) is turned into the source
 of two straight-line Python functions, compiled with ``exec`` once per class (as dataclasses
 and attrs build their methods): one decodes the class's fields from a buffer slice in place,
 one encodes an instance. They mirror betterproto2's own ``load`` and ``__bytes__`` rule by rule
-and raise :class:`FallbackError` for anything else, so :mod:`protocol_py.codec.wire` can hand such
-input
-back to betterproto2.
+and raise :class:`FallbackError` for anything else, so :mod:`protocol_py.codec.wire` can hand
+such input back to betterproto2.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, NamedTuple
 
 import betterproto2
+
+from protocol_py.codec import metadata
 
 MAX_FAST_DEPTH: Final = 64
 """Deepest message nesting, in message levels, decoded by the generated functions; a deeper
@@ -38,14 +40,15 @@ create (all fields of the message, at any depth, counted together), in elements.
 object hangs from one of these, the top-level message or a chain of singular sub-messages
 (at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded request's objects whatever its
 shape: a body of tiny elements (two bytes each: ``0a 00``) otherwise turns each wire byte into
-over 100 bytes of Python objects (issue 8: 1 MiB of empty ``messages`` cost over 1 GiB). The
-largest legitimate request measured, 100,000 one-block messages (4.4 MB), counts 200,000."""
+over 100 bytes of Python objects (1 MiB of empty ``messages`` would take over 1 GiB). A
+request of 100,000 one-block messages (4.4 MB) counts 200,000."""
 
 
 LONG_TEXT_CHARS: Final = 1 << 20
 """Strings of this many characters or more (1 Mi) are encoded as a :class:`LongText` part,
 their UTF-8 bytes made this many characters at a time, never by one ``str.encode`` call over
-the whole text (a 60 MB copy holds the interpreter 30-45 ms: issue 8 item 4)."""
+the whole text (encoding tens of megabytes at once holds the interpreter for tens of
+milliseconds)."""
 
 
 class LongText:
@@ -274,17 +277,11 @@ class _Field(NamedTuple):
 
 
 class _EntryField(NamedTuple):
-    """One map field: its entry class, key and value metadata, value class, local dict."""
+    """One map field: its entries' key and value fields, and the local dict."""
 
-    entry_cls: Any
-    key: Any
-    value: Any
-    value_cls: Any
+    key: metadata.Field
+    value: metadata.Field
     local: str
-
-
-def _meta(cls: type[Any]) -> Any:
-    return getattr(cls, "_betterproto")  # noqa: B009  (a classproperty mypy cannot see)
 
 
 class _Generator:
@@ -398,31 +395,28 @@ class _Generator:
         (shared keys, no separate ``__dict__`` until one is asked for). Sub-messages of a class
         not already being decoded are decoded inline, :data:`INLINE_LEVELS` levels deep; deeper
         ones, and recursive ones, call their class's decoder (appended to ``needs``)."""
-        meta_all = _meta(cls)
         p = scope.prefix
         init: list[str] = []
         branches: list[tuple[int, list[str]]] = []
         numbers = set()
         entries: list[str] = []
-        for index, (name, meta) in enumerate(meta_all.meta_by_field_name.items()):
+        for index, (name, meta) in enumerate(metadata.fields(cls).items()):
             numbers.add(meta.number)
             local = f"{p}f{index}"
             entries.append(f"{p}o.{name} = {local}")
-            field_cls = meta_all.cls_by_field.get(name)
+            field_cls = meta.cls
             if meta.repeated:
                 init.append(f"{local} = []")
-            elif meta.map_meta is not None:
+            elif meta.map_value is not None:
                 init.append(f"{local} = {{}}")
             else:
-                default = meta_all.default_gen[name]()
+                default = meta.default()
                 if isinstance(default, (list, dict)):
                     raise TypeError(f"{cls.__name__}.{name}: mutable default")
                 init.append(f"{local} = {self._literal(default)}")
-            if meta.map_meta is not None:
-                key_meta, value_meta = meta.map_meta
-                value_cls = meta_all.cls_by_field[f"{name}.value"]
+            if meta.map_key is not None and meta.map_value is not None:
                 body = self._map_entry(
-                    _EntryField(field_cls, key_meta, value_meta, value_cls, local), scope, needs
+                    _EntryField(meta.map_key, meta.map_value, local), scope, needs
                 )
                 branches.append(((meta.number << 3) | 2, body))
                 continue
@@ -432,7 +426,7 @@ class _Generator:
                 needs,
             )
         numbers_name = self.const(frozenset(numbers), "numbers")
-        entries.append(f"{p}o._unknown_fields = {p}u")
+        entries.append(f"{p}o.{metadata.UNKNOWN_FIELDS} = {p}u")
         return [
             *init,
             f"{p}u = b''",
@@ -590,7 +584,6 @@ class _Generator:
         value marks the state unclean); the entry's own unknown fields are skipped (as
         betterproto2 drops them) but reported in ``st.unknown``; nesting counts the entry as
         one message level, as betterproto2's entry class is."""
-        entry_meta = _meta(field.entry_cls)
         p = scope.prefix
         key, value, end = f"{p}k", f"{p}x", f"{p}ee"
         level = scope.depth + 1
@@ -599,7 +592,7 @@ class _Generator:
             _Field(1, field.key.proto_type, field.key.unwrap, None, key, False), inner, needs
         )
         branches += self._field_branches(
-            _Field(2, field.value.proto_type, field.value.unwrap, field.value_cls, value, False),
+            _Field(2, field.value.proto_type, field.value.unwrap, field.value.cls, value, False),
             inner,
             needs,
         )
@@ -608,8 +601,8 @@ class _Generator:
             f"{end} = pos + n",
             f"if depth > {MAX_FAST_DEPTH - level}:",
             "    raise FallbackError",
-            f"{key} = {self._literal(entry_meta.default_gen['key']())}",
-            f"{value} = {self._literal(entry_meta.default_gen['value']())}",
+            f"{key} = {self._literal(field.key.default())}",
+            f"{value} = {self._literal(field.value.default())}",
             *self._loop(branches, "(1, 2)", end, None),
             f"if pos != {end}:",
             "    raise FallbackError",
@@ -728,18 +721,17 @@ class _Generator:
         return [*code, f"put({head!r})", "put(b)", f"{size} += {len(head)} + len(b)"]
 
     def _encoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
-        meta_all = _meta(cls)
         fname = self._encoder_name(cls)
         needs: list[type[Any]] = []
         lines = [f"def {fname}(msg, out):", "    put = out.append", "    size = 0"]
-        for name, meta in meta_all.meta_by_field_name.items():
-            field_cls = meta_all.cls_by_field.get(name)
+        for name, meta in metadata.fields(cls).items():
+            field_cls = meta.cls
             lines.append(f"    v = msg.{name}")
             lines.append("    if v is not None:")
             body: list[str] = []
-            if meta.map_meta is not None:
-                key_meta, value_meta = meta.map_meta
-                value_cls = meta_all.cls_by_field[f"{name}.value"]
+            if meta.map_key is not None and meta.map_value is not None:
+                key_meta, value_meta = meta.map_key, meta.map_value
+                value_cls = value_meta.cls
                 tag = (meta.number << 3) | 2
                 heads, head = self._heads(tag), varint_bytes(tag)
                 key = self._emit(key_meta.proto_type, None, None, 1, "k", "es", needs)
@@ -808,13 +800,13 @@ class _Generator:
                 }.get(meta.proto_type)
                 if py is not None:
                     body += [f"if type(v) is not {py}:", "    raise FallbackError"]
-                default = self.const(meta_all.default_gen[name](), "default")
+                default = self.const(meta.default(), "default")
                 body += [f"if v != {default}:", *("    " + line for line in emit)]
             else:
                 body += emit
             lines.extend("        " + line for line in body)
         lines += [
-            "    u = msg._unknown_fields",
+            f"    u = msg.{metadata.UNKNOWN_FIELDS}",
             "    if u:",
             "        put(u)",
             "        size += len(u)",

@@ -24,6 +24,16 @@ from typing import Final
 from protocol_py.errors import ProtocolError
 from protocol_py.provider import Provider
 
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "MAX_SPEC_CHARS",
+    "ProviderLoadError",
+    "installed_providers",
+    "load_provider_class",
+    "provider_class",
+]
+
 BUILTIN: Final[dict[str, str]] = {
     "reference": "protocol_py.providers.reference.provider:ReferenceProvider",
     "openai": "protocol_py.providers.openai.provider:OpenAIProvider",

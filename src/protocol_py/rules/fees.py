@@ -8,7 +8,7 @@
   ``sum(count x price_per_request)``, exact (docs/decisions.md#d8).
 - **Cache storage.** ``PricingTier.cache_storage_per_mtok_hour`` (USD per million tokens per
   hour) prices ``Usage.cache_storage_token_seconds`` (cached tokens x lifetime in seconds,
-  docs/decisions.md#d17): ``token_seconds x rate / 3600 / 10^6``. That quotient is the one cost
+  docs/decisions.md#d29): ``token_seconds x rate / 3600 / 10^6``. That quotient is the one cost
   figure that may not be a finite decimal (a lifetime that is not a multiple of 9 seconds can
   give thirds); it is exact whenever it is a finite decimal and otherwise rounded half-even to
   :data:`STORAGE_PLACES` decimal places (10^-18 USD), far below any invoice's unit.
@@ -39,7 +39,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 from typing import Any, Final, NamedTuple
 
 from protocol_py.errors import InvalidValueError, Violation
-from protocol_py_gen.model.v1 import PricingTier, Usage
+from protocol_py_gen.model.v1 import PricingTier, RequestCount, RequestRate, Usage
 
 __all__ = [
     "MAX_COUNTS",
@@ -122,9 +122,25 @@ def tier_violations(
     """
     out: list[Violation] = []
     rates = tier.request_rates
+    if not isinstance(rates, list):
+        rates = []
+        out.append(
+            Violation(
+                f"{where}.request_rates",
+                "pricing.not_pricing",
+                f"request_rates must be a list, got {type(tier.request_rates).__name__}",
+            )
+        )
     seen: set[str] = set()
     for i, rate in enumerate(rates):
         at = f"{where}.request_rates[{i}]"
+        if not isinstance(rate, RequestRate):
+            out.append(
+                Violation(
+                    at, "pricing.not_pricing", f"expected RequestRate, got {type(rate).__name__}"
+                )
+            )
+            continue
         name = rate.name
         if not _name_ok(name):
             out.append(
@@ -193,9 +209,23 @@ def usage_problems(usage: Usage) -> list[UsageProblem]:
     """
     problems: list[UsageProblem] = []
     counts = usage.request_counts
+    if not isinstance(counts, list):
+        problems.append(
+            UsageProblem(
+                "usage.request_counts",
+                "usage.type",
+                f"expected a list of RequestCount, got {type(counts).__name__}",
+            )
+        )
+        counts = []
     seen: set[str] = set()
     for i, item in enumerate(counts):
         at = f"usage.request_counts[{i}]"
+        if not isinstance(item, RequestCount):
+            problems.append(
+                UsageProblem(at, "usage.type", f"expected RequestCount, got {type(item).__name__}")
+            )
+            continue
         if not _name_ok(item.name):
             problems.append(
                 UsageProblem(

@@ -1,70 +1,46 @@
-"""Pricing rules, tier resolution and exact cost (spec: "Pricing", "Cost-computation worked
-example"; DESIGN D7, D8, D9).
-
-Three things live here:
+"""Pricing rules and tier resolution (spec: "Pricing"; docs/decisions.md#d8,
+docs/decisions.md#d9, docs/decisions.md#d13).
 
 * :func:`validate_pricing` checks a :class:`~protocol_py_gen.model.v1.Pricing` against every
-  Pricing rule and returns the list of :class:`~protocol_py.errors.Violation` (DESIGN D13).
+  Pricing rule and returns the list of :class:`~protocol_py.errors.Violation`.
 * :class:`PricingTable` is a validated Pricing indexed for lookup: :meth:`PricingTable.resolve`
   returns the one tier matching a (receipt time, prompt size) pair in O(log n), and
   :meth:`PricingTable.resolve_window` the recurring window of that tier whose rates replace the
   tier's at that instant (protocol 1.1; :mod:`protocol_py.rules.pricing_windows`,
   docs/pricing-windows.md).
-* :func:`cost` prices one :class:`~protocol_py_gen.model.v1.Usage` exactly, as
-  :class:`decimal.Decimal`, and :func:`format_usd` renders the figure as a plain decimal string.
 
-Units: rates are USD per million tokens (``*_per_mtok``), counts are tokens, times are ISO 8601 /
-RFC 3339 strings on the wire and timezone-aware :class:`datetime.datetime` values in Python.
+The exact cost of a usage event is :func:`protocol_py.rules.cost.cost`; tier bounds are parsed
+by :func:`protocol_py.rules.timestamps.parse_timestamp`.
 
-Decimal strings (:func:`format_usd`, case C13): the exact value in plain notation, never an
-exponent; trailing zeros after the decimal point and a bare trailing point are removed
-(``"0.00075"``, ``"0.0000001"``, ``"100"``); zero is ``"0"``. Nothing is rounded.
+Units: rates are USD per million tokens (``*_per_mtok``), prompt sizes are tokens, times are
+ISO 8601 / RFC 3339 strings on the wire and timezone-aware :class:`datetime.datetime` values in
+Python.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from bisect import bisect_right
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
-from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
+from protocol_py.rules import fees
 from protocol_py.rules.pricing_windows import MAX_WINDOWS_PER_TIER, TierWeek, parse_windows
+from protocol_py.rules.timestamps import _check_aware, _format_time, parse_timestamp
 from protocol_py_gen.model.v1 import (
     Pricing,
     PricingTier,
     PricingWindow,
-    Usage,
-    UsageComponent,
-    VendorCost,
 )
 
 __all__ = [
     "RATE_FIELDS",
-    "TERM_NAMES",
-    "CostBreakdown",
     "PricingTable",
-    "cost",
-    "format_usd",
-    "parse_timestamp",
-    "prompt_tokens",
     "validate_pricing",
-    "validate_usage",
 ]
-
-TERM_NAMES: tuple[str, ...] = (
-    "input",
-    "output",
-    "cache_read",
-    "cache_write_5m",
-    "cache_write_1h",
-    "reasoning",
-)
-"""The cost terms of DESIGN D8, in the order they are rendered."""
 
 RATE_FIELDS: tuple[str, ...] = (
     "input_per_mtok",
@@ -77,137 +53,6 @@ RATE_FIELDS: tuple[str, ...] = (
 )
 """The PricingTier rate fields (proto field names; USD per million tokens). A PricingWindow
 carries the same fields (protocol 1.1), each replacing the tier's while the window applies."""
-
-# Exact arithmetic: enough precision for any int64 count times any double's shortest repr, and
-# Inexact trapped so that a result that would need rounding raises instead of silently rounding.
-_EXACT = Context(prec=1000, Emin=-999999, Emax=999999, traps=[Inexact, InvalidOperation, Overflow])
-_ZERO = Decimal(0)
-_MILLION_EXP = -6
-
-# ---------------------------------------------------------------------------------------------
-# Timestamps
-# ---------------------------------------------------------------------------------------------
-
-_DATE_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
-_DATETIME_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?"
-    r"(?:(?P<z>[Zz])|(?P<sign>[+-])(?P<oh>\d{2})(?::?(?P<om>\d{2}))?)?",
-    re.ASCII,
-)
-
-
-def parse_timestamp(value: str, *, path: str = "") -> datetime:
-    """Parse an ISO 8601 / RFC 3339 date or date-time into an aware UTC datetime (DESIGN D9).
-
-    Accepted forms, exactly (ISO 8601 extended format, a superset of RFC 3339): a date
-    ``YYYY-MM-DD`` (meaning 00:00 UTC of that day) or a date-time
-    ``YYYY-MM-DD(T|t|space)HH:MM[:SS[(.|,)fraction]]`` followed by ``Z``/``z`` or an offset
-    ``+HH:MM`` / ``+HHMM`` / ``+HH``. The fraction may have any number of digits; digits beyond
-    microseconds are truncated, never rounded and never an error (case C14). Not accepted:
-    surrounding whitespace, the basic format (``20260701T000000Z``), week and ordinal dates
-    (``2026-W27-3``, ``2026-182``), an hour without minutes (``2026-07-01T00Z``) and hour
-    ``24``. A leap second ``:60`` (RFC 3339) reads as the next second. The result is identical
-    on every supported Python version (no use of :meth:`datetime.fromisoformat`).
-
-    Args:
-        value: The text.
-        path: Field path used in error messages, for example ``pricing.tiers[0].effective_from``.
-
-    Returns:
-        A timezone-aware datetime in UTC.
-
-    Raises:
-        InvalidValueError: the text is not a date or date-time (rule ``timestamp.unparseable``),
-            names an impossible date or time (``timestamp.out_of_range``), or is a date-time
-            without an offset (``timestamp.naive``: never read as local time or as UTC).
-    """
-    where = path or "timestamp"
-    if not isinstance(value, str):
-        raise InvalidValueError(
-            f"{where}: expected an ISO 8601 string, got {type(value).__name__}",
-            path=path,
-            rule="timestamp.unparseable",
-        )
-    text = value
-    if text != text.strip():
-        raise InvalidValueError(
-            f"{where}: {value!r} has leading or trailing whitespace; give the timestamp alone",
-            path=path,
-            rule="timestamp.unparseable",
-        )
-    try:
-        m = _DATE_RE.fullmatch(text)
-        if m is not None:
-            return datetime(int(m[1]), int(m[2]), int(m[3]), tzinfo=UTC)
-        m = _DATETIME_RE.fullmatch(text)
-        if m is None:
-            raise InvalidValueError(
-                f"{where}: {value!r} is not an ISO 8601 date or date-time",
-                path=path,
-                rule="timestamp.unparseable",
-            )
-        if m["z"] is None and m["sign"] is None:
-            raise InvalidValueError(
-                f"{where}: {value!r} is a date-time without a UTC offset; add 'Z' or an offset "
-                "such as '+00:00' (naive times are never read as local time)",
-                path=path,
-                rule="timestamp.naive",
-            )
-        micro = int(((m[7] or "") + "000000")[:6])
-        if m["z"] is not None:
-            tz: timezone = UTC
-        else:
-            oh, om = int(m["oh"]), int(m["om"] or 0)
-            if oh > 23 or om > 59:
-                raise InvalidValueError(
-                    f"{where}: {value!r} has an impossible UTC offset",
-                    path=path,
-                    rule="timestamp.out_of_range",
-                )
-            delta = timedelta(hours=oh, minutes=om)
-            tz = timezone(-delta if m["sign"] == "-" else delta)
-        second = int(m[6] or 0)
-        leap = second == 60  # RFC 3339 allows a leap second; fold it onto the next second.
-        parsed = datetime(
-            int(m[1]),
-            int(m[2]),
-            int(m[3]),
-            int(m[4]),
-            int(m[5]),
-            59 if leap else second,
-            micro,
-            tzinfo=tz,
-        )
-        if leap:
-            parsed += timedelta(seconds=1)
-        return parsed.astimezone(UTC)
-    except (ValueError, OverflowError) as exc:
-        if isinstance(exc, InvalidValueError):
-            raise
-        raise InvalidValueError(
-            f"{where}: {value!r} is out of range: {exc}", path=path, rule="timestamp.out_of_range"
-        ) from None
-
-
-def _format_time(at: datetime) -> str:
-    text = at.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-def _check_aware(at: object, what: str) -> datetime:
-    if not isinstance(at, datetime):
-        raise InvalidValueError(
-            f"{what}: expected a timezone-aware datetime, got {type(at).__name__}",
-            path=what,
-            rule="timestamp.not_datetime",
-        )
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise InvalidValueError(
-            f"{what}: {at.isoformat()} is a naive datetime; pass a timezone-aware one",
-            path=what,
-            rule="timestamp.naive",
-        )
-    return at
 
 
 def _check_count(value: object, what: str, rule_prefix: str = "usage") -> int:
@@ -222,11 +67,6 @@ def _check_count(value: object, what: str, rule_prefix: str = "usage") -> int:
             f"{what}: token count {value} is negative", path=what, rule=f"{rule_prefix}.negative"
         )
     return value
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +152,8 @@ def _tier_bounds(tier: PricingTier, where: str, out: list[Violation]) -> _Bounds
             )
         )
     elif typed and s_from is None and s_until is not None and s_until <= 0:
-        # sizes start at 0: [0, 0) matches no prompt (found by tests/reliability fuzzing; such
-        # a tier was accepted and then won resolution at size 0 over the tier that matched)
+        # sizes start at 0: [0, 0) matches no prompt; accepted, such a tier would win resolution
+        # at size 0 over the tier that matches
         ok = False
         out.append(
             Violation(
@@ -533,7 +373,8 @@ def _partition_violations(bounds: list[_Bounds], path: str) -> list[Violation]:
 def validate_pricing(
     pricing: Pricing, *, caching_supported: bool | None = None, path: str = "pricing"
 ) -> list[Violation]:
-    """Check a Pricing against every rule of the spec's "Pricing" section (DESIGN D8, D9).
+    """Check a Pricing against every rule of the spec's "Pricing" section (docs/decisions.md#d8,
+    docs/decisions.md#d9).
 
     Rules (rule ids in parentheses): currency is ``"USD"`` (``pricing.currency_not_usd``); at
     least one tier unless ``free`` (``pricing.tiers.empty``); every rate finite
@@ -556,8 +397,11 @@ def validate_pricing(
     at
     the window's path (a window rate left absent is the tier's). Windows never take part in the
     tier partition: it is the 1.0 rule, so a 1.0 reader that ignores windows sees a valid
-    Pricing. The partition is checked only when every tier's bounds and windows are valid. A
-    free Pricing with tiers is checked the same way.
+    Pricing. Protocol 1.2: each tier's request rates and cache-storage rate
+    (:func:`protocol_py.rules.fees.tier_violations`: ``pricing.tiers.request_rate.*``,
+    ``pricing.tiers.request_rates.too_many``, ``pricing.tiers.cache_storage_without_caching``
+    and the rate rules). The partition is checked only when every tier's bounds and windows are
+    valid. A free Pricing with tiers is checked the same way.
 
     Args:
         pricing: The Pricing message.
@@ -575,7 +419,7 @@ def validate_pricing(
                 path, "pricing.not_pricing", f"expected Pricing, got {type(pricing).__name__}"
             )
         ]
-    pricing = protojson.with_defaults(pricing)
+    pricing = type_check.with_defaults(pricing)
     for name, expected in (("currency", str), ("free", bool), ("tiers", list)):
         if not isinstance(getattr(pricing, name), expected):
             out.append(
@@ -619,6 +463,7 @@ def validate_pricing(
             all_ok = False
             continue
         _check_rates(tier, where, caching_supported, out)
+        out.extend(fees.tier_violations(tier, where, caching_supported))
         parsed = _tier_bounds(tier, where, out)
         if parsed is None:
             all_ok = False
@@ -629,13 +474,9 @@ def validate_pricing(
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Table and resolution
-# ---------------------------------------------------------------------------------------------
-
-
 def _rate(value: float | None) -> Decimal | None:
-    """A rate's exact Decimal from its shortest repr (DESIGN D8); never float arithmetic."""
+    """A rate's exact Decimal from its shortest repr (docs/decisions.md#d8); never float
+    arithmetic."""
     return None if value is None else Decimal(repr(float(value)))
 
 
@@ -667,7 +508,7 @@ def _rates(tier: PricingTier, window: PricingWindow | None = None) -> _Rates:
 
 
 class PricingTable:
-    """A validated Pricing indexed for O(log n) tier resolution (DESIGN D9).
+    """A validated Pricing indexed for O(log n) tier resolution (docs/decisions.md#d9).
 
     The index is the sorted list of the tiers' distinct time boundaries; for every time slab
     between two boundaries, the sorted size boundaries and the tier of each size cell. A lookup
@@ -704,7 +545,7 @@ class PricingTable:
         ]
         if violations:
             raise ValidationError(violations, "pricing")
-        pricing = protojson.with_defaults(pricing)  # a None rate is the proto3 default, 0
+        pricing = type_check.with_defaults(pricing)  # a None rate is the proto3 default, 0
         self.pricing = pricing
         valid: list[_Bounds] = []
         for tier in pricing.tiers:
@@ -746,7 +587,8 @@ class PricingTable:
 
         Args:
             at: The moment the usage event was received; timezone-aware.
-            prompt_tokens: The prompt size in tokens (:func:`prompt_tokens`), >= 0.
+            prompt_tokens: The prompt size in tokens
+                (:func:`protocol_py.rules.cost.prompt_tokens`), >= 0.
 
         Returns:
             ``(index into pricing.tiers, the tier)``.
@@ -774,7 +616,8 @@ class PricingTable:
 
         Args:
             at: The moment the usage event was received; timezone-aware.
-            prompt_tokens: The prompt size in tokens (:func:`prompt_tokens`), >= 0.
+            prompt_tokens: The prompt size in tokens
+                (:func:`protocol_py.rules.cost.prompt_tokens`), >= 0.
 
         Returns:
             ``(index into pricing.tiers, index into that tier's windows)``; the window index is
@@ -798,332 +641,3 @@ class PricingTable:
 
     def _rates_of(self, index: int, window: int | None = None) -> _Rates:
         return self._rates[index] if window is None else self._window_rates[index][window]
-
-
-# ---------------------------------------------------------------------------------------------
-# Cost
-# ---------------------------------------------------------------------------------------------
-
-
-def _usage(usage: object) -> Usage:
-    """``usage`` checked to be a Usage, with ``None`` in its plain fields read as their proto3
-    default (0), as on the wire."""
-    if not isinstance(usage, Usage):
-        raise InvalidValueError(
-            f"usage: expected Usage, got {type(usage).__name__}", path="usage", rule="usage.type"
-        )
-    if (
-        type(usage.input_tokens) is int
-        and type(usage.output_tokens) is int
-        and type(usage.components) is list
-        and not usage.components
-    ):
-        return usage  # the common case: nothing to default (the optional counts may be None)
-    return protojson.with_defaults(usage)
-
-
-def _check_consistent(usage: Usage, *, out: int, write: int, write_1h: int, reasoning: int) -> None:
-    """The Usage consistency rules between counts (tokens)."""
-    if write_1h > write:
-        raise InvalidValueError(
-            f"usage.cache_write_1h_tokens: {write_1h} exceeds cache_write_tokens {write} (the 1h "
-            "writes are a subset of all cache writes)",
-            path="usage.cache_write_1h_tokens",
-            rule="usage.cache_write_1h_exceeds_cache_write",
-        )
-    if usage.reasoning_already_counted is True and reasoning > out:
-        raise InvalidValueError(
-            f"usage.reasoning_tokens: {reasoning} exceeds output_tokens {out}, yet "
-            "reasoning_already_counted says the output includes them (inconsistent usage)",
-            path="usage.reasoning_tokens",
-            rule="usage.reasoning_exceeds_output",
-        )
-
-
-USAGE_COUNT_FIELDS: tuple[str, ...] = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_1h_tokens",
-    "reasoning_tokens",
-)
-"""The token counts of a Usage that :func:`validate_usage` checks (tokens, each >= 0)."""
-
-
-def validate_usage(usage: Usage) -> list[Violation]:
-    """Every rule violation of a Usage that :func:`cost` would refuse, not only the first: a
-    negative or non-integer count (``usage.negative`` / ``usage.not_integer``, components
-    included), ``cache_write_1h_tokens`` above ``cache_write_tokens``
-    (``usage.cache_write_1h_exceeds_cache_write``), ``reasoning_tokens`` above
-    ``output_tokens`` with ``reasoning_already_counted`` (``usage.reasoning_exceeds_output``).
-    An absent count reads as 0. Paths start with ``usage.``; messages do not repeat the path.
-
-    Raises:
-        InvalidValueError: ``usage`` is not a Usage (``usage.type``).
-    """
-    usage = _usage(usage)
-    found: list[Violation] = []
-
-    def check(path: str, value: object) -> int:
-        try:
-            return _check_count(value, path)
-        except InvalidValueError as exc:
-            found.append(_as_violation(exc))
-            return 0
-
-    counts = {
-        name: check(f"usage.{name}", getattr(usage, name) or 0) for name in USAGE_COUNT_FIELDS
-    }
-    for i, item in enumerate(usage.components if isinstance(usage.components, list) else []):
-        if isinstance(item, UsageComponent):
-            check(f"usage.components[{i}].value", item.value)
-    if not found:
-        try:
-            _check_consistent(
-                usage,
-                out=counts["output_tokens"],
-                write=counts["cache_write_tokens"],
-                write_1h=counts["cache_write_1h_tokens"],
-                reasoning=counts["reasoning_tokens"],
-            )
-        except InvalidValueError as exc:
-            found.append(_as_violation(exc))
-    return found
-
-
-def _as_violation(exc: InvalidValueError) -> Violation:
-    message = str(exc).removeprefix(f"{exc.path}: ")
-    return Violation(exc.path, exc.rule, message)
-
-
-def prompt_tokens(usage: Usage) -> int:
-    """The prompt size that selects a tier (DESIGN D9): ``input_tokens + cache_read_tokens +
-    cache_write_tokens``, absent counts being 0. Unit: tokens.
-
-    Raises:
-        InvalidValueError: ``usage`` is not a Usage (``usage.type``); a count is negative or
-            not an integer (``usage.negative`` / ``usage.not_integer``).
-    """
-    usage = _usage(usage)
-    return (
-        _check_count(usage.input_tokens, "usage.input_tokens")
-        + _check_count(usage.cache_read_tokens or 0, "usage.cache_read_tokens")
-        + _check_count(usage.cache_write_tokens or 0, "usage.cache_write_tokens")
-    )
-
-
-def format_usd(value: Decimal) -> str:
-    """Render an exact Decimal in plain notation (case C13).
-
-    No exponent, no rounding; trailing zeros after the point are removed, and zero is ``"0"``:
-    ``Decimal("0.000750") -> "0.00075"``, ``Decimal("1E-7") -> "0.0000001"``,
-    ``Decimal("1E+2") -> "100"``.
-
-    Raises:
-        InvalidValueError: the value is NaN or infinite, or not a Decimal.
-    """
-    if not isinstance(value, Decimal):
-        raise InvalidValueError(
-            f"expected a Decimal, got {type(value).__name__}", rule="decimal.not_decimal"
-        )
-    if not value.is_finite():
-        raise InvalidValueError(f"{value} is not a finite amount", rule="decimal.not_finite")
-    if value.is_zero():
-        return "0"
-    text = format(value, "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
-@dataclass(frozen=True)
-class CostBreakdown:
-    """The exact cost of one usage event (DESIGN D8).
-
-    Attributes:
-        tier_index: Index into ``pricing.tiers`` of the tier applied; None for a free Pricing.
-        terms: Every term of :data:`TERM_NAMES`, always present (0 when absent), in USD.
-        total: Sum of the terms, in USD, exact.
-        free: True when the Pricing is free (every term is 0).
-        vendor_cost: The vendor's own price, carried beside the computed figure; never added in.
-        components: The usage's vendor-defined counters, sorted by name (then value).
-        window_index: Index into the tier's ``windows`` of the recurring window whose rates
-            were applied (protocol 1.1); None when the tier's own rates were.
-    """
-
-    tier_index: int | None
-    terms: dict[str, Decimal]
-    total: Decimal
-    free: bool
-    vendor_cost: VendorCost | None = None
-    components: list[UsageComponent] = field(default_factory=list)
-    window_index: int | None = None
-
-    def total_usd(self) -> str:
-        """The total as an exact decimal string (:func:`format_usd`)."""
-        return format_usd(self.total)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: ``{"tier_index": int | None, "window_index": int | None,
-        "terms": {name: decimal string},
-        "total_usd": str, "free": bool, "vendor_cost": {"amount", "unit", "currency"?} | None,
-        "components": [{"name": str, "value": int}]}``."""
-        vendor: dict[str, Any] | None = None
-        if self.vendor_cost is not None:
-            vendor = {"amount": self.vendor_cost.amount, "unit": self.vendor_cost.unit}
-            if self.vendor_cost.currency is not None:
-                vendor["currency"] = self.vendor_cost.currency
-        return {
-            "tier_index": self.tier_index,
-            "window_index": self.window_index,
-            "terms": {name: format_usd(self.terms[name]) for name in TERM_NAMES},
-            "total_usd": self.total_usd(),
-            "free": self.free,
-            "vendor_cost": vendor,
-            "components": [{"name": c.name, "value": c.value} for c in self.components],
-        }
-
-    def render_text(self) -> str:
-        """A human-readable table of the breakdown, for ``protocol-py cost``."""
-        # human output numbers tiers and windows from 1 (``tier_index``/``window_index`` stay
-        # zero-based in to_json)
-        tier = "free" if self.free else f"tier {(self.tier_index or 0) + 1}"
-        if self.window_index is not None:
-            tier += f", window {self.window_index + 1}"
-        rows = [(name, format_usd(self.terms[name])) for name in TERM_NAMES]
-        rows.append(("total", self.total_usd()))
-        width = max(len(name) for name, _ in rows)
-        lines = [f"pricing: {tier}"]
-        lines.extend(f"  {name.ljust(width)}  {value} USD" for name, value in rows)
-        if self.vendor_cost is not None:
-            currency = f" ({self.vendor_cost.currency})" if self.vendor_cost.currency else ""
-            lines.append(
-                f"  vendor_cost  {self.vendor_cost.amount} {self.vendor_cost.unit}{currency}"
-                " (reported by the vendor, not used)"
-            )
-        lines.extend(f"  component {c.name} = {c.value}" for c in self.components)
-        return "\n".join(lines)
-
-
-def _components(usage: Usage) -> list[UsageComponent]:
-    items = usage.components
-    if not isinstance(items, list):
-        raise InvalidValueError(
-            f"usage.components: expected a list of UsageComponent, got {type(items).__name__}",
-            path="usage.components",
-            rule="usage.type",
-        )
-    for i, item in enumerate(items):
-        where = f"usage.components[{i}]"
-        if not isinstance(item, UsageComponent):
-            raise InvalidValueError(
-                f"{where}: expected UsageComponent, got {type(item).__name__}",
-                path=where,
-                rule="usage.type",
-            )
-        if not isinstance(item.name, str):
-            raise InvalidValueError(
-                f"{where}.name: expected str, got {type(item.name).__name__}",
-                path=f"{where}.name",
-                rule="usage.type",
-            )
-        _check_count(item.value, f"{where}.value")
-    return sorted(items, key=lambda c: (c.name, c.value))
-
-
-def _term(tokens: int, rate: Decimal | None, rate_field: str, tier_index: int) -> Decimal:
-    if tokens == 0:
-        return _ZERO
-    if rate is None:
-        raise InvalidValueError(
-            f"pricing.tiers[{tier_index}].{rate_field} is absent but the usage bills {tokens} "
-            "tokens at it",
-            path=f"pricing.tiers[{tier_index}].{rate_field}",
-            rule="cost.rate_missing",
-        )
-    return _EXACT.multiply(Decimal(tokens), rate).scaleb(_MILLION_EXP, _EXACT)
-
-
-def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBreakdown:
-    """Price one usage event exactly (DESIGN D7, D8; spec "Cost-computation worked example").
-
-    The tier is the one matching (``at``, :func:`prompt_tokens`); its rates apply, or, where one
-    of its recurring windows holds ``at`` (protocol 1.1), that window's rates over the tier's
-    (``window_index``). Terms, each divided by 10^6:
-    ``input_tokens * input``, ``output_tokens * output``, ``cache_read_tokens * cache_read``,
-    ``(cache_write_tokens - cache_write_1h_tokens) * cache_write``,
-    ``cache_write_1h_tokens * (cache_write_1h, or cache_write when absent)``, and
-    ``reasoning_tokens * output`` unless ``reasoning_already_counted`` is true. Rates become
-    Decimals through their shortest repr; arithmetic is exact (nothing is rounded). A free
-    Pricing costs 0 with ``tier_index`` None. ``vendor_cost`` is carried, never added.
-
-    Args:
-        pricing: A Pricing (validated here, without the cache-rate presence rule) or a
-            :class:`PricingTable` built once and reused.
-        usage: The usage event. Units: tokens.
-        at: The moment the usage event was received; timezone-aware.
-
-    Returns:
-        The :class:`CostBreakdown`.
-
-    Raises:
-        ValidationError: ``pricing`` is an invalid Pricing.
-        InvalidValueError: a negative or non-integer count (``usage.negative``),
-            ``cache_write_1h_tokens`` above ``cache_write_tokens``
-            (``usage.cache_write_1h_exceeds_cache_write``), ``reasoning_tokens`` above
-            ``output_tokens`` with ``reasoning_already_counted`` true
-            (``usage.reasoning_exceeds_output``), a naive ``at``, or tokens billed at a
-            rate the tier does not declare (``cost.rate_missing``), or a window zone that
-            cannot represent ``at``'s local time (``timestamp.out_of_range``).
-    """
-    table = pricing if isinstance(pricing, PricingTable) else PricingTable(pricing)
-    usage = _usage(usage)
-    inp = _check_count(usage.input_tokens, "usage.input_tokens")
-    out = _check_count(usage.output_tokens, "usage.output_tokens")
-    read = _check_count(usage.cache_read_tokens or 0, "usage.cache_read_tokens")
-    write = _check_count(usage.cache_write_tokens or 0, "usage.cache_write_tokens")
-    write_1h = _check_count(usage.cache_write_1h_tokens or 0, "usage.cache_write_1h_tokens")
-    reasoning = _check_count(usage.reasoning_tokens or 0, "usage.reasoning_tokens")
-    _check_consistent(usage, out=out, write=write, write_1h=write_1h, reasoning=reasoning)
-    at = _check_aware(at, "at")
-    components = _components(usage)
-    if table.pricing.free:
-        return CostBreakdown(
-            tier_index=None,
-            terms=dict.fromkeys(TERM_NAMES, _ZERO),
-            total=_ZERO,
-            free=True,
-            vendor_cost=usage.vendor_cost,
-            components=components,
-        )
-    if not table._slab_tiers:
-        table.resolve(at, inp + read + write)  # raises the typed "no tiers" error
-    index = table._lookup(at, inp + read + write)
-    window = table._window_of(index, at)
-    rates = table._rates_of(index, window)
-    write_1h_rate = rates.cache_write_1h if rates.cache_write_1h is not None else rates.cache_write
-    write_1h_field = (
-        "cache_write_1h_per_mtok" if rates.cache_write_1h is not None else "cache_write_per_mtok"
-    )
-    billed_reasoning = 0 if usage.reasoning_already_counted is True else reasoning
-    terms = {
-        "input": _term(inp, rates.input, "input_per_mtok", index),
-        "output": _term(out, rates.output, "output_per_mtok", index),
-        "cache_read": _term(read, rates.cache_read, "cache_read_per_mtok", index),
-        "cache_write_5m": _term(write - write_1h, rates.cache_write, "cache_write_per_mtok", index),
-        "cache_write_1h": _term(write_1h, write_1h_rate, write_1h_field, index),
-        "reasoning": _term(billed_reasoning, rates.output, "output_per_mtok", index),
-    }
-    total = _ZERO
-    for value in terms.values():
-        total = _EXACT.add(total, value)
-    return CostBreakdown(
-        tier_index=index,
-        window_index=window,
-        terms=terms,
-        total=total,
-        free=False,
-        vendor_cost=usage.vendor_cost,
-        components=components,
-    )

@@ -1,5 +1,5 @@
 """Recurring pricing windows: rates that replace a tier's own at recurring local wall-clock
-times (protocol 1.1; spec "Pricing"; DESIGN D9; docs/pricing-windows.md).
+times (protocol 1.1; spec "Pricing"; docs/decisions.md#d9; docs/pricing-windows.md).
 
 A :class:`~protocol_py_gen.model.v1.PricingWindow` is a half-open range of minutes of the local
 day (``start_minute`` inclusive, ``end_minute`` exclusive, crossing midnight when the end is

@@ -1,7 +1,7 @@
-"""Per-message request validation reused across turns (issue 12, turn latency).
+"""Per-message request validation reused across turns.
 
 An agent kernel resends the whole conversation every turn: turn N's messages are a prefix of
-turn N+1's, byte for byte on the wire. :func:`protocol_py.rules.validation.validate_request` walks
+turn N+1's, byte for byte on the wire. :func:`protocol_py.rules.request.validate_request` walks
 every message every turn; for a request the server just decoded cleanly from the wire
 (:func:`protocol_py.codec.wire.take_wire_clean`), a message whose exact wire image already passed
 every message-local rule under the same model settings need not be walked again.
@@ -35,11 +35,11 @@ import threading
 import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import betterproto2
 
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
 from protocol_py.codec.prefixes import BoundedLRU, ConversationPrefixes
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest, ThinkingSpec
@@ -179,13 +179,7 @@ _images: dict[int, tuple[weakref.ref[StreamCompletionRequest], list[bytes | None
 _images_lock = threading.RLock()  # re-entered by a weakref callback run by GC
 
 
-def _messages_field_number() -> int:
-    meta: Any = getattr(StreamCompletionRequest, "_betterproto")  # noqa: B009 (classproperty)
-    number: int = meta.meta_by_field_name["messages"].number
-    return number
-
-
-_MESSAGES_FIELD: Final = _messages_field_number()
+_MESSAGES_FIELD: Final = metadata.field_number(StreamCompletionRequest, "messages")
 
 
 def request_images(data: bytes) -> list[bytes | None] | None:
@@ -234,8 +228,8 @@ def take_request_images(request: betterproto2.Message) -> Sequence[bytes | None]
 
 
 VALIDATED: Final = ValidatedMessages()
-"""The process-wide memo :func:`protocol_py.rules.validation.validate_request` uses."""
+"""The process-wide memo :func:`protocol_py.rules.request.validate_request` uses."""
 
 PREFIXES: Final = valid_prefixes()
-"""The process-wide message lists :func:`protocol_py.rules.validation.validate_request` resumes
+"""The process-wide message lists :func:`protocol_py.rules.request.validate_request` resumes
 from."""

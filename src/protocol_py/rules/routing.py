@@ -1,5 +1,5 @@
-"""Capability-aware routing (issue 3 part 3; spec: "generation-parameter validation and
-capability-aware routing").
+"""Capability-aware routing (spec: "generation-parameter validation and capability-aware
+routing").
 
 A kernel holds an ordered fallback chain of targets (provider + ModelSpec). :func:`route` returns
 the first target that can serve a request and, for every target it passed over, the violations
@@ -12,9 +12,9 @@ candidate is skipped when
 
 * its ``spec`` is absent (``routing.target.spec_missing``) or its provider name is empty
   (``routing.target.provider_empty``),
-* its ModelSpec itself is invalid (:func:`~protocol_py.rules.validation.validate_model_spec`; paths
-  are prefixed ``spec.``), or
-* the request breaks a rule against it (:func:`~protocol_py.rules.validation.validate_request`).
+* its ModelSpec itself is invalid
+  (:func:`~protocol_py.rules.capabilities.validate_model_spec`; paths are prefixed ``spec.``), or
+* the request breaks a rule against it (:func:`~protocol_py.rules.request.validate_request`).
 
 Only errors disqualify; warnings (for example non-portable tool-schema keywords) never do and
 are not listed in :attr:`Skipped.violations`.
@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol_py.codec import protojson
+from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, Violation, errors_only
-from protocol_py.rules.validation import _validate_request, validate_model_spec
+from protocol_py.rules.capabilities import validate_model_spec
+from protocol_py.rules.request import _validate_request
 from protocol_py_gen.model.v1 import ModelTarget, StreamCompletionRequest
 
 __all__ = ["Route", "Skipped", "route"]
@@ -137,7 +138,7 @@ def route(request: StreamCompletionRequest, candidates: Sequence[ModelTarget]) -
                 path=f"candidates[{index}]",
                 rule="value.wrong_type",
             )
-        checked, _unknown = protojson.check_message(target, path=f"candidates[{index}]")
+        checked, _unknown = type_check.check_message(target, path=f"candidates[{index}]")
         violations = _target_violations(request, checked)
         if not violations:
             return Route(target=target, index=index, skipped=skipped)

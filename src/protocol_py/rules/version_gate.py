@@ -1,4 +1,4 @@
-"""What each side may send a peer of an older protocol minor (docs/decisions.md#d18).
+"""What each side may send a peer of an older protocol minor (docs/decisions.md#d30).
 
 A field added inside a message the peer already knows is safe: the peer keeps it as an unknown
 field and its answer stays correct. A new oneof member is not: the peer decodes a message with no

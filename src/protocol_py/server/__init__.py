@@ -1,32 +1,32 @@
 """The reference gRPC server adapter: one :class:`~protocol_py.provider.Provider` as ModelService.
 
 The adapter (grpclib) owns everything generic so that a provider only translates (spec: "The
-wire protocol"; DESIGN D10-D16):
+wire protocol"; docs/decisions.md#d10 to docs/decisions.md#d16):
 
 * start-up: the provider's Capabilities are validated (every violation listed; the server
   refuses to start) and ``protocol_version`` is filled in;
 * StreamCompletion: the request is validated against the requested model's ModelSpec before the
   provider sees it (for an unknown ``model_id``, against every rule that needs no ModelSpec,
-  :func:`~protocol_py.rules.validation.validate_request_shape`, besides
+  :func:`~protocol_py.rules.request.validate_request_shape`, besides
   ``request.model_id.unknown``);
   an unknown ``model_id`` or any error-severity violation is answered with
   exactly one in-band ``error`` event (``ERROR_KIND_INVALID_REQUEST``; the message names each
   field path and rule id) and the provider is never called. What the provider yields is checked
-  against the event-order rules (D12): a provider that breaks them has its stream ended with a
-  classified ``error`` event instead of a malformed stream. Provider exceptions become the final
-  ``error`` event: :class:`~protocol_py.provider.ProviderError` carries its own ModelError;
-  ``httpx`` transport errors, ``OSError`` and timeouts are TRANSIENT (retryable); anything else
-  is PERMANENT with a message that names only the exception type. Events already sent are kept.
-  A stream is never ended with a bare gRPC ``UNKNOWN``;
+  against the event-order rules (docs/decisions.md#d12): a provider that breaks them has its stream
+  ended with a classified ``error`` event instead of a malformed stream. Provider exceptions become
+  the final ``error`` event: :class:`~protocol_py.provider.ProviderError` carries its own
+  ModelError; ``httpx`` transport errors, ``OSError`` and timeouts are TRANSIENT (retryable);
+  anything else is PERMANENT with a message that names only the exception type. Events already sent
+  are kept. A stream is never ended with a bare gRPC ``UNKNOWN``;
 * cancellation: when the client cancels or its deadline passes, the provider's async generator
   is closed at once (its ``finally`` runs, closing upstream I/O) and nothing is logged as an
   error (grpclib logs the cancellation at INFO);
 * Configure: the config is validated against the provider's config schema (JSON Schema draft
   2020-12 with format checking; ``uri`` is RFC 3986 syntax, any scheme) and rejected with
   ``INVALID_ARGUMENT`` listing the errors with their JSON paths (as many as fit, with the
-  total count) and any number beyond 2^53 (D5); a rejected config leaves the previous one in
-  force. Values are never echoed in error messages or logs, so secret-like keys (names
-  containing ``key``, ``token``, ``secret`` or ``password``) cannot leak;
+  total count) and any number beyond 2^53 (docs/decisions.md#d5); a rejected config leaves the
+  previous one in force. Values are never echoed in error messages or logs, so secret-like keys
+  (names containing ``key``, ``token``, ``secret`` or ``password``) cannot leak;
 * bounded error text (:mod:`protocol_py.bounded_text`): every status message, in-band error
   message and log detail is at most 1 KiB once percent-encoded, an echoed caller value is cut
   with a marker and its length; a malformed ``grpc-timeout`` is INVALID_ARGUMENT and an
@@ -64,7 +64,8 @@ ModelErrors and gRPC statuses), :mod:`~protocol_py.server.records` (the per-RPC 
 :mod:`~protocol_py.server.reflection` (the descriptor image), :mod:`~protocol_py.server.lifecycle`
 (listening, health, drain), :mod:`~protocol_py.server.grpc_layer.connections` (cancellation
 checkpoints,
-flow control, memory release, receive and idle timeouts, grpclib issue 217),
+flow control, memory release, receive and idle timeouts, streams reset before their handler ran:
+https://github.com/vmagamedov/grpclib/issues/217),
 :mod:`~protocol_py.server.grpc_layer.admission` (calls refused before dispatch),
 :mod:`~protocol_py.server.grpc_layer.cardinality` (exactly one request message),
 :mod:`~protocol_py.server.context_window` (the context-window check) and
@@ -73,7 +74,6 @@ flow control, memory release, receive and idle timeouts, grpclib issue 217),
 
 from __future__ import annotations
 
-import protocol_py._compat.hyperframe_frame_repr  # noqa: F401  (installs the cheap DATA frame repr, issue 12)
 from protocol_py.server.config_schema import (
     SECRET_KEY_RE,
     config_format_checker,

@@ -1,6 +1,6 @@
-"""Build the fast codec's generated functions before the server serves (issue 8, attacker's
-finding 3): :mod:`protocol_py.codec.wire` compiles each class's decoder and encoder on first use,
-which on a fresh server took about 39 ms of the event loop inside the first call."""
+"""Build the fast codec's generated functions before the server serves:
+:mod:`protocol_py.codec.wire` compiles each class's decoder and encoder on first use, which
+would otherwise take tens of milliseconds of the event loop inside a fresh server's first call."""
 
 from __future__ import annotations
 

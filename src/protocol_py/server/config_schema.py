@@ -1,8 +1,8 @@
 """Configure's config schema: JSON Schema validation of a config, and secret redaction.
 
-A provider declares its configuration as a JSON Schema (draft 2020-12; DESIGN D14). Configure
-checks a config against it here; messages name JSON Pointer paths and schema rules, never the
-values, so secrets cannot leak.
+A provider declares its configuration as a JSON Schema (draft 2020-12; docs/decisions.md#d14).
+Configure checks a config against it here; messages name JSON Pointer paths and schema rules, never
+the values, so secrets cannot leak.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def validate_config(schema: Mapping[str, Any], config: Mapping[str, Any]) -> lis
 
 
 def inexact_numbers(config: Any, path: tuple[str | int, ...] = ()) -> list[str]:
-    """Every number in ``config`` whose magnitude is beyond 2^53 (DESIGN D5), as
+    """Every number in ``config`` whose magnitude is beyond 2^53 (docs/decisions.md#d5), as
     ``"<JSON Pointer>: number beyond 2^53 (json.integer_beyond_2_53) ..."`` messages.
 
     A Struct number is a double: above 2^53 (:data:`~protocol_py.codec.structs.MAX_EXACT_INT`) every

@@ -1,4 +1,4 @@
-"""The context-window check of StreamCompletion (issue 8, item 5).
+"""The context-window check of StreamCompletion (docs/decisions.md#d25).
 
 Before the provider is called, the request's input is counted with the provider's own method
 (:meth:`~protocol_py.provider.Provider.count_input_tokens`: the reference tokenizer counts
@@ -67,7 +67,7 @@ def checked_request(
 ) -> tuple[list[Violation], StreamEvent | None]:
     """The request's errors (``validate``, warnings dropped) and, when there are none, its
     :func:`check_context_window` event: both steps in one call, so the server hands a large
-    request to a worker thread once per turn instead of twice (issue 12).
+    request to a worker thread once per turn instead of twice.
 
     Returns:
         ``(errors, overflow)``: ``overflow`` is None whenever ``errors`` is not empty.

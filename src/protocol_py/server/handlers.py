@@ -25,13 +25,10 @@ from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import StreamOrderError, ValidationError, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
-from protocol_py.rules.accumulate import StreamOrderChecker
-from protocol_py.rules.validation import (
-    validate_capabilities,
-    validate_config_schema,
-    validate_request,
-    validate_request_shape,
-)
+from protocol_py.rules.capabilities import validate_capabilities
+from protocol_py.rules.json_schema import validate_config_schema
+from protocol_py.rules.request import validate_request, validate_request_shape
+from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.version_gate import EventGate
 from protocol_py.server.config_schema import (
     fill_missing_values,
@@ -391,11 +388,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         Raises:
             GRPCError: INVALID_ARGUMENT listing the schema errors (JSON Pointer paths; as
                 many as fit in ``MAX_ERROR_MESSAGE_BYTES``, with the total count) or the
-                numbers beyond 2^53 (D5, ``inexact_numbers``), or the provider's own
-                rejection; FAILED_PRECONDITION when the provider's config schema fails while
-                checking the config (never INTERNAL; start-up already refuses a
-                schema that is not valid JSON Schema with its formats checked). The previous
-                configuration stays in force.
+                numbers beyond 2^53 (docs/decisions.md#d5, ``inexact_numbers``), or the provider's
+                own rejection; FAILED_PRECONDITION when the provider's config schema fails while
+                checking the config (never INTERNAL; start-up already refuses a schema that is not
+                valid JSON Schema with its formats checked). The previous configuration stays in
+                force.
         """
         # converting and checking a config is CPU work proportional to its size (a million
         # keys took seconds): it runs in a worker thread, never on the event loop
@@ -557,7 +554,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 if not any(v.path == "model_id" for v in violations):
                     violations.insert(0, unknown_model(request.model_id, self._models))
             else:
-                # validation, then token counting (CPU work on the whole prompt, issue 8.4):
+                # validation, then token counting (CPU work on the whole prompt):
                 # one step off the event loop
                 size = wire.wire_size(request)
                 violations, overflow = await run_cpu(
@@ -595,7 +592,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         log.error("provider %s: %s", self.provider.name, failure.message)
                         break
                     if gate.filters and not gate.admits(event):
-                        continue  # an older kernel cannot read it (docs/decisions.md#d18)
+                        continue  # an older kernel cannot read it (docs/decisions.md#d30)
                     record.events = (record.events or 0) + 1
                     if event.stop is not None:
                         record.stop = event.stop.reason.name

@@ -28,6 +28,8 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
+from protocol_py import _compat
+from protocol_py._compat import grpclib_private
 from protocol_py.server.codec_warmup import build_codecs
 from protocol_py.server.grpc_layer.admission import AdmissionHandler
 from protocol_py.server.grpc_layer.connections import (
@@ -41,9 +43,8 @@ from protocol_py.server.grpc_layer.connections import (
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.server.offload import start_workers
-from protocol_py.transport.addresses import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
+from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
+from protocol_py.transport.listen import (
     SOCKET_MODE,
     SocketIdentity,
     bind_unix_socket,
@@ -181,11 +182,11 @@ class ServerLifecycle:
             host: TCP host (ignored with ``path``).
             port: TCP port; 0 picks a free one (ignored with ``path``).
             path: Listen on this unix-domain socket instead; the file gets mode
-                :data:`~protocol_py.transport.addresses.SOCKET_MODE` and is removed on
+                :data:`~protocol_py.transport.listen.SOCKET_MODE` and is removed on
                 :meth:`shutdown`
                 if it is still the file created here. A socket a server listens on is refused
                 (``OSError`` EADDRINUSE, "address in use"); a stale one (connect refused) is
-                replaced (:func:`~protocol_py.transport.addresses.bind_unix_socket`).
+                replaced (:func:`~protocol_py.transport.listen.bind_unix_socket`).
             ssl: Serve TLS with this server context (it must accept ALPN ``h2``).
             owns_socket_dir: The socket's private ``protocol-py-*`` directory was made for it:
                 remove it too on :meth:`shutdown`.
@@ -200,6 +201,7 @@ class ServerLifecycle:
             ValidationError: invalid Capabilities (the server does not start).
             OSError: the address cannot be bound.
         """
+        _compat.install()
         if not self.prepared:
             await self.prepare()
         await asyncio.to_thread(build_codecs)  # not in the first call, on the event loop
@@ -248,7 +250,7 @@ class ServerLifecycle:
             self.socket_path, self.host, self.port = path, None, 0
         else:
             await self._listen(host=host, port=port, ssl=ssl)
-            listener = self._server._server
+            listener = grpclib_private.listener(self._server)
             assert listener is not None
             sockname = listener.sockets[0].getsockname()  # type: ignore[attr-defined]
             self.host, self.port = str(sockname[0]), int(sockname[1])
@@ -268,12 +270,13 @@ class ServerLifecycle:
         :attr:`handshake_timeout` (grpclib does not pass asyncio's ``ssl_handshake_timeout``,
         whose default is 60 s)."""
         server = self._server
-        assert server is not None and server._server is None
+        assert server is not None and grpclib_private.listener(server) is None
         loop = asyncio.get_running_loop()
         tls_timeout = self.handshake_timeout if ssl is not None else None
+        factory = grpclib_private.server_protocol_factory(server)
         if sock is not None:
             listener = await loop.create_unix_server(
-                server._protocol_factory,
+                factory,
                 sock=sock,
                 backlog=LISTEN_BACKLOG,
                 ssl=ssl,
@@ -281,15 +284,14 @@ class ServerLifecycle:
             )
         else:
             listener = await loop.create_server(
-                server._protocol_factory,
+                factory,
                 host,
                 port,
                 backlog=LISTEN_BACKLOG,
                 ssl=ssl,
                 ssl_handshake_timeout=tls_timeout,
             )
-        server._server = listener
-        server._server_closed_fut = loop.create_future()
+        grpclib_private.set_listener(server, listener)
 
     @property
     def address(self) -> str:
@@ -344,8 +346,9 @@ class ServerLifecycle:
         self.draining = True
         self.health_status.set(False)
         server = self._server
-        if server is not None and server._server is not None:
-            server._server.close()  # stop accepting connections; keep existing ones
+        listening = grpclib_private.listener(server) if server is not None else None
+        if listening is not None:
+            listening.close()  # stop accepting connections; keep existing ones
         if self._in_flight:
             started = time.monotonic()
             with contextlib.suppress(TimeoutError):

@@ -1,12 +1,12 @@
-"""CPU-heavy steps off the event loop (issue 8 item 4: one request never stalls the others).
+"""CPU-heavy steps off the event loop (one request never stalls the others).
 
 Decoding and validating a large request, translating it to a vendor body and counting its
-tokens are pure-Python CPU work: run on the event loop, a 4 MB request held it for seconds and
-every other stream, health check and Describe waited. :func:`run_cpu` runs such a step in a
-worker thread instead when its input is at least :data:`OFFLOAD_MIN_BYTES` (below that the
-thread hand-off costs more than the work). The GIL still serialises Python code, but the
-interpreter switches threads every ``sys.getswitchinterval()`` seconds (5 ms by default), so
-the loop gets the interpreter back within about one interval: see :data:`SWITCH_INTERVAL_S`.
+tokens are pure-Python CPU work: run on the event loop, a 4 MB request would hold it for
+seconds and every other stream, health check and Describe would wait. :func:`run_cpu` runs such a
+step in a worker thread instead when its input is at least :data:`OFFLOAD_MIN_BYTES` (below that
+the thread hand-off costs more than the work). The GIL still serialises Python code, but the
+interpreter switches threads every ``sys.getswitchinterval()`` seconds (5 ms by default), so the
+loop gets the interpreter back within about one interval: see :data:`SWITCH_INTERVAL_S`.
 
 At most :data:`MAX_CPU_JOBS` such steps run at once (process-wide); more wait their turn on the
 event loop without holding it, so N huge requests cannot starve the loop of the interpreter or
@@ -124,8 +124,8 @@ def _pool() -> _Workers:
 def start_workers() -> None:
     """Start the :data:`MAX_CPU_JOBS` worker threads now, if not yet started. The server calls
     this when it starts: made on a large request's first job instead, the pool's thread starts
-    waited on the event loop while that request was being served (a 90-100 ms stall seen with
-    ``benchmarks/loop_stall.py --trace-python`` on a loaded machine; issue 8 item 4)."""
+    would wait on the event loop while that request is being served (a stall
+    ``benchmarks/loop_stall.py --trace-python`` shows)."""
     _pool()
 
 

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TextIO
 
+from protocol_py import _compat
 from protocol_py.errors import InvalidValueError, ProtocolError, ValidationError
 from protocol_py.provider import Provider, ProviderStartError
 from protocol_py.server import (
@@ -41,7 +42,8 @@ from protocol_py.server import (
 )
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
-from protocol_py.transport.addresses import EXIT_ON_STDIN_EOF_ENV, handshake_line, listen_spec
+from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, handshake_line
+from protocol_py.transport.listen import listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
 __all__ = [
@@ -127,10 +129,10 @@ async def serve_async(
             ``on_started``).
         socket: Listen on this unix-domain socket (mode 0600) instead of TCP.
         handshake: Print the handshake line (``1|tcp|<host>:<port>|grpc``,
-            ``1|unix|<path>|grpc``; README "Security") on stdout once serving. With no
+            ``1|unix|<path>|grpc``; docs/handshake.md) on stdout once serving. With no
             ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
             directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
-            TLS (:func:`protocol_py.transport.addresses.listen_spec`).
+            TLS (:func:`protocol_py.transport.listen.listen_spec`).
         tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
         tls_key: Its private key, PEM file.
         tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
@@ -159,6 +161,7 @@ async def serve_async(
 
     Cancelling the task shuts the server down at once (grace period 0) and re-raises.
     """
+    _compat.install()
     if port is not None:
         _check_port(port)
     if log_level is not None:
@@ -260,8 +263,9 @@ class _EndOfInput(asyncio.Protocol):
 
 async def watch_stdin_eof(on_eof: Callable[[], None]) -> asyncio.BaseTransport | None:
     """Call ``on_eof`` when stdin, a pipe, reaches end of file (the launching kernel exited or
-    was killed: every write end is closed); README "Security". Returns the pipe's transport
-    (close it to stop watching), or None when stdin is not a pipe (nothing is watched).
+    was killed: every write end is closed); docs/security.md, "Launch hardening". Returns the
+    pipe's transport (close it to stop watching), or None when stdin is not a pipe (nothing is
+    watched).
 
     :func:`serve_async` does this with ``handshake`` when :data:`EXIT_ON_STDIN_EOF_ENV` is
     ``1`` (set by :func:`protocol_py.transport.launch.launch`), and treats end of file as

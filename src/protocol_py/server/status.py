@@ -1,5 +1,5 @@
 """How failures become statuses: provider exceptions as ModelErrors, unary errors as gRPC
-statuses, violations as the in-band INVALID_REQUEST event (DESIGN D10)."""
+statuses, violations as the in-band INVALID_REQUEST event (docs/decisions.md#d10)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py.bounded_text import bounded_message, listed, quote_value
 from protocol_py.errors import Violation
 from protocol_py.provider import NotImplementedRPC, ProviderError
-from protocol_py.rules.validation import violations_capped
+from protocol_py.rules.request import violations_capped
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -24,7 +24,7 @@ from protocol_py_gen.model.v1 import (
 
 
 def classify_exception(exc: BaseException) -> ModelError:
-    """Turn a provider exception into the ModelError that ends its stream (DESIGN D10).
+    """Turn a provider exception into the ModelError that ends its stream (docs/decisions.md#d10).
 
     :class:`ProviderError` keeps its own ModelError; ``httpx`` transport errors, ``OSError``
     and timeouts are TRANSIENT (retryable); an ``httpx.HTTPStatusError`` is classified by its
@@ -130,7 +130,7 @@ def invalid_request_event(violations: list[Violation]) -> StreamEvent:
     """The in-band INVALID_REQUEST error listing ``violations`` (as many as fit in
     :data:`~protocol_py.bounded_text.MAX_ERROR_MESSAGE_BYTES`; the count says how many are
     listed of how many; ``"more than N"`` when validation stopped at
-    :data:`~protocol_py.rules.validation.MAX_VIOLATIONS`)."""
+    :data:`~protocol_py.rules.request.MAX_VIOLATIONS`)."""
     more = violations_capped(violations)
     if more:
         violations = violations[:-1]

@@ -38,14 +38,13 @@ from typing import IO, Any, Final
 from protocol_py.bounded_text import bounded_message, quote_value
 from protocol_py.client.client import ModelClient
 from protocol_py.errors import ProtocolError
-from protocol_py.transport.addresses import (
+from protocol_py.transport.handshake import (
     EXIT_ON_STDIN_EOF_ENV,
     MAX_HANDSHAKE_LINE_BYTES,
     Handshake,
-    is_private_socket_dir,
     parse_handshake,
-    remove_socket,
 )
+from protocol_py.transport.listen import is_private_socket_dir, remove_socket
 from protocol_py.transport.tls import (
     CERT_SAN_DNS,
     CLIENT_CERT_ENV,
@@ -242,7 +241,7 @@ def _start_failure(argv: Sequence[str], exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         message += (
             " (not found on PATH: activate the virtual environment that installed it, or pass"
-            " its full path, e.g. [sys.executable, '-m', 'protocol_py.cli.app', ...])"
+            " its full path, e.g. [sys.executable, '-m', 'protocol_py.cli', ...])"
         )
     return bounded_message(message)
 

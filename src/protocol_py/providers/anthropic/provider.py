@@ -77,7 +77,7 @@ class AnthropicProvider(HTTPProvider):
         return AnthropicStreamTranslator(headers, request=request)
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        """Count input tokens with the vendor's endpoint (VENDOR_API, DESIGN D15).
+        """Count input tokens with the vendor's endpoint (VENDOR_API, docs/decisions.md#d15).
 
         Raises:
             ProviderError: unknown model, a request the API cannot take, or the vendor's

@@ -1,8 +1,9 @@
 """Anthropic Messages stream -> StreamEvents.
 
-Implements the translation contract of ``fixtures/vendor/README.md`` and DESIGN D6, D7,
-D10-D12 for ``POST /v1/messages`` with ``stream: true``. Pure: consumes parsed SSE events and
-the response headers, never does I/O.
+Implements the translation contract of ``testdata/vendor/README.md`` and docs/decisions.md#d6,
+docs/decisions.md#d7 and docs/decisions.md#d10 to docs/decisions.md#d12 for ``POST /v1/messages``
+with ``stream: true``. Pure: consumes parsed SSE events and the response headers, never does
+I/O.
 
 Mapping summary:
 
@@ -39,7 +40,7 @@ Mapping summary:
   ``content_block_stop``) are closed first, in index order, exactly as ``content_block_stop``
   would close them (a tool call's arguments are checked, then tool_call_done; a thinking block's
   signature is emitted); a ``content_block_start`` on an index whose block is still open closes
-  that block the same way first. So the output always satisfies D12.
+  that block the same way first. So the output always satisfies the event order.
 - End of body before ``message_stop`` -> TRANSIENT error ("upstream stream ended before
   message_stop"), keeping what was streamed. Any terminal error first emits the signature of
   an open thinking block whose ``signature_delta`` already arrived (the block is then
@@ -65,7 +66,8 @@ with model_affirmed false.
 false, vendor_reason ``stop_sequence``: the contract sets ``matched_stop_sequence`` exactly when
 the reason is STOP_SEQUENCE (the checker rejects STOP_SEQUENCE without it), so the adapter cannot
 report STOP_SEQUENCE without knowing which sequence matched; the END_TURN it reports instead is
-its own inference, hence model_affirmed false (D11), and vendor_reason keeps the raw value.
+its own inference, hence model_affirmed false (docs/decisions.md#d11), and vendor_reason keeps the
+raw value.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ _USAGE_KEYS = (
 
 
 def map_anthropic_stop(stop_reason: str | None, stop_sequence: object = None) -> Stop:
-    """Map Anthropic's ``stop_reason`` (+ ``stop_sequence``) to a Stop (D11, case B21)."""
+    """Map Anthropic's ``stop_reason`` (+ ``stop_sequence``) to a Stop
+    (docs/decisions.md#d11, case B21)."""
     if stop_reason is None:
         return Stop(reason=StopReason.END_TURN, model_affirmed=False)
     mapped = _STOP.get(stop_reason)
@@ -154,7 +157,7 @@ def map_anthropic_usage(
     "Usage normalisation"): ``cache_write_tokens`` = max(``cache_creation_input_tokens``,
     ``ephemeral_5m_input_tokens`` + ``ephemeral_1h_input_tokens``), present when any of the
     three is; ``cache_write_1h_tokens`` = ``ephemeral_1h_input_tokens`` as reported. The result
-    always passes the StreamAccumulator's usage checks and :func:`protocol_py.rules.pricing.cost`.
+    always passes the StreamAccumulator's usage checks and :func:`protocol_py.rules.cost.cost`.
     """
     input_tokens = ev.usage_count(raw, "input_tokens", "usage.input_tokens") or 0
     output_tokens = ev.usage_count(raw, "output_tokens", "usage.output_tokens") or 0

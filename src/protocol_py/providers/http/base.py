@@ -1,6 +1,7 @@
 """The HTTP streaming provider base shared by the OpenAI-compatible and Anthropic providers.
 
-What it does for every completion (spec: "StreamCompletion"; DESIGN D10-D12; cases C08, C11):
+What it does for every completion (spec: "StreamCompletion"; docs/decisions.md#d10 to
+docs/decisions.md#d12; cases C08, C11):
 
 1. Looks up the ModelSpec, builds the vendor body (a request the vendor cannot take becomes
    one INVALID_REQUEST error event) and serializes it prefix-stably.
@@ -81,7 +82,7 @@ from protocol_py.providers.http.url import (
     redact_url,
     url_secrets,
 )
-from protocol_py.rules.accumulate import event_member
+from protocol_py.rules.stream_order import event_member
 from protocol_py.server.offload import run_cpu
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
@@ -101,7 +102,7 @@ install_log_redaction()  # httpx logs each request URL at INFO: never its userin
 
 
 def request_failure(exc: Exception, what: str) -> ModelError:
-    """The ModelError for an httpx exception raised while sending ``what`` (D10).
+    """The ModelError for an httpx exception raised while sending ``what`` (docs/decisions.md#d10).
 
     A URL the client cannot use (:class:`httpx.UnsupportedProtocol`, :class:`httpx.InvalidURL`)
     is a deterministic misconfiguration: PERMANENT, not retryable. Any other transport failure
@@ -543,7 +544,8 @@ class HTTPProvider(Provider, abc.ABC):
         request: CountTokensRequest,
         build: Callable[[StreamCompletionRequest, ModelSpec], Mapping[str, Any]] | None = None,
     ) -> bytes:
-        """The serialized vendor body (UTF-8 JSON) for a CountTokens request (DESIGN D15).
+        """The serialized vendor body (UTF-8 JSON) for a CountTokens request
+        (docs/decisions.md#d15).
 
         The request's messages, tools and assembled context become a StreamCompletionRequest
         for the same model, built with ``build`` (default :meth:`build_body`) and serialized

@@ -2,7 +2,7 @@
 
 A hostile (or broken) upstream can send a compression bomb: 1 MiB of gzip that expands to
 1 GiB, or gzip inside gzip, where one 64 KiB network read expands to gigabytes in a single
-decompression call (issue 9, finding 1). httpx's own decoders expand each network chunk whole,
+decompression call. httpx's own decoders expand each network chunk whole,
 so the adapters never use them (:meth:`httpx.Response.aiter_bytes`, ``aread``, ``.content``):
 
 * :func:`decoded_body` reads the raw body (:meth:`httpx.Response.aiter_raw`) and undoes the

@@ -3,7 +3,7 @@
 The server counts a request's input tokens (:meth:`HTTPProvider.count_input_tokens`, the
 serialized vendor body's length) right before it streams it, and both need the same serialized
 vendor body: building it once instead of twice removes a cost that grows with the conversation
-from every turn (issue 12). Only requests the server decoded from the wire are kept (it never
+from every turn. Only requests the server decoded from the wire are kept (it never
 changes them between the count and the stream); an entry is used once, goes with its request
 (weakly held), and is dropped when the provider is reconfigured.
 """

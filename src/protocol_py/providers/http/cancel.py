@@ -1,4 +1,4 @@
-"""Upstream I/O that a repeated cancellation cannot interrupt half-way (issue 8 item 10).
+"""Upstream I/O that a repeated cancellation cannot interrupt half-way.
 
 Why: httpcore closes a connection it was using when the awaiting task is cancelled, inside
 ``AsyncShieldCancellation`` (an anyio shielded scope). On asyncio that shield does not stop a

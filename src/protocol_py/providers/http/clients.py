@@ -1,12 +1,11 @@
 """The vendor providers' HTTP clients: one current client, retired ones closed when idle.
 
 Configure with a new ``base_url`` or key retires the current :class:`httpx.AsyncClient` (its
-connection pool belongs to the old settings); calls already running keep using it. Before
-issue 9 (finding 2) every retired client stayed open until the provider closed: 0.83 MB per
-Configure+stream cycle, without bound. Now each call holds a lease (:meth:`ClientPool.lease`)
-and a retired client is closed as soon as its last lease ends, at once when it has none; at
-most :data:`MAX_RETIRED_CLIENTS` retired clients stay open (beyond that the oldest is closed,
-its calls end with a TRANSIENT transport error).
+connection pool belongs to the old settings); calls already running keep using it. A retired
+client kept open until the provider closed would hold memory per Configure, without bound, so
+each call holds a lease (:meth:`ClientPool.lease`) and a retired client is closed as soon as its
+last lease ends, at once when it has none; at most :data:`MAX_RETIRED_CLIENTS` retired clients stay
+open (beyond that the oldest is closed, its calls end with a TRANSIENT transport error).
 """
 
 from __future__ import annotations

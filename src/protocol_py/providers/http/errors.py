@@ -1,7 +1,7 @@
 """HTTP plumbing shared by the vendor adapters: errors, retry hints, rate limits, timeouts.
 
-Implements DESIGN D10 (HTTP status and vendor error body to a :class:`ModelError` kind), the
-retry-after rules of case C11, the rate-limit header mapping to ``RateLimitSnapshot`` (spec
+Implements docs/decisions.md#d10 (HTTP status and vendor error body to a :class:`ModelError` kind),
+the retry-after rules of case C11, the rate-limit header mapping to ``RateLimitSnapshot`` (spec
 "usage.rate_limits": only what the vendor sent) and the start-up / no-progress watchdog of case
 C08.
 
@@ -30,12 +30,12 @@ configured API key (and any Authorization / x-api-key header value, scheme inclu
 wherever the upstream echoed it, plus vendor-key-shaped substrings (``sk-...``, ``xai-...``,
 ``gsk_...``); :func:`redact_event` applies it to every vendor-supplied string of an event.
 
-CONTEXT_OVERFLOW (D10: only "when the vendor says the prompt did not fit"): the vendor code
-``context_length_exceeded``, or an error message about the prompt / context / input tokens not
-fitting (``maximum context length``, ``context window``, ``prompt is too long``, ``input is too
-long``, ``too many input tokens``, ``input tokens exceed ...``). Other "exceeds the maximum"
-messages (tool count, ``max_tokens``, image size, stop sequences) and 413 ``request_too_large``
-(a byte limit, not a token limit) are INVALID_REQUEST.
+CONTEXT_OVERFLOW (docs/decisions.md#d10: only "when the vendor says the prompt did not fit"): the
+vendor code ``context_length_exceeded``, or an error message about the prompt / context / input
+tokens not fitting (``maximum context length``, ``context window``, ``prompt is too long``, ``input
+is too long``, ``too many input tokens``, ``input tokens exceed ...``). Other "exceeds the maximum"
+messages (tool count, ``max_tokens``, image size, stop sequences) and 413 ``request_too_large`` (a
+byte limit, not a token limit) are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ _OVERLOAD_CODES = frozenset(
     {"overloaded_error", "overloaded", "insufficient_system_resource", "server_overloaded"}
 )
 _VENDOR_CODE_KINDS: Mapping[str, ErrorKind] = {
-    # specific vendor codes/types: they decide the kind before the HTTP status (D10)
+    # specific vendor codes/types: they decide the kind before the HTTP status
+    # (docs/decisions.md#d10)
     "invalid_api_key": ErrorKind.AUTHENTICATION,
     "incorrect_api_key": ErrorKind.AUTHENTICATION,
     "invalid_authentication": ErrorKind.AUTHENTICATION,
@@ -529,7 +530,8 @@ def classify_error_object(
     retry_after_s: float | None = None,
     request_id: str | None = None,
 ) -> ModelError:
-    """Classify a vendor error (HTTP error body or mid-stream error event) per DESIGN D10.
+    """Classify a vendor error (HTTP error body or mid-stream error event) per
+    docs/decisions.md#d10.
 
     The one classifier for both paths, so the same body gives the same kind over HTTP and
     in-band. Precedence: quota codes (or 402) -> QUOTA_EXHAUSTED; overload codes (or 529, 503
@@ -635,7 +637,7 @@ def error_from_http(
     anthropic: bool = False,
     now: datetime | None = None,
 ) -> ModelError:
-    """Classify a non-2xx HTTP response (DESIGN D10) with its retry hint (C11).
+    """Classify a non-2xx HTTP response (docs/decisions.md#d10) with its retry hint (C11).
 
     Args:
         status: The HTTP status code.

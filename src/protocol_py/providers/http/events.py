@@ -1,7 +1,7 @@
 """Small StreamEvent constructors and checks shared by the vendor stream translators.
 
-Every constructor builds the event through the oneof constructor (DESIGN "sharp edges": never
-assign a second oneof member).
+Every constructor builds the event through the oneof constructor (DEVELOPMENT.md, "Toolchain and
+sharp edges": never assign a second oneof member).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 
 import betterproto2
 
-from protocol_py.rules.accumulate import CONTENT_EVENT_KINDS
+from protocol_py.rules.stream_order import CONTENT_EVENT_KINDS
 from protocol_py_gen.content.v1 import VendorBlock, VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
@@ -115,12 +115,14 @@ def thinking(value: str) -> StreamEvent:
 
 
 def signature(value: str) -> StreamEvent:
-    """A thinking_signature event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    """A thinking_signature event carrying the vendor string's UTF-8 bytes verbatim
+    (docs/decisions.md#d6)."""
     return StreamEvent(thinking_signature=ThinkingSignature(signature=value.encode("utf-8")))
 
 
 def redacted(value: str) -> StreamEvent:
-    """A redacted_thinking event carrying the vendor string's UTF-8 bytes verbatim (D6)."""
+    """A redacted_thinking event carrying the vendor string's UTF-8 bytes verbatim
+    (docs/decisions.md#d6)."""
     return StreamEvent(redacted_thinking=RedactedThinking(data=value.encode("utf-8")))
 
 
@@ -193,8 +195,8 @@ def as_int(value: object) -> int | None:
 
 
 MAX_USAGE_COUNT = 2**53
-"""Largest vendor token count an adapter passes on (D5: integers beyond 2^53 are not exact in
-JSON); the sum of a few such counts still fits the proto's int64."""
+"""Largest vendor token count an adapter passes on (docs/decisions.md#d5: integers beyond 2^53 are
+not exact in JSON); the sum of a few such counts still fits the proto's int64."""
 
 _log = logging.getLogger("protocol_py.providers")
 
@@ -223,10 +225,10 @@ def counted_reasoning(output_tokens: int, reasoning_tokens: int | None, where: s
     """A vendor reasoning figure documented as inside the output count, checked against it.
 
     Reasoning that is part of the output cannot exceed it (``usage.reasoning_exceeds_output``
-    in :mod:`protocol_py.rules.pricing` and :mod:`protocol_py.rules.accumulate`). When a vendor
-    reports more,
-    the reasoning figure is dropped (None) with a warning naming ``where``; the output count,
-    which is what is billed, is kept, so the finished answer and its cost survive. Never raises.
+    in :mod:`protocol_py.rules.cost` and :mod:`protocol_py.rules.stream_order`). When a vendor
+    reports more, the reasoning figure is dropped (None) with a warning naming ``where``; the
+    output count, which is what is billed, is kept, so the finished answer and its cost survive.
+    Never raises.
     """
     if reasoning_tokens is None or reasoning_tokens <= output_tokens:
         return reasoning_tokens

@@ -22,7 +22,7 @@ Rules implemented (and where common readers fail, cases C09, C10, B22):
 
 Bytes are decoded as UTF-8 per line with replacement of invalid sequences, as the spec says.
 
-Bounds (issue 9, finding 3): a line longer than :data:`MAX_SSE_LINE_BYTES` (terminated or still
+Bounds: a line longer than :data:`MAX_SSE_LINE_BYTES` (terminated or still
 pending: an upstream that never sends a newline) and an event whose ``data`` lines add up to
 more than :data:`MAX_SSE_EVENT_BYTES` raise :class:`SSELimitError` from :meth:`SSEParser.feed`
 as soon as the limit is passed, so the parser never holds more than about that much; the

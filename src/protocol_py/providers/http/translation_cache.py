@@ -1,4 +1,4 @@
-"""A bounded cache of per-message vendor translations, reused across turns (issue 12).
+"""A bounded cache of per-message vendor translations, reused across turns.
 
 An agent kernel resends the whole conversation every turn, so turn N's messages are a prefix
 of turn N+1's. Translating each message to vendor JSON from scratch every turn costs time that
@@ -50,7 +50,8 @@ MAX_KEY_BYTES: Final = wire.MAX_KEPT_IMAGE_BYTES
 """Largest message encoding used as a key, bytes (1 MiB, the bound of the server's wire images,
 :data:`protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES`): a bigger message is translated uncached, never
 copied, hashed or kept as a key, and a message list holding one is not kept as a conversation's
-list (issue 8 item 4: one 60 MB copy or hash holds the interpreter 30-50 ms)."""
+list (one copy or hash of a message that large would hold the interpreter, and so the event
+loop, for tens of milliseconds)."""
 
 
 def message_key(message: Message) -> Hashable | None:

@@ -71,7 +71,7 @@ def parse_base_url(value: str, *, what: str = "base_url") -> str:
         ValueError: the value is not a string, contains whitespace, is not an absolute
             ``http``/``https`` URL, has no host, has a port outside 1..65535 or a fragment. The
             message shows the URL redacted. Also when the URL holds userinfo
-            (``user:password@``): credentials belong in the API key (issue 9, finding 4); that
+            (``user:password@``): credentials belong in the API key; that
             message names only ``what`` and the rule, never the URL.
     """
     if not isinstance(value, str):

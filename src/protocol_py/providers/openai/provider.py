@@ -175,7 +175,7 @@ class OpenAIProvider(HTTPProvider):
         self.request_id_header = compat.request_id_header
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
-        """ESTIMATE: ceil(UTF-8 bytes of the serialized body / 4) (DESIGN D15).
+        """ESTIMATE: ceil(UTF-8 bytes of the serialized body / 4) (docs/decisions.md#d15).
 
         Raises:
             ProviderError: unknown model or a request the API cannot take (redacted).

@@ -1,7 +1,8 @@
 """OpenAI-compatible Chat Completions stream -> StreamEvents (OpenAI, Azure, DeepSeek, vLLM,
 Ollama, Groq, Mistral, xAI).
 
-Implements the translation contract of ``fixtures/vendor/README.md`` and DESIGN D7, D10-D12.
+Implements the translation contract of ``testdata/vendor/README.md`` and docs/decisions.md#d7,
+docs/decisions.md#d10 to docs/decisions.md#d12.
 The translator is pure: it consumes already-parsed SSE events
 (:mod:`protocol_py.providers.http.sse`) and the
 response headers, and returns the StreamEvents to emit. It never does I/O.
@@ -13,8 +14,9 @@ Mapping summary:
 - ``metadata`` once, from the first chunk in which any of ``model``, ``system_fingerprint``,
   ``service_tier`` is non-empty, carrying those that are (empty values are never emitted).
   Normally that is the first chunk; when a vendor's first chunks leave them all empty, metadata
-  comes with the first later chunk that has one (D12 allows metadata anywhere before the
-  terminal event), and a stream that never names them has no metadata (except rate limits).
+  comes with the first later chunk that has one (docs/decisions.md#d12 allows metadata anywhere
+  before the terminal event), and a stream that never names them has no metadata (except rate
+  limits).
 - ``delta.content`` (string, or Mistral's array of ``text``/``thinking`` parts) -> text/thinking
   deltas; ``delta.reasoning_content`` / ``delta.reasoning`` (configurable) -> thinking deltas;
   ``delta.refusal`` -> text deltas and stop REFUSAL. Empty strings are never emitted.
@@ -59,7 +61,8 @@ Mapping summary:
   only ``extra_content`` never opens a call of its own. A value above
   ``vendor_data.MAX_VALUE_BYTES`` ends the stream with a PERMANENT error (never cut).
 - ``usage`` (top-level or ``x_groq.usage``) is kept until ``[DONE]``/end of body; a later
-  ``usage: null`` never erases it (README rule 6). Usage and stop are emitted at ``[DONE]``.
+  ``usage: null`` never erases it (``testdata/vendor/README.md``, rule 6). Usage and stop are
+  emitted at ``[DONE]``.
 - ``data: {"error": ...}`` or an ``event: error`` SSE event is one terminal error.
 - Every failure (vendor error, cut or stalled body, malformed chunk) emits the usage the vendor
   already reported (a usage chunk, or usage beside the error) as a ``usage`` event right before
@@ -165,7 +168,7 @@ def map_openai_finish(
     refusal_seen: bool = False,
     tool_calls_seen: bool = False,
 ) -> Stop:
-    """Map an OpenAI-compatible ``finish_reason`` to a Stop (D11, case B21).
+    """Map an OpenAI-compatible ``finish_reason`` to a Stop (docs/decisions.md#d11, case B21).
 
     Args:
         finish_reason: The raw finish reason, or None when the stream ended without one.

@@ -1,36 +1,19 @@
-"""The built-in offline provider ``reference``: deterministic, no network, every event kind.
+"""The reference provider: deterministic completions, prompt caching and configuration.
 
 It is the embedded default of ``protocol-py serve`` and the provider the test suite runs the
-server adapter against. It declares three models that pass capability validation:
-
-``reference-large``
-    Adaptive thinking with an effort ladder (``low``, ``medium``, ``high``, ``max``; default
-    ``high``) and a CONDITIONAL off switch (``disable_thinking`` accepted at ``low`` and
-    ``medium``); explicit and implicit prompt caching; tool use; prompt-size pricing tiers
-    (below / from 200,000 prompt tokens).
-``reference-medium``
-    A token-budget reasoning control (range 1,024-32,000, no default: it does not reason unless
-    a budget is given; can always be disabled); implicit prompt caching; tool use; time pricing
-    tiers (a price change on 2026-07-01, from when Saturday and Sunday UTC are billed at half
-    price through a protocol 1.1 pricing window: the tier's own rates are the weekday ones, so a
-    1.0 kernel's figure is an upper bound).
-``reference-small``
-    A plain model: no thinking, no caching, no tools, one pricing tier.
+server adapter against. Its models are :mod:`~protocol_py.providers.reference.models`, its
+token counts :mod:`~protocol_py.providers.reference.tokenizer`, its Render
+:mod:`~protocol_py.providers.reference.render`.
 
 Behaviour (all deterministic for a given request and cache state):
 
-* Tokenizer: :func:`tokenize` splits text into runs of word characters, runs of whitespace and
-  single other characters; the tokens concatenate back to the text. The prompt is rendered to
-  text segment by segment (context sections, the tool list, each message; see
-  :func:`prompt_segments`) and its token count is what CountTokens answers (method TOKENIZER)
-  and what ``usage`` reports as the prompt size (``input_tokens + cache_read_tokens +
-  cache_write_tokens``).
 * Prompt caching (caching models only): an in-process cache of prompt prefixes (hash chains
   over segments, at most 4,096 entries, least recently used evicted). The cacheable prefix is
   everything up to the furthest cache breakpoint when the model takes explicit markers and the
   request places some, otherwise every segment but the last message. Tokens of the longest
   previously seen prefix are reported as ``cache_read_tokens``, the rest of the cacheable
-  prefix as ``cache_write_tokens``, and the remainder as ``input_tokens`` (DESIGN D7).
+  prefix as ``cache_write_tokens``, and the remainder as ``input_tokens``
+  (``docs/decisions.md#d7``).
 * Thinking: ``reference-large`` thinks unless ``disable_thinking`` is true (more sentences at
   higher effort); ``reference-medium`` thinks only with ``thinking_budget_tokens`` (truncated to
   the budget). Thinking deltas are followed by a ``thinking_signature``
@@ -66,52 +49,51 @@ Behaviour (all deterministic for a given request and cache state):
   (integer cap on output), ``pace_tokens_per_second`` (number > 0: sleep between deltas, for
   demos), and ``simulate_error`` ``{kind, after_events}`` (end every stream with that ModelError
   after that many events, for testing a kernel's error handling).
-* Render: payload type ``reference.echo`` (the payload as UTF-8 text) and ``reference.repeat``
-  (JSON ``{"text": str, "times": int}``, ``times >= 0``, at most :data:`MAX_RENDER_CHARS`
-  characters: the text repeated, a test aid for reply sizes), answered in the requested format
-  (Markdown: ASCII punctuation backslash-escaped; otherwise plain text).
 """
-
-from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
-import json
-import operator
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import betterproto2
 
-from protocol_py.bounded_text import quote_value
 from protocol_py.codec import wire
 from protocol_py.codec.structs import dumps, from_struct, to_struct
 from protocol_py.provider import JSONValue, Provider, ProviderError
 from protocol_py.providers.http.url import redact_url
-from protocol_py.server.offload import OFFLOAD_MIN_BYTES, run_cpu
+from protocol_py.providers.reference.models import reference_models
+from protocol_py.providers.reference.render import render_payload
+from protocol_py.providers.reference.tokenizer import (
+    PromptSegment,
+    _contains_lowered,
+    _count_words,
+    _plain_text,
+    _Span,
+    _spans_find,
+    _spans_slice,
+    _spans_tokens,
+    _strip_span,
+    _utf8_pieces,
+    count_text_tokens,
+    prompt_segments,
+    tokenize,
+)
+from protocol_py.server.offload import run_cpu
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role, VendorData
+from protocol_py_gen.content.v1 import Message, Role, VendorData
 from protocol_py_gen.model.v1 import (
-    BudgetControl,
-    CachingSpec,
     Capabilities,
     CountTokensRequest,
     CountTokensResponse,
-    EffortControl,
     ErrorKind,
     ModelError,
     ModelSpec,
-    Pricing,
-    PricingTier,
-    PricingWindow,
-    PricingWindowDayOfWeek,
-    RenderFormat,
     RenderRequest,
     RenderResponse,
     Stop,
@@ -122,12 +104,8 @@ from protocol_py_gen.model.v1 import (
     StreamStart,
     TextDelta,
     ThinkingDelta,
-    ThinkingDisable,
-    ThinkingReplay,
     ThinkingSignature,
-    ThinkingSpec,
     TokenCountMethod,
-    TokenRange,
     ToolCallDelta,
     ToolCallDone,
     ToolCallStart,
@@ -135,10 +113,6 @@ from protocol_py_gen.model.v1 import (
     ToolDeclaration,
     Usage,
 )
-
-LARGE: Final = "reference-large"
-MEDIUM: Final = "reference-medium"
-SMALL: Final = "reference-small"
 
 FRAGMENT_CHARS: Final = 7
 """Size of each streamed tool-argument fragment, in characters."""
@@ -158,91 +132,6 @@ so entries are small and :data:`CACHE_ENTRIES` is usually the bound reached firs
 CACHE_ENTRY_OVERHEAD_BYTES: Final = 120
 """Bytes one prompt-prefix cache entry holds besides its key's contents: the bytes object's
 header, the OrderedDict node and the dict slot (CPython 3.11, 64-bit)."""
-
-_TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
-
-MAX_RENDER_CHARS: Final = 64 * 1024 * 1024
-"""Largest ``reference.repeat`` result, in characters (64 Mi: enough to exceed the default
-maximum message size, so reply limits stay testable)."""
-
-MARKDOWN_ESCAPE_CHUNK_CHARS: Final = 32 * 1024
-"""Characters escaped in one uninterrupted step of a Markdown render (32 Ki: a few milliseconds
-of the interpreter even when every character is punctuation). Between steps the worker thread
-checks whether the call was cancelled (deadline or cancel) and lets the event loop run."""
-
-_MARKDOWN_TABLE: Final[dict[int, str]] = {
-    c: "\\" + chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum()
-}
-
-
-def markdown_escape(text: str) -> str:
-    """``text`` as CommonMark that displays literally: every ASCII punctuation character is
-    backslash-escaped."""
-    return text.translate(_MARKDOWN_TABLE)
-
-
-_ONE_OBJECT_JOB: Final = OFFLOAD_MIN_BYTES
-"""Size hint given to :func:`run_cpu` for a Render step that builds one large string: in a
-worker thread, but without the collector pause (and ``gc.freeze``) meant for jobs building
-many objects, which would keep refused replies alive."""
-
-
-class _RenderCancelledError(Exception):
-    """The Render call that started a chunked escape was cancelled: the worker stops."""
-
-
-def _escape_in_chunks(text: str, stop: threading.Event) -> str:
-    """:func:`markdown_escape` of ``text``, :data:`MARKDOWN_ESCAPE_CHUNK_CHARS` at a time,
-    raising :class:`_RenderCancelledError` at the first checkpoint after ``stop`` is set."""
-    parts = []
-    for start in range(0, len(text), MARKDOWN_ESCAPE_CHUNK_CHARS):
-        if stop.is_set():
-            raise _RenderCancelledError
-        parts.append(text[start : start + MARKDOWN_ESCAPE_CHUNK_CHARS].translate(_MARKDOWN_TABLE))
-    return "".join(parts)
-
-
-async def _markdown_escape_off_loop(text: str) -> str:
-    """:func:`markdown_escape` in a worker thread, in checkpointed chunks: cancelling the
-    awaiting task stops the worker within one chunk."""
-    stop = threading.Event()
-    try:
-        return await run_cpu(_ONE_OBJECT_JOB, _escape_in_chunks, text, stop)
-    finally:
-        stop.set()
-
-
-MAX_REPEAT_PAYLOAD_BYTES: Final = 1024 * 1024
-"""Largest ``reference.repeat`` Render payload, bytes (1 MiB): it carries one text and a count,
-and parsing a bigger JSON document (a 60 MiB one of nested lists took 5 s and 1.6 GB) would
-hold the event loop."""
-
-
-def _repeat(payload: bytes) -> tuple[str, int]:
-    """The ``reference.repeat`` payload's ``(text, times)``, checked (see ``render``)."""
-    usage = 'expected JSON {"text": str, "times": int}'
-    if len(payload) > MAX_REPEAT_PAYLOAD_BYTES:
-        raise ValueError(
-            f"payload: {len(payload)} bytes, over the {MAX_REPEAT_PAYLOAD_BYTES}-byte bound of "
-            f"reference.repeat (MAX_REPEAT_PAYLOAD_BYTES); {usage}"
-        )
-    try:
-        spec = json.loads(payload)
-    except ValueError:
-        raise ValueError(f"payload: not JSON; {usage}") from None
-    if not isinstance(spec, dict):
-        raise ValueError(f"payload: not a JSON object; {usage}")
-    text, times = spec.get("text"), spec.get("times")
-    if not isinstance(text, str):
-        raise ValueError(f"payload.text: missing or not a string; {usage}")
-    if isinstance(times, bool) or not isinstance(times, int):
-        raise ValueError(f"payload.times: missing or not an integer; {usage}")
-    if times < 0:
-        raise ValueError(f"payload.times: must be >= 0, got {times}")
-    if len(text) * times > MAX_RENDER_CHARS:
-        raise ValueError(f"payload.times: the result would exceed {MAX_RENDER_CHARS} characters")
-    return text, times
-
 
 CONFIG_SCHEMA: Final[dict[str, Any]] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -287,381 +176,6 @@ CONFIG_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 """The JSON Schema (draft 2020-12) of the reference provider's Configure config."""
-
-
-def tokenize(text: str) -> list[str]:
-    """Split ``text`` into the reference tokenizer's tokens.
-
-    Tokens are runs of word characters, runs of whitespace and single other characters; their
-    concatenation is ``text`` exactly.
-    """
-    return _TOKEN_RE.findall(text)
-
-
-TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
-"""Characters counted per regex call (256 Ki): a long text is counted chunk by chunk, cut where
-whitespace meets non-whitespace (always a token boundary), so no single call holds the
-interpreter for long (issue 8 item 4)."""
-
-_BOUNDARY_RE: Final = re.compile(r"\S(?=\s)|\s(?=\S)")
-
-
-def _chunks_at_boundaries(text: str) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` spans covering ``text``, about :data:`TOKEN_COUNT_CHUNK_CHARS` long,
-    each ending where whitespace meets non-whitespace (no token or word crosses a span)."""
-    size = len(text)
-    pos = 0
-    while pos < size:
-        cut = pos + TOKEN_COUNT_CHUNK_CHARS
-        boundary = _BOUNDARY_RE.search(text, cut, cut + TOKEN_COUNT_CHUNK_CHARS)
-        end = boundary.end() if boundary is not None and cut < size else size
-        yield pos, end
-        pos = end
-
-
-def count_text_tokens(text: str) -> int:
-    """Number of reference tokens in ``text``."""
-    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
-        return len(_TOKEN_RE.findall(text))
-    return sum(len(_TOKEN_RE.findall(text, a, b)) for a, b in _chunks_at_boundaries(text))
-
-
-def _count_words(text: str) -> int:
-    """``len(text.split())``, a chunk at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`)."""
-    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
-        return len(text.split())
-    return sum(len(text[a:b].split()) for a, b in _chunks_at_boundaries(text))
-
-
-def _block_text(block: ContentBlock) -> str:
-    if block.text is not None:
-        return block.text.text
-    if block.tool_use is not None:
-        use = block.tool_use
-        return f"<tool_use {use.id} {use.name} {dumps(from_struct(use.input))}>"
-    if block.tool_result is not None:
-        result = block.tool_result
-        inner = "".join(_block_text(b) for b in result.content)
-        marker = " error" if result.is_error else ""
-        return f"<tool_result {result.tool_use_id}{marker}>{inner}</tool_result>"
-    if block.thinking is not None:
-        return f"<thinking>{block.thinking.text}</thinking>"
-    if block.redacted_thinking is not None:
-        return f"<redacted_thinking {len(block.redacted_thinking.data)} bytes>"
-    if block.image is not None:
-        return f"<image {block.image.media_type} {len(block.image.data)} bytes>"
-    if block.document is not None:
-        return f"<document {block.document.media_type} {len(block.document.data)} bytes>"
-    return ""
-
-
-_Span = tuple[str, int, int]
-"""``(text, start, end)``: the characters ``text[start:end]``, not copied out."""
-
-
-def _strip_span(text: str) -> tuple[int, int]:
-    """``(start, end)`` such that ``text[start:end] == text.strip()``, found
-    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time from each end (no copy of the whole
-    text: issue 8 item 4)."""
-    size, step = len(text), TOKEN_COUNT_CHUNK_CHARS
-    start = 0
-    while start < size:
-        piece = text[start : start + step]
-        kept = piece.lstrip()
-        start += len(piece) - len(kept)
-        if kept:
-            break
-    end = size
-    while end > start:
-        piece = text[max(start, end - step) : end]
-        kept = piece.rstrip()
-        end -= len(piece) - len(kept)
-        if kept:
-            break
-    return start, end
-
-
-def _spans_slice(spans: Sequence[_Span], a: int, b: int) -> str:
-    """Characters ``[a, b)`` of the concatenation of ``spans`` (only they are copied)."""
-    out: list[str] = []
-    offset = 0
-    for text, start, end in spans:
-        size = end - start
-        if b <= offset:
-            break
-        if a < offset + size:
-            out.append(text[start + max(a - offset, 0) : start + min(b - offset, size)])
-        offset += size
-    return "".join(out)
-
-
-def _spans_find(spans: Sequence[_Span], needle: str, total: int) -> int:
-    """``concatenation.find(needle)`` for a non-empty ``needle``, searched in windows of
-    :data:`TOKEN_COUNT_CHUNK_CHARS` characters overlapping by ``len(needle) - 1``."""
-    step = TOKEN_COUNT_CHUNK_CHARS
-    for at in range(0, total, step):
-        pos = _spans_slice(spans, at, at + step + len(needle) - 1).find(needle)
-        if pos != -1:
-            return at + pos
-    return -1
-
-
-def _spans_tokens(spans: Sequence[_Span], end: int, count: int) -> list[str]:
-    """The first ``count`` reference tokens of the concatenation's first ``end`` characters:
-    tokenized from a prefix doubled in length until it holds ``count + 1`` tokens (every token
-    but a prefix's last is a token of the whole) or all ``end`` characters."""
-    size = 64 * 1024
-    while True:
-        piece = _spans_slice(spans, 0, min(size, end))
-        tokens = [m.group() for m in itertools.islice(_TOKEN_RE.finditer(piece), count + 1)]
-        if size >= end:
-            return tokens[:count]
-        if len(tokens) > count:
-            return tokens[:count]
-        size *= 2
-
-
-def _plain_text(blocks: list[ContentBlock]) -> str:
-    return "".join(b.text.text for b in blocks if b.text is not None)
-
-
-def _section_text(section: ContextSection) -> str:
-    body = "".join(_block_text(b) for b in section.content)
-    return f"[context {section.provider}/{section.label}]\n{body}\n"
-
-
-def _tools_text(tools: list[ToolDeclaration]) -> str:
-    lines = [f"{t.name}: {t.description} {dumps(from_struct(t.input_schema))}" for t in tools]
-    return "[tools]\n" + "\n".join(lines) + "\n"
-
-
-def _message_parts(message: Message) -> tuple[str, ...]:
-    """The rendered message as parts, never joined: a 60 MiB text block stays the block's own
-    string (one join copied it whole, one long hold of the interpreter: issue 8 item 4)."""
-    role = "assistant" if message.role is Role.ASSISTANT else "user"
-    return (f"[{role}]\n", *(_block_text(b) for b in message.content), "\n")
-
-
-def count_parts_tokens(parts: Sequence[str]) -> int:
-    """:func:`count_text_tokens` of ``"".join(parts)``, without joining: each part counted on
-    its own, less one wherever a part's last character and the next part's first form one
-    token (both word characters or both whitespace: the run continues across the seam)."""
-    total = 0
-    last = ""
-    for part in parts:
-        if not part:
-            continue
-        total += count_text_tokens(part)
-        if last and _TOKEN_RE.fullmatch(last + part[0]) is not None:
-            total -= 1
-        last = part[-1]
-    return total
-
-
-def _utf8_pieces(parts: Sequence[str]) -> Iterator[bytes]:
-    """The UTF-8 bytes of ``"".join(parts)``, :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a
-    time (for hashing without one long encode)."""
-    step = TOKEN_COUNT_CHUNK_CHARS
-    for part in parts:
-        for at in range(0, len(part), step):
-            yield part[at : at + step].encode("utf-8")
-
-
-def _contains_lowered(text: str, needle: str) -> bool:
-    """``needle in text.lower()`` for an ASCII ``needle``, lowered
-    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time, consecutive chunks overlapping by
-    ``len(needle) - 1`` (a match spans at most ``len(needle)`` characters of ``text``; lowering
-    depends on context only for a final sigma, which never lowers to ASCII), so no single call
-    holds the interpreter for long (issue 8 item 4)."""
-    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
-        return needle in text.lower()
-    overlap = len(needle) - 1
-    return any(
-        needle in text[max(0, at - overlap) : at + TOKEN_COUNT_CHUNK_CHARS].lower()
-        for at in range(0, len(text), TOKEN_COUNT_CHUNK_CHARS)
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PromptSegment:
-    """One cacheable unit of the rendered prompt.
-
-    Attributes:
-        kind: ``"context"``, ``"tools"`` or ``"message"``.
-        index: Index of the section or message (0 for the tool list).
-        parts: The rendered text, in parts (a message's text blocks are not joined).
-        tokens: Its reference token count.
-    """
-
-    kind: str
-    index: int
-    parts: tuple[str, ...]
-    tokens: int
-
-    @property
-    def text(self) -> str:
-        """The rendered text (the parts joined: one copy of them all)."""
-        return "".join(self.parts)
-
-
-def prompt_segments(
-    messages: list[Message],
-    tools: list[ToolDeclaration],
-    assembled_context: list[ContextSection],
-) -> list[PromptSegment]:
-    """Render a request's input as segments: context sections, the tool list, each message."""
-    segments = [
-        PromptSegment("context", i, (text,), count_text_tokens(text))
-        for i, text in enumerate(_section_text(s) for s in assembled_context)
-    ]
-    if tools:
-        text = _tools_text(tools)
-        segments.append(PromptSegment("tools", 0, (text,), count_text_tokens(text)))
-    segments.extend(
-        PromptSegment("message", i, parts, count_parts_tokens(parts))
-        for i, parts in enumerate(_message_parts(m) for m in messages)
-    )
-    return segments
-
-
-def _tier(
-    input_rate: float,
-    output_rate: float,
-    *,
-    cache_write: float | None = None,
-    cache_read: float | None = None,
-    cache_write_1h: float | None = None,
-    effective_from: str | None = None,
-    effective_until: str | None = None,
-    input_tokens_from: int | None = None,
-    input_tokens_until: int | None = None,
-    windows: Sequence[PricingWindow] = (),
-) -> PricingTier:
-    """A tier; ``windows``: its recurring pricing windows (protocol 1.1)."""
-    return PricingTier(
-        input_per_mtok=input_rate,
-        output_per_mtok=output_rate,
-        cache_write_per_mtok=cache_write,
-        cache_read_per_mtok=cache_read,
-        cache_write_1h_per_mtok=cache_write_1h,
-        batch_input_per_mtok=input_rate / 2,
-        batch_output_per_mtok=output_rate / 2,
-        effective_from=effective_from,
-        effective_until=effective_until,
-        input_tokens_from=input_tokens_from,
-        input_tokens_until=input_tokens_until,
-        windows=list(windows),
-    )
-
-
-def _weekend_half_price() -> PricingWindow:
-    """reference-medium from 2026-07-01: Saturday and Sunday UTC at half of the weekday rates."""
-    return PricingWindow(
-        start_minute=0,
-        end_minute=1440,
-        days=[PricingWindowDayOfWeek.SATURDAY, PricingWindowDayOfWeek.SUNDAY],
-        input_per_mtok=0.25,
-        output_per_mtok=1.25,
-        cache_write_per_mtok=0.3125,
-        cache_read_per_mtok=0.025,
-    )
-
-
-def reference_models() -> list[ModelSpec]:
-    """The three ModelSpecs the reference provider declares (see the module docstring)."""
-    all_modes = [
-        ToolChoiceMode.AUTO,
-        ToolChoiceMode.ANY,
-        ToolChoiceMode.NONE,
-        ToolChoiceMode.SPECIFIC,
-    ]
-    large = ModelSpec(
-        id=LARGE,
-        context_window=1_000_000,
-        max_output_tokens=64_000,
-        supports_tool_use=True,
-        supports_vision=True,
-        supports_streaming=True,
-        supports_parallel_tool_calls=False,
-        supports_documents=True,
-        thinking=ThinkingSpec(
-            supported=True,
-            effort=EffortControl(levels=["low", "medium", "high", "max"], default="high"),
-            adaptive_by_default=True,
-            disable=ThinkingDisable.CONDITIONAL,
-            disable_allowed_efforts=["low", "medium"],
-            replay=ThinkingReplay.ALL,
-        ),
-        caching=CachingSpec(supported=True, explicit_markers=True, implicit_automatic=True),
-        pricing=Pricing(
-            currency="USD",
-            tiers=[
-                _tier(
-                    3.0,
-                    15.0,
-                    cache_write=3.75,
-                    cache_read=0.3,
-                    cache_write_1h=6.0,
-                    input_tokens_until=200_000,
-                ),
-                _tier(
-                    6.0,
-                    22.5,
-                    cache_write=7.5,
-                    cache_read=0.6,
-                    cache_write_1h=12.0,
-                    input_tokens_from=200_000,
-                ),
-            ],
-        ),
-        supported_tool_choice_modes=all_modes,
-    )
-    medium = ModelSpec(
-        id=MEDIUM,
-        context_window=200_000,
-        max_output_tokens=32_000,
-        supports_tool_use=True,
-        supports_vision=False,
-        supports_streaming=True,
-        supports_parallel_tool_calls=False,
-        supports_documents=False,
-        thinking=ThinkingSpec(
-            supported=True,
-            budget=BudgetControl(range=TokenRange(min=1024, max=32_000)),
-            adaptive_by_default=False,
-            disable=ThinkingDisable.ALWAYS,
-            replay=ThinkingReplay.TOOL_TURNS,
-        ),
-        caching=CachingSpec(supported=True, implicit_automatic=True),
-        pricing=Pricing(
-            currency="USD",
-            tiers=[
-                _tier(0.8, 4.0, cache_write=1.0, cache_read=0.08, effective_until="2026-07-01"),
-                _tier(
-                    0.5,
-                    2.5,
-                    cache_write=0.625,
-                    cache_read=0.05,
-                    effective_from="2026-07-01",
-                    windows=[_weekend_half_price()],
-                ),
-            ],
-        ),
-        supported_tool_choice_modes=[ToolChoiceMode.AUTO, ToolChoiceMode.NONE],
-    )
-    small = ModelSpec(
-        id=SMALL,
-        context_window=32_000,
-        max_output_tokens=4_096,
-        supports_tool_use=False,
-        supports_vision=False,
-        supports_streaming=True,
-        supports_documents=False,
-        thinking=ThinkingSpec(supported=False),
-        caching=CachingSpec(supported=False),
-        pricing=Pricing(currency="USD", tiers=[_tier(0.1, 0.4)]),
-    )
-    return [large, medium, small]
 
 
 @dataclass(slots=True)
@@ -850,55 +364,9 @@ class ReferenceProvider(Provider):
         )
 
     async def render(self, request: RenderRequest) -> RenderResponse:
-        """Render ``reference.echo`` or ``reference.repeat`` payloads.
-
-        ``reference.echo``: the payload as UTF-8 text (invalid bytes replaced).
-        ``reference.repeat``: JSON ``{"text": str, "times": int}`` with ``times`` an integer
-        ``>= 0`` and at most :data:`MAX_RENDER_CHARS` characters in the result.
-
-        The answer is in the requested format: ``RENDER_FORMAT_MARKDOWN`` gives CommonMark in
-        which every ASCII punctuation character is backslash-escaped (the text displays
-        literally), also at most :data:`MAX_RENDER_CHARS` characters once escaped (checked
-        before the result is built); ``PLAIN_TEXT`` and ``UNSPECIFIED`` give plain text.
-        Large steps run in a worker thread; the escaping goes
-        :data:`MARKDOWN_ESCAPE_CHUNK_CHARS` at a time and stops at the next chunk when the
-        call is cancelled (deadline or cancel).
-
-        Raises:
-            ValueError: an unknown payload type (``payload_type: ...``) or a malformed
-                ``reference.repeat`` payload, or a result over :data:`MAX_RENDER_CHARS`; the
-                message starts with the field path (``payload``, ``payload.text``,
-                ``payload.times``).
-        """
-        if request.payload_type == "reference.echo":
-            text = await run_cpu(
-                min(len(request.payload), _ONE_OBJECT_JOB),
-                request.payload.decode,
-                "utf-8",
-                errors="replace",
-            )
-            times, field = 1, "payload"
-        elif request.payload_type == "reference.repeat":
-            text, times = _repeat(request.payload)
-            field = "payload.times"
-        else:
-            raise ValueError(
-                f"payload_type: unknown payload type {quote_value(request.payload_type)}"
-            )
-        if request.format == RenderFormat.MARKDOWN:
-            # Escaping is per character, so the unit is escaped once (off the loop, in
-            # cancellable chunks) and the size of the escaped result known before repeating.
-            text = await _markdown_escape_off_loop(text)
-            if len(text) * times > MAX_RENDER_CHARS:
-                raise ValueError(
-                    f"{field}: the Markdown result (punctuation backslash-escaped) would be "
-                    f"{len(text) * times} characters, more than {MAX_RENDER_CHARS}"
-                )
-        if times != 1:
-            text = await run_cpu(min(len(text) * times, _ONE_OBJECT_JOB), operator.mul, text, times)
-        if request.format == RenderFormat.MARKDOWN:
-            return RenderResponse(text=text, format=RenderFormat.MARKDOWN)
-        return RenderResponse(text=text, format=RenderFormat.PLAIN_TEXT)
+        """Render ``reference.echo`` or ``reference.repeat`` payloads
+        (:func:`~protocol_py.providers.reference.render.render_payload`)."""
+        return await render_payload(request)
 
     def _prepare(
         self, request: StreamCompletionRequest, spec: ModelSpec, limit: int
@@ -912,7 +380,7 @@ class ReferenceProvider(Provider):
             cache_read, cache_write = self._cache_usage(request, spec, segments)
         _check_signed_calls(list(request.messages))
         plan = self._plan(request, spec, limit)
-        # sha256 of the encoding, hashed part by part: no 60 MB encode or join (issue 8 item 4)
+        # sha256 of the encoding, hashed part by part: no whole encode or join of a large one
         digest = wire.sha256_of(request).hexdigest()[:12]
         return prompt_tokens, cache_read, cache_write, plan, digest
 
@@ -1044,7 +512,7 @@ class ReferenceProvider(Provider):
             answer = f"I will call the tool {tool.name} to answer this."
         else:
             answer = ""
-        # the answer is spans: the echo of a long prompt is never built whole (issue 8 item 4)
+        # the answer is spans: the echo of a long prompt is never built whole
         spans: list[_Span] = [(answer, 0, len(answer))]
         if not results and tool is None:
             head = f"This is {spec.id}, the offline reference model. You wrote: "
@@ -1147,7 +615,7 @@ class ReferenceProvider(Provider):
         elif config.max_tokens is not None:
             limit = min(limit, config.max_tokens)
         # tokenizing, prefix hashing and the request digest are CPU work: off the event loop
-        # for a large request (issue 8 item 4)
+        # for a large request
         prompt_tokens, cache_read, cache_write, plan, digest = await run_cpu(
             wire.wire_size(request), self._prepare, request, spec, limit
         )
@@ -1174,7 +642,7 @@ class ReferenceProvider(Provider):
             if config.pace is not None:
                 await asyncio.sleep(tokens / config.pace)
 
-        # never verbatim: userinfo and query values (credentials) become *** (issue 9 item 4)
+        # never verbatim: userinfo and query values (credentials) become ***
         attrs = {"base_url": redact_url(config.base_url)} if config.base_url else {}
         events: list[tuple[StreamEvent, int]] = [
             (StreamEvent(stream_start=StreamStart(provider_request_id=request_id)), 0),
@@ -1246,3 +714,17 @@ class ReferenceProvider(Provider):
                 await pace(tokens)
             yield event
             emitted += 1
+
+
+__all__ = [
+    "CACHE_BYTES",
+    "CACHE_ENTRIES",
+    "CACHE_ENTRY_OVERHEAD_BYTES",
+    "CONFIG_SCHEMA",
+    "FRAGMENT_CHARS",
+    "MAX_EXAMPLE_STRING_CHARS",
+    "SIGNATURE_LOCATION",
+    "SIGNED_CALL_PREFIX",
+    "TOKENS_PER_DELTA",
+    "ReferenceProvider",
+]

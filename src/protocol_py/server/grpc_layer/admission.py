@@ -3,7 +3,7 @@
 grpclib answers both itself, before any handler runs: an unparsable ``grpc-timeout`` as
 ``UNKNOWN "Invalid grpc-timeout header"`` and a deadline already past (``1n``, ``1u``, an
 expired propagated deadline) as ``UNKNOWN "Internal Server Error"`` with an ERROR traceback
-("Timeout occurred"), and no per-RPC log record (issue 8, item 6). :class:`AdmissionHandler`
+("Timeout occurred"), and no per-RPC log record. :class:`AdmissionHandler`
 checks the header first: ``INVALID_ARGUMENT`` for a malformed value, ``DEADLINE_EXCEEDED`` for
 a deadline less than :data:`MIN_USABLE_DEADLINE` away, each with exactly one JSON log record
 (:class:`~protocol_py.server.records.RpcRecord`) for a ModelService method and no traceback.
@@ -18,10 +18,10 @@ import inspect
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
-import grpclib.server
 from grpclib.const import Status
 from grpclib.metadata import decode_timeout
 
+from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import quote_value
 from protocol_py.server.grpc_layer.connections import TransportHandler
 from protocol_py.server.records import RpcRecord
@@ -101,14 +101,17 @@ class AdmissionHandler(TransportHandler):
             if path.startswith(MODEL_SERVICE_PREFIX) and path in self.mapping:
                 self._paths[stream] = path
                 # forget the finished call's stream at once (not at grpclib's next GC step)
-                self._tasks[stream].add_done_callback(lambda _: self._paths.pop(stream, None))
+                task = grpclib_private.handler_tasks(self)[stream]
+                task.add_done_callback(lambda _: self._paths.pop(stream, None))
             return
         self.__gc_step__()
-        self._tasks[stream] = self.loop.create_task(_refuse(stream, path, refused, release_stream))
+        grpclib_private.handler_tasks(self)[stream] = self.loop.create_task(
+            _refuse(stream, path, refused, release_stream)
+        )
 
     def cancel(self, stream: Any) -> None:
         """Cancel the call's task (grpclib); log its record if its handler never started."""
-        task = self._tasks.get(stream)
+        task = grpclib_private.handler_tasks(self).get(stream)
         path = self._paths.pop(stream, None)
         super().cancel(stream)
         if (
@@ -133,7 +136,7 @@ async def _refuse(
         record.detail = message
     try:
         with contextlib.suppress(Exception):
-            await grpclib.server._abort(stream, 200, status, message)
+            await grpclib_private.abort(stream, status, message)
     finally:
         release_stream()
         if record is not None:

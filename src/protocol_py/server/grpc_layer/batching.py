@@ -1,4 +1,4 @@
-"""Server-streaming writes that coalesce the events ready at once into one HTTP/2 write (issue 12).
+"""Server-streaming writes that coalesce the events ready at once into one HTTP/2 write.
 
 A vendor adapter translates one upstream read (a buffer of many SSE events) into many
 StreamEvents without waiting in between. grpclib sends each message as its own HTTP/2 DATA
@@ -34,8 +34,9 @@ import time
 from typing import Any, Final
 
 import grpclib.server
-from grpclib.events import _ident
 from grpclib.exceptions import StreamTerminatedError
+
+from protocol_py._compat import grpclib_private
 
 __all__ = ["MAX_PENDING_BYTES", "MAX_PENDING_EVENTS", "EventWriter"]
 
@@ -60,6 +61,13 @@ class EventWriter:
 
     def __init__(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         self._stream = stream
+        # grpclib's per-call objects, fixed for the call's life: read once
+        self._raw = grpclib_private.server_h2_stream(stream)
+        self._h2 = grpclib_private.h2_connection(self._raw)
+        self._codec = grpclib_private.server_codec(stream)
+        self._send_type = grpclib_private.server_send_type(stream)
+        self._dispatch = grpclib_private.server_send_dispatch(stream)
+        self._headers_sent = False
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._scheduled = False
@@ -76,14 +84,16 @@ class EventWriter:
             codec TypeError), including a failure of an earlier background write.
         """
         stream = self._stream
-        if not stream._send_initial_metadata_done:
-            await stream.send_message(message)  # headers and the first event: grpclib's path
-            return
+        if not self._headers_sent:
+            if not grpclib_private.server_initial_metadata_sent(stream):
+                await stream.send_message(message)  # headers and the first event: grpclib's
+                return
+            self._headers_sent = True
         self._raise_failure()
-        dispatch = stream._dispatch.send_message
-        if dispatch is not _ident:  # SendMessage listeners (none: grpclib's no-op)
+        dispatch = self._dispatch
+        if dispatch is not grpclib_private.NO_LISTENER:  # SendMessage listeners
             (message,) = await dispatch(message)
-        data = stream._codec.encode(message, stream._send_type)
+        data = self._codec.encode(message, self._send_type)
         pending = self._pending
         if not pending:
             # What flow control lets the stream send, read once per write rather than per
@@ -94,8 +104,8 @@ class EventWriter:
         pending.append(_PREFIX.pack(False, len(data)))
         pending.append(data)
         self._pending_bytes += len(data) + _PREFIX.size
-        stream._messages_sent += 1
-        connection = stream._stream.connection
+        grpclib_private.count_message_sent(stream)
+        connection = self._raw.connection
         connection.messages_sent += 1
         connection.last_message_sent = time.monotonic()
         if (
@@ -119,7 +129,7 @@ class EventWriter:
             await asyncio.shield(self._task)
         self._raise_failure()
         if self._pending:
-            await self._stream._stream.send_data(self._take())
+            await self._raw.send_data(self._take())
 
     def close(self) -> None:
         """Stop a background write still waiting for flow control (the stream is ending);
@@ -135,7 +145,7 @@ class EventWriter:
         ``send_data``); a failure is kept for the handler's next call."""
         try:
             while self._pending:
-                await self._stream._stream.send_data(self._take())
+                await self._raw.send_data(self._take())
         except Exception as exc:
             self._failure = exc
         finally:
@@ -143,11 +153,11 @@ class EventWriter:
 
     def _window(self) -> int:
         """Bytes HTTP/2 flow control lets this stream send now (0 when it is closed)."""
-        raw = self._stream._stream
+        raw = self._raw
         if raw.id is None:
             return 0
         try:
-            window: int = raw._h2_connection.local_flow_control_window(raw.id)
+            window: int = self._h2.local_flow_control_window(raw.id)
         except Exception:  # the stream is closed: drain() raises grpclib's error
             return 0
         return window
@@ -168,9 +178,9 @@ class EventWriter:
         self._scheduled = False
         if not self._pending or self._failure is not None or self._task is not None:
             return  # a background write picks up what is queued when it is done
-        raw = self._stream._stream
+        raw = self._raw
         connection = raw.connection
-        h2 = raw._h2_connection
+        h2 = self._h2
         try:
             if raw.id not in h2.streams:
                 raise StreamTerminatedError(f"stream {raw.id} closed")
@@ -182,7 +192,7 @@ class EventWriter:
             frame = h2.max_outbound_frame_size
             for start in range(0, size, frame):
                 h2.send_data(raw.id, data[start : start + frame])
-            raw._transport.write(h2.data_to_send())
+            grpclib_private.h2_transport(raw).write(h2.data_to_send())
         except Exception as exc:  # raised to the handler by its next send() or drain()
             self._failure = exc
             return

@@ -1,10 +1,9 @@
-"""Exactly one request message on a unary or server-streaming call (issue 8, follow-up of the
-last outside attack; spec: "The wire protocol").
+"""Exactly one request message on a unary or server-streaming call (spec: "The wire protocol").
 
 gRPC's unary and server-streaming calls carry exactly one request message. grpclib reads the
-first message and ignores whatever follows it, so a client that sent two messages (grpcio's
-``stream_unary`` or ``stream_stream`` on a unary method) got an answer to the first as if the
-second never existed, and one that sent none got a misleading "truncated" error.
+first message and ignores whatever follows it: a client that sends two messages (grpcio's
+``stream_unary`` or ``stream_stream`` on a unary method) would get an answer to the first as if
+the second never existed, and one that sends none a misleading "truncated" error.
 
 The status is INTERNAL for both, as in grpc-java (``ServerCalls``: "Too many requests",
 "Half-closed without a request") and grpc-go (its "cardinality violation" errors): the
@@ -31,6 +30,7 @@ import grpclib.server
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from protocol_py._compat import grpclib_private
 from protocol_py.server.grpc_layer.limits import receive_message
 
 __all__ = [
@@ -64,8 +64,7 @@ buffer."""
 
 
 def _path(stream: grpclib.server.Stream[Any, Any]) -> str:
-    method: str = getattr(stream, "_method_name", "") or "this method"
-    return method
+    return grpclib_private.server_method_name(stream) or "this method"
 
 
 async def receive_single(stream: grpclib.server.Stream[Any, Any], max_size: int) -> bytes:
@@ -80,11 +79,12 @@ async def receive_single(stream: grpclib.server.Stream[Any, Any], max_size: int)
             truncated message, RESOURCE_EXHAUSTED for an oversized one, UNIMPLEMENTED for a
             compressed one).
     """
-    raw = stream._stream
+    raw = grpclib_private.server_h2_stream(stream)
     try:
         data = await receive_message(stream, max_size)
     except GRPCError as exc:
-        if exc.status is Status.INVALID_ARGUMENT and raw.buffer._eof and not raw.data_received:
+        ended = grpclib_private.buffer_ended(raw.buffer)
+        if exc.status is Status.INVALID_ARGUMENT and ended and not raw.data_received:
             raise GRPCError(Status.INTERNAL, f"{NO_MESSAGE} to {_path(stream)}") from None
         raise
     setattr(raw, REQUEST_READ_ATTR, True)
@@ -95,11 +95,11 @@ def _more_data(stream: grpclib.server.Stream[Any, Any]) -> bool:
     """True when request bytes beyond the first message are buffered: the rest of a DATA frame
     already read, or a DATA frame not yet read (an empty one, such as a bare END_STREAM, is
     not data)."""
-    buffer = stream._stream.buffer
-    if buffer._acked_size:
+    buffer = grpclib_private.server_h2_stream(stream).buffer
+    if grpclib_private.buffer_acked_size(buffer):
         return True
-    pending: Any = buffer._unacked
-    return any(item.data_size for item in pending._queue)
+    queued = grpclib_private.queued_items(grpclib_private.buffer_unacked(buffer))
+    return any(item.data_size for item in queued)
 
 
 class SingleRequest:
@@ -132,7 +132,7 @@ class SingleRequest:
         """
         if _more_data(self._stream):
             raise self._violation()
-        if self._stream._stream.buffer._eof:
+        if grpclib_private.buffer_ended(grpclib_private.server_h2_stream(self._stream).buffer):
             return  # END_STREAM came with the message (grpclib, grpc-go): nothing can follow
         self._task = asyncio.current_task()
         self._watcher = watcher = asyncio.ensure_future(self._watch())
@@ -172,7 +172,7 @@ class SingleRequest:
         return self.error
 
     async def _watch(self) -> None:
-        raw = self._stream._stream
+        raw = grpclib_private.server_h2_stream(self._stream)
         while True:
             try:
                 data = await raw.recv_data(1)

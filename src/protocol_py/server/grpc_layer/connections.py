@@ -1,7 +1,7 @@
 """Per-connection hardening of the reference server: cancellation, flow control, stalled peers.
 
-What grpclib 0.4.9 leaves to the application, done here once for every RPC (issue 8, items
-2, 3, 7 and 8; spec: "The wire protocol"):
+What grpclib 0.4.9 leaves to the application, done here once for every RPC (spec: "The wire
+protocol"):
 
 * **Cancellation checkpoints** (:func:`send_events`): a server-streaming handler whose events
   come without any await (an unpaced provider) never gave the event loop a turn, so a client's
@@ -17,14 +17,13 @@ What grpclib 0.4.9 leaves to the application, done here once for every RPC (issu
 * **Released memory** (:class:`TransportHandler`): grpclib stores the exception that ended a
   cancelled call on the stream's wrapper; its traceback holds the frames that were sending the
   reply (the encoded message included) in a reference cycle, which only the cyclic garbage
-  collector frees, and it rarely runs because bytes do not count towards its thresholds (a
-  60 MiB Render refused by a client held ~200 MB until then). When a call ends the cycle is
-  broken and the finished task dropped at once.
-* **grpclib issue 217** (:class:`TransportHandler`): a stream whose HEADERS, DATA and
+  collector frees, and it rarely runs because bytes do not count towards its thresholds. When a
+  call ends the cycle is broken and the finished task dropped at once.
+* **Streams reset before their task ran** (:class:`TransportHandler`;
+  https://github.com/vmagamedov/grpclib/issues/217): a stream whose HEADERS, DATA and
   RST_STREAM arrive in one read is cancelled before its handler task first runs, so the task's
   ``finally`` never acknowledges the buffered DATA and the connection's receive window shrinks
-  for good (349 resets of 60 KB requests jammed a connection). Every accepted stream is now
-  released when its task ends, however it ends.
+  for good. Every accepted stream is released when its task ends, however it ends.
 * **Stalled peers**: a unary-request call whose handler is still waiting for request bytes
   (no END_STREAM yet) when the receive timeout (default :data:`DEFAULT_RECEIVE_TIMEOUT`) has
   passed since its HEADERS is ended with DEADLINE_EXCEEDED and its buffered bytes released
@@ -54,6 +53,7 @@ from grpclib.protocol import H2Protocol
 from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError
 
+from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import bounded_message
 from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
@@ -126,7 +126,7 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
     closing: contextlib.AbstractAsyncContextManager[Any] = (
         contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()
     )
-    writer = EventWriter(stream)  # events ready at once go out in one write (issue 12)
+    writer = EventWriter(stream)  # events ready at once go out in one write
     try:
         async with closing:
             due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
@@ -146,7 +146,7 @@ def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | 
     client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
     its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
     DEADLINE_EXCEEDED), else ``cancelled``."""
-    error = getattr(stream._stream.wrapper, "_error", None)
+    error = grpclib_private.wrapper_error(grpclib_private.server_h2_stream(stream).wrapper)
     if isinstance(error, GRPCError) and error.status is Status.DEADLINE_EXCEEDED:
         return "deadline_exceeded", error.message
     if isinstance(error, TimeoutError):
@@ -264,7 +264,7 @@ class TransportHandler(grpclib.server.Handler):
         release_stream: Callable[[], Any],
     ) -> None:
         """Start the call's task; release its stream when the task ends, however it ends
-        (grpclib issue 217), and watch its receive timeout."""
+        (https://github.com/vmagamedov/grpclib/issues/217), and watch its receive timeout."""
         released = False
 
         def release_once() -> None:
@@ -274,7 +274,7 @@ class TransportHandler(grpclib.server.Handler):
                 release_stream()
 
         super().accept(stream, headers, release_once)
-        task = self._tasks[stream]
+        task = grpclib_private.handler_tasks(self)[stream]
         self.open_streams += 1
         self._disarm_idle_timer()
         timer: asyncio.TimerHandle | None = None
@@ -292,17 +292,18 @@ class TransportHandler(grpclib.server.Handler):
     ) -> None:
         if timer is not None:
             timer.cancel()
-        # grpclib issue 217: a task cancelled before its first step never ran the ``finally``
-        # that acknowledges the stream's buffered DATA; release it here (a no-op otherwise).
+        # https://github.com/vmagamedov/grpclib/issues/217: a task cancelled before its first
+        # step never ran the ``finally`` that acknowledges the stream's buffered DATA; release
+        # it here (a no-op otherwise).
         with contextlib.suppress(Exception):
             release()
         # The exceptions that ended the call hold, through their tracebacks, the frames that
         # were sending its reply; they sit in reference cycles: break them now.
         wrapper = stream.wrapper
         if wrapper is not None:
-            _drop_traceback_cycle(getattr(wrapper, "_error", None))
+            _drop_traceback_cycle(grpclib_private.wrapper_error(wrapper))
         stream.wrapper = None
-        aborted = wrapper is not None and getattr(wrapper, "_error", None) is not None
+        aborted = wrapper is not None and grpclib_private.wrapper_error(wrapper) is not None
         if task.cancelled():
             aborted = True
             try:
@@ -312,17 +313,19 @@ class TransportHandler(grpclib.server.Handler):
         large = max(stream.data_sent, stream.data_received) >= LARGE_CALL_BYTES
         if self.trimmer is not None and (aborted or large):
             self.trimmer.request(self.loop)
-        if self._tasks.get(stream) is task:
-            del self._tasks[stream]
-        self._cancelled.discard(task)
+        tasks = grpclib_private.handler_tasks(self)
+        if tasks.get(stream) is task:
+            del tasks[stream]
+        grpclib_private.handler_cancelled(self).discard(task)
         self.open_streams -= 1
         if self.open_streams == 0 and not self.closing:
             self._arm_idle_timer()
 
     def _receive_expired(self, stream: Any, task: asyncio.Task[None]) -> None:
         buffer = stream.buffer
-        waiting = bool(getattr(buffer._unacked, "_getters", True))
-        if task.done() or buffer._eof or not waiting or getattr(stream, REQUEST_READ_ATTR, False):
+        waiting = grpclib_private.queue_has_getters(grpclib_private.buffer_unacked(buffer))
+        ended = grpclib_private.buffer_ended(buffer)
+        if task.done() or ended or not waiting or getattr(stream, REQUEST_READ_ATTR, False):
             return  # the request is complete, or the handler has read all it needed
         error = GRPCError(Status.DEADLINE_EXCEEDED, receive_timeout_message(self.receive_timeout))
         if stream.wrapper is not None:
@@ -332,17 +335,17 @@ class TransportHandler(grpclib.server.Handler):
 
     def cancel(self, stream: Any) -> None:
         """Cancel the task of a reset stream (tolerates a stream already finished)."""
-        task = self._tasks.pop(stream, None)
+        task = grpclib_private.handler_tasks(self).pop(stream, None)
         if task is not None:
             task.cancel()
-            self._cancelled.add(task)
+            grpclib_private.handler_cancelled(self).add(task)
 
     def close(self) -> None:
         """The connection is gone: cancel every call, also those already cancelled by a reset
         that are still finishing (grpclib forgets them, so one waiting to write its trailers on
         a connection paused for writing hung forever, holding its reply), and the idle timer."""
         self._disarm_idle_timer()
-        for task in self._cancelled:
+        for task in grpclib_private.handler_cancelled(self):
             if not task.done():
                 task.cancel()
         super().close()
@@ -372,7 +375,7 @@ def close_connection(protocol: H2Protocol, reason: str = "server shutting down")
     if connection is None or connection.is_closing():
         return
     with contextlib.suppress(Exception):
-        connection._connection.close_connection()
+        grpclib_private.connection_h2(connection).close_connection()
         connection.flush()
     with contextlib.suppress(Exception):
         protocol.processor.close(reason)
@@ -392,19 +395,15 @@ def protocol_factory(
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
     :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
     ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
-    server.__gc_step__()
     handler = (handler_class or TransportHandler)(
-        server._mapping,
-        server._codec,
-        server._status_details_codec,
-        server.__dispatch__,
+        *grpclib_private.handler_arguments(server),
         receive_timeout=receive_timeout,
         idle_timeout=idle_timeout,
         trimmer=trimmer,
     )
-    server._handlers.add(handler)
+    grpclib_private.add_handler(server, handler)
     make = protocol_class or TransportProtocol
-    protocol = make(handler, server._config, server._h2_config)
+    protocol = make(handler, *grpclib_private.protocol_configurations(server))
     if isinstance(protocol, TransportProtocol):
         protocol.handshake_timeout = handshake_timeout
     handler.protocol_ref = weakref.ref(protocol)
@@ -482,7 +481,7 @@ class TransportProtocol(H2Protocol):
 
 def _peer(connection: Any) -> str:
     """``host:port`` of the connection's peer (``unix`` peers have no address)."""
-    peer = connection._transport.get_extra_info("peername")
+    peer = grpclib_private.connection_transport(connection).get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer or "a unix socket peer")

@@ -1,9 +1,9 @@
 """Transport limits of the reference server: message sizes and well-formed request bodies.
 
-Every size bound the server enforces on the wire lives here (spec: "The wire protocol"; server
-case C06): the maximum message size in both directions, the length-prefix check that refuses an
-oversized request before its body is read, and the strict (upb) well-formedness check that runs
-before betterproto2's lenient decoder.
+Every size bound the server enforces on the wire lives here (spec: "The wire protocol"): the
+maximum message size in both directions, the length-prefix check that refuses an oversized
+request before its body is read, and the strict (upb) well-formedness check that runs before
+betterproto2's lenient decoder.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-un
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
 from protocol_py.rules.request_memo import keep_request_images, request_images
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.grpc_layer.large_body import receive_body
@@ -191,7 +192,7 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
             compressed one; RESOURCE_EXHAUSTED when the prefix announces more than
             ``max_size`` bytes.
     """
-    raw = stream._stream
+    raw = grpclib_private.server_h2_stream(stream)
     meta = await _recv_exactly(raw, 5, "request message missing or truncated")
     compressed, length = struct.unpack(">?I", meta)
     if compressed:
@@ -286,15 +287,16 @@ _STRUCT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _children(cls: type) -> dict[str, type]:
-    """Field name -> message class of the message fields of ``cls`` (map value types too)."""
-    meta = getattr(cls, "_betterproto", None)
-    if meta is None:
+    """Field name -> message class of the message fields of ``cls`` (for a map field, its value
+    class when that is a message)."""
+    if not (isinstance(cls, type) and issubclass(cls, betterproto2.Message)):
         return {}
-    return {
-        name: field_cls
-        for name, field_cls in meta.cls_by_field.items()
-        if isinstance(field_cls, type) and issubclass(field_cls, betterproto2.Message)
-    }
+    children: dict[str, type] = {}
+    for field in metadata.fields(cls).values():
+        child = field.cls if field.map_value is None else field.map_value.cls
+        if isinstance(child, type) and issubclass(child, betterproto2.Message):
+            children[field.name] = child
+    return children
 
 
 def _struct_fields(cls: type) -> tuple[str, ...]:
@@ -318,9 +320,7 @@ def _struct_fields(cls: type) -> tuple[str, ...]:
             if any(child in holds for child in _children(current).values()):
                 holds.add(current)
                 changed = True
-    fields = tuple(
-        name for name, child in _children(cls).items() if "." not in name and child in holds
-    )
+    fields = tuple(name for name, child in _children(cls).items() if child in holds)
     _STRUCT_FIELDS[cls] = fields
     return fields
 

@@ -1503,7 +1503,7 @@ class PricingTier(betterproto2.Message):
     Explicit-cache storage rate (protocol 1.2): what the vendor charges for keeping cached
     tokens stored, per million tokens per hour (Gemini's cachedContents storage), billed on
     Usage.cache_storage_token_seconds as token_seconds / 3600 x rate / 10^6, exactly
-    (docs/decisions.md#d17). Only with caching.supported; absent means storage is not billed
+    (docs/decisions.md#d29). Only with caching.supported; absent means storage is not billed
     (a non-zero Usage.cache_storage_token_seconds is then `cost.rate_missing`). Like
     request_rates it applies at every instant of the tier; windows do not override it. MUST be
     finite and >= 0. Unit: USD per million tokens per hour.
@@ -2661,7 +2661,7 @@ class Usage(betterproto2.Message):
     Explicit-cache storage the completion bought (protocol 1.2): the sum over the caches it
     created or extended of cached tokens x lifetime in seconds (Gemini's cachedContents:
     totalTokenCount x the TTL set), billed at PricingTier.cache_storage_per_mtok_hour
-    (docs/decisions.md#d17). Written by the gemini and vertex adapters. Absent: none reported.
+    (docs/decisions.md#d29). Written by the gemini and vertex adapters. Absent: none reported.
     MUST be >= 0. Unit: token-seconds.
     """
 

@@ -1,0 +1,153 @@
+"""``protocol-py serve``: serve ModelService for a provider until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from protocol_py.cli.options import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Parser,
+    add_serve_options,
+    message_size,
+    non_negative_float,
+    timeout_seconds,
+)
+from protocol_py.errors import InvalidValueError
+from protocol_py.provider import Provider
+from protocol_py.providers import (
+    BUILTIN,
+    ProviderLoadError,
+    installed_providers,
+    load_provider_class,
+)
+from protocol_py.server import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_PORT,
+    DEFAULT_RECEIVE_TIMEOUT,
+)
+from protocol_py.server.serve import ServeError, configure_logging, serve
+
+
+def _provider_help() -> str:
+    installed = ", ".join(sorted(installed_providers())) or "none"
+    return (
+        f"built-in: {', '.join(BUILTIN)}; installed (entry points): {installed}; "
+        "or module:Class or path/to/file.py:Class (default: %(default)s)"
+    )
+
+
+def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    """Add ``serve`` and its options to ``sub``."""
+    serve = sub.add_parser("serve", help="serve ModelService for a provider")
+    serve.add_argument("--provider", default="reference", help=_provider_help())
+    serve.add_argument("--host", default=None, help=f"bind address ({DEFAULT_HOST})")
+    serve.add_argument(
+        "--port", type=int, default=None, help=f"port ({DEFAULT_PORT}); 0 picks a free one"
+    )
+    serve.add_argument(
+        "--handshake",
+        action="store_true",
+        help="print '1|tcp|<host>:<port>|grpc' or '1|unix|<path>|grpc' on stdout once serving; "
+        "with no address, listen on a private unix socket",
+    )
+    add_serve_options(serve)
+    serve.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
+    )
+    serve.add_argument(
+        "--max-message-size",
+        type=message_size,
+        default=None,
+        help="largest message in either direction: bytes or 1MiB/64MB (default 64MiB)",
+    )
+    serve.add_argument(
+        "--grace-period",
+        type=non_negative_float,
+        default=DEFAULT_GRACE_PERIOD,
+        help=f"seconds in-flight streams get on SIGINT/SIGTERM ({DEFAULT_GRACE_PERIOD:g})",
+    )
+    serve.add_argument(
+        "--receive-timeout",
+        type=timeout_seconds,
+        default=DEFAULT_RECEIVE_TIMEOUT,
+        metavar="SECONDS",
+        help="time a call gets to send its whole request; slower ones get DEADLINE_EXCEEDED "
+        f"({DEFAULT_RECEIVE_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=timeout_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"close a connection with no open call for this long ({DEFAULT_IDLE_TIMEOUT:g})",
+    )
+    serve.add_argument("--base-url", default=None, help="upstream API root (HTTP providers)")
+    serve.add_argument(
+        "--discover", action="store_true", help="read the upstream model list at start-up"
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``serve``: :func:`protocol_py.server.serve.serve` until SIGINT/SIGTERM; exit 0 after a
+    graceful shutdown."""
+
+    try:
+        configure_logging(args.log_level)
+    except ValueError:
+        raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
+    if args.port is not None and not 0 <= args.port < 65536:
+        raise CliError(f"invalid --port {args.port}: must be in 0..65535", EXIT_USAGE)
+    provider = _load_provider(args)
+    try:
+        serve(
+            provider,
+            host=args.host,
+            port=args.port,
+            socket=args.socket,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            handshake=args.handshake,
+            grace_period=args.grace_period,
+            max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
+            log_level=None,
+            receive_timeout=args.receive_timeout,
+            idle_timeout=args.idle_timeout,
+        )
+    except ServeError as exc:
+        raise CliError(str(exc)) from None
+    except InvalidValueError as exc:  # conflicting listening options, unusable TLS files
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return EXIT_OK
+
+
+def _load_provider(args: argparse.Namespace) -> Provider:
+    """``--provider``: load the class (built-in, entry point, module:Class, file.py:Class) and
+    build it; every failure is a usage error (exit 2) naming what was wrong."""
+    what = f"provider {args.provider!r:.120}"  # the prefix of ProviderLoadError's messages
+    try:
+        cls = load_provider_class(args.provider)
+    except ProviderLoadError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:  # the provider's own module failed to import
+        raise CliError(
+            f"{what}: importing it failed: {type(exc).__name__}: {exc!s:.300}", EXIT_USAGE
+        ) from None
+    try:
+        return cls.from_cli(base_url=args.base_url, discover=args.discover, env=os.environ)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:
+        raise CliError(
+            f"{what}: constructing {cls.__qualname__} failed: {type(exc).__name__}: {exc!s:.300}",
+            EXIT_USAGE,
+        ) from None
+
+
+__all__ = ["add_serve_parser", "cmd_serve"]

@@ -1,0 +1,272 @@
+"""Token counting of the reference provider: its tokenizer and the prompt rendered as text.
+
+:func:`tokenize` splits text into runs of word characters, runs of whitespace and
+single other characters; the tokens concatenate back to the text. The prompt is rendered to
+text segment by segment (context sections, the tool list, each message; see
+:func:`prompt_segments`) and its token count is what CountTokens answers (method TOKENIZER)
+and what ``usage`` reports as the prompt size (``input_tokens + cache_read_tokens +
+cache_write_tokens``).
+
+Long texts are counted, stripped, searched and hashed :data:`TOKEN_COUNT_CHUNK_CHARS`
+characters at a time, never copied or joined whole, so no single step holds the interpreter
+for long.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from protocol_py.codec.structs import dumps, from_struct
+from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role
+from protocol_py_gen.model.v1 import ToolDeclaration
+
+_TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into the reference tokenizer's tokens.
+
+    Tokens are runs of word characters, runs of whitespace and single other characters; their
+    concatenation is ``text`` exactly.
+    """
+    return _TOKEN_RE.findall(text)
+
+
+TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
+"""Characters counted per regex call (256 Ki): a long text is counted chunk by chunk, cut where
+whitespace meets non-whitespace (always a token boundary), so no single call holds the
+interpreter for long."""
+
+_BOUNDARY_RE: Final = re.compile(r"\S(?=\s)|\s(?=\S)")
+
+
+def _chunks_at_boundaries(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` spans covering ``text``, about :data:`TOKEN_COUNT_CHUNK_CHARS` long,
+    each ending where whitespace meets non-whitespace (no token or word crosses a span)."""
+    size = len(text)
+    pos = 0
+    while pos < size:
+        cut = pos + TOKEN_COUNT_CHUNK_CHARS
+        boundary = _BOUNDARY_RE.search(text, cut, cut + TOKEN_COUNT_CHUNK_CHARS)
+        end = boundary.end() if boundary is not None and cut < size else size
+        yield pos, end
+        pos = end
+
+
+def count_text_tokens(text: str) -> int:
+    """Number of reference tokens in ``text``."""
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return len(_TOKEN_RE.findall(text))
+    return sum(len(_TOKEN_RE.findall(text, a, b)) for a, b in _chunks_at_boundaries(text))
+
+
+def _count_words(text: str) -> int:
+    """``len(text.split())``, a chunk at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`)."""
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return len(text.split())
+    return sum(len(text[a:b].split()) for a, b in _chunks_at_boundaries(text))
+
+
+def _block_text(block: ContentBlock) -> str:
+    if block.text is not None:
+        return block.text.text
+    if block.tool_use is not None:
+        use = block.tool_use
+        return f"<tool_use {use.id} {use.name} {dumps(from_struct(use.input))}>"
+    if block.tool_result is not None:
+        result = block.tool_result
+        inner = "".join(_block_text(b) for b in result.content)
+        marker = " error" if result.is_error else ""
+        return f"<tool_result {result.tool_use_id}{marker}>{inner}</tool_result>"
+    if block.thinking is not None:
+        return f"<thinking>{block.thinking.text}</thinking>"
+    if block.redacted_thinking is not None:
+        return f"<redacted_thinking {len(block.redacted_thinking.data)} bytes>"
+    if block.image is not None:
+        return f"<image {block.image.media_type} {len(block.image.data)} bytes>"
+    if block.document is not None:
+        return f"<document {block.document.media_type} {len(block.document.data)} bytes>"
+    return ""
+
+
+_Span = tuple[str, int, int]
+"""``(text, start, end)``: the characters ``text[start:end]``, not copied out."""
+
+
+def _strip_span(text: str) -> tuple[int, int]:
+    """``(start, end)`` such that ``text[start:end] == text.strip()``, found
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time from each end (no copy of the whole
+    text)."""
+    size, step = len(text), TOKEN_COUNT_CHUNK_CHARS
+    start = 0
+    while start < size:
+        piece = text[start : start + step]
+        kept = piece.lstrip()
+        start += len(piece) - len(kept)
+        if kept:
+            break
+    end = size
+    while end > start:
+        piece = text[max(start, end - step) : end]
+        kept = piece.rstrip()
+        end -= len(piece) - len(kept)
+        if kept:
+            break
+    return start, end
+
+
+def _spans_slice(spans: Sequence[_Span], a: int, b: int) -> str:
+    """Characters ``[a, b)`` of the concatenation of ``spans`` (only they are copied)."""
+    out: list[str] = []
+    offset = 0
+    for text, start, end in spans:
+        size = end - start
+        if b <= offset:
+            break
+        if a < offset + size:
+            out.append(text[start + max(a - offset, 0) : start + min(b - offset, size)])
+        offset += size
+    return "".join(out)
+
+
+def _spans_find(spans: Sequence[_Span], needle: str, total: int) -> int:
+    """``concatenation.find(needle)`` for a non-empty ``needle``, searched in windows of
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters overlapping by ``len(needle) - 1``."""
+    step = TOKEN_COUNT_CHUNK_CHARS
+    for at in range(0, total, step):
+        pos = _spans_slice(spans, at, at + step + len(needle) - 1).find(needle)
+        if pos != -1:
+            return at + pos
+    return -1
+
+
+def _spans_tokens(spans: Sequence[_Span], end: int, count: int) -> list[str]:
+    """The first ``count`` reference tokens of the concatenation's first ``end`` characters:
+    tokenized from a prefix doubled in length until it holds ``count + 1`` tokens (every token
+    but a prefix's last is a token of the whole) or all ``end`` characters."""
+    size = 64 * 1024
+    while True:
+        piece = _spans_slice(spans, 0, min(size, end))
+        tokens = [m.group() for m in itertools.islice(_TOKEN_RE.finditer(piece), count + 1)]
+        if size >= end:
+            return tokens[:count]
+        if len(tokens) > count:
+            return tokens[:count]
+        size *= 2
+
+
+def _plain_text(blocks: list[ContentBlock]) -> str:
+    return "".join(b.text.text for b in blocks if b.text is not None)
+
+
+def _section_text(section: ContextSection) -> str:
+    body = "".join(_block_text(b) for b in section.content)
+    return f"[context {section.provider}/{section.label}]\n{body}\n"
+
+
+def _tools_text(tools: list[ToolDeclaration]) -> str:
+    lines = [f"{t.name}: {t.description} {dumps(from_struct(t.input_schema))}" for t in tools]
+    return "[tools]\n" + "\n".join(lines) + "\n"
+
+
+def _message_parts(message: Message) -> tuple[str, ...]:
+    """The rendered message as parts, never joined: a large text block stays the block's own
+    string (a join would copy it whole in one long hold of the interpreter)."""
+    role = "assistant" if message.role is Role.ASSISTANT else "user"
+    return (f"[{role}]\n", *(_block_text(b) for b in message.content), "\n")
+
+
+def count_parts_tokens(parts: Sequence[str]) -> int:
+    """:func:`count_text_tokens` of ``"".join(parts)``, without joining: each part counted on
+    its own, less one wherever a part's last character and the next part's first form one
+    token (both word characters or both whitespace: the run continues across the seam)."""
+    total = 0
+    last = ""
+    for part in parts:
+        if not part:
+            continue
+        total += count_text_tokens(part)
+        if last and _TOKEN_RE.fullmatch(last + part[0]) is not None:
+            total -= 1
+        last = part[-1]
+    return total
+
+
+def _utf8_pieces(parts: Sequence[str]) -> Iterator[bytes]:
+    """The UTF-8 bytes of ``"".join(parts)``, :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a
+    time (for hashing without one long encode)."""
+    step = TOKEN_COUNT_CHUNK_CHARS
+    for part in parts:
+        for at in range(0, len(part), step):
+            yield part[at : at + step].encode("utf-8")
+
+
+def _contains_lowered(text: str, needle: str) -> bool:
+    """``needle in text.lower()`` for an ASCII ``needle``, lowered
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time, consecutive chunks overlapping by
+    ``len(needle) - 1`` (a match spans at most ``len(needle)`` characters of ``text``; lowering
+    depends on context only for a final sigma, which never lowers to ASCII), so no single call
+    holds the interpreter for long."""
+    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+        return needle in text.lower()
+    overlap = len(needle) - 1
+    return any(
+        needle in text[max(0, at - overlap) : at + TOKEN_COUNT_CHUNK_CHARS].lower()
+        for at in range(0, len(text), TOKEN_COUNT_CHUNK_CHARS)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSegment:
+    """One cacheable unit of the rendered prompt.
+
+    Attributes:
+        kind: ``"context"``, ``"tools"`` or ``"message"``.
+        index: Index of the section or message (0 for the tool list).
+        parts: The rendered text, in parts (a message's text blocks are not joined).
+        tokens: Its reference token count.
+    """
+
+    kind: str
+    index: int
+    parts: tuple[str, ...]
+    tokens: int
+
+    @property
+    def text(self) -> str:
+        """The rendered text (the parts joined: one copy of them all)."""
+        return "".join(self.parts)
+
+
+def prompt_segments(
+    messages: list[Message],
+    tools: list[ToolDeclaration],
+    assembled_context: list[ContextSection],
+) -> list[PromptSegment]:
+    """Render a request's input as segments: context sections, the tool list, each message."""
+    segments = [
+        PromptSegment("context", i, (text,), count_text_tokens(text))
+        for i, text in enumerate(_section_text(s) for s in assembled_context)
+    ]
+    if tools:
+        text = _tools_text(tools)
+        segments.append(PromptSegment("tools", 0, (text,), count_text_tokens(text)))
+    segments.extend(
+        PromptSegment("message", i, parts, count_parts_tokens(parts))
+        for i, parts in enumerate(_message_parts(m) for m in messages)
+    )
+    return segments
+
+
+__all__ = [
+    "TOKEN_COUNT_CHUNK_CHARS",
+    "PromptSegment",
+    "count_parts_tokens",
+    "count_text_tokens",
+    "prompt_segments",
+    "tokenize",
+]

@@ -1,1 +1,0 @@
-"""Tests for the SSE reader and the vendor adapters (issue 5)."""

@@ -1,0 +1,35 @@
+"""benchmarks/turn_latency.py flags a noisy sample: an overhead that does not grow with the
+message count."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ..support.servers import REPO
+
+
+def test_turn_latency_flags_an_overhead_that_does_not_grow_with_size() -> None:
+    """Run in its own interpreter with ``benchmarks/`` first on ``sys.path``, as the script
+    runs (it imports its sibling ``server``, which the tests' package of that name shadows)."""
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import turn_latency as t\n"
+        "s = [60, 300, 600]\n"
+        "print(t.not_increasing({60: 6.2, 300: 13.1, 600: 27.1}, s))\n"
+        "print(t.not_increasing({60: 6.2, 300: 13.1, 600: 11.0}, s))\n"
+        "print(t.not_increasing({60: 9.0, 300: 8.0, 600: 27.1}, s))\n"
+        "print(t.NOISY_WARNING)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    growing, shrinking, dip, warning = done.stdout.splitlines()
+    assert (growing, shrinking, dip) == ("False", "True", "True")
+    assert warning.startswith("warning: the overhead does not grow with the message count")
+    assert "noisy (machine load)" in warning and "rerun" in warning

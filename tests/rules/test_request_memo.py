@@ -1,0 +1,257 @@
+"""Per-message validation reused across turns (:mod:`protocol_py.rules.request_memo`).
+
+A request the server just decoded cleanly keeps each message's wire image; a message whose
+exact image passed every message-local rule under the same model settings is not walked again.
+Every test compares against the full walk (a request built in Python, which never uses the
+memo): a hit reports exactly the violations a miss does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from protocol_py.codec import wire
+from protocol_py.codec.prefixes import ConversationPrefixes
+from protocol_py.errors import Violation
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.rules import request as request_rules
+from protocol_py.rules.request import validate_request, validate_request_shape
+from protocol_py.rules.request_memo import (
+    MAX_IMAGE_BYTES,
+    MAX_PREFIX_BYTES,
+    MAX_PREFIXES,
+    CleanMessage,
+    ValidatedMessages,
+    ValidState,
+    take_request_images,
+    valid_prefixes,
+)
+from protocol_py.server.grpc_layer import limits
+from protocol_py.server.reflection import build_descriptor_pool
+from protocol_py_gen.content.v1 import ContentBlock, ImageBlock, Message, Role, TextBlock
+from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
+
+from ..server.test_turn_path import MODEL, conversation
+
+
+@pytest.fixture(scope="module")
+def strict() -> Any:
+    return limits.strict_request_classes(build_descriptor_pool())[StreamCompletionRequest]
+
+
+@pytest.fixture
+def prefixes(monkeypatch: pytest.MonkeyPatch) -> ConversationPrefixes[ValidState]:
+    fresh = valid_prefixes()
+    monkeypatch.setattr(request_rules, "PREFIXES", fresh)
+    return fresh
+
+
+@pytest.fixture
+def memo(
+    monkeypatch: pytest.MonkeyPatch, prefixes: ConversationPrefixes[ValidState]
+) -> ValidatedMessages:
+    fresh = ValidatedMessages()
+    monkeypatch.setattr(request_rules, "VALIDATED", fresh)
+    return fresh
+
+
+@pytest.fixture(scope="module")
+def spec() -> ModelSpec:
+    found = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9").spec_for(MODEL)
+    assert found is not None
+    return found
+
+
+def decoded(request: StreamCompletionRequest, strict: Any) -> StreamCompletionRequest:
+    """``request`` as the server has it: decoded from the wire, marked clean, images kept."""
+    return limits.decode_request(wire.encode(request), StreamCompletionRequest, strict)
+
+
+def full_walk(request: StreamCompletionRequest, spec: ModelSpec | None) -> list[Violation]:
+    """The violations of a request built in Python (no images: the memo is never used)."""
+    plain = StreamCompletionRequest.parse(wire.encode(request))
+    if spec is None:
+        return validate_request_shape(plain)
+    return validate_request(plain, spec)
+
+
+def test_turns_resume_after_the_unchanged_messages_and_report_nothing(
+    strict: Any,
+    memo: ValidatedMessages,
+    prefixes: ConversationPrefixes[ValidState],
+    spec: ModelSpec,
+) -> None:
+    for pairs in (1, 2, 3):
+        assert validate_request(decoded(conversation(pairs), strict), spec) == []
+    # turn 1: 3 messages walked; turns 2 and 3: the previous list is resumed, 2 new each
+    assert (prefixes.hits, prefixes.misses) == (2, 1)
+    assert (memo.hits, memo.misses) == (0, 7)
+    assert len(memo) == 7 and len(prefixes) == 1
+    # the same conversation resent (a retry): nothing walked
+    assert validate_request(decoded(conversation(3), strict), spec) == []
+    assert (prefixes.hits, memo.misses) == (3, 7)
+    # an edited earlier message: no resuming; the unchanged messages still hit one by one
+    edited = conversation(3)
+    edited.messages[3].content[0].text = TextBlock(text="edited")
+    assert validate_request(decoded(edited, strict), spec) == []
+    assert prefixes.misses == 2
+    assert (memo.hits, memo.misses) == (6, 8)
+
+
+def test_a_resumed_list_still_checks_the_new_messages_against_it(
+    strict: Any,
+    memo: ValidatedMessages,
+    prefixes: ConversationPrefixes[ValidState],
+    spec: ModelSpec,
+) -> None:
+    validate_request(decoded(conversation(2), strict), spec)
+    # the next turn repeats an id and a tool_use id of the kept list, and answers a call
+    # nobody made: all three found although the first 5 messages are not walked
+    bad = conversation(2)
+    again = Message().from_dict(bad.messages[3].to_dict())
+    again.content[1].tool_use.id = "c1"  # type: ignore[union-attr]
+    bad.messages.append(again)
+    stray = Message().from_dict(bad.messages[4].to_dict())
+    stray.id = "u9"
+    stray.content[0].tool_result.tool_use_id = "nobody"  # type: ignore[union-attr]
+    bad.messages.append(stray)
+    got = validate_request(decoded(bad, strict), spec)
+    assert prefixes.hits == 1
+    assert [v.rule for v in got] == [
+        "request.message.id_duplicate",
+        "request.content.tool_use_id_duplicate",
+        "request.content.tool_result_unknown_id",
+    ]
+    assert got == full_walk(bad, spec)
+    assert len(prefixes) == 1  # a list with violations is never kept
+
+
+def test_kept_lists_stay_within_their_bounds() -> None:
+    by_count: ConversationPrefixes[str] = ConversationPrefixes(max_entries=2, max_bytes=100)
+    for key in ("a", "b", "c"):
+        by_count.put(key, (b"i",), key)
+    assert len(by_count) == 2
+    assert by_count.match("a", [b"i"]) is None
+    assert by_count.match("c", [b"i", b"more"]) == ((b"i",), "c")
+    assert by_count.match("c", [b"j"]) is None  # other bytes: no match
+    assert by_count.match("c", []) is None  # shorter than the kept list: no match
+    by_bytes: ConversationPrefixes[str] = ConversationPrefixes(max_entries=10, max_bytes=10)
+    by_bytes.put("a", (b"x" * 6,), "a")
+    by_bytes.put("b", (b"y" * 4,), "b", value_bytes=2)
+    assert len(by_bytes) == 1 and by_bytes.size_bytes == 6
+    by_bytes.put("c", (b"z" * 11,), "c")  # larger than the whole bound: not kept
+    assert len(by_bytes) == 1 and by_bytes.match("b", [b"y" * 4]) == ((b"y" * 4,), "b")
+    assert valid_prefixes().max_entries == MAX_PREFIXES
+    assert valid_prefixes().max_bytes == MAX_PREFIX_BYTES
+
+
+def test_a_changed_message_with_the_same_id_misses_and_its_violation_is_reported(
+    strict: Any, memo: ValidatedMessages, spec: ModelSpec
+) -> None:
+    validate_request(decoded(conversation(2), strict), spec)
+    changed = conversation(2)
+    changed.messages[1].content.append(ContentBlock())  # same id "a1", now a block unset
+    misses = memo.misses
+    got = validate_request(decoded(changed, strict), spec)
+    assert memo.misses == misses + 1
+    assert [v.rule for v in got] == ["request.content.block_unset"]
+    assert got == full_walk(changed, spec)
+    assert got[0].path == "messages[1].content[2]"
+
+
+def test_a_hit_still_checks_the_rules_that_span_messages(
+    strict: Any, memo: ValidatedMessages, spec: ModelSpec
+) -> None:
+    validate_request(decoded(conversation(3), strict), spec)
+    # the tool_result of messages[2] now answers a call that is no longer earlier in the list
+    dropped = conversation(3)
+    del dropped.messages[1]
+    got = validate_request(decoded(dropped, strict), spec)
+    assert [v.rule for v in got] == ["request.content.tool_result_unknown_id"]
+    assert got == full_walk(dropped, spec)
+    # the same assistant message twice: one id duplicated, and its tool_use id duplicated
+    doubled = conversation(2)
+    doubled.messages.insert(2, doubled.messages[1])
+    got = validate_request(decoded(doubled, strict), spec)
+    assert [v.rule for v in got] == [
+        "request.message.id_duplicate",
+        "request.content.tool_use_id_duplicate",
+    ]
+    assert got == full_walk(doubled, spec)
+    assert got[1].message == "tool_use id 'c1' is already used at messages[1].content[1].tool_use"
+
+
+def test_a_message_valid_for_one_model_is_checked_again_for_another(
+    strict: Any, memo: ValidatedMessages, spec: ModelSpec
+) -> None:
+    request = conversation(1)
+    request.messages.append(
+        Message(
+            role=Role.USER,
+            id="img",
+            content=[ContentBlock(image=ImageBlock(media_type="image/png", data=b"\x89PNG"))],
+        )
+    )
+    vision = ModelSpec().from_dict(spec.to_dict())
+    vision.supports_vision = True
+    blind = ModelSpec().from_dict(spec.to_dict())
+    blind.supports_vision = False
+    assert validate_request(decoded(request, strict), vision) == []
+    got = validate_request(decoded(request, strict), blind)
+    assert [v.rule for v in got] == ["request.content.image_unsupported"]
+    assert got == full_walk(request, blind)
+    # and the model-independent rules (no spec) are a setting of their own
+    assert validate_request_shape(decoded(request, strict)) == full_walk(request, None) == []
+
+
+def test_warnings_are_never_remembered(
+    strict: Any, memo: ValidatedMessages, spec: ModelSpec
+) -> None:
+    no_reasoning = ModelSpec().from_dict(spec.to_dict())
+    no_reasoning.thinking = None
+    request = conversation(1)
+    request.messages[1].content.insert(
+        0, ContentBlock(text=TextBlock(text="plain"))
+    )  # still valid; now add a thinking block, a warning for a model that does not reason
+    request.messages[1].content.insert(0, ContentBlock.from_dict({"thinking": {"text": "hm"}}))
+    first = validate_request(decoded(request, strict), no_reasoning)
+    second = validate_request(decoded(request, strict), no_reasoning)
+    assert [v.severity for v in first] == ["warning"]
+    assert first == second == full_walk(request, no_reasoning)
+
+
+def test_only_a_clean_request_from_the_wire_uses_the_memo(
+    strict: Any, memo: ValidatedMessages, spec: ModelSpec
+) -> None:
+    validate_request(conversation(2), spec)  # built in Python: nothing kept, nothing read
+    assert (memo.hits, memo.misses, len(memo)) == (0, 0, 0)
+    request = decoded(conversation(2), strict)
+    assert take_request_images(request) is not None
+    assert take_request_images(request) is None  # once
+    request = decoded(conversation(2), strict)
+    request.messages.pop()  # the list changed since decoding: the images no longer apply
+    assert take_request_images(request) is None
+
+
+def test_bounds_evict_the_least_recently_used_and_an_id_holds_one_entry() -> None:
+    entry = CleanMessage(uses=((0, "c"),), answers=())
+    by_count = ValidatedMessages(max_entries=2)
+    for message_id in ("a", "b", "c"):
+        by_count.put("s", message_id, b"image", entry)
+    assert len(by_count) == 2
+    assert by_count.get("s", "a", b"image") is None
+    assert by_count.get("s", "c", b"image") == entry
+    assert by_count.get("s", "c", b"other") is None  # same id, other content: a miss
+    by_count.put("s", "c", b"other", entry)  # replaces the entry of "c"
+    assert len(by_count) == 2 and by_count.get("s", "c", b"image") is None
+    by_bytes = ValidatedMessages(max_bytes=10)
+    by_bytes.put("s", "x", b"x" * 6, entry)
+    by_bytes.get("s", "x", b"x" * 6)
+    by_bytes.put("s", "y", b"y" * 6, entry)  # 12 bytes: the oldest goes
+    assert len(by_bytes) == 1 and by_bytes.size_bytes == 6
+    assert by_bytes.get("s", "y", b"y" * 6) == entry
+    large = ValidatedMessages()
+    large.put("s", "z", b"z" * (MAX_IMAGE_BYTES + 1), entry)
+    assert len(large) == 0

@@ -1,0 +1,154 @@
+"""``protocol_py.serve`` / ``serve_async``: the same server, logging, signal handling, grace
+period and handshake as ``protocol-py serve``, as one call; and the package-root public API."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import protocol_py
+from protocol_py.client.client import ModelClient
+from protocol_py.client.conversation import Conversation
+from protocol_py.errors import InvalidValueError
+from protocol_py.provider import Provider, ProviderError
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server import ModelServer
+from protocol_py.server import serve as serving
+from protocol_py_gen.model.v1 import Capabilities
+
+from ..support.servers import make_request
+
+
+class NoModels(ReferenceProvider):
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
+
+
+async def start_in_task(
+    stop: asyncio.Event | None = None,
+) -> tuple[ModelServer, asyncio.Task[None]]:
+    """serve_async in a task (no signal handlers, logging untouched); returns once listening."""
+    started: list[ModelServer] = []
+    ready = asyncio.Event()
+
+    def on_started(server: ModelServer) -> None:
+        started.append(server)
+        ready.set()
+
+    task = asyncio.create_task(
+        serving.serve_async(
+            ReferenceProvider(),
+            port=0,
+            log_level=None,
+            handle_signals=False,
+            stop=stop,
+            on_started=on_started,
+        )
+    )
+    await asyncio.wait_for(ready.wait(), 30)
+    return started[0], task
+
+
+async def test_serve_async_serves_until_stop_then_drains() -> None:
+    stop = asyncio.Event()
+    server, task = await start_in_task(stop)
+    async with ModelClient.connect(server.address) as client:
+        done = await client.complete(make_request("Hello there"), timeout=30)
+        assert done.stop is not None and done.error is None
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert server.draining and task.exception() is None
+
+
+async def test_serve_async_refuses_invalid_capabilities_naming_the_rule() -> None:
+    with pytest.raises(serving.ServeError) as info:
+        await serving.serve_async(NoModels(), port=0, log_level=None, handle_signals=False)
+    assert str(info.value).startswith("refusing to start: invalid capabilities")
+    assert "models: capabilities.models.empty: a model provider MUST serve" in str(info.value)
+
+
+async def test_serve_async_cancelled_shuts_down_at_once() -> None:
+    server, task = await start_in_task()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 30)
+    assert server.draining
+
+
+@pytest.mark.parametrize("port", [-1, 65536, True, "80"])
+async def test_serve_async_rejects_a_bad_port(port: object) -> None:
+    with pytest.raises(InvalidValueError, match="invalid port") as info:
+        await serving.serve_async(ReferenceProvider(), port=port, log_level=None)  # type: ignore[arg-type]
+    assert info.value.rule == "serve.port"
+
+
+def test_configure_logging_rejects_an_unknown_level() -> None:
+    with pytest.raises(InvalidValueError, match="'loud': expected one of DEBUG, INFO") as info:
+        serving.configure_logging("loud")
+    assert info.value.path == "log_level"
+
+
+def test_blocking_serve_prints_handshake_logs_rpcs_and_exits_on_sigint() -> None:
+    script = textwrap.dedent(
+        """
+        from protocol_py import serve
+        from protocol_py.providers.reference.provider import ReferenceProvider
+        serve(ReferenceProvider(), port=0, handshake=True, grace_period=1)
+        print("returned", flush=True)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("1|tcp|127.0.0.1:") and line.endswith("|grpc\n")
+
+        async def call() -> str:
+            async with ModelClient.connect(line.split("|")[2]) as client:
+                return (await client.describe(timeout=10)).name
+
+        assert asyncio.run(call()) == "reference"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert out == "returned\n"
+    assert "INFO protocol_py.server serving reference on 127.0.0.1:" in err
+    assert any(line.startswith('{"rpc": "Describe"') for line in err.splitlines()), err
+    assert "shutting down (draining)" in err and "stopped" in err
+
+
+def test_package_root_exports_a_typed_public_api() -> None:
+    assert protocol_py.serve is serving.serve
+    assert protocol_py.serve_async is serving.serve_async
+    assert protocol_py.ModelServer is ModelServer
+    assert protocol_py.Provider is Provider and protocol_py.ProviderError is ProviderError
+    assert protocol_py.Conversation is Conversation
+    for name in protocol_py.__all__:
+        assert getattr(protocol_py, name) is not None, name
+    assert set(protocol_py.__all__) <= set(dir(protocol_py))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = protocol_py.nope  # type: ignore[attr-defined]
+
+
+def test_import_protocol_py_stays_cheap() -> None:
+    code = (
+        "import sys, protocol_py; print('grpclib' in sys.modules, 'protocol_py.cli' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert out == "False False\n"

@@ -1,0 +1,157 @@
+"""The server's per-turn path does each piece of work once:
+
+* an *exact* fast decode (every field known, with its wire type) skips the upb unknown-field
+  walk, and a clean one the Struct gap fill; anything else still gets both, so a wrong wire
+  type is refused and a Struct entry without a value becomes null exactly as before;
+* a decoded request keeps the wire image of each conversation message, which keys the
+  OpenAI-compatible translation cache once (the body is byte for byte a fresh translation);
+* the vendor body built for the context-window count is the one the stream sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from grpclib.exceptions import GRPCError
+
+from protocol_py.codec import wire
+from protocol_py.codec.structs import from_struct
+from protocol_py.providers.http.request import dump_body
+from protocol_py.providers.http.translation_cache import TranslationCache
+from protocol_py.providers.openai.provider import OpenAIProvider
+from protocol_py.providers.openai.request import (
+    OpenAICompat,
+    build_openai_body,
+    build_openai_content,
+)
+from protocol_py.server.grpc_layer import limits
+from protocol_py.server.reflection import build_descriptor_pool
+from protocol_py_gen.content.v1 import Message, TextBlock
+from protocol_py_gen.model.v1 import StreamCompletionRequest
+
+from ..codec.test_wire import conversation as wire_conversation
+
+MODEL = "gpt-6-sol"
+
+
+def conversation(pairs: int) -> StreamCompletionRequest:
+    """test_wire's conversation (text, tool calls with Struct input, tool results) for MODEL."""
+    request = wire_conversation(pairs)
+    request.model_id = MODEL
+    return request
+
+
+@pytest.fixture(scope="module")
+def strict() -> Any:
+    return limits.strict_request_classes(build_descriptor_pool())[StreamCompletionRequest]
+
+
+def test_exact_report_says_whether_every_field_was_known() -> None:
+    data = wire.encode(conversation(2))
+    message, clean, exact = wire.decode_report(StreamCompletionRequest, data)
+    assert (clean, exact) == (True, True)
+    assert message == StreamCompletionRequest.parse(data)
+    # field 999 (unknown to the class), varint: kept, decode not exact
+    unknown = data + b"\xb8\x3e\x01"
+    message, clean, exact = wire.decode_report(StreamCompletionRequest, unknown)
+    assert (clean, exact) == (True, False)
+    assert message == StreamCompletionRequest.parse(unknown)
+    # model_id (field 2) sent as a varint: betterproto2 decides, not exact
+    _, clean, exact = wire.decode_report(StreamCompletionRequest, b"\x08\x05")
+    assert (clean, exact) == (False, False)
+
+
+def test_decode_request_skips_the_walk_only_after_an_exact_decode(
+    strict: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walks: list[object] = []
+    walk = limits.wrong_wire_type
+
+    def counting(message: Any) -> str | None:
+        walks.append(message)
+        return walk(message)
+
+    monkeypatch.setattr(limits, "wrong_wire_type", counting)
+    data = wire.encode(conversation(3))
+    assert limits.decode_request(data, StreamCompletionRequest, strict) == (
+        StreamCompletionRequest.parse(data)
+    )
+    assert walks == []
+    limits.decode_request(data + b"\xb8\x3e\x01", StreamCompletionRequest, strict)
+    assert len(walks) == 1
+    # a nested known field with the wrong wire type is still refused, naming it
+    wrong_type = b"\x0a\x02\x18\x01"  # messages[0].id (field 3, a string) sent as a varint
+    with pytest.raises(GRPCError) as refused:
+        limits.decode_request(wrong_type, StreamCompletionRequest, strict)
+    assert refused.value.message is not None
+    assert refused.value.message.endswith(
+        "StreamCompletionRequest.messages[0].id has wire type varint, expected length-delimited"
+    )
+    assert len(walks) == 2
+
+
+def test_struct_entry_without_value_still_becomes_null(strict: Any) -> None:
+    entry = b"\x0a\x01a"  # Struct map entry: key "a", no value (legal protobuf)
+    struct = b"\x0a" + bytes([len(entry)]) + entry
+    body = wire.encode(conversation(1)) + b"\x42" + bytes([len(struct)]) + struct
+    _, clean, exact = wire.decode_report(StreamCompletionRequest, body)
+    assert (clean, exact) == (False, True)
+    decoded = limits.decode_request(body, StreamCompletionRequest, strict)
+    assert decoded.provider_options is not None
+    assert from_struct(decoded.provider_options) == {"a": None}
+    assert wire.take_images(decoded, "messages") is None  # not clean: no images kept
+
+
+def test_wire_images_key_the_cache_and_the_body_equals_a_fresh_translation(strict: Any) -> None:
+    provider = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9")
+    spec = provider.spec_for(MODEL)
+    assert spec is not None
+    cache = TranslationCache()
+    compat = OpenAICompat()
+    for pairs in (1, 2, 3):
+        data = wire.encode(conversation(pairs))
+        request = limits.decode_request(data, StreamCompletionRequest, strict)
+        images = wire.take_images(request, "messages")
+        assert images is not None and len(images) == len(request.messages)
+        assert [Message.parse(image) for image in images] == request.messages
+        assert wire.take_images(request, "messages") is None  # once
+        fresh = dump_body(build_openai_body(request, spec, compat))
+        assert build_openai_content(request, spec, compat, cache, images) == fresh
+    assert cache.misses == 1 + 2 * 3  # each message translated once over three turns
+    # the same id with other content (another image) is translated again
+    changed = conversation(3)
+    changed.messages[1].content[0].text = TextBlock(text="edited")
+    data = wire.encode(changed)
+    request = limits.decode_request(data, StreamCompletionRequest, strict)
+    images = wire.take_images(request, "messages")
+    fresh = dump_body(build_openai_body(request, spec, compat))
+    assert build_openai_content(request, spec, compat, cache, images) == fresh
+    assert b"edited" in fresh
+
+
+def test_images_are_dropped_when_the_message_list_changed(strict: Any) -> None:
+    request = limits.decode_request(wire.encode(conversation(2)), StreamCompletionRequest, strict)
+    request.messages.pop()
+    assert wire.take_images(request, "messages") is None
+
+
+def test_the_counted_body_is_the_streamed_body(strict: Any) -> None:
+    provider = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9")
+    spec = provider.spec_for(MODEL)
+    assert spec is not None
+    request = limits.decode_request(wire.encode(conversation(4)), StreamCompletionRequest, strict)
+    fresh = dump_body(provider.build_body(request, spec))
+    assert provider.count_input_tokens(request) == -(-len(fresh) // 4)
+    assert provider._bodies.take(request, spec) == fresh
+    assert provider._bodies.take(request, spec) is None  # used once
+    # a request built in Python (not decoded by the server) is never kept
+    plain = conversation(4)
+    provider.count_input_tokens(plain)
+    assert provider._bodies.take(plain, spec) is None
+    # reconfiguring drops what was kept
+    provider.count_input_tokens(request)
+    asyncio.run(provider.configure({"api_key": "other"}))
+    assert provider._bodies.take(request, spec) is None
+    assert len(provider._bodies) == 0
