@@ -230,10 +230,11 @@ async def test_d06_web_search_counts_reach_usage_and_cost() -> None:
     token_terms = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h", "reasoning")
     tokens = sum((completion.cost.terms[name] for name in token_terms), Decimal(0))
     assert tokens == Decimal("0.0104")
+    assert completion.cost.request_fees == {"web_search": Decimal("0.03")}
+    assert completion.cost.terms["requests"] == Decimal("0.03")
+    assert completion.cost.total == Decimal("0.0404")
     pricing = haiku().pricing
-    fees = request_fees(usage, pricing.tiers[0], 0)
-    assert fees == {"web_search": Decimal("0.03")}
-    assert tokens + sum(fees.values()) == Decimal("0.0404")
+    assert request_fees(usage, pricing.tiers[0], 0) == {"web_search": Decimal("0.03")}
 
 
 async def test_d06_server_tool_blocks_and_citations_go_back_verbatim() -> None:
