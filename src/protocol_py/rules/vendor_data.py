@@ -56,7 +56,8 @@ __all__ = [
 ]
 
 MAX_VALUE_BYTES: Final = 65_536
-"""Largest ``VendorData.value``, in bytes (a Gemini thought signature is a few hundred)."""
+"""Largest ``VendorData.value``, in bytes (Gemini's thought signatures have no fixed size;
+recorded ones run to about 6 KB)."""
 
 MAX_LOCATION_BYTES: Final = 128
 """Longest ``VendorData.location``, in bytes."""

@@ -37,6 +37,7 @@ from protocol_py.server.config_schema import (
     validate_config,
 )
 from protocol_py.server.context_window import checked_request
+from protocol_py.server.go_plugin import GoPluginServices
 from protocol_py.server.grpc_layer.cardinality import SingleRequest, receive_single
 from protocol_py.server.grpc_layer.connections import (
     DEADLINE_RESET_MARGIN,
@@ -147,6 +148,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self._strict_classes: dict[type[betterproto2.Message], Any] = {}
         self.reply_budget = ReplyBudget()
         """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`)."""
+        self.go_plugin: GoPluginServices | None = None
+        """hashicorp/go-plugin's controller, broker and stdio services and its ``plugin``
+        health name (:mod:`protocol_py.server.go_plugin`), served when set before
+        :meth:`start` (by :func:`~protocol_py.server.serve.serve_async` when a kernel built on
+        go-plugin launched the server)."""
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -198,12 +204,17 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         return self._pool
 
     def services(self) -> list[Any]:
-        """The grpclib services to serve: this one, health, and reflection when available."""
-        health = Health({self: [self.health_status], OVERALL: [self.health_status]})
-        services: list[Any] = [self, health]
+        """The grpclib services to serve: this one, health, reflection when available, and
+        :attr:`go_plugin`'s when set (not listed by reflection: they are go-plugin's)."""
+        checks: dict[Any, list[Any]] = {self: [self.health_status], OVERALL: [self.health_status]}
+        if self.go_plugin is not None:
+            checks[self.go_plugin.health_key] = [self.health_status]
+        services: list[Any] = [self, Health(checks)]
         pool = self.descriptor_pool()
         if pool is not None:
             services = ServerReflection.extend(services, pool=pool)
+        if self.go_plugin is not None:
+            services.append(self.go_plugin)
         return services
 
     @property

@@ -96,6 +96,12 @@ def text_block(value: str, vendor_data: Sequence[VendorData] = ()) -> StreamEven
     )
 
 
+def signed_text(value: str, vendor_data: Sequence[VendorData]) -> StreamEvent:
+    """:func:`text_block` for a vendor part that carries its signature in ``vendor_data``: its
+    text MAY be empty (a part that holds only a signature; protocol 1.2)."""
+    return text_block(value, vendor_data)
+
+
 def text_vendor_data(vendor_data: Sequence[VendorData]) -> StreamEvent:
     """An empty text_delta carrying vendor data for the open text block (protocol 1.2; for
     example Anthropic's citations, sent when the block ends)."""
