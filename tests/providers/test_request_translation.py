@@ -493,7 +493,9 @@ def test_foreign_provider_thinking_is_not_replayed_to_anthropic() -> None:
             ContentBlock(text=TextBlock(text="answer")),
         ],
     )
-    req = StreamCompletionRequest(model_id="m", messages=[text(Role.USER, "x"), foreign])
+    req = StreamCompletionRequest(
+        model_id="m", messages=[text(Role.USER, "x"), foreign, text(Role.USER, "more")]
+    )
     assert build_anthropic_body(req, spec("m"))["messages"][1]["content"] == [
         {"type": "text", "text": "answer"}
     ]

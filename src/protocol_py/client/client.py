@@ -50,7 +50,7 @@ from protocol_py.rules.cost import CostBreakdown, cost
 from protocol_py.rules.version_gate import request_for_plugin
 from protocol_py.transport.addresses import unix_socket_path
 from protocol_py.transport.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
-from protocol_py.version import PROTOCOL_VERSION
+from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
@@ -269,6 +269,18 @@ class ModelClient:
         self._capabilities = caps
         return caps
 
+    def _peer_is_newer(self) -> bool:
+        """Whether the plugin's Capabilities.protocol_version is a newer minor of our major:
+        its streams are then read by the forward-compatibility rules (an unknown stop reason
+        is END_TURN not affirmed, an unknown error kind goes by its retryable flag, an unknown
+        event kind is ignored; docs/forward-compatibility.md)."""
+        caps = self._capabilities
+        if caps is None:
+            return False
+        major, _, minor = caps.protocol_version.partition(".")
+        ours = PROTOCOL_VERSION.partition(".")[2]
+        return major == str(PROTOCOL_MAJOR) and minor.isdigit() and int(minor) > int(ours)
+
     async def describe(self, *, timeout: float | None = None) -> ProducerRef:  # noqa: ASYNC109
         """Describe: the plugin build's identity with its protocol version."""
         response = await self.stub.describe(DescribeRequest(), timeout=timeout)
@@ -405,6 +417,7 @@ class ModelClient:
             message_id=message_id,
             produced_by_model_id=request.model_id,
             produced_by_provider=provider,
+            forward_compatible=self._peer_is_newer(),
         )
         received_at: datetime | None = None
         events = 0

@@ -99,10 +99,11 @@ class ConversationPrefixes(BoundedLRU[Hashable, tuple[tuple[bytes, ...], T]]):
         ``key`` (compared byte for byte; a None image, one too large to keep, never matches),
         else None."""
         found = self._get(key)
+        # one tuple comparison: element by element in C (identical objects compare at once)
         fits = (
             found is not None
             and len(found[0]) <= len(images)
-            and all(kept == image for kept, image in zip(found[0], images, strict=False))
+            and found[0] == tuple(images[: len(found[0])])
         )
         self._count(fits)
         return found if fits else None
@@ -110,4 +111,4 @@ class ConversationPrefixes(BoundedLRU[Hashable, tuple[tuple[bytes, ...], T]]):
     def put(self, key: Hashable, images: tuple[bytes, ...], value: T, value_bytes: int = 0) -> None:
         """Keep ``images`` and ``value`` (about ``value_bytes`` bytes) under ``key``, replacing
         what was kept there; nothing is kept when they alone exceed ``max_bytes``."""
-        self._put(key, (images, value), sum(len(image) for image in images) + value_bytes)
+        self._put(key, (images, value), sum(map(len, images)) + value_bytes)

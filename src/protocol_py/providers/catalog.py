@@ -78,6 +78,8 @@ from protocol_py_gen.model.v1 import (
     PricingTier,
     PricingWindow,
     PricingWindowDayOfWeek,
+    RequestRate,
+    ThinkingConstraints,
     ThinkingDisable,
     ThinkingReplay,
     ThinkingSpec,
@@ -306,7 +308,28 @@ def deepseek_models() -> list[ModelSpec]:
 
 # --- Anthropic -------------------------------------------------------------------------------
 
-_ANTHROPIC_CACHE = CachingSpec(supported=True, explicit_markers=True)
+_ANTHROPIC_CACHE = CachingSpec(
+    supported=True,
+    explicit_markers=True,
+    breakpoint_ttl_seconds=[300, 3600],
+    default_ttl_seconds=300,
+    max_breakpoints=4,
+)
+"""Prompt caching: cache_control markers, 5-minute (default) and one-hour lifetimes, at most
+four markers per request (``/docs/en/build-with-claude/prompt-caching``)."""
+
+_ANTHROPIC_THINKING_RULES = ThinkingConstraints(
+    forced_tool_choice_refused=True, fixed_temperature=1.0
+)
+"""What the Messages API refuses while the model thinks: tool_choice any/tool, a temperature
+other than 1 (``/docs/en/build-with-claude/extended-thinking``)."""
+
+_ANTHROPIC_WEB_FEES = [
+    RequestRate(name="web_search", price_per_request=0.01),
+    RequestRate(name="web_fetch", price_per_request=0.0),
+]
+"""Server-tool fees (``/docs/en/agents-and-tools/tool-use/web-search-tool``: USD 10 per 1,000
+searches; web fetch has no fee beyond its tokens)."""
 _LADDER = ["low", "medium", "high", "xhigh", "max"]
 
 
@@ -320,11 +343,24 @@ def _adaptive(
         disable=disable,
         disable_allowed_efforts=allowed or [],
         replay=ThinkingReplay.ALL,
+        constraints=_ANTHROPIC_THINKING_RULES,
     )
 
 
 def anthropic_models() -> list[ModelSpec]:
-    """Anthropic Messages models."""
+    """Anthropic Messages models (every tier bills the server-tool fees)."""
+    models = _anthropic_models()
+    for spec in models:
+        assert spec.pricing is not None
+        for tier in spec.pricing.tiers:
+            tier.request_rates = [
+                RequestRate(name=r.name, price_per_request=r.price_per_request)
+                for r in _ANTHROPIC_WEB_FEES
+            ]
+    return models
+
+
+def _anthropic_models() -> list[ModelSpec]:
     return [
         _spec(
             "claude-fable-5-1",
@@ -379,6 +415,11 @@ def anthropic_models() -> list[ModelSpec]:
                 adaptive_by_default=False,
                 disable=ThinkingDisable.ALWAYS,
                 replay=ThinkingReplay.ALL,
+                constraints=ThinkingConstraints(
+                    max_output_exceeds_budget=True,
+                    forced_tool_choice_refused=True,
+                    fixed_temperature=1.0,
+                ),
             ),
             caching=_ANTHROPIC_CACHE,
             tiers=[_tier(_Rates(1.00, 5.00, 1.25, 0.10, 2.00))],

@@ -19,12 +19,26 @@ tool call is a ``tool_use`` block placed where it started, its arguments parsed 
 arguments that are not a JSON object, or hold an integer beyond 2^53 (docs/decisions.md#d5),
 do not raise: the block keeps ``{}`` as input, and the call id and the reason are recorded in
 :attr:`AccumulatedResponse.tool_call_errors` (the raw text stays in ``tool_arguments``) so the
-kernel can answer the call with an error result instead of losing the turn. Time is linear in
-the number of events: fragments are collected in lists and joined once.
+kernel can answer the call with an error result instead of losing the turn. In a stream that
+stops with MAX_TOKENS such a call is one the output limit cut: it is left out of the message
+and listed in :attr:`AccumulatedResponse.truncated_tool_calls` (the model never finished it, so
+there is nothing to run or answer). Time is linear in the number of events: fragments are
+collected in lists and joined once.
+
+Forward compatibility (``forward_compatible=True``: the stream comes from a plugin of a newer
+protocol minor; docs/forward-compatibility.md): a value or member this version does not know is
+read, never rejected, and recorded in :attr:`AccumulatedResponse.future_values` with a warning:
+an unknown ``stop.reason`` is END_TURN with ``model_affirmed`` false (docs/decisions.md#d11;
+the vendor's ``vendor_reason`` kept); an unknown ``error.kind`` is TRANSIENT when the error is
+retryable and PERMANENT otherwise (the rest of the error kept); an event with no known member
+but unknown fields (a new event kind) is ignored; an unknown ``safety_notice`` kind is ignored
+as always.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,10 +63,12 @@ from protocol_py_gen.content.v1 import (
 )
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
+    ErrorKind,
     ModelError,
     SafetyKind,
     SafetyNotice,
     Stop,
+    StopReason,
     StreamEvent,
     StreamMetadata,
     Usage,
@@ -64,6 +80,9 @@ __all__ = [
     "accumulate",
 ]
 
+_log = logging.getLogger("protocol_py.rules")
+_STOP_REASONS = frozenset(int(r) for r in StopReason if r != StopReason.UNSPECIFIED)
+_ERROR_KINDS = frozenset(int(k) for k in ErrorKind if k != ErrorKind.UNSPECIFIED)
 _SAFETY_KINDS = frozenset(int(k) for k in SafetyKind if k != SafetyKind.UNSPECIFIED)
 
 
@@ -183,6 +202,12 @@ class AccumulatedResponse:
             reason (their block's input is ``{}``).
         open_tool_calls: Ids of tool calls started but never done (incomplete streams only);
             their blocks carry the arguments only if what arrived parses.
+        truncated_tool_calls: Ids of tool calls the output limit cut (a MAX_TOKENS stop, their
+            arguments not a whole JSON object): left out of ``message`` (the model never
+            finished the call; nothing to run or answer), raw text in ``tool_arguments``.
+        future_values: What a plugin of a newer protocol minor sent that this version reads
+            by the forward-compatibility rules (``stop.reason=9``, ``error.kind=12``,
+            ``events[3]: an event kind``), in arrival order.
     """
 
     message: Message
@@ -198,6 +223,8 @@ class AccumulatedResponse:
     tool_arguments: dict[str, str] = field(default_factory=dict)
     tool_call_errors: dict[str, str] = field(default_factory=dict)
     open_tool_calls: list[str] = field(default_factory=list)
+    truncated_tool_calls: list[str] = field(default_factory=list)
+    future_values: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The proto3-JSON form used by ``testdata/conformance/accumulate.json``: ``message``,
@@ -263,6 +290,9 @@ class StreamAccumulator:
         message_id: The message id to use; default a new ULID (docs/decisions.md#d16).
         produced_by_model_id: ``ModelSpec.id`` of the producing model, when known.
         produced_by_provider: ``ProducerRef.name`` of the producing provider, when known.
+        forward_compatible: The events come from a plugin of a newer protocol minor: unknown
+            event kinds, stop reasons and error kinds are read by the forward-compatibility
+            rules (module docstring) instead of being violations.
     """
 
     def __init__(
@@ -271,6 +301,7 @@ class StreamAccumulator:
         message_id: str | None = None,
         produced_by_model_id: str | None = None,
         produced_by_provider: str | None = None,
+        forward_compatible: bool = False,
     ) -> None:
         for what, given in (
             ("message_id", message_id),
@@ -283,7 +314,8 @@ class StreamAccumulator:
                     path=what,
                     rule="value.wrong_type",
                 )
-        self._checker = StreamOrderChecker()
+        self._checker = StreamOrderChecker(forward_compatible=forward_compatible)
+        self._future_values: list[str] = []
         self._message_id = message_id if message_id is not None else str(ULID())
         self._model_id = produced_by_model_id
         self._provider = produced_by_provider
@@ -351,9 +383,11 @@ class StreamAccumulator:
         elif name == "usage":
             self._usage = value
         elif name == "stop":
-            self._stop = value
+            self._stop = self._known_stop(value)
         elif name == "error":
-            self._error = value
+            self._error = self._known_error(value)
+        elif not name:
+            self._future_values.append(f"events[{self._checker.index - 1}]: an event kind")
         elif name == "stream_start":
             self._request_id = value.provider_request_id
         elif name == "metadata":
@@ -363,6 +397,35 @@ class StreamAccumulator:
                 self._notices.append(value)
             else:
                 self._ignored_notices += 1
+
+    def _known_stop(self, stop: Stop) -> Stop:
+        """A stop whose reason a newer minor added, read as END_TURN not affirmed
+        (docs/decisions.md#d11)."""
+        reason = int(stop.reason)
+        if reason in _STOP_REASONS:
+            return stop
+        self._future_values.append(f"stop.reason={reason}")
+        _log.warning(
+            "stop reason %d of a newer protocol minor read as END_TURN, not affirmed", reason
+        )
+        return Stop(
+            reason=StopReason.END_TURN,
+            model_affirmed=False,
+            vendor_reason=stop.vendor_reason,
+            matched_stop_sequence=None,
+        )
+
+    def _known_error(self, error: ModelError) -> ModelError:
+        """An error whose kind a newer minor added, read by its ``retryable`` flag: TRANSIENT
+        when retryable, else PERMANENT (everything else kept)."""
+        kind = int(error.kind)
+        if kind in _ERROR_KINDS:
+            return error
+        self._future_values.append(f"error.kind={kind}")
+        _log.warning("error kind %d of a newer protocol minor read by its retryable flag", kind)
+        known = copy.copy(error)
+        known.kind = ErrorKind.TRANSIENT if error.retryable else ErrorKind.PERMANENT
+        return known
 
     def result(self) -> AccumulatedResponse:
         """The response accumulated so far; may be called at any point and more than once.
@@ -375,6 +438,8 @@ class StreamAccumulator:
         errors: dict[str, str] = {}
         arguments: dict[str, str] = {}
         open_calls: list[str] = []
+        truncated: list[str] = []
+        limited = self._stop is not None and self._stop.reason == StopReason.MAX_TOKENS
         for builder in self._blocks:
             if isinstance(builder, _ThinkingBuilder) and not builder.signature:
                 unreplayable.append(len(content))
@@ -383,6 +448,9 @@ class StreamAccumulator:
                 if not builder.done:
                     open_calls.append(builder.call_id)
                     _try_partial(builder)
+                elif builder.error is not None and limited:
+                    truncated.append(builder.call_id)  # cut by the output limit: not a call
+                    continue
                 elif builder.error is not None:
                     errors[builder.call_id] = builder.error
             content.append(builder.build())
@@ -407,6 +475,8 @@ class StreamAccumulator:
             tool_arguments=arguments,
             tool_call_errors=errors,
             open_tool_calls=open_calls,
+            truncated_tool_calls=truncated,
+            future_values=list(self._future_values),
         )
 
 
@@ -424,8 +494,10 @@ def accumulate(
     message_id: str | None = None,
     produced_by_model_id: str | None = None,
     produced_by_provider: str | None = None,
+    forward_compatible: bool = False,
 ) -> AccumulatedResponse:
-    """Fold a whole StreamEvent sequence (see :class:`StreamAccumulator`).
+    """Fold a whole StreamEvent sequence (see :class:`StreamAccumulator`; ``forward_compatible``
+    for the events of a plugin of a newer protocol minor).
 
     Raises:
         StreamOrderError: an event breaks an order rule (naming its index and rule id).
@@ -442,6 +514,7 @@ def accumulate(
         message_id=message_id,
         produced_by_model_id=produced_by_model_id,
         produced_by_provider=produced_by_provider,
+        forward_compatible=forward_compatible,
     )
     for event in events:
         acc.feed(event)

@@ -367,7 +367,9 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
     The version's MAJOR must equal :data:`protocol_py.version.PROTOCOL_MAJOR`
     (``capabilities.protocol_version.incompatible``); a newer MINOR of the same major is the
     *warning* ``capabilities.protocol_version.newer_minor`` (compatible; fields added since may
-    be ignored).
+    be ignored), and an enum number this version does not know is then the warning
+    ``enum.unknown_value`` instead of an error (a value the newer minor added, which matches
+    no known value wherever it is read: docs/forward-compatibility.md).
 
     Raises:
         InvalidValueError: ``caps`` is not a Capabilities or holds a wrongly typed field.
@@ -458,6 +460,13 @@ def validate_capabilities(caps: Capabilities) -> list[Violation]:
                     "warning",
                 )
             )
+            # values a newer minor added: read as no known value (docs/forward-compatibility.md)
+            out[:] = [
+                Violation(v.path, v.rule, v.message, "warning")
+                if v.rule == "enum.unknown_value"
+                else v
+                for v in out
+            ]
     if caps.config_schema is not None:
         try:
             schema = from_struct(caps.config_schema, path="config_schema")

@@ -142,7 +142,7 @@ def event_member(event: StreamEvent) -> tuple[str, Any]:
     return found_name, found
 
 
-def _event_member(event: object, index: int) -> tuple[str, Any]:
+def _event_member(event: object, index: int, forward: bool = False) -> tuple[str, Any]:
     if not isinstance(event, StreamEvent):
         raise StreamOrderError(
             index, "stream.event.empty", f"expected a StreamEvent, got {type(event).__name__}"
@@ -152,6 +152,8 @@ def _event_member(event: object, index: int) -> tuple[str, Any]:
     except RuntimeError as exc:  # betterproto2 raises it when several members are set
         raise StreamOrderError(index, "stream.event.multiple", f"event oneof: {exc}") from None
     if not name or value is None:
+        if forward and getattr(event, "_unknown_fields", None):
+            return "", None  # a member of a newer protocol minor: the caller ignores it
         raise StreamOrderError(index, "stream.event.empty", "no member of the event oneof is set")
     try:
         checked, unknown = type_check.check_message(value, path=name)
@@ -184,10 +186,19 @@ class StreamOrderChecker:
 
     Feed every event of one stream, in order, to :meth:`check`. Memory is O(number of tool
     calls); each check is O(1).
+
+    Args:
+        forward_compatible: The stream comes from a plugin of a newer protocol minor (its
+            Capabilities.protocol_version): an event of an unknown kind (no known member set,
+            unknown fields present) is accepted (the accumulator ignores it), and an unknown
+            ``stop.reason`` or ``error.kind`` is accepted (the accumulator reads it by the
+            forward-compatibility rules of :mod:`protocol_py.rules.accumulate`). False: both
+            are violations (docs/forward-compatibility.md).
     """
 
     __slots__ = (
         "_closed",
+        "_forward",
         "_index",
         "_open",
         "_open_vendor_data",
@@ -196,7 +207,8 @@ class StreamOrderChecker:
         "_usage_seen",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, forward_compatible: bool = False) -> None:
+        self._forward = forward_compatible
         self._index = 0
         self._terminated = False
         self._usage_seen = False
@@ -251,7 +263,7 @@ class StreamOrderChecker:
                 and _other_members(event) == _ALL_UNSET
             ):
                 return "text_delta", value
-        name, value = _event_member(event, index)
+        name, value = _event_member(event, index, self._forward)
         if name in CONTENT_EVENT_KINDS:
             if self._usage_seen:
                 raise StreamOrderError(
@@ -287,7 +299,7 @@ class StreamOrderChecker:
                 raise StreamOrderError(
                     index, "stream.error.kind_unspecified", "error.kind must be set"
                 )
-            if kind not in _ERROR_KINDS:
+            if kind not in _ERROR_KINDS and not self._forward:
                 raise StreamOrderError(
                     index, "stream.error.kind_unknown", f"error.kind {kind} is not an ErrorKind"
                 )
@@ -418,7 +430,7 @@ class StreamOrderChecker:
             raise StreamOrderError(
                 index, "stream.stop.reason_unspecified", "stop.reason must be set"
             )
-        if reason not in _STOP_REASONS:
+        if reason not in _STOP_REASONS and not self._forward:
             raise StreamOrderError(
                 index, "stream.stop.reason_unknown", f"stop.reason {reason} is not a StopReason"
             )

@@ -5,6 +5,7 @@ and ``[DONE]`` without a finish reason."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from protocol_py.rules.accumulate import accumulate
@@ -106,7 +107,7 @@ def test_a_new_id_on_the_same_index_opens_a_new_call_after_a_named_one() -> None
     assert [c[:2] for c in calls_of(events)] == [("call_a", "f"), ("call_b", "g")]
 
 
-def test_an_id_reused_after_its_call_closed_is_an_error_not_a_second_start() -> None:
+def test_an_id_reused_by_a_new_named_call_after_its_call_closed_is_a_new_call() -> None:
     events = oa(
         oa_chunk({"tool_calls": [tc(0, "call_a", "f", "{}")]}),
         oa_chunk({"tool_calls": [tc(0, "call_b", "g", "{}")]}),
@@ -114,8 +115,23 @@ def test_an_id_reused_after_its_call_closed_is_an_error_not_a_second_start() -> 
         oa_chunk({}, "tool_calls"),
         "data: [DONE]",
     )
-    assert kinds(events).count("tool_call_start") == 2
-    assert kinds(events)[-1] == "error" and "call_a" in value(events[-1]).message
+    calls = calls_of(events)
+    assert [c[1:] for c in calls] == [("f", "{}"), ("g", "{}"), ("f", "{}")]
+    assert [c[0] for c in calls[:2]] == ["call_a", "call_b"]
+    assert calls[2][0].startswith("call_") and calls[2][0] not in ("call_a", "call_b")
+    assert kinds(events)[-1] == "stop"
+
+
+def test_a_fragment_for_an_id_whose_call_closed_is_an_error_not_a_second_start() -> None:
+    events = oa(
+        oa_chunk({"tool_calls": [tc(0, "call_a", "f", "{")]}),
+        oa_chunk({"tool_calls": [tc(0, "call_b", "g", "{}")]}),
+        oa_chunk({"tool_calls": [tc(1, "call_a", None, "}")]}),
+        oa_chunk({}, "tool_calls"),
+        "data: [DONE]",
+    )
+    assert kinds(events).count("tool_call_start") <= 2
+    assert kinds(events)[-1] == "error"
     accumulate(events)
 
 
@@ -135,7 +151,7 @@ def test_id_less_server_streams_a_call_from_its_second_entry() -> None:
         "text_delta",
     ]
     synthesized = value(events[2]).id
-    assert synthesized.startswith("call_0_")
+    assert re.fullmatch(r"call_[0-9A-HJKMNP-TV-Z]{26}", synthesized)  # call_ + a ULID
     # the real id that came later continues the started call instead of splitting it
     assert kinds(events).count("tool_call_start") == 1
     assert calls_of(events) == [(synthesized, "f", '{"a": 1.0}')]

@@ -23,6 +23,7 @@ from protocol_py_gen.content.v1 import (
 )
 from protocol_py_gen.model.v1 import (
     ErrorKind,
+    GenerationParams,
     ModelSpec,
     Stop,
     StopReason,
@@ -170,6 +171,7 @@ def test_anthropic_body_sends_the_paused_message_back_as_the_last_message() -> N
         paused,
         Stop(reason=StopReason.PAUSE_TURN, model_affirmed=True, vendor_reason="pause_turn"),
     )
+    request.params = GenerationParams(thinking_budget_tokens=2048)  # the paused turn thought
     spec = ModelSpec(
         id="claude-x",
         context_window=200_000,

@@ -70,9 +70,11 @@ class AnthropicProvider(HTTPProvider):
         """Messages body (see :mod:`protocol_py.providers.anthropic.request`)."""
         return build_anthropic_body(request, spec, provider=self.name)
 
-    def make_translator(self, headers: Mapping[str, str]) -> Translator:
+    def make_translator(
+        self, headers: Mapping[str, str], request: StreamCompletionRequest | None = None
+    ) -> Translator:
         """An Anthropic stream translator."""
-        return AnthropicStreamTranslator(headers)
+        return AnthropicStreamTranslator(headers, request=request)
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Count input tokens with the vendor's endpoint (VENDOR_API, docs/decisions.md#d15).

@@ -15,14 +15,27 @@ Mapping summary:
   ``signature_delta`` -> the block's signature (assigned, emitted once as thinking_signature at
   ``content_block_stop``), ``redacted_thinking`` -> one redacted_thinking event with ``data``
   verbatim at ``content_block_start``, ``tool_use`` -> tool_call_start at
-  start, ``input_json_delta.partial_json`` fragments forwarded as received (empty ones
-  skipped), tool_call_done at ``content_block_stop``. Other block types (``compaction``,
-  ``server_tool_use`` and its results, which the vendor executes itself, citations) have no
-  protocol slot and emit nothing.
+  start (under the kernel id of :mod:`protocol_py.providers.http.call_ids`, the vendor's id kept
+  as ``anthropic.tool_use.id`` vendor data when it had to be replaced),
+  ``input_json_delta.partial_json`` fragments forwarded as received (empty ones skipped),
+  tool_call_done at ``content_block_stop``. Any other block type (``server_tool_use`` and the
+  ``*_tool_result`` kinds, which the vendor executes itself, ``compaction``) is assembled and
+  emitted whole at ``content_block_stop`` as one ``vendor_block`` (protocol 1.2); a text block's
+  ``citations_delta`` entries are sent when it ends as an empty text_delta carrying
+  ``anthropic.text.citations`` vendor data. Both only to a kernel of 1.2 or later
+  (``kernel_protocol_version``); never a client tool call.
+- Text, thinking and tool-argument fragments pass through a surrogate joiner: the halves of a
+  character split between two deltas are joined (a half that never pairs is U+FFFD).
+- A tool call whose arguments do not parse at ``content_block_stop`` is held open: when the
+  stop reason is the output limit (``max_tokens``, ``model_context_window_exceeded``) it is
+  closed as it is before usage and a MAX_TOKENS stop (the accumulator keeps it out of the
+  message); otherwise it is the TRANSIENT malformed-arguments error.
 - ``ping`` is ignored; ``event: error`` is one terminal error.
 - Usage: ``message_start.usage`` updated field by field by ``message_delta.usage`` (cumulative,
-  last value wins). When ``usage.iterations`` is present (server-side compaction) the event
-  carries the sum over the iterations.
+  last value wins); ``usage.server_tool_use`` counters become UsageComponents and, for the
+  billed ones (:data:`SERVER_TOOL_FEES`), RequestCounts (protocol 1.2). When
+  ``usage.iterations`` is present (server-side compaction) the event carries the sum over the
+  iterations.
 - Usage and stop are emitted at ``message_stop``. Blocks the vendor left open (no
   ``content_block_stop``) are closed first, in index order, exactly as ``content_block_stop``
   would close them (a tool call's arguments are checked, then tool_call_done; a thinking block's
@@ -60,27 +73,37 @@ raw value.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.call_ids import ANTHROPIC_TOOL_USE_ID, CallIds, vendor_id_entry
 from protocol_py.providers.http.errors import (
     anthropic_rate_limits,
     classify_error_object,
     lower_headers,
     transient_error,
 )
+from protocol_py.providers.http.request import kernel_speaks
 from protocol_py.providers.http.sse import SSEEvent
+from protocol_py.rules.vendor_block import vendor_block_problems
+from protocol_py.rules.vendor_data import ANTHROPIC_TEXT_CITATIONS, MAX_VALUE_BYTES
+from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
     RateLimitSnapshot,
+    RequestCount,
     Stop,
     StopReason,
+    StreamCompletionRequest,
     StreamEvent,
     StreamMetadata,
     Usage,
+    UsageComponent,
 )
 
 __all__ = ["AnthropicStreamTranslator", "map_anthropic_stop", "map_anthropic_usage"]
@@ -162,6 +185,7 @@ def map_anthropic_usage(
     thinking = ev.counted_reasoning(
         output_tokens, thinking, "usage.output_tokens_details.thinking_tokens"
     )
+    counts, components = _server_tool_counts(raw.get("server_tool_use"))
     return Usage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
@@ -173,7 +197,44 @@ def map_anthropic_usage(
         reasoning_tokens=thinking,
         reasoning_already_counted=True if thinking is not None else None,
         rate_limits=list(rate_limits or []),
+        components=components,
+        request_counts=counts,
     )
+
+
+SERVER_TOOL_FEES: Mapping[str, str] = {
+    "web_search_requests": "web_search",
+    "web_fetch_requests": "web_fetch",
+}
+"""``usage.server_tool_use`` counters billed per request -> the ``RequestCount`` name they are
+reported under (protocol 1.2), priced by the tier's ``request_rates`` of that name."""
+
+_MAX_COMPONENTS = 16
+"""Most ``usage.server_tool_use`` counters reported as UsageComponents."""
+
+
+def _server_tool_counts(raw: object) -> tuple[list[RequestCount], list[UsageComponent]]:
+    """``usage.server_tool_use`` (for example ``{"web_search_requests": 3}``): every counter as
+    a UsageComponent of its own name (a 1.1 kernel keeps it), and the billed ones
+    (:data:`SERVER_TOOL_FEES`) also as RequestCounts (protocol 1.2, priced per request)."""
+    if not isinstance(raw, dict):
+        return [], []
+    counts: list[RequestCount] = []
+    components: list[UsageComponent] = []
+    for key in sorted(raw)[:_MAX_COMPONENTS]:
+        if not isinstance(key, str) or not _COUNTER_NAME.fullmatch(key):
+            continue
+        value = ev.usage_count(raw, key, f"usage.server_tool_use.{key}")
+        if value is None:
+            continue
+        components.append(UsageComponent(name=key, value=value))
+        fee = SERVER_TOOL_FEES.get(key)
+        if fee is not None:
+            counts.append(RequestCount(name=fee, count=value))
+    return counts, components
+
+
+_COUNTER_NAME = re.compile(r"[a-z0-9_]{1,64}")
 
 
 _CREATION_KEYS = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
@@ -210,12 +271,28 @@ def _sum_iterations(iterations: list[Any]) -> dict[str, Any]:
     return total
 
 
+ANTHROPIC_VENDOR = "anthropic"
+"""The adapter family name on the vendor blocks this translator writes (VendorBlock.vendor)."""
+
+MAX_CITATIONS_BYTES = MAX_VALUE_BYTES
+"""Largest citations list kept on one text block (a VendorData value), in bytes."""
+
+_KNOWN_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+_OUTPUT_LIMITS = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""Stop reasons that say the output limit cut the turn: a tool call's arguments may be cut."""
+
+_log = logging.getLogger("protocol_py.providers")
+
+
 @dataclass
 class _Block:
     kind: str
     call_id: str = ""
     signature: str = ""
     fragments: list[str] = field(default_factory=list)
+    raw: dict[str, Any] | None = None  # a vendor-owned block, assembled from its events
+    citations: list[Any] | None = None  # a text block's citations (None: the block has none)
+    text_seen: bool = False
 
 
 class AnthropicStreamTranslator:
@@ -226,11 +303,21 @@ class AnthropicStreamTranslator:
 
     Args:
         headers: The response headers (any case).
+        request: The request this stream answers: its history's tool-call ids are never
+            reused (:mod:`protocol_py.providers.http.call_ids`), and its
+            ``kernel_protocol_version`` decides whether 1.2 events (vendor blocks, citations)
+            are sent. None: no history, a 1.1 kernel.
     """
 
-    def __init__(self, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, headers: Mapping[str, str], *, request: StreamCompletionRequest | None = None
+    ) -> None:
         h = lower_headers(headers)
         self.request_id = h.get("request-id", "").strip()
+        self._ids = CallIds.from_request(request, prefix="toolu_")
+        self._joiner = ev.SurrogateJoiner()
+        self._held: list[_Block] = []  # tool calls closed with arguments that do not parse
+        self._v12 = kernel_speaks(request, 2)
         self._rate_limits = anthropic_rate_limits(h)
         self._started = False
         self._blocks: dict[int, _Block] = {}
@@ -353,13 +440,15 @@ class AnthropicStreamTranslator:
         entry = _Block(kind=btype)
         self._blocks[index] = entry
         if btype == "text":
+            if "citations" in block:
+                entry.citations = []
             value = block.get("text")
             if isinstance(value, str) and value:
-                out.append(ev.text(value))
+                self._text(out, entry, value)
         elif btype == "thinking":
             value = block.get("thinking")
             if isinstance(value, str) and value:
-                out.append(ev.thinking(value))
+                self._thinking(out, value)
             sig = block.get("signature")
             if isinstance(sig, str) and sig:
                 entry.signature = sig
@@ -368,18 +457,43 @@ class AnthropicStreamTranslator:
             if isinstance(data, str) and data:
                 out.append(ev.redacted(data))
         elif btype == "tool_use":
-            call_id = ev.as_str(block.get("id"))
+            vendor_id = ev.as_str(block.get("id"))
             name = ev.as_str(block.get("name"))
-            if call_id is None or name is None:
+            if vendor_id is None or name is None:
                 self._fail(out, transient_error(f"tool_use block {index} without id or name"))
                 return
-            entry.call_id = call_id
-            out.append(ev.tool_start(call_id, name))
+            issued = self._ids.issue(vendor_id)
+            entry.call_id = issued.id
+            kept = (
+                [vendor_id_entry(ANTHROPIC_TOOL_USE_ID, issued.vendor_id)]
+                if issued.vendor_id is not None
+                else []
+            )
+            out.append(ev.tool_start(issued.id, name, kept))
             initial = block.get("input")
             if isinstance(initial, dict) and initial:
                 fragment = json.dumps(initial, ensure_ascii=False, separators=(",", ":"))
                 entry.fragments.append(fragment)
-                out.append(ev.tool_delta(call_id, fragment))
+                out.append(ev.tool_delta(issued.id, fragment))
+        else:
+            # server_tool_use, *_tool_result, compaction, ...: the vendor's own block, kept
+            # whole and sent back verbatim (protocol 1.2 vendor_block); never a client call
+            entry.raw = dict(block)
+
+    def _text(self, out: list[StreamEvent], entry: _Block, value: str) -> None:
+        value = self._joiner.feed("text", value)
+        if not value:
+            return
+        if not entry.text_seen and entry.citations is not None and self._v12:
+            out.append(ev.text_block(value))  # its own block: the citations belong to it
+        else:
+            out.append(ev.text(value))
+        entry.text_seen = True
+
+    def _thinking(self, out: list[StreamEvent], value: str) -> None:
+        value = self._joiner.feed("thinking", value)
+        if value:
+            out.append(ev.thinking(value))
 
     def _block_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
         index = ev.as_int(obj.get("index"))
@@ -388,14 +502,24 @@ class AnthropicStreamTranslator:
             return
         entry = self._blocks.get(index)
         dtype = delta.get("type")
-        if dtype == "text_delta":
+        if entry is not None and entry.raw is not None:
+            self._vendor_delta(out, index, entry, delta)
+        elif dtype == "text_delta":
             value = delta.get("text")
             if isinstance(value, str) and value:
-                out.append(ev.text(value))
+                if entry is None:
+                    entry = self._blocks[index] = _Block(kind="text")
+                self._text(out, entry, value)
+        elif dtype == "citations_delta":
+            citation = delta.get("citation")
+            if entry is not None and entry.kind == "text" and citation is not None:
+                if entry.citations is None:
+                    entry.citations = []
+                entry.citations.append(citation)
         elif dtype == "thinking_delta":
             value = delta.get("thinking")
             if isinstance(value, str) and value:
-                out.append(ev.thinking(value))
+                self._thinking(out, value)
         elif dtype == "signature_delta":
             sig = delta.get("signature")
             if isinstance(sig, str) and entry is not None:
@@ -408,8 +532,34 @@ class AnthropicStreamTranslator:
                     transient_error(f"input_json_delta for block {index}, which was never started"),
                 )
             elif isinstance(value, str) and value and entry is not None and entry.call_id:
+                value = self._joiner.feed(("tool", entry.call_id), value)
+                if value:
+                    entry.fragments.append(value)
+                    out.append(ev.tool_delta(entry.call_id, value))
+
+    def _vendor_delta(
+        self, out: list[StreamEvent], index: int, entry: _Block, delta: Mapping[str, Any]
+    ) -> None:
+        """A delta of a vendor-owned block: ``input_json_delta`` fragments assemble its
+        ``input``, ``compaction_delta`` pieces its ``content``; other kinds are ignored."""
+        assert entry.raw is not None
+        dtype = delta.get("type")
+        if dtype == "input_json_delta":
+            value = delta.get("partial_json")
+            if isinstance(value, str) and value:
                 entry.fragments.append(value)
-                out.append(ev.tool_delta(entry.call_id, value))
+        elif dtype == "compaction_delta":
+            value = delta.get("content")
+            if isinstance(value, str):
+                before = entry.raw.get("content")
+                entry.raw["content"] = (before if isinstance(before, str) else "") + value
+        else:
+            _log.warning(
+                "a %r delta of the vendor block %d (%s) ignored",
+                str(dtype)[:64],
+                index,
+                entry.kind[:64],
+            )
 
     def _block_stop(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
         index = ev.as_int(obj.get("index"))
@@ -419,15 +569,64 @@ class AnthropicStreamTranslator:
         self._close_block(out, entry)
 
     def _close_block(self, out: list[StreamEvent], entry: _Block) -> None:
-        """Finish one block: a thinking block's signature, a tool call's done (args checked)."""
-        if entry.kind == "thinking" and entry.signature:
-            out.append(ev.signature(entry.signature))
+        """Finish one block: a thinking block's signature, a tool call's done (args checked),
+        a text block's citations, a vendor-owned block emitted whole."""
+        if entry.kind == "thinking":
+            held = self._joiner.flush("thinking")
+            if held:
+                out.append(ev.thinking(held))
+            if entry.signature:
+                out.append(ev.signature(entry.signature))
+        elif entry.kind == "text":
+            held = self._joiner.flush("text")
+            if held:
+                self._text(out, entry, held)
+            if entry.citations and self._v12:
+                self._citations(out, entry.citations)
         elif entry.call_id:
+            held = self._joiner.flush(("tool", entry.call_id))
+            if held:
+                entry.fragments.append(held)
+                out.append(ev.tool_delta(entry.call_id, held))
             problem = ev.check_tool_arguments(entry.call_id, entry.fragments)
             if problem is not None:
-                self._fail(out, problem)
+                # held open until the stop says why: cut by the output limit (MAX_TOKENS, the
+                # call closed as it is) or malformed (a TRANSIENT error)
+                self._held.append(entry)
                 return
             out.append(ev.tool_done(entry.call_id))
+        elif entry.raw is not None:
+            self._vendor_block(out, entry)
+
+    def _citations(self, out: list[StreamEvent], citations: list[Any]) -> None:
+        value = json.dumps(citations, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(value) > MAX_CITATIONS_BYTES:
+            _log.warning("citations of %d bytes not kept (limit %d)", len(value), MAX_VALUE_BYTES)
+            return
+        out.append(
+            ev.text_vendor_data([VendorData(location=ANTHROPIC_TEXT_CITATIONS, value=value)])
+        )
+
+    def _vendor_block(self, out: list[StreamEvent], entry: _Block) -> None:
+        assert entry.raw is not None
+        raw = entry.raw
+        if entry.fragments:
+            joined = "".join(entry.fragments)
+            try:
+                raw["input"] = json.loads(joined) if joined.strip() else {}
+            except ValueError:
+                _log.warning("the %s block's input is not valid JSON: not kept", entry.kind[:64])
+                return
+        if not self._v12:
+            return  # a kernel of 1.1 has no slot for it (StreamCompletionRequest, 1.2)
+        data = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode()
+        event = ev.vendor_block(ANTHROPIC_VENDOR, entry.kind, data)
+        assert event.vendor_block is not None
+        problems = vendor_block_problems(event.vendor_block)
+        if problems:  # a type name outside the rules, or over MAX_DATA_BYTES: never cut
+            _log.warning("a %r block not kept: %s", entry.kind[:64], problems[0].message)
+            return
+        out.append(event)
 
     def _message_delta(self, out: list[StreamEvent], obj: Mapping[str, Any]) -> None:
         delta = obj.get("delta")
@@ -444,6 +643,8 @@ class AnthropicStreamTranslator:
                 for key in (*_USAGE_KEYS, "cache_creation", "output_tokens_details"):
                     if key in summed:
                         self._usage[key] = summed[key]
+                if isinstance(usage.get("server_tool_use"), dict):
+                    self._usage["server_tool_use"] = usage["server_tool_use"]
             else:
                 for key, value in usage.items():
                     if value is not None:
@@ -454,6 +655,18 @@ class AnthropicStreamTranslator:
             self._close_block(out, self._blocks.pop(index))
             if self.finished:
                 return
+        if self._held:
+            if self._stop_reason not in _OUTPUT_LIMITS:
+                entry = self._held[0]
+                problem = ev.check_tool_arguments(entry.call_id, entry.fragments)
+                assert problem is not None
+                self._fail(out, problem)
+                return
+            # the output limit cut these calls: closed as they are (the stop says MAX_TOKENS
+            # and the accumulator keeps them out of the message), never a retryable error
+            for entry in self._held:
+                out.append(ev.tool_done(entry.call_id))
+            self._held.clear()
         out.append(
             StreamEvent(usage=map_anthropic_usage(self._usage, rate_limits=self._rate_limits))
         )

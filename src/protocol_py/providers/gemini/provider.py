@@ -214,8 +214,11 @@ class GeminiProvider(HTTPProvider):
         """The ``generateContent`` body (:mod:`protocol_py.providers.gemini.request`)."""
         return build_gemini_body(request, spec, self.options)
 
-    def make_translator(self, headers: Mapping[str, str]) -> Translator:
-        """A translator with no request context (tests): 1.2 text signatures, fresh ids."""
+    def make_translator(
+        self, headers: Mapping[str, str], request: StreamCompletionRequest | None = None
+    ) -> Translator:
+        """A translator with no call context (tests): 1.2 text signatures, fresh ids; a call
+        gets :meth:`call_translator`'s."""
         return GeminiStreamTranslator()
 
     def call_translator(self, call: UpstreamCall, headers: Mapping[str, str]) -> Translator:

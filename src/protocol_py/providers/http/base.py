@@ -297,8 +297,11 @@ class HTTPProvider(Provider, abc.ABC):
         return dump_body(self.build_body(request, spec))
 
     @abc.abstractmethod
-    def make_translator(self, headers: Mapping[str, str]) -> Translator:
-        """A fresh stream translator for one response."""
+    def make_translator(
+        self, headers: Mapping[str, str], request: StreamCompletionRequest | None = None
+    ) -> Translator:
+        """A fresh stream translator for one response to ``request`` (its history's tool-call
+        ids are never reused: :mod:`protocol_py.providers.http.call_ids`)."""
 
     @abc.abstractmethod
     def auth_headers(self) -> dict[str, str]:
@@ -340,8 +343,9 @@ class HTTPProvider(Provider, abc.ABC):
         return join_url(self.base_url, self.completions_path)
 
     def call_translator(self, call: UpstreamCall, headers: Mapping[str, str]) -> Translator:
-        """The stream translator for one response (default :meth:`make_translator`)."""
-        return self.make_translator(headers)
+        """The stream translator for one response (default :meth:`make_translator` with the
+        call's request, whose history's tool-call ids the stream never reuses)."""
+        return self.make_translator(headers, call.request)
 
     def new_parser(self) -> SSEParser:
         """The event-stream parser for one response body (default: WHATWG rules only)."""
@@ -570,7 +574,8 @@ class HTTPProvider(Provider, abc.ABC):
             events = self._stream(request, client)
             try:
                 async for event in events:
-                    yield redact_event(event, secrets)
+                    # every string valid UTF-8 (a lone surrogate would fail the encoding)
+                    yield redact_event(ev.scrub_event(event), secrets)
             except Exception as exc:
                 failure = self.provider_error(exc)
             finally:

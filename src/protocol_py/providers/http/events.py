@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import betterproto2
 
 from protocol_py.rules.stream_order import CONTENT_EVENT_KINDS
-from protocol_py_gen.content.v1 import VendorData
+from protocol_py_gen.content.v1 import VendorBlock, VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -87,12 +88,29 @@ def text(value: str) -> StreamEvent:
     return _new(StreamEvent, _EVENT, "text_delta", _new(TextDelta, _TEXT, "text", value))
 
 
-def signed_text(value: str, vendor_data: Sequence[VendorData]) -> StreamEvent:
-    """A text_delta that starts a new text block carrying ``vendor_data`` (protocol 1.2); its
-    text MAY be empty (a vendor part that holds only a signature)."""
+def text_block(value: str, vendor_data: Sequence[VendorData] = ()) -> StreamEvent:
+    """A text_delta that starts a new text block (protocol 1.2 ``new_block``), with the vendor
+    data of that block; ``value`` may be empty only when ``vendor_data`` is not."""
     return StreamEvent(
         text_delta=TextDelta(text=value, vendor_data=list(vendor_data), new_block=True)
     )
+
+
+def signed_text(value: str, vendor_data: Sequence[VendorData]) -> StreamEvent:
+    """:func:`text_block` for a vendor part that carries its signature in ``vendor_data``: its
+    text MAY be empty (a part that holds only a signature; protocol 1.2)."""
+    return text_block(value, vendor_data)
+
+
+def text_vendor_data(vendor_data: Sequence[VendorData]) -> StreamEvent:
+    """An empty text_delta carrying vendor data for the open text block (protocol 1.2; for
+    example Anthropic's citations, sent when the block ends)."""
+    return StreamEvent(text_delta=TextDelta(text="", vendor_data=list(vendor_data)))
+
+
+def vendor_block(vendor: str, block_type: str, data: bytes) -> StreamEvent:
+    """A vendor_block event (protocol 1.2): a whole vendor-owned block, verbatim."""
+    return StreamEvent(vendor_block=VendorBlock(vendor=vendor, block_type=block_type, data=data))
 
 
 def thinking(value: str) -> StreamEvent:
@@ -233,3 +251,109 @@ def counted_reasoning(output_tokens: int, reasoning_tokens: int | None, where: s
 def as_str(value: object) -> str | None:
     """``value`` when it is a non-empty string, else None."""
     return value if isinstance(value, str) and value else None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _fix_surrogates(value: str) -> str:
+    """``value`` with each UTF-16 surrogate pair joined into its character and every lone
+    surrogate replaced by U+FFFD (a protobuf string must be valid UTF-8)."""
+    return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def valid_text(value: str) -> str:
+    """``value`` safe for a protobuf string field: unchanged unless it holds surrogate code
+    points (JSON ``\\ud83d`` escapes a gateway split apart), which are joined into characters
+    where they pair and otherwise become U+FFFD."""
+    if value.isascii() or _SURROGATE.search(value) is None:
+        return value
+    return _fix_surrogates(value)
+
+
+class SurrogateJoiner:
+    """Joins the halves of a character outside the BMP that a vendor (or a gateway slicing its
+    text by UTF-16 code unit) split across two deltas of one channel.
+
+    A fragment ending in a high surrogate keeps it back; the next fragment of the same channel
+    gets it in front, so the pair becomes one character. Whatever cannot pair becomes U+FFFD
+    (:func:`valid_text`). A channel is any hashable key: ``"text"``, ``"thinking"``, a tool
+    call. :meth:`flush` returns a held half (as U+FFFD) when the channel ends.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[object, str] = {}
+
+    def feed(self, channel: object, fragment: str) -> str:
+        """The part of ``fragment`` that can be emitted now (maybe empty)."""
+        if fragment.isascii() and not self._held:
+            return fragment
+        held = self._held.pop(channel, None)
+        if held is not None:
+            fragment = held + fragment
+        if fragment and "\ud800" <= fragment[-1] <= "\udbff":
+            self._held[channel] = fragment[-1]
+            fragment = fragment[:-1]
+        return valid_text(fragment)
+
+    def flush(self, channel: object) -> str:
+        """A half still held for ``channel`` as U+FFFD, or ``""``; the channel is cleared."""
+        return "\ufffd" if self._held.pop(channel, None) is not None else ""
+
+    def channels(self) -> list[object]:
+        """Channels holding a half, in the order they started holding it."""
+        return list(self._held)
+
+
+def scrub_event(event: StreamEvent) -> StreamEvent:
+    """Make every string of ``event`` valid for protobuf (:func:`valid_text`), in place.
+
+    The translators join split surrogate pairs themselves (:class:`SurrogateJoiner`); this is
+    the last line for any other vendor string (an id, a name, an error message) holding a lone
+    surrogate, which would otherwise fail the event's encoding (a bare gRPC UNKNOWN).
+    """
+    text = event.text_delta
+    if text is not None:
+        if not text.text.isascii():
+            text.text = valid_text(text.text)
+        return event
+    thinking = event.thinking_delta
+    if thinking is not None:
+        if not thinking.text.isascii():
+            thinking.text = valid_text(thinking.text)
+        return event
+    _scrub(event)
+    return event
+
+
+def _scrub(message: betterproto2.Message) -> None:
+    for name, value in vars(message).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, str):
+            if not value.isascii():
+                setattr(message, name, valid_text(value))
+        elif isinstance(value, betterproto2.Message):
+            _scrub(value)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, betterproto2.Message):
+                    _scrub(item)
+                elif isinstance(item, str) and not item.isascii():
+                    value[i] = valid_text(item)
+        elif isinstance(value, dict) and (
+            any(isinstance(k, str) and not k.isascii() for k in value)
+            or any(isinstance(v, str) and not v.isascii() for v in value.values())
+        ):
+            setattr(
+                message,
+                name,
+                {
+                    (valid_text(k) if isinstance(k, str) else k): (
+                        valid_text(v) if isinstance(v, str) else v
+                    )
+                    for k, v in value.items()
+                },
+            )

@@ -22,19 +22,24 @@ import betterproto2
 
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
+from protocol_py.rules.version_gate import parse_protocol_version
+from protocol_py.version import PROTOCOL_MAJOR
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection
-from protocol_py_gen.model.v1 import CacheBreakpoint, StreamCompletionRequest
+from protocol_py_gen.model.v1 import CacheBreakpoint, ModelSpec, StreamCompletionRequest
 
 __all__ = [
     "PORTABLE_EFFORT_ORDER",
     "CacheTargets",
+    "check_stop_sequences",
     "collapse_effort",
     "context_texts",
     "document_text",
     "dump_body",
     "is_pdf",
     "is_text_document",
+    "kernel_speaks",
     "merge_provider_options",
+    "stored_json",
 ]
 
 PORTABLE_EFFORT_ORDER = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -102,22 +107,64 @@ class CacheTargets:
         after_context: A breakpoint after the whole assembled context.
         after_tools: A breakpoint after the tool list.
         message_indexes: Messages after which a breakpoint sits.
+        ttl_seconds: The lifetime requested at each target (protocol 1.2
+            ``CacheBreakpoint.ttl_seconds``): keys ``"context"``, ``"tools"`` or a message
+            index; the longest when several breakpoints share a target; absent when none asks.
     """
 
     def __init__(self, breakpoints: Sequence[CacheBreakpoint], *, enabled: bool) -> None:
         self.after_context = False
         self.after_tools = False
         self.message_indexes: set[int] = set()
+        self.ttl_seconds: dict[str | int, int] = {}
         if not enabled:
             return  # the model declares no explicit markers: ignore them (never fail)
         for bp in breakpoints:
             name, value = betterproto2.which_one_of(bp, "position")
+            key: str | int
             if name == "after_assembled_context":
                 self.after_context = True
+                key = "context"
             elif name == "after_tools":
                 self.after_tools = True
+                key = "tools"
             elif name == "after_message_index" and isinstance(value, int):
                 self.message_indexes.add(value)
+                key = value
+            else:
+                continue  # a position of a newer protocol minor: no marker
+            if bp.ttl_seconds is not None:
+                self.ttl_seconds[key] = max(self.ttl_seconds.get(key, 0), bp.ttl_seconds)
+
+
+def check_stop_sequences(request: StreamCompletionRequest, spec: ModelSpec) -> None:
+    """Refuse stop sequences the model declares it does not take (protocol 1.2), before any
+    vendor call: dropping them would change what was asked.
+
+    Raises:
+        InvalidValueError: ``params.stop_sequences`` is non-empty and
+            ``spec.supports_stop_sequences`` is false (rule
+            ``request.params.stop_sequences.unsupported``), or longer than
+            ``spec.max_stop_sequences`` (rule ``request.params.stop_sequences.too_many``).
+    """
+    params = request.params
+    if params is None or not params.stop_sequences:
+        return
+    if spec.supports_stop_sequences is False:
+        raise InvalidValueError(
+            f"params.stop_sequences: model {spec.id!r} does not accept stop sequences "
+            "(rule request.params.stop_sequences.unsupported)",
+            path="params.stop_sequences",
+            rule="request.params.stop_sequences.unsupported",
+        )
+    limit = spec.max_stop_sequences
+    if limit is not None and len(params.stop_sequences) > limit:
+        raise InvalidValueError(
+            f"params.stop_sequences: {len(params.stop_sequences)} stop sequences, model "
+            f"{spec.id!r} accepts at most {limit} (rule request.params.stop_sequences.too_many)",
+            path="params.stop_sequences",
+            rule="request.params.stop_sequences.too_many",
+        )
 
 
 def tool_input(block_input: Any, path: str) -> dict[str, Any]:
@@ -186,3 +233,40 @@ def document_text(media_type: str, data: bytes, where: str) -> str:
             f"{where}.data: a {_base_media_type(media_type)} document that is not valid "
             f"{charset} text (rule adapter.document.text_encoding)"
         ) from None
+
+
+def kernel_speaks(request: StreamCompletionRequest | None, minor: int) -> bool:
+    """Whether the kernel that sent ``request`` speaks protocol ``1.<minor>`` or later, by its
+    ``kernel_protocol_version`` (protocol 1.2; absent: a 1.0 or 1.1 kernel). A plugin sends a
+    kernel nothing newer than its version: a vendor_block event and an empty text_delta that
+    only carries vendor data go to a 1.2 kernel only."""
+    if request is None:
+        return False
+    version = parse_protocol_version(request.kernel_protocol_version)
+    return version is not None and version[0] == PROTOCOL_MAJOR and version[1] >= minor
+
+
+def stored_json(
+    data: bytes, path: str, rule: str, kind: type[dict[str, Any]] | type[list[Any]]
+) -> Any:
+    """A JSON value an adapter stored verbatim (vendor data, a vendor block) parsed back.
+
+    Args:
+        data: The stored UTF-8 JSON text.
+        path: The field it came from, named in the error.
+        rule: The rule id of the error.
+        kind: ``dict`` (a JSON object) or ``list`` (an array).
+
+    Raises:
+        InvalidValueError: ``data`` is not the UTF-8 JSON text of a value of ``kind``.
+    """
+    try:
+        parsed = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, kind):
+        what = "an object" if kind is dict else "an array"
+        raise InvalidValueError(
+            f"{path}: not the JSON text of {what} (rule {rule})", path=path, rule=rule
+        )
+    return parsed

@@ -129,7 +129,9 @@ class OpenAIProvider(HTTPProvider):
         images = wire.take_images(request, "messages")  # only the first build after decoding
         return build_openai_content(request, spec, self.compat, self._translations, images)
 
-    def make_translator(self, headers: Mapping[str, str]) -> Translator:
+    def make_translator(
+        self, headers: Mapping[str, str], request: StreamCompletionRequest | None = None
+    ) -> Translator:
         """An OpenAI-compatible stream translator with this endpoint's settings."""
         return OpenAIStreamTranslator(
             headers,
@@ -137,6 +139,7 @@ class OpenAIProvider(HTTPProvider):
             reasoning_fields=self.compat.reasoning_fields,
             reasoning_in_completion=self.compat.reasoning_in_completion,
             done_ends_turn=self.compat.done_ends_turn,
+            request=request,
         )
 
     def extra_config_schema(self) -> dict[str, Any]:

@@ -33,19 +33,37 @@ Content mapping:
   ladder when one is configured); DeepSeek: ``disable_thinking`` -> ``thinking: {"type":
   "disabled"}`` (false -> ``"enabled"``); OpenAI: ``disable_thinking`` -> ``reasoning_effort``
   ``"none"`` (or the lowest configured level). No budget control exists on this API.
+
+History repairs and refusals (docs/adapters.md "Requests a vendor would refuse"): a tool call
+left unanswered gets a "not executed" ``role: tool`` message before the next user text
+(:func:`protocol_py.providers.http.history.answer_dangling_calls`); tool-call ids are the
+vendor's own where it was kept (``openai.tool_call.id``), else the kernel's, an id over 40
+characters as a stable derived ``call_`` id (:func:`wire_ids`); stop sequences the model does
+not take are refused. A ``vendor_block`` of vendor ``openai`` and type ``reasoning.*`` goes back
+in the assistant message's ``reasoning_details`` (the reasoning text field is then not sent);
+any other vendor block is dropped with a warning.
+
+The translation cache keys each message by its own content; a message the repair changed or
+inserted is translated uncached. A message's wire ids depend only on the calls of the
+conversation (a kept vendor id is part of its call), so a cached fragment stays exact.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError
+from protocol_py.providers.http.call_ids import OPENAI_TOOL_CALL_ID
+from protocol_py.providers.http.history import HistoryMemo, WireIds, repaired_history
 from protocol_py.providers.http.request import (
     block_case,
+    check_stop_sequences,
     collapse_effort,
     context_texts,
     document_text,
@@ -53,9 +71,11 @@ from protocol_py.providers.http.request import (
     is_pdf,
     is_text_document,
     merge_provider_options,
+    stored_json,
     tool_input,
 )
 from protocol_py.providers.http.translation_cache import TranslationCache
+from protocol_py.providers.openai.stream import OPENAI_VENDOR
 from protocol_py.rules.vendor_data import OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import Message, Role
 from protocol_py_gen.model.v1 import (
@@ -65,7 +85,9 @@ from protocol_py_gen.model.v1 import (
     ToolChoiceMode,
 )
 
-__all__ = ["OpenAICompat", "build_openai_body", "build_openai_content"]
+__all__ = ["OpenAICompat", "build_openai_body", "build_openai_content", "wire_ids"]
+
+_log = logging.getLogger("protocol_py.providers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +129,7 @@ def _data_url(media_type: str, data: bytes) -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _user_messages(message: Message, path: str) -> list[dict[str, Any]]:
+def _user_messages(message: Message, path: str, ids: WireIds) -> list[dict[str, Any]]:
     tool_msgs: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(message.content):
@@ -146,7 +168,7 @@ def _user_messages(message: Message, path: str) -> list[dict[str, Any]]:
                     )
                 texts.append(ivalue.text)
             tool_msgs.append(
-                {"role": "tool", "tool_call_id": value.tool_use_id, "content": "".join(texts)}
+                {"role": "tool", "tool_call_id": ids(value.tool_use_id), "content": "".join(texts)}
             )
         else:
             raise InvalidValueError(
@@ -161,31 +183,12 @@ def _user_messages(message: Message, path: str) -> list[dict[str, Any]]:
     return out
 
 
-def _extra_content(value: bytes, path: str) -> dict[str, Any]:
-    """The ``extra_content`` object a tool call arrived with, parsed back from its JSON text.
-
-    Raises:
-        InvalidValueError: the value is not the UTF-8 JSON text of an object (rule
-            ``adapter.openai.tool_use.extra_content``).
-    """
-    try:
-        parsed = json.loads(value.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise InvalidValueError(
-            f"{path}: not the JSON text of an object (rule adapter.openai.tool_use.extra_content)",
-            path=path,
-            rule="adapter.openai.tool_use.extra_content",
-        )
-    return parsed
-
-
 def _assistant_message(
-    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat
+    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat, ids: WireIds
 ) -> dict[str, Any]:
     texts: list[str] = []
     reasoning: list[str] = []
+    details: list[Any] = []
     calls: list[dict[str, Any]] = []
     for j, block in enumerate(message.content):
         where = f"{path}.content[{j}]"
@@ -203,16 +206,33 @@ def _assistant_message(
                 separators=(",", ":"),
             )
             call: dict[str, Any] = {
-                "id": value.id,
+                "id": ids(value.id),
                 "type": "function",
                 "function": {"name": value.name, "arguments": arguments},
             }
             for k, entry in enumerate(value.vendor_data):
                 if entry.location == OPENAI_EXTRA_CONTENT:
-                    call["extra_content"] = _extra_content(
-                        entry.value, f"{where}.tool_use.vendor_data[{k}].value"
+                    call["extra_content"] = stored_json(
+                        entry.value,
+                        f"{where}.tool_use.vendor_data[{k}].value",
+                        "adapter.openai.tool_use.extra_content",
+                        dict,
                     )
             calls.append(call)
+        elif name == "vendor_block":
+            if value.vendor != OPENAI_VENDOR or not value.block_type.startswith("reasoning."):
+                _log.warning(
+                    "%s: a %s block of vendor %s is not sent to a Chat Completions endpoint",
+                    where,
+                    value.block_type[:64],
+                    value.vendor[:64],
+                )
+                continue
+            details.append(
+                stored_json(
+                    value.data, f"{where}.vendor_block.data", "adapter.openai.vendor_block", dict
+                )
+            )
         else:
             raise InvalidValueError(
                 f"{where}: {name} blocks are not valid in an assistant message "
@@ -221,11 +241,31 @@ def _assistant_message(
     out: dict[str, Any] = {"role": "assistant"}
     text = "".join(texts)
     out["content"] = text if text or not calls else None
-    if replay == ThinkingReplay.ALL or (replay == ThinkingReplay.TOOL_TURNS and calls):
+    if details:
+        out["reasoning_details"] = details  # the vendor's own entries carry the reasoning
+    elif replay == ThinkingReplay.ALL or (replay == ThinkingReplay.TOOL_TURNS and calls):
         out[compat.reasoning_replay_field] = "".join(reasoning)
     if calls:
         out["tool_calls"] = calls
     return out
+
+
+HISTORY = HistoryMemo()
+"""The repairs' memo of each conversation's last message list (shared by every provider)."""
+
+MAX_TOOL_CALL_ID_CHARS = 40
+"""The longest tool-call id Chat Completions accepts (OpenAI answers 400 above it)."""
+
+
+def _valid_id(value: str) -> bool:
+    return 0 < len(value) <= MAX_TOOL_CALL_ID_CHARS
+
+
+def wire_ids(messages: Sequence[Message]) -> WireIds:
+    """The tool-call ids sent for ``messages`` (:class:`protocol_py.providers.http.history.
+    WireIds`): the vendor's own id where it was kept (``openai.tool_call.id``), else the
+    kernel's, an id over 40 characters as a derived ``call_`` id."""
+    return WireIds(messages, location=OPENAI_TOOL_CALL_ID, prefix="call_", valid=_valid_id)
 
 
 def _body_head(
@@ -233,6 +273,7 @@ def _body_head(
 ) -> tuple[dict[str, Any], ThinkingReplay]:
     """Everything of the body before ``messages``, and the replay rule in force."""
     params = request.params
+    check_stop_sequences(request, spec)
     body: dict[str, Any] = {"model": request.model_id, "stream": True}
     if compat.stream_usage:
         body["stream_options"] = {"include_usage": True}
@@ -286,18 +327,18 @@ def _body_head(
 
 
 def _translate_message(
-    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat
+    message: Message, path: str, replay: ThinkingReplay, compat: OpenAICompat, ids: WireIds
 ) -> list[dict[str, Any]]:
     """The Chat Completions messages one protocol message becomes (none, one or several)."""
     if message.role == Role.ASSISTANT:
-        assistant = _assistant_message(message, path, replay, compat)
+        assistant = _assistant_message(message, path, replay, compat, ids)
         if assistant["content"] or "tool_calls" in assistant:
             return [assistant]
         # else: no text and no tool calls (e.g. an interrupted turn holding only thinking,
         # B09): not a turn the API can take, so it is not sent (as on Anthropic)
         return []
     if message.role == Role.USER:
-        return _user_messages(message, path)
+        return _user_messages(message, path, ids)
     raise InvalidValueError(f"{path}.role: unspecified (rule adapter.message.role)")
 
 
@@ -326,8 +367,10 @@ def build_openai_body(
     """
     body, replay = _body_head(request, spec, compat)
     messages = _system_messages(request)
-    for i, message in enumerate(request.messages):
-        messages.extend(_translate_message(message, f"messages[{i}]", replay, compat))
+    ids = wire_ids(request.messages)
+    for item in repaired_history(request.messages):
+        path = f"messages[{item.source}]" if item.source is not None else "messages"
+        messages.extend(_translate_message(item.message, path, replay, compat, ids))
     body["messages"] = messages
     return body
 
@@ -354,12 +397,35 @@ def build_openai_content(
     head = dump_body(body)  # ends with "messages":[]} since messages is the last key
     fragments = [dump_body(m) for m in _system_messages(request)]
     settings = (replay, compat.reasoning_replay_field)
+    repaired, ids = HISTORY.plan(
+        request.messages,
+        images,
+        location=OPENAI_TOOL_CALL_ID,
+        prefix="call_",
+        valid=_valid_id,
+    )
+    messages: Sequence[Message] = request.messages
+    paths: list[str] | None = None  # None: messages[i] of the request
+    if repaired is not None:
+        messages = [item.message for item in repaired]
+        paths = [
+            f"messages[{item.source}]" if item.source is not None else "messages"
+            for item in repaired
+        ]
+        if images:
+            # a repaired or inserted message is not the one the wire image shows: uncached
+            by_source = list(images)
+            images = [
+                None if item.changed or item.source is None else by_source[item.source]
+                for item in repaired
+            ]
 
     def translate(i: int, message: Message) -> bytes:
+        path = paths[i] if paths is not None else f"messages[{i}]"
         return b",".join(
-            dump_body(m) for m in _translate_message(message, f"messages[{i}]", replay, compat)
+            dump_body(m) for m in _translate_message(message, path, replay, compat, ids)
         )
 
-    found = cache.fragments(settings, request.messages, translate, images or None)
+    found = cache.fragments(settings, messages, translate, images or None)
     fragments.extend(fragment for fragment in found if fragment)
     return b"".join((head[:-2], b",".join(fragments), b"]}"))

@@ -25,23 +25,34 @@ Mapping summary:
   1. The entry's slot is its ``index``; an entry without ``index`` takes its position in that
      chunk's ``tool_calls`` array.
   2. An entry whose ``id`` belongs to a call still open at another slot continues that call
-     (never a second tool_call_start for one id); an id whose call was already closed ends the
-     stream with a TRANSIENT error.
+     (never a second tool_call_start for one call), unless the entry names a function whose
+     name differs from the call's or the call's arguments are already a whole JSON object:
+     then it is a second call under the same id (two calls, never one). An entry that
+     continues a call already closed ends the stream with a TRANSIENT error.
   3. An entry with an ``id`` different from the id of the call open at its slot closes that
-     call (a call that never got a name is a TRANSIENT error then) and opens a new one; a
-     repeated id or name continues it (B02), and the name is set once, never concatenated.
-  4. An entry without ``id`` continues the call open at its slot, or opens one. A call that has
-     no id yet adopts the first id that arrives for its slot. A synthesized id never counts as
-     the vendor's: when a real id arrives for a call that already started under a synthesized
-     id, it continues that call (its events keep the synthesized id).
+     call (a call that never got a name is a TRANSIENT error then, one that got only an id is
+     ignored with a warning) and opens a new one; a repeated id or name continues it (B02),
+     and the name is set once, never concatenated.
+  4. An entry without ``id`` continues the call open at its slot, or opens one; an entry with
+     no id, no name and no arguments at a slot with no open call is ignored with a warning. A
+     call that has no id yet adopts the first id that arrives for its slot before it starts; a
+     real id arriving for a call that already started continues it.
   5. tool_call_start is emitted once the call has both its id and its name; fragments that came
      before are held and emitted right after it, in order. A named call without an id waits
      for one more entry of its slot: when that entry brings no id either (the server sends
-     none), or the call is closed first, it starts under a stream-unique synthesized id
-     (``call_<index>_<n>``).
+     none), or the call is closed first, it starts anyway. The id the kernel sees is chosen
+     then (:mod:`protocol_py.providers.http.call_ids`): the vendor's when it is free in the
+     conversation, else a fresh ``call_<ULID>``, the vendor's kept as
+     ``openai.tool_call.id`` vendor data when the history already used it.
 
   Arguments fragments are forwarded as received (empty ones skipped); every open call is
-  closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04).
+  closed, in index order, when ``finish_reason`` arrives (its arguments checked, B04; with
+  ``length``, arguments cut by the output limit close as they are and the stop is MAX_TOKENS).
+- Text, reasoning and argument fragments pass through a surrogate joiner (the halves of a
+  character split between two chunks are joined; a half that never pairs is U+FFFD).
+- OpenRouter's ``reasoning_details`` entries are merged by ``index`` and emitted, when the
+  reasoning ends, as ``vendor_block`` events of vendor ``openai`` (to a kernel of 1.2 or
+  later); a ``signature`` in them is a thinking_signature.
 - Per-call vendor data (protocol 1.1, B03): an entry's ``extra_content`` object (Gemini's
   ``{"google": {"thought_signature": ...}}``, which may come in an entry of its own after the
   arguments) is kept for its call, later objects' members overriding earlier ones, and emitted
@@ -77,7 +88,8 @@ reasoning_tokens       ``completion_tokens_details.reasoning_tokens`` (only when
 reasoning_already...   true when reasoning is inside completion: decided by ``total_tokens``
                        (prompt + completion == total -> true; + reasoning == total -> unset),
                        else by the endpoint setting (default true: OpenAI, DeepSeek)
-vendor_cost            xAI ``cost_in_usd_ticks`` verbatim, unit ``xai_ticks_1e10``
+vendor_cost            xAI ``cost_in_usd_ticks`` verbatim, unit ``xai_ticks_1e10``; else
+                       OpenRouter's ``cost`` (USD), unit ``usd``
 vendor_total_tokens    ``total_tokens`` only when it differs from the sum of the parts
 =====================  ========================================================================
 
@@ -98,18 +110,23 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.call_ids import OPENAI_TOOL_CALL_ID, CallIds, vendor_id_entry
 from protocol_py.providers.http.errors import (
     classify_error_object,
     lower_headers,
     openai_rate_limits,
     transient_error,
 )
+from protocol_py.providers.http.request import kernel_speaks
 from protocol_py.providers.http.sse import SSEEvent
+from protocol_py.rules.vendor_block import vendor_block_problems
 from protocol_py.rules.vendor_data import MAX_VALUE_BYTES, OPENAI_EXTRA_CONTENT
 from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
@@ -120,6 +137,7 @@ from protocol_py_gen.model.v1 import (
     SafetyNotice,
     Stop,
     StopReason,
+    StreamCompletionRequest,
     StreamEvent,
     StreamMetadata,
     Usage,
@@ -255,6 +273,10 @@ def map_openai_usage(
     ticks = ev.usage_count(raw, "cost_in_usd_ticks", "usage.cost_in_usd_ticks")
     if ticks is not None:
         usage.vendor_cost = VendorCost(amount=str(ticks), unit="xai_ticks_1e10")
+    else:
+        amount = _usd_amount(raw.get("cost"))
+        if amount is not None:  # OpenRouter: the request's price in USD (credits)
+            usage.vendor_cost = VendorCost(amount=amount, unit="usd", currency="USD")
     if total is not None:
         parts = input_tokens + (cache_read or 0) + (cache_write or 0) + completion
         if reasoning is not None and not counted:
@@ -264,14 +286,48 @@ def map_openai_usage(
     return usage
 
 
+OPENAI_VENDOR = "openai"
+"""The adapter family name on the vendor blocks this translator writes (VendorBlock.vendor)."""
+
+_DETAIL_TEXT = frozenset({"text", "summary", "data"})
+"""reasoning_details members whose streamed pieces are joined (the others: latest value)."""
+
+
+def _separate(owner: _Call, name: str | None) -> bool:
+    """Whether an entry carrying ``owner``'s vendor id at another slot is a different call
+    (two calls under one id): it names a function, and the name differs from ``owner``'s or
+    ``owner``'s arguments are already a whole JSON object (rule 2)."""
+    if not owner.name or not name:
+        return False
+    if name != owner.name:
+        return True
+    joined = "".join(owner.fragments).strip()
+    if not joined:
+        return False
+    try:
+        return isinstance(json.loads(joined), dict)
+    except ValueError:
+        return False
+
+
+def _usd_amount(value: object) -> str | None:
+    """A vendor's USD price (a JSON number, finite, >= 0) as an exact decimal string of the
+    number as sent (``0.00066`` -> ``"0.00066"``), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return format(Decimal(repr(value)), "f")
+
+
 @dataclass
 class _Call:
     index: int
-    id: str
-    name: str
+    vendor_id: str = ""  # the id the vendor sent (routing); empty when it sent none (yet)
+    id: str = ""  # the kernel id, issued when the call starts
+    name: str = ""
     started: bool = False
     closed: bool = False
-    synthetic: bool = False
     entries: int = 0
     pending: list[str] = field(default_factory=list)
     fragments: list[str] = field(default_factory=list)
@@ -293,6 +349,8 @@ class OpenAIStreamTranslator:
         done_ends_turn: ``data: [DONE]`` without any ``finish_reason`` ends the turn
             successfully (END_TURN, or TOOL_USE after tool calls, model_affirmed false)
             instead of the default TRANSIENT error (Configure ``compat.done_without_finish``).
+        request: The request this stream answers: its history's tool-call ids are never
+            reused (:mod:`protocol_py.providers.http.call_ids`). None: no history.
     """
 
     def __init__(
@@ -303,6 +361,7 @@ class OpenAIStreamTranslator:
         reasoning_fields: Sequence[str] = ("reasoning_content", "reasoning"),
         reasoning_in_completion: bool | None = None,
         done_ends_turn: bool = False,
+        request: StreamCompletionRequest | None = None,
     ) -> None:
         h = lower_headers(headers)
         self._done_ends_turn = done_ends_turn
@@ -316,7 +375,12 @@ class OpenAIStreamTranslator:
         self.request_id = self._header_request_id
         self._calls: dict[int, _Call] = {}
         self._open: dict[int, _Call] = {}
-        self._by_id: dict[str, _Call] = {}
+        self._by_vendor_id: dict[str, _Call] = {}
+        self._ids = CallIds.from_request(request, prefix="call_")
+        self._joiner = ev.SurrogateJoiner()
+        self._tool_channels: dict[object, _Call] = {}
+        self._details: dict[int, dict[str, Any]] = {}
+        self._vendor_blocks = kernel_speaks(request, 2)
         self._tool_calls_seen = False
         self._refusal_seen = False
         self._finish: str | None = None
@@ -324,7 +388,6 @@ class OpenAIStreamTranslator:
         self._usage: dict[str, Any] | None = None
         self.finished = False
         self._pending_error: ModelError | None = None
-        self._synth = 0
         self._moderated: set[str] = set()
 
     # -- public ---------------------------------------------------------------------------
@@ -491,17 +554,30 @@ class OpenAIStreamTranslator:
     def _choice(self, out: list[StreamEvent], choice: Mapping[str, Any]) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):
+            reasoning_seen = False
             for name in self._reasoning_fields:
                 value = delta.get(name)
                 if isinstance(value, str) and value:
-                    out.append(ev.thinking(value))
+                    self._emit_thinking(out, value)
+                    reasoning_seen = True
                     break
-            self._content(out, delta.get("content"))
+            details = delta.get("reasoning_details")
+            if isinstance(details, list) and details:
+                self._reasoning_details(out, details, text_seen=reasoning_seen)
+            content = delta.get("content")
             refusal = delta.get("refusal")
+            calls = delta.get("tool_calls")
+            if self._details and (
+                (isinstance(content, str) and content)
+                or (isinstance(content, list) and content)
+                or (isinstance(refusal, str) and refusal)
+                or (isinstance(calls, list) and calls)
+            ):
+                self._emit_details(out)  # the reasoning ended: its entries, whole, in place
+            self._content(out, content)
             if isinstance(refusal, str) and refusal:
                 self._refusal_seen = True
-                out.append(ev.text(refusal))
-            calls = delta.get("tool_calls")
+                self._emit_text(out, refusal)
             if isinstance(calls, list):
                 for pos, call in enumerate(calls):
                     if isinstance(call, dict):
@@ -521,6 +597,8 @@ class OpenAIStreamTranslator:
                 return
             self._finish = finish
             self._choice_stop_reason = choice.get("stop_reason")
+            self._flush_text(out)
+            self._emit_details(out)
             self._close_calls(out)
 
     def _moderation(self, out: list[StreamEvent], moderation: Mapping[str, Any]) -> None:
@@ -560,14 +638,14 @@ class OpenAIStreamTranslator:
     def _content(self, out: list[StreamEvent], content: object) -> None:
         if isinstance(content, str):
             if content:
-                out.append(ev.text(content))
+                self._emit_text(out, content)
             return
         if not isinstance(content, list):
             return
         for part in content:
             if isinstance(part, str):
                 if part:
-                    out.append(ev.text(part))
+                    self._emit_text(out, part)
                 continue
             if not isinstance(part, dict):
                 continue
@@ -575,14 +653,92 @@ class OpenAIStreamTranslator:
             if ptype == "text":
                 value = part.get("text")
                 if isinstance(value, str) and value:
-                    out.append(ev.text(value))
+                    self._emit_text(out, value)
             elif ptype == "thinking":
                 inner = part.get("thinking")
                 items = inner if isinstance(inner, list) else [inner]
                 for item in items:
                     value = item.get("text") if isinstance(item, dict) else item
                     if isinstance(value, str) and value:
-                        out.append(ev.thinking(value))
+                        self._emit_thinking(out, value)
+
+    def _emit_text(self, out: list[StreamEvent], value: str) -> None:
+        """A text delta, a character split across deltas joined first (SurrogateJoiner)."""
+        value = self._joiner.feed("text", value)
+        if value:
+            out.append(ev.text(value))
+
+    def _emit_thinking(self, out: list[StreamEvent], value: str) -> None:
+        value = self._joiner.feed("thinking", value)
+        if value:
+            out.append(ev.thinking(value))
+
+    def _text_of(self, channel: object, value: str) -> str:
+        return self._joiner.feed(channel, value)
+
+    def _flush_text(self, out: list[StreamEvent]) -> None:
+        """Half a character still held at the end of the text or thinking: U+FFFD."""
+        for channel in self._joiner.channels():
+            held = self._joiner.flush(channel)
+            if channel == "text":
+                out.append(ev.text(held))
+            elif channel == "thinking":
+                out.append(ev.thinking(held))
+            else:
+                call = self._tool_channels.get(channel)
+                if call is not None and call.started and not call.closed:
+                    call.fragments.append(held)
+                    out.append(ev.tool_delta(call.id, held))
+
+    def _reasoning_details(
+        self, out: list[StreamEvent], details: list[Any], *, text_seen: bool
+    ) -> None:
+        """OpenRouter's ``reasoning_details`` entries: merged by ``index`` (text pieces joined,
+        other members kept as the latest value), kept whole for replay; their text becomes
+        thinking when no plain reasoning field carried it, and a signature closes the thinking
+        block as a thinking_signature."""
+        for pos, raw in enumerate(details):
+            if not isinstance(raw, dict):
+                continue
+            index = ev.as_int(raw.get("index"))
+            key = index if index is not None else len(self._details) + pos
+            entry = self._details.get(key)
+            if entry is None:
+                entry = self._details[key] = {}
+            for member, value in raw.items():
+                if member in _DETAIL_TEXT and isinstance(value, str):
+                    entry[member] = entry.get(member, "") + value
+                else:
+                    entry[member] = value
+            text = raw.get("text") if raw.get("type") == "reasoning.text" else raw.get("summary")
+            if not text_seen and isinstance(text, str) and text:
+                self._emit_thinking(out, text)
+            signature = raw.get("signature")
+            if isinstance(signature, str) and signature:
+                held = self._joiner.flush("thinking")
+                if held:
+                    out.append(ev.thinking(held))
+                out.append(ev.signature(signature))
+
+    def _emit_details(self, out: list[StreamEvent]) -> None:
+        """The merged reasoning_details entries, each a vendor_block (protocol 1.2) of type
+        ``reasoning.<kind>``: sent back verbatim as the assistant message's reasoning_details
+        (to a kernel of protocol 1.2 or later; an older kernel could not keep them)."""
+        if not self._vendor_blocks:
+            self._details.clear()
+            return
+        for key in sorted(self._details):
+            entry = self._details[key]
+            kind = entry.get("type")
+            data = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode()
+            event = ev.vendor_block(OPENAI_VENDOR, kind if isinstance(kind, str) else "", data)
+            assert event.vendor_block is not None
+            problems = vendor_block_problems(event.vendor_block)
+            if problems or not str(kind).startswith("reasoning."):
+                _log.warning("a reasoning_details entry of type %r not kept", str(kind)[:64])
+                continue
+            out.append(event)
+        self._details.clear()
 
     def _tool_call(self, out: list[StreamEvent], pos: int, raw: Mapping[str, Any]) -> None:
         """Route one ``tool_calls`` entry to its call (keying rule: module docstring)."""
@@ -598,7 +754,12 @@ class OpenAIStreamTranslator:
             args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
         call = self._open.get(index)
         extra = raw.get("extra_content")
-        if call is None and not call_id and not name and not args and isinstance(extra, dict):
+        if call is None and not call_id and not name and not args:
+            if not isinstance(extra, dict):
+                # an entry with no id, no name and no arguments at a slot with no open call
+                # (a local server's stray entry after a finished answer): never a phantom call
+                _log.warning("a tool_calls entry with no id, name or arguments ignored")
+                return
             # Only vendor data, at a slot with no open call: it belongs to the latest open call
             # (never a phantom call); with no call open it has nowhere to go (B03).
             if not self._open:
@@ -608,9 +769,9 @@ class OpenAIStreamTranslator:
                 )
                 return
             call = self._open[max(self._open)]
-        if call_id:
-            owner = self._by_id.get(call_id)
-            if owner is not None and owner is not call:
+        if call_id and not (call is not None and call.vendor_id == call_id):
+            owner = self._by_vendor_id.get(call_id)
+            if owner is not None and owner is not call and not _separate(owner, name):
                 if owner.closed:
                     self._fail(
                         out,
@@ -624,49 +785,50 @@ class OpenAIStreamTranslator:
                 if call is None:
                     self._open[index] = owner  # later id-less entries here continue it too
                 call = owner  # a known id at another index continues its call (rule 2)
-            elif call is not None and call.id and not call.synthetic and call_id != call.id:
+            elif call is not None and call.vendor_id and call_id != call.vendor_id:
                 self._close(out, call)  # a new id on the same index opens a new call (rule 3)
                 if self.finished:
                     return
                 call = None
         if call is None:
-            call = _Call(index=index, id="", name="")
+            call = _Call(index=index)
             self._calls[index] = call
             self._open[index] = call
             self._tool_calls_seen = True
-        if call_id and not call.id:
-            call.id = call_id  # adopted: the call had no id and has not started (rule 4)
-        if call_id and call_id not in self._by_id:
-            self._by_id[call_id] = call  # (a started synthetic call keeps its id in events)
+        if call_id and not call.vendor_id and not call.started:
+            call.vendor_id = call_id  # adopted: the call had none and has not started (rule 4)
+        if call_id and (call.vendor_id == call_id or call_id not in self._by_vendor_id):
+            self._by_vendor_id[call_id] = call  # (a started call keeps its id in events)
         if name and not call.name:
             call.name = name  # the name is set once, never concatenated (B02)
         if isinstance(extra, dict):
             call.extra_content.update(extra)  # opaque per-call vendor data (B03)
         if isinstance(args, str) and args:
+            channel = ("tool", id(call))
+            self._tool_channels[channel] = call
+            args = self._text_of(channel, args)
             call.fragments.append(args)
             if call.started:
                 out.append(ev.tool_delta(call.id, args))
             else:
                 call.pending.append(args)
         call.entries += 1
-        if call.name and (call.id or call.entries >= 2):
+        if call.name and (call.vendor_id or call.entries >= 2):
             self._start(out, call)  # a named call waits one more entry for its id (rule 5)
 
     def _start(self, out: list[StreamEvent], call: _Call) -> None:
-        """Emit tool_call_start and the held fragments (an id is synthesized when none came)."""
+        """Emit tool_call_start and the held fragments, under the call's kernel id: the
+        vendor's id when it is free in the conversation, else a fresh one
+        (:mod:`protocol_py.providers.http.call_ids`)."""
         if call.started or not call.name:
             return
-        if not call.id:  # some gateways send no id at all: synthesize a stream-unique one
-            while True:
-                self._synth += 1
-                candidate = f"call_{call.index}_{self._synth}"
-                if candidate not in self._by_id:
-                    break
-            call.id = candidate
-            call.synthetic = True
-            self._by_id[candidate] = call
+        issued = self._ids.issue(call.vendor_id or None)
+        call.id = issued.id
         call.started = True
-        out.append(ev.tool_start(call.id, call.name))
+        vendor_data: list[VendorData] = []
+        if issued.vendor_id is not None:
+            vendor_data.append(vendor_id_entry(OPENAI_TOOL_CALL_ID, issued.vendor_id))
+        out.append(ev.tool_start(call.id, call.name, vendor_data))
         for fragment in call.pending:
             out.append(ev.tool_delta(call.id, fragment))
         call.pending.clear()
@@ -676,21 +838,36 @@ class OpenAIStreamTranslator:
             del self._open[index]
         call.closed = True
         self._start(out, call)
+        channel = ("tool", id(call))
+        if self._tool_channels.pop(channel, None) is not None:
+            held = self._joiner.flush(channel)
+            if held and call.started:
+                call.fragments.append(held)
+                out.append(ev.tool_delta(call.id, held))
         if not call.started:
+            if not call.fragments and not call.extra_content:
+                # an id and nothing else (no name, no arguments): a stray entry, not a call
+                _log.warning(
+                    "a tool_calls entry with id %r and no name or arguments ignored",
+                    call.vendor_id[:64],
+                )
+                return
             self._fail(
                 out,
                 ModelError(
                     kind=ErrorKind.TRANSIENT,
-                    message=f"tool call {call.id or f'at index {call.index}'!r} arrived "
+                    message=f"tool call {call.vendor_id or f'at index {call.index}'!r} arrived "
                     "without a function name",
                     retryable=True,
                 ),
             )
             return
         problem = ev.check_tool_arguments(call.id, call.fragments)
-        if problem is not None:
+        if problem is not None and not self._output_limited():
             self._fail(out, problem)
             return
+        # (arguments cut by the output limit: closed as they are; the stop says MAX_TOKENS and
+        # the accumulator keeps the call out of the message)
         vendor_data: list[VendorData] = []
         if call.extra_content:
             value = json.dumps(call.extra_content, ensure_ascii=False, separators=(",", ":"))
@@ -708,6 +885,10 @@ class OpenAIStreamTranslator:
                 return
             vendor_data.append(VendorData(location=OPENAI_EXTRA_CONTENT, value=encoded))
         out.append(ev.tool_done(call.id, vendor_data))
+
+    def _output_limited(self) -> bool:
+        """Whether the finish reason says the output limit cut the turn (MAX_TOKENS)."""
+        return self._finish is not None and _FINISH.get(self._finish) == StopReason.MAX_TOKENS
 
     def _close_calls(self, out: list[StreamEvent]) -> None:
         for index in sorted(self._open):
