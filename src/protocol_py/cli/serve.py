@@ -89,7 +89,18 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     serve.add_argument("--base-url", default=None, help="upstream API root (HTTP providers)")
     serve.add_argument(
-        "--discover", action="store_true", help="read the upstream model list at start-up"
+        "--discover",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the upstream's model list (GET <base-url>/models) at start-up and serve it; "
+        "default: on when --base-url is not the vendor's own, off otherwise; --no-discover "
+        "keeps the vendor catalog",
+    )
+    serve.add_argument(
+        "--log-http2-frames",
+        action="store_true",
+        help="with --log-level DEBUG, also log the h2, hpack and grpclib frame records "
+        "(default: those loggers stay at WARNING)",
     )
 
 
@@ -98,7 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     graceful shutdown."""
 
     try:
-        configure_logging(args.log_level)
+        configure_logging(args.log_level, frame_logs=args.log_http2_frames)
     except ValueError:
         raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
     if args.port is not None and not 0 <= args.port < 65536:

@@ -71,11 +71,20 @@ class ServeError(ProtocolError):
     address that cannot be bound. The message is one line fit for a terminal."""
 
 
-def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None) -> None:
+FRAME_LOGGERS: Final = ("h2", "hpack", "grpclib", "hyperframe")
+"""Loggers of the HTTP/2 and gRPC libraries whose DEBUG records are per frame (about 50 lines
+per RPC); :func:`configure_logging` holds them at WARNING unless asked for them."""
+
+
+def configure_logging(
+    level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None, *, frame_logs: bool = False
+) -> None:
     """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON.
 
     Like :func:`logging.basicConfig`, it does nothing when the root logger already has
-    handlers (an application that configured logging keeps its own setup).
+    handlers (an application that configured logging keeps its own setup). The loggers of
+    :data:`FRAME_LOGGERS` are set to WARNING unless ``frame_logs`` (``--log-http2-frames``) is
+    true, so DEBUG shows this package's records and httpx/httpcore's connection records.
 
     Raises:
         InvalidValueError: ``level`` is not one of :data:`LOG_LEVELS` (rule ``serve.log_level``).
@@ -90,6 +99,8 @@ def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = No
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(LogFormatter())
     logging.basicConfig(level=name, handlers=[handler])
+    for logger in FRAME_LOGGERS:
+        logging.getLogger(logger).setLevel(logging.NOTSET if frame_logs else logging.WARNING)
 
 
 def _check_port(port: int) -> None:
