@@ -42,7 +42,7 @@ from protocol_py.server import (
 )
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
-from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, handshake_line
+from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, ORDERLY_STOP, handshake_line
 from protocol_py.transport.listen import listen_spec
 from protocol_py.version import PROTOCOL_VERSION
 
@@ -248,14 +248,20 @@ async def serve_async(
 
 
 class _EndOfInput(asyncio.Protocol):
-    """Calls ``on_eof`` once when the pipe it reads reaches end of file (what it reads is
-    dropped: a kernel writes nothing to a plugin's stdin)."""
+    """Calls ``on_eof`` once when the pipe it reads reaches end of file. What it reads is
+    dropped, except that :data:`ORDERLY_STOP` before the end of file marks the close as an
+    orderly one (the kernel's :meth:`~protocol_py.transport.launch.LaunchedPlugin.close`);
+    at most :data:`ORDERLY_STOP`'s length of bytes is kept."""
 
     def __init__(self, on_eof: Callable[[], None]) -> None:
         self._on_eof: Callable[[], None] | None = on_eof
+        self.received = b""
+        self.orderly = False
 
     def data_received(self, data: bytes) -> None:
-        """Drop the data."""
+        """Keep the first bytes, to recognise :data:`ORDERLY_STOP`."""
+        self.received = (self.received + data)[: len(ORDERLY_STOP)]
+        self.orderly = self.received == ORDERLY_STOP
 
     def eof_received(self) -> bool:
         """The write end was closed: the kernel is gone."""
@@ -289,11 +295,17 @@ async def watch_stdin_eof(on_eof: Callable[[], None]) -> asyncio.BaseTransport |
     pipe = os.fdopen(os.dup(0), "rb", buffering=0)
     loop = asyncio.get_running_loop()
 
+    watcher: _EndOfInput
+
     def fire() -> None:
-        log.info("stdin closed: the launching kernel is gone; shutting down")
+        if watcher.orderly:
+            log.info("the launching kernel closed the plugin: orderly shutdown")
+        else:
+            log.info("stdin closed: the launching kernel is gone; shutting down")
         on_eof()
 
-    transport, _ = await loop.connect_read_pipe(lambda: _EndOfInput(fire), pipe)
+    watcher = _EndOfInput(fire)
+    transport, _ = await loop.connect_read_pipe(lambda: watcher, pipe)
     return transport
 
 
