@@ -143,12 +143,16 @@ class Provider(abc.ABC):
         raise NotImplementedRPC("Render")
 
     @classmethod
-    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
+    def from_cli(
+        cls, *, base_url: str | None, discover: bool | None, env: Mapping[str, str]
+    ) -> Provider:
         """Build the provider for ``protocol-py serve`` from its flags and the environment.
 
         Args:
             base_url: ``--base-url``, the upstream API root, or None for the vendor default.
-            discover: ``--discover``: read the upstream's model list at start-up.
+            discover: ``--discover`` (True), ``--no-discover`` (False) or neither (None: the
+                provider decides; an HTTP provider discovers when ``base_url`` is not the
+                vendor's own).
             env: The process environment (API keys such as ``OPENAI_API_KEY``).
 
         Raises:

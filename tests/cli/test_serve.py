@@ -32,8 +32,8 @@ def test_discover_against_an_unreachable_upstream_is_a_plain_message() -> None:
     assert done.returncode == 1
     last = done.stderr.splitlines()[-1]
     assert last == (
-        "protocol-py serve: --discover: cannot reach upstream http://127.0.0.1:9/v1?key=*** "
-        "(GET /models: ConnectError)"
+        "protocol-py serve: model discovery: cannot reach upstream "
+        "GET http://127.0.0.1:9/v1/models: connection refused"
     )
     assert "internal error" not in done.stderr and "RuntimeError" not in done.stderr
     assert "SECRETQ" not in done.stderr

@@ -81,10 +81,10 @@ def test_readme_is_a_landing_page_that_links_every_docs_page() -> None:
 
 def test_the_readme_keeps_the_two_set_up_commands() -> None:
     blocks = re.findall(r"^```sh\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
-    setup = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
+    venv = "python3 -m venv .venv && "
     assert blocks[:2] == [
-        f"{setup}.venv/bin/protocol-py serve\n",
-        f"{setup}.venv/bin/python -m pytest -q\n",
+        f"{venv}.venv/bin/pip install -e . && .venv/bin/protocol-py serve\n",
+        f'{venv}.venv/bin/pip install -e ".[dev]" && .venv/bin/python -m pytest -q\n',
     ]
 
 

@@ -9,6 +9,7 @@ the server under test picked."""
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import select
@@ -242,7 +243,7 @@ def test_echo_provider_example_serves_answers_fails_and_stops(index: int) -> Non
 
 def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
     reflection = section("## Health checking and reflection", "docs/server.md")
-    lines = [c for c in commands(reflection) if "buf curl" in c]
+    lines = [c for c in commands(reflection) if "buf curl" in c and "Describe" in c]
     assert lines == [
         ".venv/bin/buf curl --protocol grpc --http2-prior-knowledge "
         "http://127.0.0.1:50051/model.v1.ModelService/Describe"
@@ -253,6 +254,19 @@ def test_buf_curl_line_of_the_readme_calls_describe(readme_server: int) -> None:
         '"name": "reference"' in done.stdout
         and f'"protocolVersion": "{protocol_py.PROTOCOL_VERSION}"' in done.stdout
     )
+
+
+def test_buf_curl_line_streams_the_example_request_body(readme_server: int) -> None:
+    reflection = section("## Health checking and reflection", "docs/server.md")
+    (line,) = [c for c in commands(reflection) if "StreamCompletion" in c]
+    assert "-d @examples/buf-curl/stream_completion.json" in line
+    done = run(line, readme_server)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(chunk) for chunk in re.split(r"(?<=\n})\n(?={)", done.stdout.strip())]
+    assert list(events[0]) == ["streamStart"]
+    text = "".join(e["textDelta"]["text"] for e in events if "textDelta" in e)
+    assert "You wrote: Hello there" in text
+    assert events[-1]["stop"]["reason"] == "STOP_REASON_END_TURN"
 
 
 def test_building_requests_script_runs_as_written(readme_server: int, tmp_path: Path) -> None:

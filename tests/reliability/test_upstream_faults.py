@@ -211,7 +211,7 @@ FAULTS = [
         ErrorKind.TRANSIENT,
         [],
         None,
-        message="upstream request failed",
+        message="failed: connection closed by the upstream",
     ),
     Fault(
         "stall_before_first_byte",

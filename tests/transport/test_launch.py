@@ -3,6 +3,7 @@ LaunchError naming it (bounded); the interpreter-and-module form starts the plug
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -44,3 +45,25 @@ async def test_launch_with_the_interpreter_and_module_path_starts_the_plugin() -
     argv = [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake"]
     async with launch(argv, stderr=subprocess.DEVNULL) as plugin:
         assert (await plugin.client.describe(timeout=10)).name == "reference"
+
+
+PLUGIN = [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake"]
+
+
+async def test_launch_hands_each_stderr_line_to_a_callable_and_logs_an_orderly_close() -> None:
+    lines: list[str] = []
+    async with launch(PLUGIN, stderr=lines.append) as plugin:
+        assert (await plugin.client.describe()).name == "reference"
+    assert any("INFO protocol_py.server serving reference on" in line for line in lines)
+    assert any("the launching kernel closed the plugin: orderly shutdown" in x for x in lines)
+    assert not any("the launching kernel is gone" in x for x in lines)
+
+
+async def test_launch_sends_stderr_lines_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("kernel.plugin")
+    with caplog.at_level(logging.INFO, logger="kernel.plugin"):
+        async with launch(PLUGIN, stderr=logger):
+            pass
+    records = [r.getMessage() for r in caplog.records if r.name == "kernel.plugin"]
+    assert records and all(m.startswith("plugin stderr: ") for m in records)
+    assert any("serving reference on" in m for m in records)

@@ -617,30 +617,69 @@ def stdin_binary() -> BinaryIO:
 
 def add_chat_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``chat`` and its options to ``sub``."""
-    chat = sub.add_parser("chat", help="stream one answer from a running server")
-    chat.add_argument("--server", default=DEFAULT_SERVER, help=SERVER_HELP)
+    chat = sub.add_parser(
+        "chat",
+        help="stream one answer from a running server",
+        description="Send one prompt (or, without PROMPT, one turn per line of stdin) to a "
+        "running server and stream the answer, then print tokens, cost and stop reason.",
+    )
+    chat.add_argument("--server", default=DEFAULT_SERVER, metavar="ADDRESS", help=SERVER_HELP)
     add_client_options(chat)
-    chat.add_argument("--model", default=None, help="model id (default: the first served)")
-    chat.add_argument("--system", default=None, help="system text (an assembled-context section)")
+    chat.add_argument(
+        "--model", default=None, metavar="ID", help="model id (default: the first served)"
+    )
+    chat.add_argument(
+        "--system",
+        default=None,
+        metavar="TEXT",
+        help="system text, an assembled-context section (default: none)",
+    )
     chat.add_argument(
         "--timeout",
         type=deadline_seconds,
         default=120.0,
         metavar="SECONDS",
-        help="deadline, seconds",
+        help="deadline of the whole answer, seconds (default %(default)g)",
     )
-    chat.add_argument("--effort", default=None, help="thinking effort level (e.g. low, high)")
-    chat.add_argument("--budget", type=positive_int, default=None, help="thinking budget, tokens")
-    chat.add_argument("--max-tokens", type=positive_int, default=None, help="max output tokens")
-    chat.add_argument("--temperature", type=non_negative_float, default=None, help="temperature")
     chat.add_argument(
-        "--stop", action="append", default=None, metavar="TEXT", help="stop sequence (repeatable)"
+        "--effort",
+        default=None,
+        metavar="LEVEL",
+        help="thinking effort level, e.g. low, high (default: the model's)",
+    )
+    chat.add_argument(
+        "--budget",
+        type=positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="thinking budget, tokens (default: the model's)",
+    )
+    chat.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="max output tokens (default: the model's)",
+    )
+    chat.add_argument(
+        "--temperature",
+        type=non_negative_float,
+        default=None,
+        metavar="NUMBER",
+        help="sampling temperature (default: the model's)",
+    )
+    chat.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop sequence, repeatable (default: none)",
     )
     chat.add_argument(
         "--tools",
         default=None,
-        metavar="FILE.json",
-        help="JSON array of tool declarations {name, description, inputSchema}",
+        metavar="FILE",
+        help="JSON array of tool declarations {name, description, inputSchema} (default: none)",
     )
     chat.add_argument(
         "prompt",

@@ -16,7 +16,7 @@ from protocol_py.cli.options import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError,
 from protocol_py.codec import protojson
 from protocol_py.errors import ValidationError, describe_json_error, errors_only
 from protocol_py.rules.cost import cost, validate_usage
-from protocol_py.rules.documents import load_document
+from protocol_py.rules.documents import DOCUMENT_KINDS, load_document
 from protocol_py.rules.pricing import RATE_FIELDS
 from protocol_py.rules.timestamps import parse_timestamp
 from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage
@@ -24,25 +24,44 @@ from protocol_py_gen.model.v1 import Pricing, PricingTier, Usage
 
 def add_validate_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``validate`` and its argument to ``sub``."""
-    validate = sub.add_parser("validate", help="validate a Capabilities/ModelSpec/Pricing JSON")
-    validate.add_argument("file", metavar="FILE")
+    kinds = ", ".join(DOCUMENT_KINDS)
+    validate = sub.add_parser(
+        "validate",
+        help=f"check a proto3-JSON document ({kinds}) against the protocol's rules",
+        description=f"Check one proto3-JSON document against the protocol's rules. Accepted "
+        f"kinds: {kinds} (recognised from its top-level keys). Prints 'FILE: valid KIND', or "
+        "every violation (field path, rule, message) and exits 1. Samples: "
+        "examples/documents/capabilities.json, examples/documents/pricing.json.",
+    )
+    validate.add_argument(
+        "file", metavar="FILE", help=f"a JSON file holding one {'/'.join(DOCUMENT_KINDS)} object"
+    )
 
 
 def add_cost_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``cost`` and its options to ``sub``."""
-    cost = sub.add_parser("cost", help="price a Usage with a Pricing")
-    cost.add_argument("--pricing", required=True, metavar="FILE", help="proto3-JSON Pricing")
-    cost.add_argument("--usage", required=True, metavar="FILE", help="proto3-JSON Usage")
+    cost = sub.add_parser(
+        "cost",
+        help="price a Usage with a Pricing",
+        description="Price one Usage (token counts) with one Pricing (per-million-token rates, "
+        "tiers, windows) and print the cost per rate and in total. Samples: "
+        "examples/documents/pricing.json, examples/documents/usage.json.",
+    )
+    cost.add_argument(
+        "--pricing", required=True, metavar="FILE", help="proto3-JSON Pricing (required)"
+    )
+    cost.add_argument("--usage", required=True, metavar="FILE", help="proto3-JSON Usage (required)")
     cost.add_argument(
         "--at",
         default=None,
+        metavar="TIME",
         help=(
             "receipt time (default: now): YYYY-MM-DD (00:00 UTC) or "
             "YYYY-MM-DDTHH:MM[:SS[.fraction]] with Z or +HH:MM/+HHMM/+HH (ISO 8601 extended "
             "format, RFC 3339; no basic format, week or ordinal dates, no surrounding spaces)"
         ),
     )
-    cost.add_argument("--json", action="store_true", help="one JSON object")
+    cost.add_argument("--json", action="store_true", help="print one JSON object (default: text)")
 
 
 _UNDETERMINED: Final = {

@@ -29,24 +29,42 @@ from protocol_py_gen.model.v1 import Capabilities, PricingTier
 
 def add_capabilities_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``capabilities`` and its options to ``sub``."""
-    caps = sub.add_parser("capabilities", help="list the models a server serves")
-    caps.add_argument("--server", default=DEFAULT_SERVER, help=SERVER_HELP)
+    caps = sub.add_parser(
+        "capabilities",
+        help="list the models a server serves",
+        description="Ask a running server for its Capabilities and print one row per model "
+        "(context window, thinking, caching, prices), or --json.",
+    )
+    caps.add_argument("--server", default=DEFAULT_SERVER, metavar="ADDRESS", help=SERVER_HELP)
     add_client_options(caps)
-    caps.add_argument("--json", action="store_true", help="proto3 JSON of the Capabilities")
+    caps.add_argument(
+        "--json",
+        action="store_true",
+        help="print the proto3 JSON of the Capabilities (default: a table)",
+    )
     add_timeout_option(caps)
 
 
 def add_describe_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``describe`` and its options to ``sub``."""
-    describe = sub.add_parser("describe", help="show a server's plugin identity")
-    describe.add_argument("--server", default=DEFAULT_SERVER, help=SERVER_HELP)
+    describe = sub.add_parser(
+        "describe",
+        help="show a server's plugin identity",
+        description="Ask a running server for its plugin identity (name, version, protocol "
+        "version) and print it.",
+    )
+    describe.add_argument("--server", default=DEFAULT_SERVER, metavar="ADDRESS", help=SERVER_HELP)
     add_client_options(describe)
     add_timeout_option(describe)
 
 
 def add_version_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``version`` to ``sub``."""
-    sub.add_parser("version", help="package and protocol version")
+    sub.add_parser(
+        "version",
+        help="package and protocol version",
+        description="Print this package's version and the protocol version it implements.",
+    )
 
 
 def _thinking_summary(spec: Any) -> str:

@@ -127,29 +127,52 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--socket",
         default=None,
         metavar="PATH",
-        help="listen on this unix-domain socket (mode 0600) instead of TCP",
+        help="listen on this unix-domain socket (mode 0600) instead of TCP (default: TCP)",
     )
-    parser.add_argument("--tls-cert", default=None, metavar="FILE", help="TLS certificate, PEM")
-    parser.add_argument("--tls-key", default=None, metavar="FILE", help="TLS private key, PEM")
+    parser.add_argument(
+        "--tls-cert", default=None, metavar="FILE", help="TLS certificate, PEM (default: plaintext)"
+    )
+    parser.add_argument(
+        "--tls-key",
+        default=None,
+        metavar="FILE",
+        help="TLS private key, PEM (with --tls-cert; default: none)",
+    )
     parser.add_argument(
         "--tls-client-ca",
         default=None,
         metavar="FILE",
-        help="require client certificates issued by these CAs, PEM (mutual TLS)",
+        help="require client certificates issued by these CAs, PEM (mutual TLS; default: no "
+        "client certificate asked for)",
     )
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--tls``, ``--tls-ca``, ``--tls-cert``, ``--tls-key`` and ``--tls-server-name``
     to a client command."""
-    parser.add_argument("--tls", action="store_true", help="use TLS with the system's trusted CAs")
     parser.add_argument(
-        "--tls-ca", default=None, metavar="FILE", help="use TLS; trust these CAs, PEM"
+        "--tls",
+        action="store_true",
+        help="use TLS with the system's trusted CAs (default: plaintext)",
     )
     parser.add_argument(
-        "--tls-cert", default=None, metavar="FILE", help="client certificate, PEM (mutual TLS)"
+        "--tls-ca",
+        default=None,
+        metavar="FILE",
+        help="use TLS; trust these CAs, PEM (default: the system's)",
     )
-    parser.add_argument("--tls-key", default=None, metavar="FILE", help="client key, PEM")
+    parser.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="FILE",
+        help="client certificate, PEM (mutual TLS; default: none)",
+    )
+    parser.add_argument(
+        "--tls-key",
+        default=None,
+        metavar="FILE",
+        help="client key, PEM (with --tls-cert; default: none)",
+    )
     parser.add_argument(
         "--tls-server-name",
         default=None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 
 from protocol_py.cli.options import (
     EXIT_OK,
@@ -32,6 +33,7 @@ from protocol_py.server import (
     DEFAULT_RECEIVE_TIMEOUT,
 )
 from protocol_py.server.serve import ServeError, configure_logging, serve
+from protocol_py.transport.tls import CLIENT_CERT_ENV
 
 
 def _provider_help() -> str:
@@ -42,13 +44,45 @@ def _provider_help() -> str:
     )
 
 
+def environment_help() -> str:
+    """The ``serve --help`` epilog: the environment variables each built-in provider reads,
+    and the server's own."""
+    lines = ["environment variables:"]
+    for name in BUILTIN:
+        env = getattr(load_provider_class(name), "api_key_env", "")
+        lines.append(f"  {name:<12} {env + ' (API key)' if env else 'none'}")
+    lines += [
+        f"  {'server':<12} {CLIENT_CERT_ENV} (with --handshake: the kernel's client certificate,"
+        " PEM; turns on automatic mutual TLS)",
+        f"  {'':<12} PROTOCOL_PY_DESCRIPTOR (the buf image served by reflection)",
+    ]
+    return "\n".join(lines)
+
+
 def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """Add ``serve`` and its options to ``sub``."""
-    serve = sub.add_parser("serve", help="serve ModelService for a provider")
-    serve.add_argument("--provider", default="reference", help=_provider_help())
-    serve.add_argument("--host", default=None, help=f"bind address ({DEFAULT_HOST})")
+    serve = sub.add_parser(
+        "serve",
+        help="serve ModelService for a provider",
+        description=textwrap.fill(
+            "Serve the gRPC ModelService for one provider on 127.0.0.1:50051 (or --host/--port, "
+            "--socket, --handshake) until SIGINT/SIGTERM, then drain in-flight streams for "
+            "--grace-period seconds.",
+            78,
+        ),
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--provider", default="reference", metavar="NAME", help=_provider_help())
     serve.add_argument(
-        "--port", type=int, default=None, help=f"port ({DEFAULT_PORT}); 0 picks a free one"
+        "--host", default=None, metavar="HOST", help=f"bind address (default {DEFAULT_HOST})"
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=f"TCP port (default {DEFAULT_PORT}); 0 picks a free one",
     )
     serve.add_argument(
         "--handshake",
@@ -59,38 +93,62 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     add_serve_options(serve)
     serve.add_argument(
-        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
+        "--log-level",
+        default="INFO",
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR; logs go to stderr (default %(default)s)",
     )
     serve.add_argument(
         "--max-message-size",
         type=message_size,
         default=None,
+        metavar="SIZE",
         help="largest message in either direction: bytes or 1MiB/64MB (default 64MiB)",
     )
     serve.add_argument(
         "--grace-period",
         type=non_negative_float,
         default=DEFAULT_GRACE_PERIOD,
-        help=f"seconds in-flight streams get on SIGINT/SIGTERM ({DEFAULT_GRACE_PERIOD:g})",
+        metavar="SECONDS",
+        help="time in-flight streams get on SIGINT/SIGTERM, seconds "
+        f"(default {DEFAULT_GRACE_PERIOD:g})",
     )
     serve.add_argument(
         "--receive-timeout",
         type=timeout_seconds,
         default=DEFAULT_RECEIVE_TIMEOUT,
         metavar="SECONDS",
-        help="time a call gets to send its whole request; slower ones get DEADLINE_EXCEEDED "
-        f"({DEFAULT_RECEIVE_TIMEOUT:g})",
+        help="time a call gets to send its whole request, seconds; slower ones get "
+        f"DEADLINE_EXCEEDED (default {DEFAULT_RECEIVE_TIMEOUT:g})",
     )
     serve.add_argument(
         "--idle-timeout",
         type=timeout_seconds,
         default=DEFAULT_IDLE_TIMEOUT,
         metavar="SECONDS",
-        help=f"close a connection with no open call for this long ({DEFAULT_IDLE_TIMEOUT:g})",
+        help="close a connection with no open call for this long, seconds "
+        f"(default {DEFAULT_IDLE_TIMEOUT:g})",
     )
-    serve.add_argument("--base-url", default=None, help="upstream API root (HTTP providers)")
     serve.add_argument(
-        "--discover", action="store_true", help="read the upstream model list at start-up"
+        "--base-url",
+        default=None,
+        metavar="URL",
+        help="upstream API root of an HTTP provider, e.g. http://127.0.0.1:8000/v1 for a local "
+        "OpenAI-compatible server (default: the vendor's own)",
+    )
+    serve.add_argument(
+        "--discover",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the upstream's model list (GET <base-url>/models) at start-up and serve it; "
+        "default: on when --base-url is not the vendor's own, off otherwise; --no-discover "
+        "keeps the vendor catalog",
+    )
+    serve.add_argument(
+        "--log-http2-frames",
+        action="store_true",
+        help="with --log-level DEBUG, also log the h2, hpack and grpclib frame records "
+        "(default: those loggers stay at WARNING)",
     )
 
 
@@ -99,7 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     graceful shutdown."""
 
     try:
-        configure_logging(args.log_level)
+        configure_logging(args.log_level, frame_logs=args.log_http2_frames)
     except ValueError:
         raise CliError(f"invalid --log-level {args.log_level!r}", EXIT_USAGE) from None
     if args.port is not None and not 0 <= args.port < 65536:

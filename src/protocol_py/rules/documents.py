@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import betterproto2
 
@@ -29,6 +29,7 @@ from protocol_py.rules.capabilities import (
 from protocol_py_gen.model.v1 import Capabilities, ModelSpec, Pricing
 
 __all__ = [
+    "DOCUMENT_KINDS",
     "decode_json",
     "decode_json_or_raise",
     "detect_kind",
@@ -48,6 +49,9 @@ _DOCUMENT_KINDS: tuple[tuple[str, type[betterproto2.Message]], ...] = (
     ("ModelSpec", ModelSpec),
     ("Pricing", Pricing),
 )
+
+DOCUMENT_KINDS: Final = tuple(name for name, _ in _DOCUMENT_KINDS)
+"""The document kinds :func:`validate_document` recognises, in tie-break order."""
 
 
 def _field_keys(cls: type[betterproto2.Message]) -> set[str]:

@@ -46,7 +46,7 @@ from protocol_py.server.malloc_arenas import limit_malloc_arenas
 from protocol_py.server.parent_watch import ParentWatch, watch_parent
 from protocol_py.transport import go_plugin as go_plugin_handshake
 from protocol_py.transport.go_plugin import NotLaunchedByKernelError, go_plugin_launch
-from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, handshake_line
+from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, ORDERLY_STOP, handshake_line
 from protocol_py.transport.listen import listen_spec
 from protocol_py.transport.tls import CLIENT_CERT_ENV
 from protocol_py.version import PROTOCOL_VERSION
@@ -76,11 +76,20 @@ class ServeError(ProtocolError):
     address that cannot be bound. The message is one line fit for a terminal."""
 
 
-def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None) -> None:
+FRAME_LOGGERS: Final = ("h2", "hpack", "grpclib", "hyperframe")
+"""Loggers of the HTTP/2 and gRPC libraries whose DEBUG records are per frame (about 50 lines
+per RPC); :func:`configure_logging` holds them at WARNING unless asked for them."""
+
+
+def configure_logging(
+    level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None, *, frame_logs: bool = False
+) -> None:
     """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON.
 
     Like :func:`logging.basicConfig`, it does nothing when the root logger already has
-    handlers (an application that configured logging keeps its own setup).
+    handlers (an application that configured logging keeps its own setup). The loggers of
+    :data:`FRAME_LOGGERS` are set to WARNING unless ``frame_logs`` (``--log-http2-frames``) is
+    true, so DEBUG shows this package's records and httpx/httpcore's connection records.
 
     Raises:
         InvalidValueError: ``level`` is not one of :data:`LOG_LEVELS` (rule ``serve.log_level``).
@@ -95,6 +104,8 @@ def configure_logging(level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = No
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(LogFormatter())
     logging.basicConfig(level=name, handlers=[handler])
+    for logger in FRAME_LOGGERS:
+        logging.getLogger(logger).setLevel(logging.NOTSET if frame_logs else logging.WARNING)
 
 
 def _check_port(port: int) -> None:
@@ -303,14 +314,20 @@ def _log_go_plugin(launch: go_plugin_handshake.GoPluginLaunch) -> None:
 
 
 class _EndOfInput(asyncio.Protocol):
-    """Calls ``on_eof`` once when the pipe it reads reaches end of file (what it reads is
-    dropped: a kernel writes nothing to a plugin's stdin)."""
+    """Calls ``on_eof`` once when the pipe it reads reaches end of file. What it reads is
+    dropped, except that :data:`ORDERLY_STOP` before the end of file marks the close as an
+    orderly one (the kernel's :meth:`~protocol_py.transport.launch.LaunchedPlugin.close`);
+    at most :data:`ORDERLY_STOP`'s length of bytes is kept."""
 
     def __init__(self, on_eof: Callable[[], None]) -> None:
         self._on_eof: Callable[[], None] | None = on_eof
+        self.received = b""
+        self.orderly = False
 
     def data_received(self, data: bytes) -> None:
-        """Drop the data."""
+        """Keep the first bytes, to recognise :data:`ORDERLY_STOP`."""
+        self.received = (self.received + data)[: len(ORDERLY_STOP)]
+        self.orderly = self.received == ORDERLY_STOP
 
     def eof_received(self) -> bool:
         """The write end was closed: the kernel is gone."""
@@ -344,11 +361,17 @@ async def watch_stdin_eof(on_eof: Callable[[], None]) -> asyncio.BaseTransport |
     pipe = os.fdopen(os.dup(0), "rb", buffering=0)
     loop = asyncio.get_running_loop()
 
+    watcher: _EndOfInput
+
     def fire() -> None:
-        log.info("stdin closed: the launching kernel is gone; shutting down")
+        if watcher.orderly:
+            log.info("the launching kernel closed the plugin: orderly shutdown")
+        else:
+            log.info("stdin closed: the launching kernel is gone; shutting down")
         on_eof()
 
-    transport, _ = await loop.connect_read_pipe(lambda: _EndOfInput(fire), pipe)
+    watcher = _EndOfInput(fire)
+    transport, _ = await loop.connect_read_pipe(lambda: watcher, pipe)
     return transport
 
 

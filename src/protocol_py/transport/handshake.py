@@ -38,6 +38,12 @@ with
 ``--handshake`` whose stdin is a pipe then shuts down (as on SIGTERM) when that pipe reaches
 end of file, i.e. when the launching kernel is gone, even killed with SIGKILL."""
 
+ORDERLY_STOP: Final = b"stop\n"
+"""What :meth:`protocol_py.transport.launch.LaunchedPlugin.close` writes to a launched plugin's
+stdin before closing it: the end of file that follows is an orderly shutdown, not a lost
+kernel."""
+
+
 HANDSHAKE_PROTOCOL: Final = "grpc"
 """The fourth handshake field: the RPC protocol."""
 

@@ -31,7 +31,7 @@ import os
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
@@ -42,6 +42,7 @@ from protocol_py.transport.go_plugin import GO_PLUGIN_ENV, parse_handshake_line
 from protocol_py.transport.handshake import (
     EXIT_ON_STDIN_EOF_ENV,
     MAX_HANDSHAKE_LINE_BYTES,
+    ORDERLY_STOP,
     Handshake,
 )
 from protocol_py.transport.listen import is_private_socket_dir, remove_socket
@@ -133,7 +134,7 @@ async def launch(
     auto_mtls: bool = True,
     start_timeout: float = START_TIMEOUT,
     stop_timeout: float = STOP_TIMEOUT,
-    stderr: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | Callable[[str], None] | logging.Logger | None = None,
 ) -> AsyncIterator[LaunchedPlugin]:
     """Start a plugin and connect to it (see the module docstring); an async context manager
     whose exit calls :meth:`LaunchedPlugin.close`.
@@ -152,7 +153,12 @@ async def launch(
             certificate is refused). False: plaintext, for plugins that predate it.
         start_timeout: Seconds allowed for the handshake line.
         stop_timeout: Seconds :meth:`LaunchedPlugin.close` waits after SIGTERM.
-        stderr: Where the plugin's stderr goes (default: inherited; ``subprocess.DEVNULL``).
+        stderr: Where the plugin's stderr (its log records) goes. None (the default): passed
+            through, the plugin writes to this process's stderr. A file descriptor, an open
+            file or ``subprocess.DEVNULL``: written there. A callable: called with each line
+            (text, newline removed, at most :data:`MAX_STDERR_LINE_BYTES` bytes, decoded with
+            replacement). A :class:`logging.Logger`: each line becomes one INFO record
+            ``plugin stderr: LINE`` of that logger. Lines are read until the plugin exits.
 
     Raises:
         LaunchError: see the class; the plugin is stopped first. Also when the command cannot
@@ -168,17 +174,21 @@ async def launch(
         environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
     environ[EXIT_ON_STDIN_EOF_ENV] = "1"
     started_at = time.time() - CLOCK_SLACK
+    sink = _line_sink(stderr)
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=subprocess.PIPE,  # its end of file tells the plugin this process is gone
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            stderr=subprocess.PIPE if sink is not None else stderr,  # type: ignore[arg-type]
             env=environ,
             limit=MAX_HANDSHAKE_LINE_BYTES,
         )
     except OSError as exc:
         raise LaunchError(_start_failure(argv, exc)) from None
+    lines: asyncio.Task[None] | None = None
+    if sink is not None and process.stderr is not None:
+        lines = asyncio.ensure_future(_forward_lines(process.stderr, sink))
     try:
         handshake = await _read_handshake(process, start_timeout)
         if pair is not None and handshake.server_certificate is None:
@@ -202,6 +212,8 @@ async def launch(
         )
     except BaseException:
         await _stop(process, 0)
+        if lines is not None:
+            await _finish(lines)
         raise
     assert process.stdout is not None
     drain = asyncio.ensure_future(_discard(process.stdout))
@@ -212,6 +224,55 @@ async def launch(
         yield plugin
     finally:
         await plugin.close()
+        if lines is not None:
+            await _finish(lines)
+
+
+MAX_STDERR_LINE_BYTES: Final = 16 * 1024
+"""Longest plugin stderr line handed to a ``stderr`` callable or logger, bytes; a longer one is
+cut there."""
+
+
+def _line_sink(
+    stderr: int | IO[Any] | Callable[[str], None] | logging.Logger | None,
+) -> Callable[[str], None] | None:
+    """The per-line callable for a callable or Logger ``stderr``, else None (passed as is)."""
+    if isinstance(stderr, logging.Logger):
+        logger = stderr
+        return lambda line: logger.info("plugin stderr: %s", line)
+    if callable(stderr) and not isinstance(stderr, int) and not hasattr(stderr, "fileno"):
+        return stderr
+    return None
+
+
+async def _forward_lines(stream: asyncio.StreamReader, sink: Callable[[str], None]) -> None:
+    """Hand each line of ``stream`` to ``sink`` until end of file (overlong lines cut)."""
+    while True:
+        try:
+            raw = await stream.readline()
+        except (ValueError, asyncio.LimitOverrunError):
+            raw = await stream.read(MAX_STDERR_LINE_BYTES)
+        if not raw:
+            return
+        line = raw[:MAX_STDERR_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n")
+        try:
+            sink(line)
+        except Exception:
+            log.exception("the stderr callable raised; plugin stderr lines are dropped from here")
+            sink = _drop
+
+
+def _drop(line: str) -> None:
+    """Ignore ``line``."""
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    """Let the stderr reader see end of file (1 s at most), then cancel it."""
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(task), 1.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _read_handshake(process: asyncio.subprocess.Process, timeout: float) -> Handshake:  # noqa: ASYNC109
@@ -272,6 +333,9 @@ async def _stop(process: asyncio.subprocess.Process, timeout: float) -> None:  #
     """
     _close_stdout(process)
     if process.stdin is not None:
+        if timeout > 0:  # an orderly close, not a failed start: say so before the end of file
+            with contextlib.suppress(OSError, RuntimeError):
+                process.stdin.write(ORDERLY_STOP)
         process.stdin.close()  # end of file: a plugin watching stdin starts shutting down
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):

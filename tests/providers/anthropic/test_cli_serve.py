@@ -77,6 +77,7 @@ async def test_cli_serve_log_never_shows_base_url_credentials() -> None:
             "anthropic",
             "--base-url",
             base,
+            "--no-discover",
             "--handshake",
             "--port",
             "0",

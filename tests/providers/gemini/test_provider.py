@@ -566,7 +566,9 @@ async def test_cli_serves_gemini_and_vertex_with_base_url(
                 "GOOGLE_CLOUD_LOCATION": "us-central1",
                 "VERTEX_TOKEN_URI": stub.url + "/token",
             }
-        proc, address = await _serve(["--provider", provider, "--base-url", stub.url], env)
+        proc, address = await _serve(
+            ["--provider", provider, "--base-url", stub.url, "--no-discover"], env
+        )
         try:
             client = ModelClient.connect(address)
             try:

@@ -130,7 +130,9 @@ class GeminiProvider(HTTPProvider):
     # -- configuration ----------------------------------------------------------------------
 
     @classmethod
-    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
+    def from_cli(
+        cls, *, base_url: str | None, discover: bool | None, env: Mapping[str, str]
+    ) -> Provider:
         """``serve --provider gemini``: the key from ``GEMINI_API_KEY``, else
         ``GOOGLE_API_KEY``.
 
@@ -140,6 +142,8 @@ class GeminiProvider(HTTPProvider):
         """
         if base_url is not None:
             base_url = parse_base_url(base_url, what="--base-url")
+        if discover is None:  # a foreign --base-url discovers its models (HTTPProvider.from_cli)
+            discover = base_url is not None and base_url != parse_base_url(cls.default_base_url)
         for variable in (cls.api_key_env, "GOOGLE_API_KEY"):
             key = env.get(variable) or None
             if key is not None:
@@ -441,7 +445,9 @@ class VertexProvider(GeminiProvider):
         super().__init__(base_url=base_url, **kwargs)
 
     @classmethod
-    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
+    def from_cli(
+        cls, *, base_url: str | None, discover: bool | None, env: Mapping[str, str]
+    ) -> Provider:
         """``serve --provider vertex``: ``GOOGLE_CLOUD_PROJECT``, ``GOOGLE_CLOUD_LOCATION``
         (default global), ``GOOGLE_APPLICATION_CREDENTIALS`` or Application Default
         Credentials, ``VERTEX_TOKEN_URI``.
@@ -463,7 +469,7 @@ class VertexProvider(GeminiProvider):
             location=location,
             credentials=VertexCredentials(file=credentials_file_from_env(env), token_uri=token_uri),
             base_url=base_url,
-            discover=discover,
+            discover=bool(discover),
         )
 
     async def start(self) -> None:

@@ -72,6 +72,7 @@ from protocol_py.providers.http.errors import (
     remember_secrets,
     secret_values,
     transient_error,
+    transport_cause,
 )
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEEvent, SSELimitError, SSEParser
@@ -79,7 +80,7 @@ from protocol_py.providers.http.url import (
     install_log_redaction,
     join_url,
     parse_base_url,
-    redact_url,
+    safe_location,
     url_secrets,
 )
 from protocol_py.rules.stream_order import event_member
@@ -101,20 +102,28 @@ log = logging.getLogger("protocol_py.providers")
 install_log_redaction()  # httpx logs each request URL at INFO: never its userinfo or query
 
 
-def request_failure(exc: Exception, what: str) -> ModelError:
+def request_failure(
+    exc: Exception, what: str, url: str | None = None, *, connect_timeout_s: float | None = None
+) -> ModelError:
     """The ModelError for an httpx exception raised while sending ``what`` (docs/decisions.md#d10).
 
     A URL the client cannot use (:class:`httpx.UnsupportedProtocol`, :class:`httpx.InvalidURL`)
     is a deterministic misconfiguration: PERMANENT, not retryable. Any other transport failure
-    is TRANSIENT and retryable. The message names only the exception type (never the URL).
+    is TRANSIENT and retryable. The message names ``url`` as scheme, host, port and path (never
+    its userinfo or query, :func:`protocol_py.providers.http.url.safe_location`) and the cause
+    in words (:func:`protocol_py.providers.http.errors.transport_cause`), e.g.
+    ``upstream request to http://127.0.0.1:9/v1/chat/completions failed: connection refused``.
     """
+    where = f" to {safe_location(url)}" if url else ""
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
         return ModelError(
             kind=ErrorKind.PERMANENT,
-            message=f"{what} failed: the upstream URL is not usable ({type(exc).__name__})",
+            message=f"{what}{where} failed: the upstream URL is not usable ({type(exc).__name__})",
             retryable=False,
         )
-    return transient_error(f"{what} failed: {type(exc).__name__}")
+    host = httpx.URL(url).host if url else None
+    cause = transport_cause(exc, host=host, connect_timeout_s=connect_timeout_s)
+    return transient_error(f"{what}{where} failed: {cause}")
 
 
 class Translator(Protocol):
@@ -417,8 +426,15 @@ class HTTPProvider(Provider, abc.ABC):
         await self._clients.retire()
 
     @classmethod
-    def from_cli(cls, *, base_url: str | None, discover: bool, env: Mapping[str, str]) -> Provider:
-        """``protocol-py serve --provider NAME [--base-url URL] [--discover]``; key from env.
+    def from_cli(
+        cls, *, base_url: str | None, discover: bool | None, env: Mapping[str, str]
+    ) -> Provider:
+        """``protocol-py serve --provider NAME [--base-url URL] [--discover | --no-discover]``;
+        key from env.
+
+        ``discover`` None (neither flag): discover the upstream's models exactly when
+        ``--base-url`` is given and differs from :attr:`default_base_url` (a local
+        OpenAI-compatible server, a gateway); ``--no-discover`` keeps the vendor catalog.
 
         Raises:
             ValueError: ``--base-url`` is not an absolute http(s) URL with a host (the CLI
@@ -428,48 +444,97 @@ class HTTPProvider(Provider, abc.ABC):
         """
         if base_url is not None:
             base_url = parse_base_url(base_url, what="--base-url")
+        if discover is None:
+            discover = base_url is not None and base_url != parse_base_url(cls.default_base_url)
         api_key = env.get(cls.api_key_env) or None
         if api_key is not None:
             check_api_key(api_key, cls.api_key_env)
         return cls(api_key=api_key, base_url=base_url, discover=discover)
 
+    @property
+    def official_upstream(self) -> bool:
+        """True when :attr:`base_url` is the vendor's own default API root."""
+        return self.base_url == parse_base_url(self.default_base_url)
+
     async def start(self) -> None:
-        """Warn (one WARNING line naming :attr:`api_key_env`) when no API key is set; with
-        ``--discover``: read GET <base>/models and add unknown ids with safe defaults."""
+        """Warn (one WARNING line naming :attr:`api_key_env`) when no API key is set; when
+        discovering: read GET <base>/models; then log (INFO) which catalog is served.
+
+        At the vendor's own URL, discovered ids are added to the vendor catalog (priced like
+        its entries); at any other URL the upstream's list replaces the vendor catalog (no
+        prices: the vendor's prices are not the upstream's).
+
+        Raises:
+            ProviderStartError: discovery failed; the message names the URL (never its
+                credentials) and the cause in words.
+        """
         if not self.api_key and self.api_key_env:
             log.warning(
                 "no API key: %s is not set; an upstream that requires one refuses every "
                 "request (AUTHENTICATION) until it is set or Configure sends api_key",
                 self.api_key_env,
             )
-        if not self.discover:
-            return
+        if self.discover:
+            await self._discover()
+        where = safe_location(self.base_url)
+        if self.discover and not self.official_upstream:
+            what = "the upstream's own model list (discovered)"
+        elif self.discover:
+            what = f"the {self.name} catalog plus the upstream's model list (discovered)"
+        else:
+            what = f"the built-in {self.name} catalog (no discovery)"
+        log.info(
+            "provider %s: serving %d models from %s at %s",
+            self.name,
+            len(self._models),
+            what,
+            where,
+        )
+
+    async def _discover(self) -> None:
         from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
 
         try:
             response, body = await self.fetch("GET", self.models_path, headers=self.auth_headers())
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            models_url = join_url(self.base_url, self.models_path)
+            cause = transport_cause(
+                exc,
+                host=httpx.URL(models_url).host,
+                connect_timeout_s=self.timeouts.connect_timeout_s,
+            )
             raise ProviderStartError(
-                f"--discover: cannot reach upstream {redact_url(self.base_url)} "
-                f"(GET {self.models_path}: {type(exc).__name__})"
+                f"model discovery: cannot reach upstream GET {safe_location(models_url)}: {cause}"
             ) from None
         if response.status_code >= 300:
             err = self.redact_error(
                 self.classify_http_error(response.status_code, body, response.headers)
             )
-            raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
+            raise ProviderStartError(
+                f"model discovery: GET {safe_location(join_url(self.base_url, self.models_path))} "
+                f"failed: {err.message}"
+            )
         try:
             payload = json.loads(body)
         except ValueError:
             raise ProviderStartError(
-                f"--discover: GET {self.models_path} did not return JSON"
+                f"model discovery: GET "
+                f"{safe_location(join_url(self.base_url, self.models_path))} did not return JSON"
             ) from None
-        official = self.base_url == parse_base_url(self.default_base_url)
+        official = self.official_upstream
+        if not official:
+            self._models = {}
         for model_id in self.listed_model_ids(payload):
             if model_id not in self._models:
                 self._models[model_id] = discovered_model(
                     model_id, priced_like=self.catalog() if official else None
                 )
+        if not self._models:
+            raise ProviderStartError(
+                f"model discovery: GET {safe_location(join_url(self.base_url, self.models_path))} "
+                'listed no models (expected {"data": [{"id": ...}, ...]}); '
+                "--no-discover serves the vendor catalog instead"
+            )
 
     def listed_model_ids(self, payload: object) -> list[str]:
         """The model ids of a ``--discover`` listing (default: OpenAI's ``data[].id``)."""
@@ -709,7 +774,14 @@ class HTTPProvider(Provider, abc.ABC):
                 )
                 return
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                yield ev.error(request_failure(exc, "upstream request"))
+                yield ev.error(
+                    request_failure(
+                        exc,
+                        "upstream request",
+                        str(http_request.url),
+                        connect_timeout_s=self.timeouts.connect_timeout_s,
+                    )
+                )
                 return
             try:
                 if response.status_code >= 300:

@@ -46,6 +46,8 @@ import functools
 import json
 import math
 import re
+import socket
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -80,6 +82,7 @@ __all__ = [
     "redact_log_text",
     "remember_secrets",
     "transient_error",
+    "transport_cause",
 ]
 
 RETRYABLE_KINDS = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.OVERLOADED, ErrorKind.TRANSIENT})
@@ -664,6 +667,59 @@ def error_from_http(
 
 _MAX_TEXT_BODY_SHOWN: Final = 500
 """The most characters of a non-JSON error body (an HTML page) used as the error message."""
+
+
+def transport_cause(
+    exc: BaseException, *, host: str | None = None, connect_timeout_s: float | None = None
+) -> str:
+    """The cause of an httpx transport failure in words, from the exception and its chain.
+
+    Returns one of: ``DNS lookup failed for HOST``, ``connection refused``, ``TLS certificate
+    not trusted (REASON)``, ``TLS handshake failed (REASON)``, ``timed out after N s while
+    connecting`` (N is ``connect_timeout_s``), ``timed out reading the response``, ``connection
+    closed by the upstream``, ``network unreachable``, else the exception type and its first
+    line of text (bounded to :data:`protocol_py.bounded_text.MAX_LISTED_ITEM_CHARS`). Never
+    raises; the text passes through :func:`redact`.
+    """
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for item in chain:
+        if isinstance(item, ssl.SSLCertVerificationError):
+            reason = item.verify_message or item.reason or "verification failed"
+            return redact(f"TLS certificate not trusted ({printable(str(reason), 120)})")
+        if isinstance(item, socket.gaierror):
+            return f"DNS lookup failed for {host or 'the upstream host'}"
+        if isinstance(item, ConnectionRefusedError):
+            return "connection refused"
+    for item in chain:
+        if isinstance(item, ssl.SSLError):
+            reason = item.reason or str(item)
+            return redact(f"TLS handshake failed ({printable(str(reason), 120)})")
+    names = {type(item).__name__ for item in chain}
+    text = " ".join(str(item) for item in chain).lower()
+    if "ConnectTimeout" in names or "PoolTimeout" in names:
+        after = f" after {connect_timeout_s:g} s" if connect_timeout_s is not None else ""
+        return f"timed out{after} while connecting"
+    if "ReadTimeout" in names or "WriteTimeout" in names:
+        return "timed out reading the response"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return f"DNS lookup failed for {host or 'the upstream host'}"
+    if "temporary failure in name resolution" in text:
+        return f"DNS lookup failed for {host or 'the upstream host'}"
+    if "connection refused" in text or "connect call failed" in text:
+        return "connection refused"
+    if "certificate verify failed" in text:
+        return "TLS certificate not trusted"
+    if "network is unreachable" in text:
+        return "network unreachable"
+    if "RemoteProtocolError" in names or "ReadError" in names:
+        return "connection closed by the upstream"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    detail = f": {printable(first, MAX_LISTED_ITEM_CHARS)}" if first else ""
+    return redact(f"{type(exc).__name__}{detail}")
 
 
 def transient_error(message: str, *, request_id: str | None = None) -> ModelError:

@@ -57,6 +57,19 @@ def redact_url(url: str | httpx.URL) -> str:
     return redact_text(str(url))
 
 
+def safe_location(url: str | httpx.URL) -> str:
+    """``url`` as ``scheme://host:port/path``: no userinfo, no query, no fragment (safe to show
+    a client or log; the port is the explicit one or the scheme's default)."""
+    try:
+        parsed = httpx.URL(str(url))
+    except httpx.InvalidURL:
+        return "<unusable URL>"
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
+    netloc = f"{host}:{port}" if port else host
+    return f"{parsed.scheme}://{netloc}{parsed.path}"
+
+
 def parse_base_url(value: str, *, what: str = "base_url") -> str:
     """Check an upstream base URL and return it normalised (trailing ``/`` of the path removed).
 
