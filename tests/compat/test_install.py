@@ -52,17 +52,21 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
     run(
         "from grpclib import protocol\n"
         "from hyperframe.frame import DataFrame\n"
+        "from h2.connection import H2Connection\n"
         "close, create = protocol.EventsProcessor.close, protocol.Connection.create_stream\n"
+        "headers = H2Connection._receive_headers_frame\n"
         "import protocol_py, protocol_py.client.client, protocol_py.server, protocol_py.cli\n"
         "assert protocol.EventsProcessor.close is close\n"
         "assert protocol.Connection.create_stream is create\n"
         "assert '_body_repr' not in DataFrame.__dict__\n"
+        "assert H2Connection._receive_headers_frame is headers\n"
         "from protocol_py import _compat\n"
         "done = _compat.install()\n"
         "assert done == {p.module: True for p in _compat.PATCHES}, done\n"
         "assert protocol.EventsProcessor.close is not close\n"
         "assert protocol.Connection.create_stream is not create\n"
         "assert '_body_repr' in DataFrame.__dict__\n"
+        "assert H2Connection._receive_headers_frame is not headers\n"
         "assert _compat.install() == done\n"
     )
 

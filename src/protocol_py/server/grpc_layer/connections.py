@@ -458,9 +458,10 @@ class TransportProtocol(H2Protocol):
     def _feed(self, data: bytes) -> None:
         """Feed ``data`` to the HTTP/2 state machine, as grpclib does, except that a connection
         error (an oversized header list: more than the advertised SETTINGS_MAX_HEADER_LIST_SIZE
-        of 64 KiB; a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS, 100; any other protocol
-        violation) sends the GOAWAY that h2 prepared and logs one WARNING naming the peer and
-        the rule before the connection closes (grpclib dropped it silently)."""
+        of 64 KiB; any other protocol violation) sends the GOAWAY that h2 prepared and logs one
+        WARNING naming the peer and the rule before the connection closes (grpclib dropped it
+        silently). A stream beyond SETTINGS_MAX_CONCURRENT_STREAMS is not a connection error:
+        it is refused alone (:mod:`protocol_py._compat.h2_refused_stream`)."""
         try:
             events = self.connection.feed(data)
         except ProtocolError as exc:
