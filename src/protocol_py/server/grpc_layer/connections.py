@@ -30,6 +30,10 @@ protocol"):
   (client-streaming calls, such as reflection, are not timed); a connection with no open
   stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
   (NO_ERROR).
+* **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS, PRIORITY, RST_STREAM
+  and empty DATA frames are charged to a per-connection allowance of
+  :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per second; a
+  connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed, with one WARNING.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
@@ -51,6 +55,13 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.protocol import H2Protocol
 from h2.errors import ErrorCodes
+from h2.events import (
+    DataReceived,
+    PingReceived,
+    PriorityUpdated,
+    RemoteSettingsChanged,
+    StreamReset,
+)
 from h2.exceptions import ProtocolError
 
 from protocol_py._compat import grpclib_private
@@ -93,6 +104,15 @@ is closed (a client that connects and sends nothing was held until the idle time
 HTTP2_PREFACE_BYTES: Final = 24 + 9
 """Bytes a client sends first: the HTTP/2 connection preface (24 bytes, RFC 9113 section 3.4)
 and the 9-byte header of its SETTINGS frame."""
+
+CONTROL_FRAME_RATE: Final = 200.0
+"""Control frames per second a connection may send for as long as it likes (the refill rate of
+its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, SETTINGS,
+PRIORITY, RST_STREAM, and DATA frames with no payload and no END_STREAM. A connection over its
+allowance gets GOAWAY ENHANCE_YOUR_CALM and is closed."""
+
+CONTROL_FRAME_BURST: Final = 2000
+"""Control frames (see :data:`CONTROL_FRAME_RATE`) a connection may send at once, in frames."""
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Default idle-connection timeout, in seconds: a connection with no open stream for this long
@@ -421,6 +441,8 @@ class TransportProtocol(H2Protocol):
 
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
+    _control_allowance: float = float(CONTROL_FRAME_BURST)
+    _control_checked: float = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
@@ -475,9 +497,54 @@ class TransportProtocol(H2Protocol):
             self.processor.close("Protocol error")
         else:
             self.connection.flush()
+            if self._over_control_allowance(events):
+                return
             for event in events:
                 self.processor.process(event)
             self.connection.flush()
+
+    def _over_control_allowance(self, events: list[Any]) -> bool:
+        """Charge the control frames among ``events`` to the connection's allowance
+        (:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAME_RATE` per second); when
+        it is spent, send GOAWAY ENHANCE_YOUR_CALM, log one WARNING and close the connection
+        (True: the events are dropped)."""
+        control = sum(1 for event in events if _is_control(event))
+        if not control:
+            return False
+        now = time.monotonic()
+        if self._control_checked:
+            self._control_allowance = min(
+                float(CONTROL_FRAME_BURST),
+                self._control_allowance + (now - self._control_checked) * CONTROL_FRAME_RATE,
+            )
+        self._control_checked = now
+        self._control_allowance -= control
+        if self._control_allowance >= 0:
+            return False
+        with contextlib.suppress(Exception):
+            grpclib_private.connection_h2(self.connection).close_connection(
+                ErrorCodes.ENHANCE_YOUR_CALM
+            )
+            self.connection.flush()
+        log.warning(
+            "closing HTTP/2 connection from %s with GOAWAY ENHANCE_YOUR_CALM: more than %d "
+            "control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA) at once or over "
+            "%g per second",
+            _peer(self.connection),
+            CONTROL_FRAME_BURST,
+            CONTROL_FRAME_RATE,
+        )
+        self.processor.close("Control frame flood")
+        with contextlib.suppress(Exception):
+            grpclib_private.connection_transport(self.connection).close()
+        return True
+
+
+def _is_control(event: Any) -> bool:
+    """Whether an h2 event is one counted against :data:`CONTROL_FRAME_BURST`."""
+    if isinstance(event, PingReceived | RemoteSettingsChanged | PriorityUpdated | StreamReset):
+        return True
+    return isinstance(event, DataReceived) and not event.data and event.stream_ended is None
 
 
 def _peer(connection: Any) -> str:
