@@ -15,7 +15,7 @@ import h2.errors
 import pytest
 from hyperframe.frame import DataFrame, PingFrame, PriorityFrame, SettingsFrame
 
-from protocol_py.server.grpc_layer.connections import CONTROL_FRAME_BURST
+from protocol_py.server.grpc_layer.connections import CONTROL_FRAME_BURST, ControlFrameCounter
 
 from ..support.h2_client import RawH2, grpc_frame
 from .conftest import Served, still_serving
@@ -105,3 +105,23 @@ async def test_control_frames_under_the_allowance_keep_the_connection(
     assert terminated is None and not closed
     assert state["trailers"].get("grpc-status") == "0", state
     assert not [r for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
+
+
+def test_the_frame_counter_reads_headers_across_any_split() -> None:
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    stream = (
+        preface
+        + SettingsFrame(0).serialize()  # counted
+        + SettingsFrame(0, flags=["ACK"]).serialize()  # an ACK: not counted
+        + DataFrame(1, data=b"x" * 40).serialize()  # payload: not counted
+        + DataFrame(1, data=b"", flags=["END_STREAM"]).serialize()  # not counted
+        + empty_data(0, 3)  # counted
+        + ping(7, 0)  # counted; its payload holds no frame header
+        + priority(0, 5)  # counted
+    )
+    whole = ControlFrameCounter().feed(stream)
+    assert whole == 4
+    for size in (1, 2, 5, 9, 10, 17):
+        counter = ControlFrameCounter()
+        total = sum(counter.feed(stream[i : i + size]) for i in range(0, len(stream), size))
+        assert total == whole, size

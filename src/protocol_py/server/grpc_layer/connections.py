@@ -31,7 +31,8 @@ protocol"):
   stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
   (NO_ERROR).
 * **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS, PRIORITY, RST_STREAM
-  and empty DATA frames are charged to a per-connection allowance of
+  and empty DATA frames, counted from their 9-byte headers before h2 parses a read (so a flood
+  costs the loop at most one read), are charged to a per-connection allowance of
   :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per second; a
   connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed, with one WARNING.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
@@ -55,13 +56,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.protocol import H2Protocol
 from h2.errors import ErrorCodes
-from h2.events import (
-    DataReceived,
-    PingReceived,
-    PriorityUpdated,
-    RemoteSettingsChanged,
-    StreamReset,
-)
 from h2.exceptions import ProtocolError
 
 from protocol_py._compat import grpclib_private
@@ -441,6 +435,8 @@ class TransportProtocol(H2Protocol):
 
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
+    _frames: ControlFrameCounter | None = None
+    _closed_for_flood = False
     _control_allowance: float = float(CONTROL_FRAME_BURST)
     _control_checked: float = 0.0
 
@@ -453,12 +449,18 @@ class TransportProtocol(H2Protocol):
             )
 
     def data_received(self, data: bytes) -> None:
-        """Count the preface bytes until they are all in, then hand data to grpclib."""
+        """Count the preface bytes until they are all in, charge the control frames in
+        ``data`` to the connection's allowance (closing it when spent, before h2 parses any of
+        them), then hand data to grpclib."""
         if self._preface_timer is not None:
             self._preface_received += len(data)
             if self._preface_received >= HTTP2_PREFACE_BYTES:
                 self._preface_timer.cancel()
                 self._preface_timer = None
+        if self._frames is None:
+            self._frames = ControlFrameCounter()
+        if self._over_control_allowance(self._frames.feed(data)):
+            return
         self._feed(data)
 
     def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
@@ -497,18 +499,17 @@ class TransportProtocol(H2Protocol):
             self.processor.close("Protocol error")
         else:
             self.connection.flush()
-            if self._over_control_allowance(events):
-                return
             for event in events:
                 self.processor.process(event)
             self.connection.flush()
 
-    def _over_control_allowance(self, events: list[Any]) -> bool:
-        """Charge the control frames among ``events`` to the connection's allowance
-        (:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAME_RATE` per second); when
-        it is spent, send GOAWAY ENHANCE_YOUR_CALM, log one WARNING and close the connection
-        (True: the events are dropped)."""
-        control = sum(1 for event in events if _is_control(event))
+    def _over_control_allowance(self, control: int) -> bool:
+        """Charge ``control`` frames to the connection's allowance (:data:`CONTROL_FRAME_BURST`,
+        refilled at :data:`CONTROL_FRAME_RATE` per second); when it is spent, send GOAWAY
+        ENHANCE_YOUR_CALM, log one WARNING and close the connection (True: the data is
+        dropped)."""
+        if self._closed_for_flood:
+            return True
         if not control:
             return False
         now = time.monotonic()
@@ -521,6 +522,7 @@ class TransportProtocol(H2Protocol):
         self._control_allowance -= control
         if self._control_allowance >= 0:
             return False
+        self._closed_for_flood = True
         with contextlib.suppress(Exception):
             grpclib_private.connection_h2(self.connection).close_connection(
                 ErrorCodes.ENHANCE_YOUR_CALM
@@ -540,11 +542,45 @@ class TransportProtocol(H2Protocol):
         return True
 
 
-def _is_control(event: Any) -> bool:
-    """Whether an h2 event is one counted against :data:`CONTROL_FRAME_BURST`."""
-    if isinstance(event, PingReceived | RemoteSettingsChanged | PriorityUpdated | StreamReset):
-        return True
-    return isinstance(event, DataReceived) and not event.data and event.stream_ended is None
+class ControlFrameCounter:
+    """Counts the control frames in a connection's bytes from the 9-byte HTTP/2 frame headers
+    alone (RFC 9113 section 4.1), before h2 parses anything, so a flood is stopped after one
+    read instead of after h2 has handled every frame in it. Counted: PING, SETTINGS (not its
+    ACK), PRIORITY, RST_STREAM, and DATA with an empty payload and no END_STREAM flag. The
+    client connection preface (24 bytes) is skipped."""
+
+    __slots__ = ("_header", "_skip")
+
+    def __init__(self) -> None:
+        self._skip = 24  # bytes of the current frame's payload (first: the preface) still due
+        self._header = b""
+
+    def feed(self, data: bytes) -> int:
+        """Control frames whose header is complete in ``data`` (with what came before)."""
+        count = 0
+        view = memoryview(data)
+        position = 0
+        end = len(data)
+        while position < end:
+            if self._skip:
+                step = min(self._skip, end - position)
+                self._skip -= step
+                position += step
+                continue
+            need = 9 - len(self._header)
+            if end - position < need:
+                self._header += bytes(view[position:end])
+                break
+            header = self._header + bytes(view[position : position + need])
+            self._header = b""
+            position += need
+            length = int.from_bytes(header[0:3], "big")
+            kind, flags = header[3], header[4]
+            ack_or_end = flags & 1  # SETTINGS ACK; END_STREAM on DATA
+            if kind in (2, 3, 6) or (kind in (0, 4) and not ack_or_end and (kind or not length)):
+                count += 1
+            self._skip = length
+        return count
 
 
 def _peer(connection: Any) -> str:
