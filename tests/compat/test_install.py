@@ -52,10 +52,13 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
     run(
         "from grpclib import protocol\n"
         "from hyperframe.frame import DataFrame\n"
+        "import grpclib.server\n"
         "from h2.connection import H2Connection\n"
         "close, create = protocol.EventsProcessor.close, protocol.Connection.create_stream\n"
+        "abort = grpclib.server._abort\n"
         "headers = H2Connection._receive_headers_frame\n"
         "import protocol_py, protocol_py.client.client, protocol_py.server, protocol_py.cli\n"
+        "assert grpclib.server._abort is abort\n"
         "assert protocol.EventsProcessor.close is close\n"
         "assert protocol.Connection.create_stream is create\n"
         "assert '_body_repr' not in DataFrame.__dict__\n"
@@ -67,6 +70,7 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
         "assert protocol.Connection.create_stream is not create\n"
         "assert '_body_repr' in DataFrame.__dict__\n"
         "assert H2Connection._receive_headers_frame is not headers\n"
+        "assert grpclib.server._abort is not abort\n"
         "assert _compat.install() == done\n"
     )
 
