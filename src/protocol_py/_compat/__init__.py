@@ -15,6 +15,7 @@ Patch                                     Dependency  Versions        Upstream
                                                                       #185
 ``grpclib_unimplemented_content_type``    grpclib     >=0.2.3,<0.5    vmagamedov/grpclib#70
 ``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
+``h2_refused_stream``                     h2          >=4.1,<5        none filed
 ========================================  ==========  ==============  ==========================
 
 :data:`PATCHES` holds the full rows: the symptom each patch fixes, the upstream report and when
@@ -33,6 +34,7 @@ from protocol_py._compat import (
     grpclib_closed_connection,
     grpclib_goaway,
     grpclib_unimplemented_content_type,
+    h2_refused_stream,
     hyperframe_frame_repr,
 )
 
@@ -114,6 +116,18 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="hyperframe's DataFrame repr stops serializing the whole body, or h2 "
         "formats received frames only when its logger traces",
         install=hyperframe_frame_repr.install,
+    ),
+    Patch(
+        module="h2_refused_stream",
+        dependency="h2",
+        versions=">=4.1,<5",
+        symptom="a peer's stream over SETTINGS_MAX_CONCURRENT_STREAMS ends the whole connection "
+        "and every stream on it (GOAWAY PROTOCOL_ERROR): h2 raises TooManyStreamsError before "
+        "decoding the header block, where RFC 9113 section 5.1.2 makes it a stream error",
+        upstream="none filed",
+        delete_when="h2 refuses a stream over the limit with RST_STREAM (decoding its header "
+        "block) instead of raising a connection error",
+        install=h2_refused_stream.install,
     ),
 )
 """Every patch of a dependency: the table above, with symptoms and when to delete each."""

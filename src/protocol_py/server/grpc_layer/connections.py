@@ -30,6 +30,11 @@ protocol"):
   (client-streaming calls, such as reflection, are not timed); a connection with no open
   stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
   (NO_ERROR).
+* **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS, PRIORITY, RST_STREAM
+  and empty DATA frames, counted from their 9-byte headers before h2 parses a read (so a flood
+  costs the loop at most one read), are charged to a per-connection allowance of
+  :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per second; a
+  connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed, with one WARNING.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
@@ -93,6 +98,15 @@ is closed (a client that connects and sends nothing was held until the idle time
 HTTP2_PREFACE_BYTES: Final = 24 + 9
 """Bytes a client sends first: the HTTP/2 connection preface (24 bytes, RFC 9113 section 3.4)
 and the 9-byte header of its SETTINGS frame."""
+
+CONTROL_FRAME_RATE: Final = 200.0
+"""Control frames per second a connection may send for as long as it likes (the refill rate of
+its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, SETTINGS,
+PRIORITY, RST_STREAM, and DATA frames with no payload and no END_STREAM. A connection over its
+allowance gets GOAWAY ENHANCE_YOUR_CALM and is closed."""
+
+CONTROL_FRAME_BURST: Final = 2000
+"""Control frames (see :data:`CONTROL_FRAME_RATE`) a connection may send at once, in frames."""
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Default idle-connection timeout, in seconds: a connection with no open stream for this long
@@ -421,6 +435,10 @@ class TransportProtocol(H2Protocol):
 
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
+    _frames: ControlFrameCounter | None = None
+    _closed_for_flood = False
+    _control_allowance: float = float(CONTROL_FRAME_BURST)
+    _control_checked: float = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
@@ -431,12 +449,18 @@ class TransportProtocol(H2Protocol):
             )
 
     def data_received(self, data: bytes) -> None:
-        """Count the preface bytes until they are all in, then hand data to grpclib."""
+        """Count the preface bytes until they are all in, charge the control frames in
+        ``data`` to the connection's allowance (closing it when spent, before h2 parses any of
+        them), then hand data to grpclib."""
         if self._preface_timer is not None:
             self._preface_received += len(data)
             if self._preface_received >= HTTP2_PREFACE_BYTES:
                 self._preface_timer.cancel()
                 self._preface_timer = None
+        if self._frames is None:
+            self._frames = ControlFrameCounter()
+        if self._over_control_allowance(self._frames.feed(data)):
+            return
         self._feed(data)
 
     def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
@@ -458,9 +482,10 @@ class TransportProtocol(H2Protocol):
     def _feed(self, data: bytes) -> None:
         """Feed ``data`` to the HTTP/2 state machine, as grpclib does, except that a connection
         error (an oversized header list: more than the advertised SETTINGS_MAX_HEADER_LIST_SIZE
-        of 64 KiB; a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS, 100; any other protocol
-        violation) sends the GOAWAY that h2 prepared and logs one WARNING naming the peer and
-        the rule before the connection closes (grpclib dropped it silently)."""
+        of 64 KiB; any other protocol violation) sends the GOAWAY that h2 prepared and logs one
+        WARNING naming the peer and the rule before the connection closes (grpclib dropped it
+        silently). A stream beyond SETTINGS_MAX_CONCURRENT_STREAMS is not a connection error:
+        it is refused alone (:mod:`protocol_py._compat.h2_refused_stream`)."""
         try:
             events = self.connection.feed(data)
         except ProtocolError as exc:
@@ -491,6 +516,85 @@ class TransportProtocol(H2Protocol):
             for event in events:
                 self.processor.process(event)
             self.connection.flush()
+
+    def _over_control_allowance(self, control: int) -> bool:
+        """Charge ``control`` frames to the connection's allowance (:data:`CONTROL_FRAME_BURST`,
+        refilled at :data:`CONTROL_FRAME_RATE` per second); when it is spent, send GOAWAY
+        ENHANCE_YOUR_CALM, log one WARNING and close the connection (True: the data is
+        dropped)."""
+        if self._closed_for_flood:
+            return True
+        if not control:
+            return False
+        now = time.monotonic()
+        if self._control_checked:
+            self._control_allowance = min(
+                float(CONTROL_FRAME_BURST),
+                self._control_allowance + (now - self._control_checked) * CONTROL_FRAME_RATE,
+            )
+        self._control_checked = now
+        self._control_allowance -= control
+        if self._control_allowance >= 0:
+            return False
+        self._closed_for_flood = True
+        with contextlib.suppress(Exception):
+            grpclib_private.connection_h2(self.connection).close_connection(
+                ErrorCodes.ENHANCE_YOUR_CALM
+            )
+            self.connection.flush()
+        log.warning(
+            "closing HTTP/2 connection from %s with GOAWAY ENHANCE_YOUR_CALM: more than %d "
+            "control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA) at once or over "
+            "%g per second",
+            _peer(self.connection),
+            CONTROL_FRAME_BURST,
+            CONTROL_FRAME_RATE,
+        )
+        self.processor.close("Control frame flood")
+        with contextlib.suppress(Exception):
+            grpclib_private.connection_transport(self.connection).close()
+        return True
+
+
+class ControlFrameCounter:
+    """Counts the control frames in a connection's bytes from the 9-byte HTTP/2 frame headers
+    alone (RFC 9113 section 4.1), before h2 parses anything, so a flood is stopped after one
+    read instead of after h2 has handled every frame in it. Counted: PING, SETTINGS (not its
+    ACK), PRIORITY, RST_STREAM, and DATA with an empty payload and no END_STREAM flag. The
+    client connection preface (24 bytes) is skipped."""
+
+    __slots__ = ("_header", "_skip")
+
+    def __init__(self) -> None:
+        self._skip = 24  # bytes of the current frame's payload (first: the preface) still due
+        self._header = b""
+
+    def feed(self, data: bytes) -> int:
+        """Control frames whose header is complete in ``data`` (with what came before)."""
+        count = 0
+        view = memoryview(data)
+        position = 0
+        end = len(data)
+        while position < end:
+            if self._skip:
+                step = min(self._skip, end - position)
+                self._skip -= step
+                position += step
+                continue
+            need = 9 - len(self._header)
+            if end - position < need:
+                self._header += bytes(view[position:end])
+                break
+            header = self._header + bytes(view[position : position + need])
+            self._header = b""
+            position += need
+            length = int.from_bytes(header[0:3], "big")
+            kind, flags = header[3], header[4]
+            ack_or_end = flags & 1  # SETTINGS ACK; END_STREAM on DATA
+            if kind in (2, 3, 6) or (kind in (0, 4) and not ack_or_end and (kind or not length)):
+                count += 1
+            self._skip = length
+        return count
 
 
 def _peer(connection: Any) -> str:
