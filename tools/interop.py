@@ -19,9 +19,24 @@ Steps (each printed; the first failure ends the run with exit status 1):
                 of the same bytes, and the TypeScript re-encoding must parse back to the same
                 message. Then the TypeScript program encodes a StreamCompletionRequest; the
                 server must accept those bytes unchanged and answer with text and a ``stop``.
+``go-plugin``   build the Go kernel of ``examples/go_kernel`` in GOPATH mode over Debian's
+                ``/usr/share/gocode`` (hashicorp/go-plugin 1.0.1, grpc-go 1.33, the protoc-gen-go
+                messages of ``model.v1``; ``GO111MODULE=off``, nothing downloaded) and run it
+                against ``protocol-py serve --handshake`` unchanged, four times: plaintext and
+                AutoMTLS, each on the default unix socket and on TCP (``--host 127.0.0.1``,
+                port from go-plugin's ``PLUGIN_MIN_PORT``..``PLUGIN_MAX_PORT``). Each run must
+                Ping, list the models, Configure (and have a bad config refused with
+                INVALID_ARGUMENT), stream a tool call ending in ``STOP_REASON_TOOL_USE``, get
+                UNIMPLEMENTED for an unknown method and an unknown service, and Kill the plugin
+                gracefully (exit status 0) in under :data:`KILL_LIMIT` seconds with nothing left
+                in its private ``TMPDIR``. A fifth run exits without Kill (a crashed kernel):
+                the plugin must exit by itself within :data:`ORPHAN_LIMIT` seconds, leaving
+                ``TMPDIR`` empty.
 
-Needs ``node``/``npm`` (Node.js >= 20) and Debian's ``golang-go``, ``protoc-gen-go`` and
-``golang-google-protobuf-dev`` (``.ci/run`` installs them). Run it with the interpreter that
+Needs ``node``/``npm`` (Node.js >= 20) and Debian's ``golang-go``, ``protoc-gen-go``,
+``golang-google-protobuf-dev``, ``golang-github-hashicorp-go-plugin-dev``,
+``golang-google-grpc-dev`` and ``golang-github-golang-protobuf-1-5-dev`` (``.ci/run`` installs
+them). Run it with the interpreter that
 has the dev extra: ``.venv/bin/python tools/interop [--keep]``. ``--keep`` leaves the temporary
 folder for inspection. Exit status: 0 when every step passed, 1 otherwise, 2 for a missing
 tool or a usage error.
@@ -58,6 +73,16 @@ TS_SOURCES = ("package.json", "package-lock.json", ".npmrc", "tsconfig.json", "m
 GO_PROTOBUF_SRC = Path("/usr/share/gocode/src/google.golang.org/protobuf")
 """Where Debian's golang-google-protobuf-dev puts google.golang.org/protobuf (override with
 the ``GO_PROTOBUF_SRC`` environment variable)."""
+GOCODE = Path("/usr/share/gocode")
+"""Debian's GOPATH tree of Go sources (go-plugin, grpc-go, protobuf; override with the
+``GOCODE`` environment variable)."""
+GO_KERNEL_PACKAGE = "protocolpy.example/go_kernel"
+"""The Go kernel's import path in the temporary GOPATH (its generated messages sit under
+``protocolpy.example/gen``)."""
+KILL_LIMIT = 1.0
+"""Seconds go-plugin's Kill may take (its forced path waits 2 s, then SIGKILLs)."""
+ORPHAN_LIMIT = 5.0
+"""Seconds a plugin whose go-plugin kernel exited without Kill gets to exit by itself."""
 
 STREAM_METHOD = "/model.v1.ModelService/StreamCompletion"
 SERVER_START_TIMEOUT = 30.0
@@ -379,6 +404,142 @@ def step_wire(work: Path, ts: Path, go_binary: Path) -> str:
     )
 
 
+def step_go_plugin_build(work: Path) -> Path:
+    """Build ``examples/go_kernel`` on Debian's go-plugin in GOPATH mode; the binary."""
+    gocode = Path(os.environ.get("GOCODE", GOCODE))
+    plugin_src = gocode / "src" / "github.com" / "hashicorp" / "go-plugin"
+    if not (plugin_src / "client.go").is_file():
+        raise StepFailedError(f"hashicorp/go-plugin sources not found under {gocode}")
+    gopath = work / "gopath"
+    package = gopath / "src" / GO_KERNEL_PACKAGE
+    package.mkdir(parents=True)
+    for source in sorted((REPO_ROOT / "examples" / "go_kernel").glob("*.go")):
+        shutil.copy2(source, package / source.name)
+    buf_generate(
+        {
+            "version": "v2",
+            "managed": {
+                "enabled": True,
+                "override": [
+                    {"file_option": "go_package_prefix", "value": "protocolpy.example/gen"}
+                ],
+            },
+            "plugins": [
+                {
+                    "local": "protoc-gen-go",
+                    "out": str(gopath / "src" / "protocolpy.example" / "gen"),
+                    "opt": ["paths=source_relative"],
+                }
+            ],
+        }
+    )
+    env = tool_env(
+        {
+            "GO111MODULE": "off",
+            "GOPATH": f"{gopath}{os.pathsep}{gocode}",
+            "GOCACHE": str(work / "gocache"),
+            "GOPROXY": "off",
+            "GOFLAGS": "",
+        }
+    )
+    binary = work / "go_kernel"
+    run(["go", "build", "-o", str(binary), GO_KERNEL_PACKAGE], work, env)
+    run(["go", "vet", GO_KERNEL_PACKAGE], work, env)
+    return binary
+
+
+def run_go_kernel(binary: Path, tmpdir: Path, flags: list[str], serve: list[str]) -> dict[str, Any]:
+    """One run of the Go kernel with its own ``TMPDIR``; its JSON report."""
+    script = Path(sys.executable).parent / "protocol-py"
+    command = [str(binary), *flags, "--", str(script), "serve", "--handshake", *serve]
+    print("+ " + " ".join(command), flush=True)
+    try:
+        done = subprocess.run(
+            command,
+            cwd=tmpdir,
+            env=tool_env({"TMPDIR": str(tmpdir)}),
+            stdin=subprocess.DEVNULL,  # go-plugin hands the kernel's stdin to the plugin
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise StepFailedError(f"the Go kernel did not finish: {' '.join(command)}") from None
+    try:
+        report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise StepFailedError(
+            f"the Go kernel printed no report (exit {done.returncode}):\n{done.stdout}{done.stderr}"
+        ) from None
+    if done.returncode != 0 or report.get("errors"):
+        raise StepFailedError(f"the Go kernel failed (exit {done.returncode}): {report}")
+    return report
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie not yet reaped by init counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
+
+
+def step_go_plugin(work: Path) -> str:
+    """Run the Go kernel against ``protocol-py serve --handshake``; a one-line summary."""
+    binary = step_go_plugin_build(work)
+    expected = {
+        "negotiated_version": 1,
+        "ping": "ok",
+        "configure": "OK",
+        "configure_refused": "InvalidArgument",
+        "stop_reason": "STOP_REASON_TOOL_USE",
+        "unknown_method": "Unimplemented",
+        "unknown_service": "Unimplemented",
+        "exited": True,
+        "exit_code": 0,
+        "tmpdir_after": [],
+    }
+    kills: list[str] = []
+    for tls in (False, True):
+        for network, serve in (("unix", []), ("tcp", ["--host", "127.0.0.1"])):
+            tmpdir = Path(tempfile.mkdtemp(prefix="tmp-", dir=work))
+            report = run_go_kernel(binary, tmpdir, [f"-auto-mtls={str(tls).lower()}"], serve)
+            what = f"{network}, {'AutoMTLS' if tls else 'plaintext'}"
+            wrong = {k: report.get(k) for k, v in expected.items() if report.get(k) != v}
+            if report.get("network") != network or report.get("auto_mtls") is not tls:
+                wrong["network/auto_mtls"] = (report.get("network"), report.get("auto_mtls"))
+            if "reference-large" not in (report.get("models") or []):
+                wrong["models"] = report.get("models")
+            if "tool_call_done" not in (report.get("event_kinds") or []):
+                wrong["event_kinds"] = report.get("event_kinds")
+            if not report.get("kill_seconds", KILL_LIMIT) < KILL_LIMIT:
+                wrong["kill_seconds"] = report.get("kill_seconds")
+            if wrong:
+                raise StepFailedError(f"Go kernel over {what}: unexpected {wrong}; report {report}")
+            kills.append(f"{what} {report['kill_seconds']:.3f} s ({report['events']} events)")
+    tmpdir = Path(tempfile.mkdtemp(prefix="tmp-", dir=work))
+    report = run_go_kernel(binary, tmpdir, ["-orphan"], [])
+    pid = int(report["plugin_pid"])
+    deadline = time.monotonic() + ORPHAN_LIMIT
+    while not process_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not process_gone(pid):
+        os.kill(pid, 9)
+        raise StepFailedError(f"the plugin outlived its Go kernel by {ORPHAN_LIMIT:g} s")
+    left = sorted(p.name for p in tmpdir.iterdir())
+    if left:
+        raise StepFailedError(f"the orphaned plugin left {left} in its TMPDIR")
+    return f"Kill: {'; '.join(kills)}; orphaned plugin exited by itself, TMPDIR empty"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the steps; 0 when all passed."""
     parser = argparse.ArgumentParser(prog="tools/interop", description=__doc__.split("\n")[0])
@@ -396,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         print("== wire", flush=True)
         summary = step_wire(work, ts, go_binary)
         print(f"== wire: ok: {summary}", flush=True)
+        print("== go-plugin", flush=True)
+        summary = step_go_plugin(work)
+        print(f"== go-plugin: ok: {summary}", flush=True)
     except StepFailedError as exc:
         print(f"tools/interop: FAILED: {exc}", file=sys.stderr)
         return 1
@@ -404,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print("tools/interop: all 3 steps passed")
+    print("tools/interop: all 4 steps passed")
     return 0
 
 

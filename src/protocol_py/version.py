@@ -8,11 +8,11 @@ both (and the proto headers and pyproject.toml).
 
 from typing import Final
 
-PROTOCOL_VERSION: Final = "1.1"
+PROTOCOL_VERSION: Final = "1.2"
 """The protocol version carried by this package, ``MAJOR.MINOR``."""
 
 PROTOCOL_MAJOR: Final = 1
 """The protocol major version, as printed in the ``--handshake`` line."""
 
-PACKAGE_VERSION: Final = "1.1.0"
+PACKAGE_VERSION: Final = "1.2.0"
 """The package version (semver)."""

@@ -125,7 +125,11 @@ def test_entry_point_found_in_process(monkeypatch: pytest.MonkeyPatch, tmp_path:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("nope", "unknown provider 'nope'; built-in providers: anthropic, deepseek, openai"),
+        (
+            "nope",
+            "unknown provider 'nope'; built-in providers: anthropic, deepseek, gemini, openai, "
+            "reference, vertex",
+        ),
         ("no_such_module_xyz:Thing", "no module named 'no_such_module_xyz'"),
         ("json:NoSuchClass", "'json' has no attribute 'NoSuchClass'"),
         ("json:JSONDecoder", "JSONDecoder is not a protocol_py.Provider subclass"),

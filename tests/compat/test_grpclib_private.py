@@ -21,6 +21,7 @@ from grpclib.protocol import H2Protocol
 from grpclib.utils import Wrapper
 from packaging.specifiers import SpecifierSet
 
+import protocol_py._compat
 from protocol_py._compat import grpclib_private as private
 from protocol_py.codec.wire import WireCodec
 from protocol_py_gen.model.v1 import DescribeRequest, DescribeResponse
@@ -134,6 +135,7 @@ class _Server(grpclib.server.Server):
 
 
 async def test_server_and_client_accessors_read_a_live_call(tmp_path: Path) -> None:
+    protocol_py._compat.install()  # as the server does: refusals carry their content type
     service = _Service()
     server = _Server([service], codec=WireCodec())
     assert private.listener(server) is None
@@ -183,7 +185,7 @@ async def test_server_and_client_accessors_read_a_live_call(tmp_path: Path) -> N
         assert (seen["sent_before"], seen["sent_after"], seen["counted"]) == (False, True, 1)
 
         calls = []
-        with pytest.raises(GRPCError):  # grpclib's client wants a content-type as well
+        with pytest.raises(GRPCError, match="refused here"):
             async with channel.request(
                 ABORT, Cardinality.UNARY_UNARY, DescribeRequest, DescribeResponse
             ) as call:
@@ -193,6 +195,7 @@ async def test_server_and_client_accessors_read_a_live_call(tmp_path: Path) -> N
         headers = dict(private.call_h2_stream(calls[0]).headers or [])
         assert headers == {
             ":status": "200",
+            "content-type": "application/grpc",
             "grpc-status": str(Status.UNAVAILABLE.value),
             "grpc-message": "refused here",
         }

@@ -52,8 +52,11 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
     run(
         "from grpclib import protocol\n"
         "from hyperframe.frame import DataFrame\n"
+        "import grpclib.server\n"
         "close, create = protocol.EventsProcessor.close, protocol.Connection.create_stream\n"
+        "abort = grpclib.server._abort\n"
         "import protocol_py, protocol_py.client.client, protocol_py.server, protocol_py.cli\n"
+        "assert grpclib.server._abort is abort\n"
         "assert protocol.EventsProcessor.close is close\n"
         "assert protocol.Connection.create_stream is create\n"
         "assert '_body_repr' not in DataFrame.__dict__\n"
@@ -63,6 +66,7 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
         "assert protocol.EventsProcessor.close is not close\n"
         "assert protocol.Connection.create_stream is not create\n"
         "assert '_body_repr' in DataFrame.__dict__\n"
+        "assert grpclib.server._abort is not abort\n"
         "assert _compat.install() == done\n"
     )
 

@@ -122,6 +122,7 @@ def test_cost(vector: dict[str, Any]) -> None:
         assert out["terms"] == expected["terms"]
     assert out["vendor_cost"] == expected.get("vendor_cost")
     assert out["components"] == expected.get("components", [])
+    assert out["request_fees"] == expected.get("request_fees", {})
     # The total is the exact sum of the terms, and plain notation never uses an exponent.
     assert breakdown.total == exact_sum
     assert "E" not in out["total_usd"] and "e" not in out["total_usd"]

@@ -46,6 +46,7 @@ def test_cost_json_keys_are_exactly_those_the_readme_documents(
         "free",
         "vendor_cost",
         "components",
+        "request_fees",
     ]
     assert terms == list(TERM_NAMES)
     pricing = tmp_path / "pricing.json"

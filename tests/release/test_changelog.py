@@ -41,10 +41,12 @@ def test_every_heading_has_a_tag_range_reference_without_a_host() -> None:
 
 
 def test_the_deprecated_entry_lists_every_old_module_path_and_where_it_went() -> None:
-    """[Unreleased] "Deprecated" names each old path of ``protocol_py._moved.MOVED`` once, under
-    the package that holds its new modules."""
-    unreleased = CHANGELOG.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
-    deprecated = unreleased.split("### Deprecated\n", 1)[1].split("\n### ", 1)[0]
+    """The "Deprecated" entry of the release that moved the modules (1.2.0, or [Unreleased]
+    before it is released) names each old path of ``protocol_py._moved.MOVED`` once, under the
+    package that holds its new modules."""
+    sections = [s.split("\n## [", 1)[0] for s in CHANGELOG.split("\n## [")[1:3]]
+    (section,) = [s for s in sections if "### Deprecated\n" in s][:1]
+    deprecated = section.split("### Deprecated\n", 1)[1].split("\n### ", 1)[0]
     listed: dict[str, str] = {}
     for package, paths in re.findall(
         r"^  - into `([\w.]+)`: (.*?)(?=^  - |\n\S|\Z)", deprecated, re.M | re.S

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from protocol_py.version import PACKAGE_VERSION
+
 from ..schema.test_tools import copy_repo as copy_tree
 from ..schema.test_tools import run_tool
 
@@ -30,6 +32,13 @@ COPIED = (
 BUF = str(Path(sys.executable).parent / "buf")
 CHECK_FAILS = 'import sys\nprint("stub check: failing")\nsys.exit(1)\n'
 CHECK_PASSES = 'print("stub check: passing")\n'
+MAJOR, MINOR, _PATCH = (int(part) for part in PACKAGE_VERSION.split("."))
+CURRENT = PACKAGE_VERSION
+PROTOCOL = f"{MAJOR}.{MINOR}"
+NEXT = f"{MAJOR}.{MINOR + 1}.0"  # the next minor release, made in scratch copies
+NEXT_PROTOCOL = f"{MAJOR}.{MINOR + 1}"
+PATCH = f"{MAJOR}.{MINOR}.1"  # a patch release of the current protocol
+NEWEST_RELEASE = re.compile(r"^## \[\d", re.MULTILINE)
 
 
 def copy_repo(dest: Path) -> Path:
@@ -47,12 +56,14 @@ def git(repo: Path, *args: str) -> None:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A committed scratch copy whose CHANGELOG has a section for 1.2.0."""
+    """A committed scratch copy whose CHANGELOG has a section for the next minor (NEXT)."""
     copy = copy_repo(tmp_path / "repo")
     changelog = copy / "CHANGELOG.md"
-    changelog.write_text(
-        changelog.read_text().replace("## [1.1.0]", "## [1.2.0]\n\n### Added\n\n- x\n\n## [1.1.0]")
-    )
+    text = changelog.read_text()
+    newest = NEWEST_RELEASE.search(text)
+    assert newest is not None
+    section = f"## [{NEXT}]\n\n### Added\n\n- x\n\n"
+    changelog.write_text(text[: newest.start()] + section + text[newest.start() :])
     git(copy, "init", "-q")
     git(copy, "add", "-A")
     git(copy, "commit", "-q", "-m", "scratch")
@@ -114,9 +125,9 @@ def test_breaking_ignores_images_of_an_older_major(tmp_path: Path) -> None:
     [
         ("1.2", "is not X.Y.Z"),
         ("01.2.0", "is not X.Y.Z"),
-        ("1.0.9", "is below the current version 1.1.0"),
-        ("0.9.0", "is below the current version 1.1.0"),
-        ("1.3.0", "CHANGELOG.md has no '## [1.3.0]' section"),
+        ("1.0.9", f"is below the current version {CURRENT}"),
+        ("0.9.0", f"is below the current version {CURRENT}"),
+        (f"{MAJOR}.{MINOR + 2}.0", f"CHANGELOG.md has no '## [{MAJOR}.{MINOR + 2}.0]' section"),
     ],
 )
 def test_release_refuses_a_bad_version_or_missing_changelog(
@@ -133,7 +144,7 @@ def test_release_refuses_a_dirty_tree_before_running_the_check(repo: Path) -> No
     stub_check(repo, CHECK_FAILS)
     (repo / "stray.txt").write_text("x")
     before = versions(repo)
-    result = run_tool(repo, "release", "1.2.0")
+    result = run_tool(repo, "release", NEXT)
     assert result.returncode == 1
     assert "the working tree is not clean" in result.stderr and "stray.txt" in result.stderr
     assert "stub check" not in result.stdout
@@ -142,7 +153,7 @@ def test_release_refuses_a_dirty_tree_before_running_the_check(repo: Path) -> No
 
 def test_release_refuses_when_tools_check_fails_and_changes_nothing(repo: Path) -> None:
     stub_check(repo, CHECK_FAILS)
-    result = run_tool(repo, "release", "1.2.0")
+    result = run_tool(repo, "release", NEXT)
     assert result.returncode == 1
     assert "stub check: failing" in result.stdout
     assert "tools/check failed, nothing was changed" in result.stderr
@@ -159,51 +170,56 @@ def test_release_sets_versions_regenerates_writes_baseline_builds_and_prints_tag
     repo: Path,
 ) -> None:
     stub_check(repo, CHECK_PASSES)
-    result = run_tool(repo, "release", "1.2.0")
+    result = run_tool(repo, "release", NEXT)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "stub check: passing" in result.stdout  # the check ran before any change
-    assert versions(repo) == ("1.2", "1.2.0", "1.2.0", {"// Protocol version: 1.2"})
-    baseline = repo / "proto-baseline/protocol-1.2.binpb"
+    assert versions(repo) == (NEXT_PROTOCOL, NEXT, NEXT, {f"// Protocol version: {NEXT_PROTOCOL}"})
+    baseline = repo / f"proto-baseline/protocol-{NEXT_PROTOCOL}.binpb"
     # The image is the fresh build of the released protos (the same bytes tools/generate writes).
     assert baseline.read_bytes() == (repo / "gen/descriptor/protocol.binpb").read_bytes()
-    assert b"Protocol version: 1.2" in baseline.read_bytes()
+    assert f"Protocol version: {NEXT_PROTOCOL}".encode() in baseline.read_bytes()
     stub = (repo / "gen/python/protocol_py_gen/model/v1/__init__.py").read_text()
     assert "PAUSE_TURN" in stub
     dist = sorted(p.name for p in (repo / "dist").iterdir())
-    assert dist == ["protocol_py-1.2.0-py3-none-any.whl", "protocol_py-1.2.0.tar.gz"]
-    assert 'git tag -a v1.2.0 -m "protocol-py 1.2.0 (protocol 1.2)"' in result.stdout
-    assert "git push origin HEAD v1.2.0" in result.stdout
+    assert dist == [f"protocol_py-{NEXT}-py3-none-any.whl", f"protocol_py-{NEXT}.tar.gz"]
+    tag = f'git tag -a v{NEXT} -m "protocol-py {NEXT} (protocol {NEXT_PROTOCOL})"'
+    assert tag in result.stdout
+    assert f"git push origin HEAD v{NEXT}" in result.stdout
     # The new image joins the (real) breaking check, with every older one of the major.
     shutil.copy2(REPO_ROOT / "tools" / "check.py", repo / "tools" / "check.py")
     check = run_tool(repo, "check", "--step", "breaking")
     assert check.returncode == 0, check.stdout + check.stderr
-    for image in ("protocol-1.2", "protocol-1.1", "protocol-1.0"):
-        if (repo / f"proto-baseline/{image}.binpb").exists():
-            assert f"--against proto-baseline/{image}.binpb" in check.stdout
+    images = sorted(p.name for p in (repo / "proto-baseline").glob("protocol-*.binpb"))
+    assert f"protocol-{NEXT_PROTOCOL}.binpb" in images and "protocol-1.0.binpb" in images
+    for image in images:
+        assert f"--against proto-baseline/{image}" in check.stdout
 
 
 def _patch_repo(repo: Path) -> None:
-    """Prepare a 1.1.1 patch release: CHANGELOG section and the 1.1 image of these protos."""
+    """Prepare a PATCH release: CHANGELOG section and the current protocol's image of these
+    protos."""
     stub_check(repo, CHECK_PASSES)
     changelog = repo / "CHANGELOG.md"
-    changelog.write_text(changelog.read_text().replace("## [1.2.0]", "## [1.1.1]"))
-    image = repo / "proto-baseline/protocol-1.1.binpb"
+    changelog.write_text(changelog.read_text().replace(f"## [{NEXT}]", f"## [{PATCH}]"))
+    image = repo / f"proto-baseline/protocol-{PROTOCOL}.binpb"
     if not image.exists():
         subprocess.run([BUF, "build", "-o", str(image)], cwd=repo, check=True)
 
 
 def test_patch_release_keeps_the_matching_baseline(repo: Path) -> None:
     _patch_repo(repo)
-    image = repo / "proto-baseline/protocol-1.1.binpb"
+    image = repo / f"proto-baseline/protocol-{PROTOCOL}.binpb"
     before = image.read_bytes()
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "1.1.1")
-    result = run_tool(repo, "release", "1.1.1")
+    git(repo, "commit", "-q", "-m", PATCH)
+    result = run_tool(repo, "release", PATCH)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "proto-baseline/protocol-1.1.binpb exists and matches the protos" in result.stdout
+    assert (
+        f"proto-baseline/protocol-{PROTOCOL}.binpb exists and matches the protos" in result.stdout
+    )
     assert image.read_bytes() == before
-    assert versions(repo) == ("1.1", "1.1.1", "1.1.1", {"// Protocol version: 1.1"})
+    assert versions(repo) == (PROTOCOL, PATCH, PATCH, {f"// Protocol version: {PROTOCOL}"})
 
 
 def test_patch_release_refuses_changed_protos(repo: Path) -> None:
@@ -213,8 +229,8 @@ def test_patch_release_refuses_changed_protos(repo: Path) -> None:
         proto.read_text().replace("// Stop ends a successful stream.", "// Stop ends.")
     )
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "1.1.1 with a proto edit")
-    result = run_tool(repo, "release", "1.1.1")
+    git(repo, "commit", "-q", "-m", f"{PATCH} with a proto edit")
+    result = run_tool(repo, "release", PATCH)
     assert result.returncode == 1
-    assert "protocol-1.1.binpb exists and differs from the protos" in result.stderr
+    assert f"protocol-{PROTOCOL}.binpb exists and differs from the protos" in result.stderr
     assert "a change to the protos needs a new minor version" in result.stderr

@@ -93,3 +93,28 @@ async def test_the_101st_concurrent_stream_gets_goaway_and_one_warning(
     assert len(found) == 1, found
     assert "Max inbound streams is 100" in found[0], found[0]
     await still_serving(served)
+
+
+async def test_a_header_that_is_not_ascii_gets_goaway_one_warning_and_no_traceback(
+    served: Served, logs: Any
+) -> None:
+    def send() -> tuple[Any, bool]:
+        raw = RawH2(served.port)
+        try:
+            raw.open("Describe", None, extra_headers=[("x-meta", "\u00e9")])
+            for _ in range(100):
+                if raw.terminated is not None or not raw.pump(0.05):
+                    break
+            return raw.terminated, raw.closed
+        finally:
+            raw.close()
+
+    for _ in range(3):
+        terminated, _closed = await asyncio.to_thread(send)
+        assert terminated is not None, "no GOAWAY received"
+        assert terminated.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+    found = warnings_about(logs, "closing HTTP/2 connection from 127.0.0.1:")
+    assert len(found) == 3, found
+    assert all("a header that is not ASCII" in line for line in found), found
+    assert not [r for r in logs.records if r.exc_info or r.levelno >= logging.ERROR]
+    await still_serving(served)

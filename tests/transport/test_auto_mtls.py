@@ -307,7 +307,8 @@ async def test_launch_refuses_a_certificate_field_that_is_not_a_certificate() ->
     code = "print('1|tcp|127.0.0.1:9|grpc|QUFBQQ', flush=True); import time; time.sleep(60)"
     with pytest.raises(
         LaunchError,
-        match=r"^bad handshake line: the server certificate \(field 5\) is not a DER X\.509",
+        match=r"^bad handshake line: the server certificate \(field 5; field 6 of go-plugin.s "
+        r"layout\) is not a DER X\.509",
     ):
         async with launch([sys.executable, "-c", code], stop_timeout=1):
             pass

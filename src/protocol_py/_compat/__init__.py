@@ -7,13 +7,15 @@ server (:func:`protocol_py.server.serve.serve_async` and
 changes nothing. A patch checks the shape of what it replaces and leaves a dependency whose
 shape differs untouched (its ``install`` then returns False).
 
-=============================  ==========  ==============  ==============================
-Patch                          Dependency  Versions        Upstream
-=============================  ==========  ==============  ==============================
-``grpclib_goaway``             grpclib     >=0.4.9,<0.5    none filed
-``grpclib_closed_connection``  grpclib     >=0.4.9,<0.5    vmagamedov/grpclib#110, #185
-``hyperframe_frame_repr``      hyperframe  >=6.1,<7        none filed
-=============================  ==========  ==============  ==============================
+========================================  ==========  ==============  ==========================
+Patch                                     Dependency  Versions        Upstream
+========================================  ==========  ==============  ==========================
+``grpclib_goaway``                        grpclib     >=0.4.9,<0.5    none filed
+``grpclib_closed_connection``             grpclib     >=0.4.9,<0.5    vmagamedov/grpclib#110,
+                                                                      #185
+``grpclib_unimplemented_content_type``    grpclib     >=0.2.3,<0.5    vmagamedov/grpclib#70
+``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
+========================================  ==========  ==============  ==========================
 
 :data:`PATCHES` holds the full rows: the symptom each patch fixes, the upstream report and when
 the patch can be deleted. Reads of grpclib's private attributes (no patch: nothing is
@@ -30,6 +32,7 @@ from typing import Final
 from protocol_py._compat import (
     grpclib_closed_connection,
     grpclib_goaway,
+    grpclib_unimplemented_content_type,
     hyperframe_frame_repr,
 )
 
@@ -84,6 +87,21 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="Connection.create_stream raises StreamTerminatedError on a closed "
         "connection (it checks for the transport)",
         install=grpclib_closed_connection.install,
+    ),
+    Patch(
+        module="grpclib_unimplemented_content_type",
+        dependency="grpclib",
+        versions=">=0.2.3,<0.5",
+        symptom="a status grpclib answers before dispatch (unknown method or service: "
+        "UNIMPLEMENTED; a refused grpc-timeout) has no content-type header, so grpc-go reports "
+        "'Unknown: OK: HTTP status code 200; transport: missing content-type field' instead "
+        "of the status",
+        upstream="https://github.com/vmagamedov/grpclib/issues/70 (Trailers-Only responses "
+        "need content-type: fixed for handler statuses, not for grpclib.server._abort, "
+        "unchanged from 0.2.3 through 0.4.9)",
+        delete_when="grpclib.server._abort writes content-type: application/grpc with a "
+        "gRPC status",
+        install=grpclib_unimplemented_content_type.install,
     ),
     Patch(
         module="hyperframe_frame_repr",

@@ -53,7 +53,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     serve.add_argument(
         "--handshake",
         action="store_true",
-        help="print '1|tcp|<host>:<port>|grpc' or '1|unix|<path>|grpc' on stdout once serving; "
+        help="print '1|tcp|<host>:<port>|grpc' or '1|unix|<path>|grpc' on stdout once serving "
+        "(go-plugin's layout when a hashicorp/go-plugin kernel launched it, docs/handshake.md); "
         "with no address, listen on a private unix socket",
     )
     add_serve_options(serve)

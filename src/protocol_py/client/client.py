@@ -10,6 +10,11 @@ Deadlines
 are per call (``timeout`` in seconds); cancelling the awaiting task, or leaving ``stream()``
 early, cancels the RPC, which closes the provider's upstream request.
 
+Every request :meth:`ModelClient.stream` sends states the kernel's protocol version
+(``kernel_protocol_version``, :data:`~protocol_py.version.PROTOCOL_VERSION` unless the request sets
+one) and, once GetCapabilities has answered, carries nothing the plugin's version cannot decode
+(:func:`protocol_py.rules.version_gate.request_for_plugin`; docs/decisions.md#d30).
+
 Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
 ``ConnectionError`` when the server cannot be reached); in-band failures arrive as the
 ``error`` of a :class:`Completion`.
@@ -17,7 +22,9 @@ Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -40,8 +47,10 @@ from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.rules.accumulate import AccumulatedResponse, StreamAccumulator
 from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.cost import CostBreakdown, cost
+from protocol_py.rules.version_gate import request_for_plugin
 from protocol_py.transport.addresses import unix_socket_path
 from protocol_py.transport.tls import ALPN_PROTOCOLS, CERT_SAN_DNS
+from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import ProducerRef
 from protocol_py_gen.content.v1 import Message
 from protocol_py_gen.model.v1 import (
@@ -61,6 +70,8 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
     Usage,
 )
+
+log = logging.getLogger(__name__)
 
 _HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
 _PORT_RE = re.compile(r"[0-9]{1,5}")
@@ -324,6 +335,7 @@ class ModelClient:
             InvalidValueError: ``request`` is not a StreamCompletionRequest.
         """
         _require(request, StreamCompletionRequest, "stream")
+        request = self._outgoing(request)
         last: StreamEvent | None = None
         salvaged: list[StreamEvent] = []
         try:
@@ -350,6 +362,24 @@ class ModelClient:
                 yield event
             if last is None or (last.stop is None and last.error is None):
                 raise
+
+    def _outgoing(self, request: StreamCompletionRequest) -> StreamCompletionRequest:
+        """The request as sent: ``kernel_protocol_version`` filled in when absent, and, when the
+        plugin's Capabilities are known, vendor blocks removed for a plugin below 1.2 (a
+        shallow copy either way; the caller's request is not modified)."""
+        if request.kernel_protocol_version is None:
+            request = dataclasses.replace(request, kernel_protocol_version=PROTOCOL_VERSION)
+        caps = self._capabilities
+        if caps is not None:
+            request, removed = request_for_plugin(request, caps.protocol_version)
+            if removed:
+                log.warning(
+                    "removed %d vendor block(s) from the request: the plugin speaks protocol "
+                    "%.16r, which cannot carry them",
+                    removed,
+                    caps.protocol_version,
+                )
+        return request
 
     async def complete(
         self,

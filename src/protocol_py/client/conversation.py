@@ -42,6 +42,7 @@ from ulid import ULID
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
 from protocol_py.rules.request import validate_request, validate_request_shape
+from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -372,6 +373,7 @@ class Conversation:
                 working_directory=self.working_directory,
             ),
             cache_breakpoints=self._cache_breakpoints(),
+            kernel_protocol_version=PROTOCOL_VERSION,
         )
         if self.spec is not None:
             violations = validate_request(request, self.spec)

@@ -39,6 +39,8 @@ BUILTIN: Final[dict[str, str]] = {
     "openai": "protocol_py.providers.openai.provider:OpenAIProvider",
     "deepseek": "protocol_py.providers.openai.provider:DeepSeekProvider",
     "anthropic": "protocol_py.providers.anthropic.provider:AnthropicProvider",
+    "gemini": "protocol_py.providers.gemini.provider:GeminiProvider",
+    "vertex": "protocol_py.providers.gemini.provider:VertexProvider",
 }
 """Built-in provider names and the ``module:Class`` implementing each."""
 

@@ -1,5 +1,8 @@
 """Curated ModelSpecs for the built-in vendor providers (spec: "ModelSpec", "Pricing").
 
+The Gemini models (``gemini`` and ``vertex`` providers) are in
+:mod:`protocol_py.providers.gemini.models`, with their sources and dates.
+
 Rates are USD per million tokens (input / output / cache write 5 min / cache write 1 h / cache
 read; batch = 50 % of input and output where the vendor offers it). Each row names its source
 page and the date the figure was read from it (through the project's reference index; the

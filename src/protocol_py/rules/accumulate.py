@@ -5,7 +5,11 @@ canonical assistant ``content.v1.Message`` plus the stream's usage, stop, error,
 safety notices, checking each event's order first
 (:class:`~protocol_py.rules.stream_order.StreamOrderChecker`, docs/decisions.md#d12).
 
-Accumulation: consecutive text deltas form one text block; consecutive thinking deltas form one
+Accumulation: consecutive text deltas form one text block, unless a delta sets ``new_block``
+(protocol 1.2), which starts a new one; a delta's ``vendor_data`` is appended to the text block
+it lands on, and a block of empty text is kept when it carries vendor data (a Gemini part that
+holds only its signature); ``vendor_block`` is its own block, verbatim, and closes an open text
+or thinking block (protocol 1.2); consecutive thinking deltas form one
 thinking block, closed by ``thinking_signature`` (the signature is assigned, not appended); a
 signature with no open thinking block becomes its own thinking block with empty text (an
 Anthropic signature-only block is legal); ``redacted_thinking`` is its own block, verbatim; a
@@ -40,6 +44,7 @@ from protocol_py_gen.content.v1 import (
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
+    VendorBlock,
     VendorData,
 )
 from protocol_py_gen.google.protobuf import Struct
@@ -63,13 +68,21 @@ _SAFETY_KINDS = frozenset(int(k) for k in SafetyKind if k != SafetyKind.UNSPECIF
 
 
 class _TextBuilder:
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "vendor_data")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        self.vendor_data: list[VendorData] = []
 
     def build(self) -> ContentBlock:
-        return ContentBlock(text=TextBlock(text="".join(self.parts)))
+        return ContentBlock(
+            text=TextBlock(
+                text="".join(self.parts),
+                vendor_data=[
+                    VendorData(location=v.location, value=bytes(v.value)) for v in self.vendor_data
+                ],
+            )
+        )
 
 
 class _ThinkingBuilder:
@@ -83,6 +96,18 @@ class _ThinkingBuilder:
         return ContentBlock(
             thinking=ThinkingBlock(text="".join(self.parts), signature=self.signature)
         )
+
+
+class _VendorBlockBuilder:
+    __slots__ = ("block",)
+
+    def __init__(self, block: VendorBlock) -> None:
+        self.block = VendorBlock(
+            vendor=block.vendor, block_type=block.block_type, data=bytes(block.data)
+        )
+
+    def build(self) -> ContentBlock:
+        return ContentBlock(vendor_block=self.block)
 
 
 class _RedactedBuilder:
@@ -130,7 +155,7 @@ class _ToolBuilder:
         )
 
 
-_Builder = _TextBuilder | _ThinkingBuilder | _RedactedBuilder | _ToolBuilder
+_Builder = _TextBuilder | _ThinkingBuilder | _RedactedBuilder | _ToolBuilder | _VendorBlockBuilder
 
 
 @dataclass
@@ -287,10 +312,13 @@ class StreamAccumulator:
         """
         name, value = self._checker._check(event)
         if name == "text_delta":
-            if not isinstance(self._open, _TextBuilder):
+            if not isinstance(self._open, _TextBuilder) or value.new_block:
                 self._open = _TextBuilder()
                 self._blocks.append(self._open)
-            self._open.parts.append(value.text)
+            if value.text:
+                self._open.parts.append(value.text)
+            if value.vendor_data:
+                self._open.vendor_data.extend(value.vendor_data)
         elif name == "thinking_delta":
             if not isinstance(self._open, _ThinkingBuilder):
                 self._open = _ThinkingBuilder()
@@ -306,6 +334,9 @@ class StreamAccumulator:
             self._open = None
         elif name == "redacted_thinking":
             self._blocks.append(_RedactedBuilder(bytes(value.data)))
+            self._open = None
+        elif name == "vendor_block":
+            self._blocks.append(_VendorBlockBuilder(value))
             self._open = None
         elif name == "tool_call_start":
             call = _ToolBuilder(value.id, value.name, value.vendor_data)

@@ -23,6 +23,7 @@ import re
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.rules._checks import _enum_label, _join, _require, _struct_violation, _walk
+from protocol_py.rules.constraints import declaration_violations
 from protocol_py.rules.json_schema import validate_config_schema
 from protocol_py.rules.pricing import validate_pricing
 from protocol_py.version import PROTOCOL_MAJOR, PROTOCOL_VERSION
@@ -325,6 +326,7 @@ def _validate_spec_rules(spec: ModelSpec, path: str, out: list[Violation]) -> No
                 spec.pricing, caching_supported=caching_supported, path=_join(path, "pricing")
             )
         )
+    out.extend(declaration_violations(spec, path=path))
 
 
 def validate_model_spec(spec: ModelSpec, *, path: str = "") -> list[Violation]:

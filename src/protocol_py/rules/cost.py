@@ -7,10 +7,15 @@ window) that :class:`~protocol_py.rules.pricing.PricingTable` resolves, exactly,
 :func:`prompt_tokens` is the prompt size that selects a tier.
 
 Units: rates are USD per million tokens (``*_per_mtok``), counts are tokens, amounts are USD.
+Protocol 1.2 adds two terms that are not per token (:mod:`protocol_py.rules.fees`): per-request
+fees (``requests``: count x USD per request) and explicit-cache storage (``cache_storage``:
+token-seconds at USD per million tokens per hour, docs/decisions.md#d29).
 
 Decimal strings (:func:`format_usd`, ``testdata/cases/C13.json``): the exact value in plain
 notation, never an exponent; trailing zeros after the decimal point and a bare trailing point
-are removed (``"0.00075"``, ``"0.0000001"``, ``"100"``); zero is ``"0"``. Nothing is rounded.
+are removed (``"0.00075"``, ``"0.0000001"``, ``"100"``); zero is ``"0"``. Nothing is rounded,
+except a storage term that is not a finite decimal (half-even at 10^-18 USD,
+docs/decisions.md#d29).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, Violation
+from protocol_py.rules import fees
 from protocol_py.rules.pricing import PricingTable, _check_count
 from protocol_py.rules.timestamps import _check_aware
 from protocol_py_gen.model.v1 import (
@@ -48,8 +54,11 @@ TERM_NAMES: tuple[str, ...] = (
     "cache_write_5m",
     "cache_write_1h",
     "reasoning",
+    "requests",
+    "cache_storage",
 )
-"""The cost terms of docs/decisions.md#d8, in the order they are rendered."""
+"""The cost terms of docs/decisions.md#d8 (``requests`` and ``cache_storage``: protocol 1.2), in
+the order they are rendered."""
 
 # Exact arithmetic: enough precision for any int64 count times any double's shortest repr, and
 # Inexact trapped so that a result that would need rounding raises instead of silently rounding.
@@ -131,6 +140,7 @@ def validate_usage(usage: Usage) -> list[Violation]:
     for i, item in enumerate(usage.components if isinstance(usage.components, list) else []):
         if isinstance(item, UsageComponent):
             check(f"usage.components[{i}].value", item.value)
+    found.extend(Violation(p.path, p.rule, p.message) for p in fees.usage_problems(usage))
     if not found:
         try:
             _check_consistent(
@@ -203,6 +213,8 @@ class CostBreakdown:
         components: The usage's vendor-defined counters, sorted by name (then value).
         window_index: Index into the tier's ``windows`` of the recurring window whose rates
             were applied (protocol 1.1); None when the tier's own rates were.
+        request_fees: The fee of each ``Usage.request_counts`` entry, by name, in USD (protocol
+            1.2); their sum is the ``requests`` term.
     """
 
     tier_index: int | None
@@ -212,6 +224,7 @@ class CostBreakdown:
     vendor_cost: VendorCost | None = None
     components: list[UsageComponent] = field(default_factory=list)
     window_index: int | None = None
+    request_fees: dict[str, Decimal] = field(default_factory=dict)
 
     def total_usd(self) -> str:
         """The total as an exact decimal string (:func:`format_usd`)."""
@@ -221,7 +234,8 @@ class CostBreakdown:
         """A JSON-ready dict: ``{"tier_index": int | None, "window_index": int | None,
         "terms": {name: decimal string},
         "total_usd": str, "free": bool, "vendor_cost": {"amount", "unit", "currency"?} | None,
-        "components": [{"name": str, "value": int}]}``."""
+        "components": [{"name": str, "value": int}],
+        "request_fees": {name: decimal string}}``."""
         vendor: dict[str, Any] | None = None
         if self.vendor_cost is not None:
             vendor = {"amount": self.vendor_cost.amount, "unit": self.vendor_cost.unit}
@@ -235,6 +249,7 @@ class CostBreakdown:
             "free": self.free,
             "vendor_cost": vendor,
             "components": [{"name": c.name, "value": c.value} for c in self.components],
+            "request_fees": {name: format_usd(fee) for name, fee in self.request_fees.items()},
         }
 
     def render_text(self) -> str:
@@ -255,6 +270,10 @@ class CostBreakdown:
                 f"  vendor_cost  {self.vendor_cost.amount} {self.vendor_cost.unit}{currency}"
                 " (reported by the vendor, not used)"
             )
+        lines.extend(
+            f"  request fee {name} = {format_usd(fee)} USD"
+            for name, fee in self.request_fees.items()
+        )
         lines.extend(f"  component {c.name} = {c.value}" for c in self.components)
         return "\n".join(lines)
 
@@ -308,8 +327,12 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
     ``input_tokens * input``, ``output_tokens * output``, ``cache_read_tokens * cache_read``,
     ``(cache_write_tokens - cache_write_1h_tokens) * cache_write``,
     ``cache_write_1h_tokens * (cache_write_1h, or cache_write when absent)``, and
-    ``reasoning_tokens * output`` unless ``reasoning_already_counted`` is true. Rates become
-    Decimals through their shortest repr; arithmetic is exact (nothing is rounded). A free
+    ``reasoning_tokens * output`` unless ``reasoning_already_counted`` is true; then, not
+    divided (protocol 1.2, :mod:`protocol_py.rules.fees`), ``requests``: the sum of each
+    request count times the tier's ``price_per_request`` of its name, and ``cache_storage``:
+    ``cache_storage_token_seconds * cache_storage_per_mtok_hour / 3600 / 10^6``. Rates become
+    Decimals through their shortest repr; arithmetic is exact (nothing is rounded but a
+    storage term that is not a finite decimal, docs/decisions.md#d29). A free
     Pricing costs 0 with ``tier_index`` None. ``vendor_cost`` is carried, never added.
 
     Args:
@@ -328,7 +351,9 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
             (``usage.cache_write_1h_exceeds_cache_write``), ``reasoning_tokens`` above
             ``output_tokens`` with ``reasoning_already_counted`` true
             (``usage.reasoning_exceeds_output``), a naive ``at``, or tokens billed at a
-            rate the tier does not declare (``cost.rate_missing``), or a window zone that
+            rate the tier does not declare (``cost.rate_missing``, also for a request count or
+            storage the tier has no rate for), a broken request-count rule
+            (``usage.request_count.*``, ``usage.request_counts.too_many``), or a window zone that
             cannot represent ``at``'s local time (``timestamp.out_of_range``).
     """
     table = pricing if isinstance(pricing, PricingTable) else PricingTable(pricing)
@@ -340,6 +365,10 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
     write_1h = _check_count(usage.cache_write_1h_tokens or 0, "usage.cache_write_1h_tokens")
     reasoning = _check_count(usage.reasoning_tokens or 0, "usage.reasoning_tokens")
     _check_consistent(usage, out=out, write=write, write_1h=write_1h, reasoning=reasoning)
+    for problem in fees.usage_problems(usage):
+        raise InvalidValueError(
+            f"{problem.path}: {problem.message}", path=problem.path, rule=problem.rule
+        )
     at = _check_aware(at, "at")
     components = _components(usage)
     if table.pricing.free:
@@ -369,6 +398,13 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
         "cache_write_1h": _term(write_1h, write_1h_rate, write_1h_field, index),
         "reasoning": _term(billed_reasoning, rates.output, "output_per_mtok", index),
     }
+    tier = table.pricing.tiers[index]
+    request_fees = fees.request_fees(usage, tier, index)
+    requests_total = _ZERO
+    for fee in request_fees.values():
+        requests_total = _EXACT.add(requests_total, fee)
+    terms["requests"] = requests_total
+    terms["cache_storage"] = fees.storage_cost(usage, tier, index)
     total = _ZERO
     for value in terms.values():
         total = _EXACT.add(total, value)
@@ -380,4 +416,5 @@ def cost(pricing: Pricing | PricingTable, usage: Usage, at: datetime) -> CostBre
         free=False,
         vendor_cost=usage.vendor_cost,
         components=components,
+        request_fees=request_fees,
     )

@@ -27,6 +27,7 @@ from decimal import Decimal
 
 from protocol_py.codec import type_check
 from protocol_py.errors import InvalidValueError, ValidationError, Violation
+from protocol_py.rules import fees
 from protocol_py.rules.pricing_windows import MAX_WINDOWS_PER_TIER, TierWeek, parse_windows
 from protocol_py.rules.timestamps import _check_aware, _format_time, parse_timestamp
 from protocol_py_gen.model.v1 import (
@@ -396,8 +397,11 @@ def validate_pricing(
     at
     the window's path (a window rate left absent is the tier's). Windows never take part in the
     tier partition: it is the 1.0 rule, so a 1.0 reader that ignores windows sees a valid
-    Pricing. The partition is checked only when every tier's bounds and windows are valid. A
-    free Pricing with tiers is checked the same way.
+    Pricing. Protocol 1.2: each tier's request rates and cache-storage rate
+    (:func:`protocol_py.rules.fees.tier_violations`: ``pricing.tiers.request_rate.*``,
+    ``pricing.tiers.request_rates.too_many``, ``pricing.tiers.cache_storage_without_caching``
+    and the rate rules). The partition is checked only when every tier's bounds and windows are
+    valid. A free Pricing with tiers is checked the same way.
 
     Args:
         pricing: The Pricing message.
@@ -459,6 +463,7 @@ def validate_pricing(
             all_ok = False
             continue
         _check_rates(tier, where, caching_supported, out)
+        out.extend(fees.tier_violations(tier, where, caching_supported))
         parsed = _tier_bounds(tier, where, out)
         if parsed is None:
             all_ok = False

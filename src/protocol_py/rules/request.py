@@ -33,6 +33,7 @@ from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.rules._checks import _enum_label, _join, _require, _struct_violation, _walk
+from protocol_py.rules.constraints import request_violations as constraint_violations
 from protocol_py.rules.json_schema import PORTABLE_SCHEMA_KEYWORDS, _schema_violations
 from protocol_py.rules.request_memo import (
     PREFIXES,
@@ -43,7 +44,9 @@ from protocol_py.rules.request_memo import (
     settings_of,
     take_request_images,
 )
+from protocol_py.rules.vendor_block import vendor_block_problems
 from protocol_py.rules.vendor_data import vendor_data_problems
+from protocol_py.rules.version_gate import kernel_version_violations
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     ContextSection,
@@ -233,6 +236,23 @@ class _RequestChecker:
                     "block is not relevant to it and an adapter will not send it",
                     "warning",
                 )
+        elif kind == "text":
+            text = block.text
+            if text is not None and text.vendor_data:
+                for problem in vendor_data_problems(text.vendor_data, item="text block"):
+                    self.add(
+                        f"{bpath}.vendor_data[{problem.entry}]",
+                        f"request.content.text.vendor_data.{problem.rule}",
+                        problem.message,
+                    )
+        elif kind == "vendor_block":
+            if block.vendor_block is not None:
+                for found in vendor_block_problems(block.vendor_block):
+                    self.add(
+                        f"{bpath}.{found.field}",
+                        f"request.content.vendor_block.{found.rule}",
+                        found.message,
+                    )
         elif kind == "tool_use":
             tool_use = block.tool_use
             if self.has_spec and not spec.supports_tool_use:
@@ -306,6 +326,13 @@ class _RequestChecker:
                 _join(path, "tool_use"),
                 "request.content.tool_use_in_user_message",
                 "a tool_use block is a call made by the model: it belongs in a ROLE_ASSISTANT "
+                "message, not a ROLE_USER one",
+            )
+        elif role == Role.USER and block.vendor_block is not None:
+            self.add(
+                _join(path, "vendor_block"),
+                "request.content.vendor_block_in_user_message",
+                "a vendor_block is content a vendor produced: it belongs in a ROLE_ASSISTANT "
                 "message, not a ROLE_USER one",
             )
         elif role == Role.ASSISTANT and block.tool_result is not None:
@@ -773,6 +800,9 @@ def _check_request(
                     )
                 )
     checker.breakpoints(request.cache_breakpoints, len(request.messages))
+    out.extend(kernel_version_violations(request.kernel_protocol_version))
+    if spec is not None:
+        out.extend(constraint_violations(request, spec))
     if request.provider_options is not None:
         # pass-through, never interpreted; but it still travels as JSON to the vendor
         try:
@@ -796,10 +826,13 @@ def validate_request(request: StreamCompletionRequest, spec: ModelSpec) -> list[
     effort/budget/disable per docs/decisions.md#d4, disable_thinking never with a budget,
     max_output_tokens in (0, model max], stop sequences, tool_choice), call_context, cache
     breakpoints (checked only when the model declares ``caching.explicit_markers``; ignored
-    otherwise, as the spec requires) and ``provider_options`` (never interpreted, but it must be
-    JSON: no NaN or Infinity). Every ``google.protobuf.Struct`` handed on to a provider is
-    checked with :func:`protocol_py.codec.structs.from_struct`, so a request that passes never
-    makes a provider fail on it. The rules that need no ModelSpec are
+    otherwise, as the spec requires), ``provider_options`` (never interpreted, but it must be
+    JSON: no NaN or Infinity) and, protocol 1.2, vendor blocks
+    (:mod:`protocol_py.rules.vendor_block`; only in ROLE_ASSISTANT messages), text vendor data,
+    ``kernel_protocol_version`` and the model's declared constraints
+    (:mod:`protocol_py.rules.constraints`). Every ``google.protobuf.Struct`` handed on to a
+    provider is checked with :func:`protocol_py.codec.structs.from_struct`, so a request that
+    passes never makes a provider fail on it. The rules that need no ModelSpec are
     :func:`validate_request_shape`, computed by the same pass. ``None`` in a field without proto3
     presence reads as its default. The spec itself is not validated here; use
     :func:`~protocol_py.rules.capabilities.validate_model_spec`. For a request the server just

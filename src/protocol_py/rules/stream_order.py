@@ -21,7 +21,15 @@ before the terminal event and never close an open block. Rule ids raised as
 - ``stream.order.content_after_usage``: a content event after ``usage``
 - ``stream.order.usage_repeated``: a second ``usage``
 - ``stream.stream_start.empty_id``: ``provider_request_id`` empty
-- ``stream.text_delta.empty``: an empty text fragment
+- ``stream.text_delta.empty``: an empty text fragment that carries no vendor data (protocol
+  1.2: a delta with vendor data may have empty text)
+- ``stream.text_delta.vendor_data.<rule>`` (protocol 1.2): ``vendor_data`` of a ``text_delta``
+  breaks a rule of :mod:`protocol_py.rules.vendor_data`, counted over the text block the delta
+  lands on (``location_duplicate`` across the block's deltas, ``too_many``, ...)
+- ``stream.vendor_block.<rule>`` (protocol 1.2): a ``vendor_block`` breaks a rule of
+  :mod:`protocol_py.rules.vendor_block` (``vendor_empty``, ``vendor_invalid``,
+  ``block_type_empty``, ``block_type_invalid``, ``data_empty``, ``data_too_large``,
+  ``data_not_object``)
 - ``stream.thinking_delta.empty``: an empty thinking fragment
 - ``stream.thinking_signature.empty``: an empty signature
 - ``stream.redacted_thinking.empty``: empty redacted data
@@ -35,7 +43,11 @@ before the terminal event and never close an open block. Rule ids raised as
   ``tool_call_start`` or ``tool_call_done`` breaks a rule of :mod:`protocol_py.rules.vendor_data`
   (``location_empty``, ``location_invalid``, ``value_empty``, ``value_too_large``,
   ``location_duplicate`` across the call's start and done, ``too_many``)
-- ``stream.usage.negative``: a negative token count
+- ``stream.usage.negative``: a negative token count (protocol 1.2: also a request count or
+  ``cache_storage_token_seconds``)
+- ``stream.usage.request_count.name_invalid`` / ``.name_duplicate``,
+  ``stream.usage.request_counts.too_many`` (protocol 1.2): the rules of
+  :func:`protocol_py.rules.fees.usage_problems`
 - ``stream.usage.cache_write_1h_exceeds``: ``cache_write_1h_tokens`` > ``cache_write_tokens``
 - ``stream.usage.reasoning_exceeds_output``: ``reasoning_tokens`` > ``output_tokens`` while
   ``reasoning_already_counted`` is true (reasoning counted inside the output cannot exceed it)
@@ -57,6 +69,8 @@ import betterproto2
 
 from protocol_py.codec import metadata, type_check
 from protocol_py.errors import InvalidValueError, StreamOrderError
+from protocol_py.rules import fees
+from protocol_py.rules.vendor_block import vendor_block_problems
 from protocol_py.rules.vendor_data import vendor_data_problems
 from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
@@ -83,6 +97,7 @@ CONTENT_EVENT_KINDS = frozenset(
         "tool_call_start",
         "tool_call_delta",
         "tool_call_done",
+        "vendor_block",
     }
 )
 """StreamEvent oneof cases that carry content (the ``content*`` part of a stream,
@@ -171,7 +186,15 @@ class StreamOrderChecker:
     calls); each check is O(1).
     """
 
-    __slots__ = ("_closed", "_index", "_open", "_open_vendor_data", "_terminated", "_usage_seen")
+    __slots__ = (
+        "_closed",
+        "_index",
+        "_open",
+        "_open_vendor_data",
+        "_terminated",
+        "_text_vendor_data",
+        "_usage_seen",
+    )
 
     def __init__(self) -> None:
         self._index = 0
@@ -180,6 +203,8 @@ class StreamOrderChecker:
         self._open: set[str] = set()
         self._closed: set[str] = set()
         self._open_vendor_data: dict[str, list[VendorData]] = {}
+        # vendor data of the open text block (empty when it has none or no text block is open)
+        self._text_vendor_data: list[VendorData] = []
 
     @property
     def terminated(self) -> bool:
@@ -221,6 +246,8 @@ class StreamOrderChecker:
                 type(value) is TextDelta
                 and type(value.text) is str
                 and value.text
+                and not value.vendor_data
+                and not value.new_block
                 and _other_members(event) == _ALL_UNSET
             ):
                 return "text_delta", value
@@ -269,8 +296,19 @@ class StreamOrderChecker:
         return name, value
 
     def _check_content(self, index: int, name: str, value: Any) -> None:
-        if name == "text_delta" and not value.text:
-            raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
+        if name == "text_delta":
+            self._check_text_delta(index, value)
+            return
+        if self._text_vendor_data and name not in ("tool_call_delta", "tool_call_done"):
+            self._text_vendor_data = []  # the event closes the open text block
+        if name == "vendor_block":
+            for problem in vendor_block_problems(value):
+                raise StreamOrderError(
+                    index,
+                    f"stream.vendor_block.{problem.rule}",
+                    f"vendor_block.{problem.field}: {problem.message}",
+                )
+            return
         if name == "thinking_delta" and not value.text:
             raise StreamOrderError(
                 index, "stream.thinking_delta.empty", "thinking fragment is empty"
@@ -326,6 +364,23 @@ class StreamOrderChecker:
                 self._open_vendor_data.pop(call_id, None)
                 self._closed.add(call_id)
 
+    def _check_text_delta(self, index: int, delta: TextDelta) -> None:
+        entries = delta.vendor_data
+        if not delta.text and not entries:
+            raise StreamOrderError(index, "stream.text_delta.empty", "text fragment is empty")
+        if delta.new_block and self._text_vendor_data:
+            self._text_vendor_data = []
+        if not entries:
+            return
+        earlier = self._text_vendor_data
+        for problem in vendor_data_problems(entries, earlier, item="text block"):
+            raise StreamOrderError(
+                index,
+                f"stream.text_delta.vendor_data.{problem.rule}",
+                f"text_delta: vendor_data[{problem.entry}]: {problem.message}",
+            )
+        self._text_vendor_data = [*earlier, *entries]
+
     @staticmethod
     def _check_usage(index: int, usage: Usage) -> None:
         for name in _USAGE_COUNTS:
@@ -351,6 +406,11 @@ class StreamOrderChecker:
                 f"{usage.output_tokens or 0}, yet reasoning_already_counted says the output "
                 "includes them",
             )
+        if usage.request_counts or usage.cache_storage_token_seconds is not None:
+            for problem in fees.usage_problems(usage):
+                raise StreamOrderError(
+                    index, f"stream.{problem.rule}", f"{problem.path}: {problem.message}"
+                )
 
     def _check_stop(self, index: int, stop: Stop) -> None:
         reason = int(stop.reason)

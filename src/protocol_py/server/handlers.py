@@ -29,6 +29,7 @@ from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.json_schema import validate_config_schema
 from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.rules.stream_order import StreamOrderChecker
+from protocol_py.rules.version_gate import EventGate
 from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
@@ -36,6 +37,7 @@ from protocol_py.server.config_schema import (
     validate_config,
 )
 from protocol_py.server.context_window import checked_request
+from protocol_py.server.go_plugin import GoPluginServices
 from protocol_py.server.grpc_layer.cardinality import SingleRequest, receive_single
 from protocol_py.server.grpc_layer.connections import (
     DEADLINE_RESET_MARGIN,
@@ -146,6 +148,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self._strict_classes: dict[type[betterproto2.Message], Any] = {}
         self.reply_budget = ReplyBudget()
         """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`)."""
+        self.go_plugin: GoPluginServices | None = None
+        """hashicorp/go-plugin's controller, broker and stdio services and its ``plugin``
+        health name (:mod:`protocol_py.server.go_plugin`), served when set before
+        :meth:`start` (by :func:`~protocol_py.server.serve.serve_async` when a kernel built on
+        go-plugin launched the server)."""
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -197,12 +204,17 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         return self._pool
 
     def services(self) -> list[Any]:
-        """The grpclib services to serve: this one, health, and reflection when available."""
-        health = Health({self: [self.health_status], OVERALL: [self.health_status]})
-        services: list[Any] = [self, health]
+        """The grpclib services to serve: this one, health, reflection when available, and
+        :attr:`go_plugin`'s when set (not listed by reflection: they are go-plugin's)."""
+        checks: dict[Any, list[Any]] = {self: [self.health_status], OVERALL: [self.health_status]}
+        if self.go_plugin is not None:
+            checks[self.go_plugin.health_key] = [self.health_status]
+        services: list[Any] = [self, Health(checks)]
         pool = self.descriptor_pool()
         if pool is not None:
             services = ServerReflection.extend(services, pool=pool)
+        if self.go_plugin is not None:
+            services.append(self.go_plugin)
         return services
 
     @property
@@ -573,6 +585,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 yield overflow
                 return
             checker = StreamOrderChecker()
+            gate = EventGate(request.kernel_protocol_version)
             upstream: AsyncIterator[StreamEvent] | None = None
             failure: ModelError | None = None
             try:
@@ -589,6 +602,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         )
                         log.error("provider %s: %s", self.provider.name, failure.message)
                         break
+                    if gate.filters and not gate.admits(event):
+                        continue  # an older kernel cannot read it (docs/decisions.md#d30)
                     record.events = (record.events or 0) + 1
                     if event.stop is not None:
                         record.stop = event.stop.reason.name
@@ -622,6 +637,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 if not isinstance(exc, ProviderError):
                     log_provider_exception(self.provider.name, "StreamCompletion", exc)
             finally:
+                if (note := gate.dropped_note()) is not None:
+                    log.warning("provider %s: %s", self.provider.name, note)
                 aclose = getattr(upstream, "aclose", None)
                 if aclose is not None:
                     await aclose()

@@ -40,10 +40,15 @@ from protocol_py.server import (
     LogFormatter,
     ModelServer,
 )
+from protocol_py.server.go_plugin import GoPluginServices
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
+from protocol_py.server.parent_watch import ParentWatch, watch_parent
+from protocol_py.transport import go_plugin as go_plugin_handshake
+from protocol_py.transport.go_plugin import NotLaunchedByKernelError, go_plugin_launch
 from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, handshake_line
 from protocol_py.transport.listen import listen_spec
+from protocol_py.transport.tls import CLIENT_CERT_ENV
 from protocol_py.version import PROTOCOL_VERSION
 
 __all__ = [
@@ -132,7 +137,15 @@ async def serve_async(
             ``1|unix|<path>|grpc``; docs/handshake.md) on stdout once serving. With no
             ``host``, ``port`` or ``socket``: listen on a fresh socket in a private temporary
             directory; with ``PROTOCOL_PY_CLIENT_CERT`` in the environment: automatic mutual
-            TLS (:func:`protocol_py.transport.listen.listen_spec`).
+            TLS (:func:`protocol_py.transport.listen.listen_spec`). Launched by a kernel
+            built on hashicorp/go-plugin (its variables in the environment,
+            :func:`protocol_py.transport.go_plugin.go_plugin_launch`): go-plugin's line and
+            environment variables, its services (:mod:`protocol_py.server.go_plugin`;
+            ``Shutdown`` drains as SIGTERM does), SIGINT ignored (the kernel stops its
+            plugins), and stdin not watched. A kernel's death (:func:`watch_stdin_eof` when
+            :data:`EXIT_ON_STDIN_EOF_ENV` is ``1``; and go-plugin's or that one's parent
+            process gone, :func:`protocol_py.server.parent_watch.watch_parent`) drains as
+            SIGTERM does.
         tls_cert: TLS certificate chain, PEM file (with ``tls_key``).
         tls_key: Its private key, PEM file.
         tls_client_ca: Require client certificates issued by these CAs, PEM file (mutual TLS).
@@ -153,9 +166,9 @@ async def serve_async(
         **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
 
     Raises:
-        ServeError: invalid Capabilities, the address cannot be bound, or the provider's
-            ``start`` raised :class:`~protocol_py.provider.ProviderStartError` (nothing is
-            served).
+        ServeError: invalid Capabilities, the address cannot be bound, the provider's
+            ``start`` raised :class:`~protocol_py.provider.ProviderStartError`, or go-plugin's
+            variables are set without its magic cookie (nothing is served).
         InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
             or an unusable TLS file (``TLSConfigError``).
 
@@ -166,6 +179,13 @@ async def serve_async(
         _check_port(port)
     if log_level is not None:
         configure_logging(log_level)
+    parent = os.getppid()
+    try:
+        go_plugin = go_plugin_launch(os.environ) if handshake else None
+    except NotLaunchedByKernelError as exc:
+        raise ServeError(str(exc)) from None
+    if go_plugin is not None:
+        host, port, socket = go_plugin.listen_options(host=host, port=port, socket=socket)
     server = ModelServer(
         provider, max_message_size=max_message_size, grace_period=grace_period, **server_options
     )
@@ -177,6 +197,7 @@ async def serve_async(
         tls_cert=tls_cert,
         tls_key=tls_key,
         tls_client_ca=tls_client_ca,
+        client_cert_env=go_plugin_handshake.CLIENT_CERT_ENV if go_plugin else CLIENT_CERT_ENV,
     )
     loop = asyncio.get_running_loop()
     stop_event = stop or asyncio.Event()
@@ -193,11 +214,22 @@ async def serve_async(
         server.mark_draining()
         loop.call_soon_threadsafe(on_signal)
 
+    def ignore_interrupt(signum: int, frame: object) -> None:
+        loop.call_soon_threadsafe(
+            log.info, "SIGINT ignored: a kernel built on go-plugin stops its plugins itself"
+        )
+
+    if go_plugin is not None:
+        server.go_plugin = GoPluginServices(on_shutdown=lambda: handler(0, None))
     previous: dict[int, Any] = {}
     stopped = False  # a graceful shutdown completed
     watcher: asyncio.BaseTransport | None = None
-    if handle_signals and threading.current_thread() is threading.main_thread():
+    parent_watch: ParentWatch | None = None
+    main_thread = threading.current_thread() is threading.main_thread()
+    if handle_signals and main_thread:
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if go_plugin is not None:
+            signal.signal(signal.SIGINT, ignore_interrupt)
     try:
         try:
             await listen.start(server)
@@ -212,11 +244,23 @@ async def serve_async(
         log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
         if on_started is not None:
             on_started(server)
-        if handshake:
+        launched = handshake and os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1"
+        if launched or go_plugin is not None:  # watching from before the line is printed
+            parent_watch = watch_parent(
+                lambda: handler(0, None),
+                parent=parent,
+                use_signal=handle_signals and main_thread,
+            )
+            log.info("watching the launching kernel (pid %d): %s", parent, parent_watch.method)
+        if go_plugin is not None:
+            _log_go_plugin(go_plugin)
+            sys.stdout.write(go_plugin.handshake_line(server, listen.server_certificate))
+        elif handshake:
             sys.stdout.write(handshake_line(server, listen.server_certificate))
+        if handshake:
             sys.stdout.flush()
-            if os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1":
-                watcher = await watch_stdin_eof(lambda: handler(0, None))
+        if launched and go_plugin is None:  # go-plugin passes the kernel's own stdin
+            watcher = await watch_stdin_eof(lambda: handler(0, None))
         try:
             await stop_event.wait()
         except asyncio.CancelledError:
@@ -228,12 +272,34 @@ async def serve_async(
     finally:
         if watcher is not None:
             watcher.close()
+        if parent_watch is not None:
+            parent_watch.close()
         for sig, old in previous.items():
             # Restoring SIG_DFL would let a late duplicate signal (coreutils ``timeout`` signals
             # the child and its group) kill the process while it exits 0: ignore it instead.
             # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
             signal.signal(sig, signal.SIG_IGN if stopped and not restore_signals else old)
         listen.discard()
+
+
+def _log_go_plugin(launch: go_plugin_handshake.GoPluginLaunch) -> None:
+    """Log what a go-plugin kernel asked for and the version answered."""
+    offered = ",".join(map(str, launch.kernel_versions)) or "none"
+    if launch.shared_versions:
+        log.info(
+            "launched by a kernel built on hashicorp/go-plugin: protocol version %d (the "
+            "kernel offered %s)",
+            launch.app_version,
+            offered,
+        )
+    else:
+        log.warning(
+            "launched by a kernel built on hashicorp/go-plugin offering protocol versions %s; "
+            "this plugin speaks %s: announcing %d, which the kernel will refuse",
+            offered,
+            ",".join(map(str, go_plugin_handshake.SUPPORTED_MAJORS)),
+            launch.app_version,
+        )
 
 
 class _EndOfInput(asyncio.Protocol):

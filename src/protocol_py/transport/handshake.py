@@ -53,6 +53,9 @@ class Handshake:
         protocol: ``grpc``.
         server_certificate: DER bytes of the AutoMTLS server certificate, or None.
         extra: Fields after the known ones (ignored, kept for diagnostics).
+        layout: ``"protocol-py"`` (the module docstring's layout) or ``"go-plugin"``
+            (hashicorp/go-plugin's, :mod:`protocol_py.transport.go_plugin`; ``version`` is then
+            its APP field).
     """
 
     version: int
@@ -61,6 +64,7 @@ class Handshake:
     protocol: str
     server_certificate: bytes | None
     extra: tuple[str, ...] = ()
+    layout: str = "protocol-py"
 
     @property
     def target(self) -> str:
@@ -103,16 +107,17 @@ LOOPBACK_NAMES: Final = frozenset({"localhost"})
 ::1)."""
 
 
-def _check_handshake_address(transport: str, address: str) -> None:
-    """A TCP address must be ``host:port`` on loopback; a unix address an absolute path."""
+def _check_handshake_address(transport: str, address: str, field: int = 3) -> None:
+    """A TCP address must be ``host:port`` on loopback; a unix address an absolute path
+    (``field``: the address's position in the line, for the message)."""
+    where = f"handshake address (field {field})"
     if transport == "unix":
         if not address.startswith("/"):
             raise InvalidValueError(
-                f"handshake address (field 3): a unix socket must be an absolute path, got "
-                f"{_quote(address)}",
+                f"{where}: a unix socket must be an absolute path, got {_quote(address)}",
                 rule="handshake.address",
             )
-        check_socket_path(address, "handshake address (field 3)")
+        check_socket_path(address, where)
         return
     host, colon, port = address.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
@@ -120,8 +125,7 @@ def _check_handshake_address(transport: str, address: str) -> None:
     valid_port = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536
     if not colon or not host or not valid_port:
         raise InvalidValueError(
-            f"handshake address (field 3): expected host:port, got {_quote(address)}",
-            rule="handshake.address",
+            f"{where}: expected host:port, got {_quote(address)}", rule="handshake.address"
         )
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -129,10 +133,26 @@ def _check_handshake_address(transport: str, address: str) -> None:
         loopback = host.lower() in LOOPBACK_NAMES
     if not loopback:
         raise InvalidValueError(
-            f"handshake address (field 3): a plugin must listen on loopback (127.0.0.1, ::1 or "
-            f"localhost), got {_quote(address)}",
+            f"{where}: a plugin must listen on loopback (127.0.0.1, ::1 or localhost), got "
+            f"{_quote(address)}",
             rule="handshake.address",
         )
+
+
+def _decode_certificate(text: str) -> bytes | None:
+    """A certificate field: DER from standard base64, padded or not; None when empty.
+
+    Raises:
+        InvalidValueError: not standard base64 (rule ``handshake.cert``).
+    """
+    if not text:
+        return None
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidValueError(
+            "handshake server certificate is not standard base64", rule="handshake.cert"
+        ) from None
 
 
 def parse_handshake(line: str) -> Handshake:
@@ -173,15 +193,7 @@ def parse_handshake(line: str) -> Handshake:
             rule="handshake.protocol",
         )
     _check_handshake_address(transport, address)
-    certificate: bytes | None = None
-    if len(fields) > 4 and fields[4]:
-        text = fields[4]
-        try:
-            certificate = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidValueError(
-                "handshake server certificate is not standard base64", rule="handshake.cert"
-            ) from None
+    certificate = _decode_certificate(fields[4]) if len(fields) > 4 else None
     return Handshake(
         version=int(version),
         transport=transport,

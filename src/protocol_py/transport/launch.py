@@ -38,11 +38,11 @@ from typing import IO, Any, Final
 from protocol_py.bounded_text import bounded_message, quote_value
 from protocol_py.client.client import ModelClient
 from protocol_py.errors import ProtocolError
+from protocol_py.transport.go_plugin import GO_PLUGIN_ENV, parse_handshake_line
 from protocol_py.transport.handshake import (
     EXIT_ON_STDIN_EOF_ENV,
     MAX_HANDSHAKE_LINE_BYTES,
     Handshake,
-    parse_handshake,
 )
 from protocol_py.transport.listen import is_private_socket_dir, remove_socket
 from protocol_py.transport.tls import (
@@ -143,7 +143,11 @@ async def launch(
         env: Its environment (default: this process's); ``PROTOCOL_PY_CLIENT_CERT`` is set
             (``auto_mtls``) or removed, and ``PROTOCOL_PY_EXIT_ON_STDIN_EOF=1`` is set: the
             plugin gets a stdin pipe whose end of file (this process exited or was killed)
-            stops it (:func:`protocol_py.server.serve.watch_stdin_eof`).
+            stops it (:func:`protocol_py.server.serve.watch_stdin_eof`). hashicorp/go-plugin's
+            variables (:data:`~protocol_py.transport.go_plugin.GO_PLUGIN_ENV`, inherited when
+            this kernel itself runs under go-plugin) are removed, so the plugin prints this
+            package's handshake line; either layout is read
+            (:func:`~protocol_py.transport.go_plugin.parse_handshake_line`).
         auto_mtls: Require automatic mutual TLS (a plugin that does not answer with a server
             certificate is refused). False: plaintext, for plugins that predate it.
         start_timeout: Seconds allowed for the handshake line.
@@ -157,7 +161,8 @@ async def launch(
             :data:`~protocol_py.bounded_text.MAX_ECHOED_VALUE_CHARS`) and the OS error.
     """
     environ = dict(os.environ if env is None else env)
-    environ.pop(CLIENT_CERT_ENV, None)
+    for name in (CLIENT_CERT_ENV, *GO_PLUGIN_ENV):
+        environ.pop(name, None)
     pair = generate_certificate() if auto_mtls else None
     if pair is not None:
         environ[CLIENT_CERT_ENV] = pair.cert_pem.decode("ascii")
@@ -187,8 +192,8 @@ async def launch(
                 context = pinned_client_context(handshake.server_certificate, pair)
             except (ssl.SSLError, ValueError) as exc:
                 raise LaunchError(
-                    "bad handshake line: the server certificate (field 5) is not a DER "
-                    f"X.509 certificate ({_reason(exc)})"
+                    "bad handshake line: the server certificate (field 5; field 6 of "
+                    f"go-plugin's layout) is not a DER X.509 certificate ({_reason(exc)})"
                 ) from None
         client = ModelClient.connect(
             handshake.target,
@@ -227,7 +232,7 @@ async def _read_handshake(process: asyncio.subprocess.Process, timeout: float) -
             else "the plugin closed its stdout before printing its handshake line"
         )
     try:
-        return parse_handshake(raw.decode("utf-8", "replace"))
+        return parse_handshake_line(raw.decode("utf-8", "replace"))
     except ValueError as exc:
         raise LaunchError(f"bad handshake line: {exc}") from None
 

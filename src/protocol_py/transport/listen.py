@@ -284,6 +284,7 @@ def listen_spec(
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
     env: Mapping[str, str] | None = None,
+    client_cert_env: str = CLIENT_CERT_ENV,
 ) -> ListenSpec:
     """The listening address and TLS of ``serve`` from its options.
 
@@ -294,10 +295,11 @@ def listen_spec(
       otherwise TCP on :data:`DEFAULT_HOST`, port :data:`DEFAULT_PORT`.
     * ``--tls-cert``/``--tls-key`` (both or neither), ``--tls-client-ca`` (needs them): TLS
       from files (:func:`protocol_py.transport.tls.server_context`).
-    * ``handshake`` and :data:`~protocol_py.transport.tls.CLIENT_CERT_ENV` in ``env``: automatic
-    mutual
-      TLS (a fresh server certificate; only the kernel's certificate is accepted). It cannot be
-      combined with ``--tls-cert`` (the kernel could not verify that certificate).
+    * ``handshake`` and ``client_cert_env`` (default
+      :data:`~protocol_py.transport.tls.CLIENT_CERT_ENV`; go-plugin's ``PLUGIN_CLIENT_CERT``
+      for a kernel built on it, :mod:`protocol_py.transport.go_plugin`) in ``env``: automatic
+      mutual TLS (a fresh server certificate; only the kernel's certificate is accepted). It
+      cannot be combined with ``--tls-cert`` (the kernel could not verify that certificate).
 
     Raises:
         InvalidValueError: conflicting or malformed options (``TLSConfigError``, a subclass,
@@ -314,17 +316,17 @@ def listen_spec(
         raise TLSConfigError("--tls-cert and --tls-key must be given together", rule="tls.key_pair")
     if tls_client_ca is not None and tls_cert is None:
         raise TLSConfigError("--tls-client-ca needs --tls-cert and --tls-key", rule="tls.client_ca")
-    client_cert = environ.get(CLIENT_CERT_ENV) if handshake else None
+    client_cert = environ.get(client_cert_env) if handshake else None
     if client_cert and tls_cert is not None:
         raise TLSConfigError(
-            f"{CLIENT_CERT_ENV} (automatic mutual TLS) cannot be combined with --tls-cert",
+            f"{client_cert_env} (automatic mutual TLS) cannot be combined with --tls-cert",
             rule="tls.auto_conflict",
         )
     context: ssl.SSLContext | None = None
     certificate: bytes | None = None
     pinned: bytes | None = None
     if client_cert:
-        kernel_pem = parse_client_certificate(client_cert)
+        kernel_pem = parse_client_certificate(client_cert, client_cert_env)
         context, pair = auto_mtls_server_context(kernel_pem)
         certificate = pair.cert_der
         pinned = ssl.PEM_cert_to_DER_cert(kernel_pem.decode("ascii"))

@@ -245,31 +245,32 @@ def client_context(
     return context
 
 
-def parse_client_certificate(pem: str) -> bytes:
-    """Check the value of :data:`CLIENT_CERT_ENV`: exactly one PEM certificate.
+def parse_client_certificate(pem: str, variable: str = CLIENT_CERT_ENV) -> bytes:
+    """Check the value of :data:`CLIENT_CERT_ENV` (or of ``variable``, the environment
+    variable it came from: go-plugin's ``PLUGIN_CLIENT_CERT``): exactly one PEM certificate.
 
     Returns:
         The certificate, PEM bytes.
 
     Raises:
         TLSConfigError: longer than :data:`MAX_CERT_PEM_BYTES`, not PEM, or not exactly one
-            certificate (the message names the variable, never its value).
+            certificate (the message names ``variable``, never its value).
     """
     data = pem.encode("utf-8", "replace")
     if len(data) > MAX_CERT_PEM_BYTES:
         raise TLSConfigError(
-            f"{CLIENT_CERT_ENV}: {len(data)} bytes, more than {MAX_CERT_PEM_BYTES}",
+            f"{variable}: {len(data)} bytes, more than {MAX_CERT_PEM_BYTES}",
             rule="tls.client_cert.size",
         )
     try:
         certs = x509.load_pem_x509_certificates(data)
     except ValueError:
         raise TLSConfigError(
-            f"{CLIENT_CERT_ENV}: not a PEM certificate", rule="tls.client_cert.pem"
+            f"{variable}: not a PEM certificate", rule="tls.client_cert.pem"
         ) from None
     if len(certs) != 1:
         raise TLSConfigError(
-            f"{CLIENT_CERT_ENV}: expected exactly one certificate, got {len(certs)}",
+            f"{variable}: expected exactly one certificate, got {len(certs)}",
             rule="tls.client_cert.count",
         )
     return certs[0].public_bytes(serialization.Encoding.PEM)

@@ -20,9 +20,11 @@ from protocol_py.providers.http import events as ev
 from protocol_py.providers.http.sse import MAX_SSE_EVENT_BYTES, SSEEvent, SSELimitError, SSEParser
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.rules.stream_order import StreamOrderChecker, event_member
+from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     StreamEvent,
+    StreamMetadata,
     TextDelta,
     ThinkingDelta,
     ToolCallStart,
@@ -111,9 +113,25 @@ def test_delta_events_equal_constructor_built_ones(
     assert getattr(built, field).text == "h\u00e9llo \U0001f600"
 
 
-def test_template_refuses_a_message_with_mutable_defaults() -> None:
-    with pytest.raises(TypeError, match=r"ToolCallStart: mutable defaults \['vendor_data'\]"):
-        ev._blank(ToolCallStart)
+def test_template_refuses_a_message_with_a_map_field() -> None:
+    with pytest.raises(TypeError, match=r"StreamMetadata: mutable defaults \['attrs'\]"):
+        ev._blank(StreamMetadata)
+
+
+def test_template_gives_each_message_its_own_empty_repeated_fields() -> None:
+    blank = ev._blank(ToolCallStart)
+    assert blank == ({"id": "", "name": "", "_unknown_fields": b""}, ("vendor_data",))
+    first = ev._new(ToolCallStart, blank, "id", "c1")
+    second = ev._new(ToolCallStart, blank, "id", "c2")
+    assert first == ToolCallStart(id="c1") and second == ToolCallStart(id="c2")
+    first.vendor_data.append(VendorData(location="x.y", value=b"v"))
+    assert second.vendor_data == []
+    # TextDelta (protocol 1.2: vendor_data) is built the same way on the hot path.
+    a, b = ev.text("a"), ev.text("b")
+    assert a.text_delta is not None and b.text_delta is not None
+    assert (
+        a.text_delta.vendor_data == [] and a.text_delta.vendor_data is not b.text_delta.vendor_data
+    )
 
 
 def test_event_member_text_delta_fast_path_still_rejects_a_second_member() -> None:

@@ -95,7 +95,7 @@ from protocol_py_gen.model.v1 import (
     StreamEvent,
 )
 
-__all__ = ["HTTPProvider", "Timeouts", "Translator", "common_config_schema"]
+__all__ = ["HTTPProvider", "Timeouts", "Translator", "UpstreamCall", "common_config_schema"]
 
 log = logging.getLogger("protocol_py.providers")
 install_log_redaction()  # httpx logs each request URL at INFO: never its userinfo or query
@@ -133,6 +133,27 @@ class Translator(Protocol):
 
     def on_failure(self, error: ModelError) -> list[StreamEvent]:
         """End the stream with ``error``: the usage reported so far, then the error."""
+
+
+@dataclass(slots=True)
+class UpstreamCall:
+    """One completion's upstream call as :class:`HTTPProvider` sends it.
+
+    The subclass hooks (:meth:`HTTPProvider.prepare_call`, :meth:`HTTPProvider.recover_call`,
+    :meth:`HTTPProvider.call_url`, :meth:`HTTPProvider.call_translator`) receive it and may
+    replace ``content`` or keep their own per-call data in ``extra``.
+
+    Attributes:
+        request: The completion request.
+        spec: The ModelSpec it is served under.
+        content: The serialized vendor body sent (UTF-8 JSON).
+        extra: Per-call data of the subclass (None by default).
+    """
+
+    request: StreamCompletionRequest
+    spec: ModelSpec
+    content: bytes
+    extra: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +311,55 @@ class HTTPProvider(Provider, abc.ABC):
     def apply_extra_config(self, config: Mapping[str, JSONValue]) -> None:
         """Apply the vendor-specific part of a validated config."""
 
+    async def refresh_auth(self) -> None:
+        """Make :meth:`auth_headers` current before a call (default: nothing to do; a provider
+        with short-lived tokens fetches one here). Runs before the secrets of the call are
+        read, so a fresh token is redacted like a key.
+
+        Raises:
+            ProviderError: the credentials cannot be used (the call ends with its error).
+        """
+
+    async def prepare_call(self, call: UpstreamCall, client: httpx.AsyncClient) -> None:
+        """Adjust a call before its first attempt, for example replace ``call.content`` after
+        an upstream side call (default: nothing).
+
+        Raises:
+            ProviderError: the call cannot be made (it ends with this error, nothing sent).
+        """
+
+    async def recover_call(
+        self, call: UpstreamCall, error: ModelError, client: httpx.AsyncClient
+    ) -> bool:
+        """After a non-2xx answer, True when the hook changed ``call`` so that sending it again
+        at once may succeed (asked at most once per call; default False)."""
+        return False
+
+    def call_url(self, call: UpstreamCall) -> str:
+        """The URL the call is POSTed to (default: ``base_url`` + :attr:`completions_path`)."""
+        return join_url(self.base_url, self.completions_path)
+
+    def call_translator(self, call: UpstreamCall, headers: Mapping[str, str]) -> Translator:
+        """The stream translator for one response (default :meth:`make_translator`)."""
+        return self.make_translator(headers)
+
+    def new_parser(self) -> SSEParser:
+        """The event-stream parser for one response body (default: WHATWG rules only)."""
+        return SSEParser()
+
+    def classify_http_error(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> ModelError:
+        """A non-2xx answer as a ModelError (default
+        :func:`~protocol_py.providers.http.errors.error_from_http`, DESIGN D10)."""
+        return error_from_http(
+            status,
+            body,
+            headers,
+            request_id_header=self.request_id_header,
+            anthropic=self.anthropic_hints,
+        )
+
     # -- Provider API ---------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
@@ -381,12 +451,7 @@ class HTTPProvider(Provider, abc.ABC):
             ) from None
         if response.status_code >= 300:
             err = self.redact_error(
-                error_from_http(
-                    response.status_code,
-                    body,
-                    response.headers,
-                    request_id_header=self.request_id_header,
-                )
+                self.classify_http_error(response.status_code, body, response.headers)
             )
             raise ProviderStartError(f"--discover: GET {self.models_path} failed: {err.message}")
         try:
@@ -395,14 +460,21 @@ class HTTPProvider(Provider, abc.ABC):
             raise ProviderStartError(
                 f"--discover: GET {self.models_path} did not return JSON"
             ) from None
-        entries = payload.get("data") if isinstance(payload, dict) else None
         official = self.base_url == parse_base_url(self.default_base_url)
-        for entry in entries if isinstance(entries, list) else []:
-            model_id = entry.get("id") if isinstance(entry, dict) else None
-            if isinstance(model_id, str) and model_id and model_id not in self._models:
+        for model_id in self.listed_model_ids(payload):
+            if model_id not in self._models:
                 self._models[model_id] = discovered_model(
                     model_id, priced_like=self.catalog() if official else None
                 )
+
+    def listed_model_ids(self, payload: object) -> list[str]:
+        """The model ids of a ``--discover`` listing (default: OpenAI's ``data[].id``)."""
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        return [
+            e["id"]
+            for e in (entries if isinstance(entries, list) else [])
+            if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"]
+        ]
 
     async def fetch(
         self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None
@@ -486,8 +558,14 @@ class HTTPProvider(Provider, abc.ABC):
         )
 
     async def _redacted(self, request: StreamCompletionRequest) -> AsyncIterator[StreamEvent]:
-        secrets = self.secrets()
         failure: ProviderError | None = None
+        try:
+            await self.refresh_auth()
+        except Exception as exc:
+            failure = self.provider_error(exc)
+        if failure is not None:
+            raise failure
+        secrets = self.secrets()
         async with self._clients.lease() as client:  # a retired client closes after its calls
             events = self._stream(request, client)
             try:
@@ -597,14 +675,20 @@ class HTTPProvider(Provider, abc.ABC):
         except (InvalidValueError, ValueError) as exc:
             yield ev.error(_invalid(str(exc)))
             return
-        url = join_url(self.base_url, self.completions_path)
+        call = UpstreamCall(request, spec, content)
+        try:
+            await self.prepare_call(call, client)
+        except ProviderError as exc:
+            yield ev.error(exc.error)
+            return
         loop = asyncio.get_running_loop()
         attempt = 0
+        recovered = False
         while True:
             attempt += 1
             deadline = loop.time() + self.timeouts.startup_deadline_s
             http_request = client.build_request(
-                "POST", url, content=content, headers=self._headers()
+                "POST", self.call_url(call), content=call.content, headers=self._headers()
             )
             try:
                 async with asyncio.timeout_at(deadline):
@@ -625,6 +709,10 @@ class HTTPProvider(Provider, abc.ABC):
             try:
                 if response.status_code >= 300:
                     error = await self._read_error(response, deadline)
+                    if not recovered and await self.recover_call(call, error, client):
+                        recovered = True
+                        await shielded(response.aclose())
+                        continue
                     delay = self.retry.delay(attempt, error)
                     if delay is not None:
                         await shielded(response.aclose())
@@ -632,7 +720,7 @@ class HTTPProvider(Provider, abc.ABC):
                         continue
                     yield ev.error(error)
                     return
-                async with contextlib.aclosing(self._translate(response, deadline)) as events:
+                async with contextlib.aclosing(self._translate(response, deadline, call)) as events:
                     async for event in events:
                         yield event
                 return
@@ -645,19 +733,13 @@ class HTTPProvider(Provider, abc.ABC):
                 body = await cancel_once(read_capped(response, MAX_ERROR_BODY_BYTES))
         except (TimeoutError, httpx.HTTPError):
             body = b""
-        return error_from_http(
-            response.status_code,
-            body,
-            response.headers,
-            request_id_header=self.request_id_header,
-            anthropic=self.anthropic_hints,
-        )
+        return self.classify_http_error(response.status_code, body, response.headers)
 
     async def _translate(
-        self, response: httpx.Response, startup_deadline: float
+        self, response: httpx.Response, startup_deadline: float, call: UpstreamCall
     ) -> AsyncGenerator[StreamEvent, None]:
-        translator = self.make_translator(response.headers)
-        parser = SSEParser()
+        translator = self.call_translator(call, response.headers)
+        parser = self.new_parser()
         loop = asyncio.get_running_loop()
         deadline = startup_deadline
         started = False
@@ -674,6 +756,11 @@ class HTTPProvider(Provider, abc.ABC):
                     for event in self._whole_body(translator, bytes(raw), content_type):
                         yield event
                     return
+                for sse in parser.close():  # a parser that reports other lines: the last one
+                    for event in translator.on_event(sse):
+                        yield event
+                    if translator.finished:
+                        return
                 for event in translator.on_eof():
                     yield event
                 return

@@ -20,6 +20,14 @@ Rules implemented (and where common readers fail, cases C09, C10, B22):
   (id-only, retry-only, event-only and comment-only blocks produce no event).
 - At end of stream an unterminated block is discarded (WHATWG), see :meth:`SSEParser.close`.
 
+Other lines (opt-in, ``SSEParser(other_lines=True)``): a vendor that writes something outside
+the event-stream grammar into an event stream (Gemini sends a raw JSON error object, one member
+per line, after HTTP 200) would have it ignored as unknown fields. With ``other_lines`` each
+line whose field name is not ``data``, ``event``, ``id`` or ``retry`` and that is not a comment
+is dispatched at once, in body order, as an :class:`SSEEvent` whose ``event`` is
+:data:`OTHER_LINE` and whose ``data`` is the whole line; :meth:`SSEParser.close` then also
+dispatches an unterminated last line that is such a line. Without it nothing changes.
+
 Bytes are decoded as UTF-8 per line with replacement of invalid sequences, as the spec says.
 
 Bounds: a line longer than :data:`MAX_SSE_LINE_BYTES` (terminated or still
@@ -39,6 +47,7 @@ from typing import Final
 __all__ = [
     "MAX_SSE_EVENT_BYTES",
     "MAX_SSE_LINE_BYTES",
+    "OTHER_LINE",
     "SSEEvent",
     "SSELimitError",
     "SSEParser",
@@ -54,6 +63,11 @@ pending partial line past it) raises :class:`SSELimitError`."""
 MAX_SSE_EVENT_BYTES: Final = 16 * 1024 * 1024
 """Largest SSE event, in bytes (16 MiB): the sum of its ``data`` lines' lengths; more raises
 :class:`SSELimitError`."""
+
+
+OTHER_LINE: Final = ""
+"""The ``SSEEvent.event`` of a line outside the event-stream grammar (``other_lines``); no
+dispatched event has this type otherwise (an event without a type is ``"message"``)."""
 
 
 class SSELimitError(ValueError):
@@ -103,6 +117,10 @@ class SSEParser:
 
     Splitting the same bytes at any points yields the same events (the tests check every split
     point). The parser keeps at most one partial line between calls.
+
+    Args:
+        other_lines: Also dispatch lines outside the event-stream grammar as :data:`OTHER_LINE`
+            events (module docstring).
     """
 
     __slots__ = (
@@ -114,11 +132,13 @@ class SSEParser:
         "_event",
         "_has_data",
         "_last_id",
+        "_other_lines",
         "_pending_cr",
         "_retry",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, other_lines: bool = False) -> None:
+        self._other_lines = other_lines
         self._buf = bytearray()
         self._clean = 0
         self._bom_checked = False
@@ -210,11 +230,16 @@ class SSEParser:
         return out
 
     def close(self) -> list[SSEEvent]:
-        """Signal end of stream. An unterminated block is discarded (WHATWG); returns []."""
+        """Signal end of stream. An unterminated block is discarded (WHATWG); returns [], or
+        with ``other_lines`` the unterminated last line when it is an other line."""
+        out: list[SSEEvent] = []
+        if self._other_lines and self._buf:
+            self._line(bytes(self._buf), out)
+            out = [e for e in out if e.event == OTHER_LINE]
         self._buf.clear()
         self._clean = 0
         self._reset_block()
-        return []
+        return out
 
     @property
     def has_partial(self) -> bool:
@@ -292,8 +317,11 @@ class SSEParser:
         elif name == "id":
             if "\x00" not in value:
                 self._last_id = value
-        elif name == "retry" and value and value.isascii() and value.isdigit():
-            self._retry = int(value)
+        elif name == "retry":
+            if value and value.isascii() and value.isdigit():
+                self._retry = int(value)
+        elif self._other_lines:
+            out.append(_new_event(OTHER_LINE, line, self._last_id, self._retry))
         # any other field name is ignored
 
 

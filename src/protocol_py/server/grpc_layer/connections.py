@@ -472,6 +472,20 @@ class TransportProtocol(H2Protocol):
                 bounded_message(str(exc)),
             )
             self.processor.close("Protocol error")
+        except UnicodeError as exc:
+            # h2 decodes header names and values as ASCII and raises the codec's error, not a
+            # ProtocolError: a header that is not ASCII (RFC 9113 section 8.2.1) ends the
+            # connection with GOAWAY PROTOCOL_ERROR and one WARNING, never a traceback.
+            h2 = grpclib_private.connection_h2(self.connection)
+            h2.close_connection(error_code=ErrorCodes.PROTOCOL_ERROR)
+            self.connection.flush()
+            log.warning(
+                "closing HTTP/2 connection from %s with GOAWAY PROTOCOL_ERROR: a header that "
+                "is not ASCII (%s)",
+                _peer(self.connection),
+                bounded_message(str(exc)),
+            )
+            self.processor.close("Protocol error")
         else:
             self.connection.flush()
             for event in events:

@@ -1,5 +1,5 @@
 """A large request body assembled as it arrives, without one long copy on the event loop
-(issue 8 item 4: one request never stalls the others).
+(one request never stalls the others).
 
 grpclib's ``Stream.recv_data(size)`` waits until all ``size`` bytes have arrived and then joins
 its HTTP/2 DATA frames (16 KiB each) into one ``bytes`` on the event loop: for a 60 MiB request

@@ -1,6 +1,5 @@
-"""A byte budget for the large unary replies the server holds at once (issue 8, attacker
-report item 2: 4 clients x 5 Render calls of 60 MiB each, never read, took the server to
-3.6 GB).
+"""A byte budget for the large unary replies the server holds at once, so that clients that
+never read their large replies cannot make the server hold them without bound.
 
 A unary reply is encoded before it is sent
 (:func:`protocol_py.server.grpc_layer.limits.encode_reply`),

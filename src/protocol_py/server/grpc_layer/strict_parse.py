@@ -1,5 +1,5 @@
 """The strict (upb) well-formedness check of a large request body without one long hold of
-the interpreter (issue 8 item 4: one request never stalls the others).
+the interpreter (one request never stalls the others).
 
 ``decode_request`` parses every request body with protobuf's upb class first, to refuse one
 that is not well-formed protobuf (:func:`protocol_py.server.grpc_layer.limits.decode_request`).

@@ -16,6 +16,7 @@ __all__ = (
     "ThinkingBlock",
     "ToolResultBlock",
     "ToolUseBlock",
+    "VendorBlock",
     "VendorData",
 )
 
@@ -169,6 +170,15 @@ class ContentBlock(betterproto2.Message):
     An inline non-image document (for example a PDF). MUST be supported where
     ModelSpec.supports_documents; MUST be rejected with an INVALID_REQUEST error (never
     silently dropped) where it is false.
+    """
+
+    vendor_block: "VendorBlock | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True, group="block"
+    )
+    """
+    Content only the vendor that produced it understands, kept verbatim so that it can be
+    sent back to that vendor (protocol 1.2; see VendorBlock for the replay rule). Only in
+    ROLE_ASSISTANT messages.
     """
 
 
@@ -342,7 +352,29 @@ class TextBlock(betterproto2.Message):
 
     text: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The text, UTF-8. MAY be empty only in a block the kernel keeps for position.
+    The text, UTF-8. MAY be empty only in a block the kernel keeps for position, or in a block
+    that carries vendor_data (protocol 1.2: Gemini 3 ends a turn with an empty text part that
+    holds only its thought signature; that part is a block of its own).
+    """
+
+    vendor_data: "list[VendorData]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Opaque data the vendor attached to this one text block or part (protocol 1.2), in arrival
+    order: the vendor_data of the TextDelta events that built the block. Locations in use:
+    "gemini.part.thought_signature" (the `thoughtSignature` of a Gemini `parts[]` entry that
+    holds text: Gemini 2.5 signs the first text part after its thoughts, Gemini 3 the last
+    part of a turn; value: the signature string's UTF-8 bytes, never base64-decoded), written
+    and read by the gemini and vertex adapters; "anthropic.text.citations" (the `citations`
+    array of an Anthropic `text` content block, as compact JSON text), written and read by the
+    anthropic adapter. Same rules as ToolUseBlock.vendor_data: the kernel MUST store every
+    entry verbatim and send the block back with them unmodified; a plugin MUST replay an entry
+    whose location it produces exactly on the part it came from (never merged into, split
+    across or moved to another part, never invented) and MUST ignore (never reject) an entry
+    whose location it does not know, so replay to another vendor family drops it. At most one
+    entry per location and at most 8 entries per block. A plugin of protocol 1.0 or 1.1
+    ignores this field, and loses only what the vendor documents as optional on a text part.
     """
 
 
@@ -442,6 +474,55 @@ class ToolUseBlock(betterproto2.Message):
 
 
 default_message_pool.register_message("content.v1", "ToolUseBlock", ToolUseBlock)
+
+
+@dataclass(eq=False, repr=False)
+class VendorBlock(betterproto2.Message):
+    """
+    VendorBlock is one block of a vendor's own response format that has no canonical
+    equivalent, kept exactly as received (protocol 1.2): for example Anthropic's
+    `server_tool_use`, `web_search_tool_result`, `code_execution_tool_result` and `compaction`
+    content blocks, which the vendor needs back to continue a server-tool loop (after a
+    STOP_REASON_PAUSE_TURN) or to apply its own context compaction. The anthropic adapter writes
+    and reads it.
+
+    Replay rule. The kernel MUST store the block verbatim and send it back unmodified, at its
+    position among the message's blocks. A plugin of the family named by `vendor` MUST send it
+    back to its vendor exactly as stored, in place (the bytes of `data` are the JSON value the
+    vendor receives). A plugin of any other family MUST drop it from what it sends (never
+    translate it, never reject the request for it) and SHOULD log a warning naming `vendor` and
+    `block_type`. A kernel MUST NOT send a vendor_block to a plugin whose
+    Capabilities.protocol_version is 1.0 or 1.1 (such a plugin rejects a block it cannot
+    decode); it removes the block from the request instead.
+    """
+
+    vendor: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The adapter family that produced the block and alone may replay it, the same name that
+    starts the VendorData locations that family writes: "anthropic", "openai", "gemini". MUST
+    be non-empty, at most 64 bytes, and only lowercase ASCII letters, digits and '_'.
+    """
+
+    block_type: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The vendor's own name for the block's kind, for example "server_tool_use",
+    "web_search_tool_result", "code_execution_tool_result" or "compaction": the block's `type`
+    member where the vendor's block has one. MUST be non-empty, at most 128 bytes, and only
+    ASCII letters, digits, '_', '.' and '-'.
+    """
+
+    data: "bytes" = betterproto2.field(3, betterproto2.TYPE_BYTES)
+    """
+    The block exactly as the vendor sent it: the UTF-8 text of its JSON object, compact (no
+    whitespace between tokens), member order kept. For a block the vendor streams in pieces
+    (Anthropic's `server_tool_use` input arrives as `input_json_delta` fragments) it is the
+    whole block the pieces assemble to, as the vendor's non-streamed response carries it. The
+    kernel MUST NOT parse, re-encode or merge it. MUST be non-empty and at most 16777216 bytes
+    (16 MiB).
+    """
+
+
+default_message_pool.register_message("content.v1", "VendorBlock", VendorBlock)
 
 
 @dataclass(eq=False, repr=False)

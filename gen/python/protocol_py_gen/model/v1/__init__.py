@@ -36,6 +36,8 @@ __all__ = (
     "RenderFormat",
     "RenderRequest",
     "RenderResponse",
+    "RequestCount",
+    "RequestRate",
     "SafetyKind",
     "SafetyNotice",
     "Stop",
@@ -45,6 +47,7 @@ __all__ = (
     "StreamMetadata",
     "StreamStart",
     "TextDelta",
+    "ThinkingConstraints",
     "ThinkingDelta",
     "ThinkingDisable",
     "ThinkingReplay",
@@ -754,6 +757,21 @@ class CacheBreakpoint(betterproto2.Message):
     [0, len(messages)).
     """
 
+    ttl_seconds: "int | None" = betterproto2.field(
+        4, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    How long the vendor keeps the prefix cached (protocol 1.2), for example 3600 for
+    Anthropic's one-hour cache (`cache_control.ttl: "1h"`). A typed field because the kernel
+    prices it (a one-hour write bills Usage.cache_write_1h_tokens at
+    PricingTier.cache_write_1h_per_mtok) and the spec forbids cache TTL in provider_options.
+    MUST be one of CachingSpec.breakpoint_ttl_seconds
+    (`request.cache_breakpoints.ttl_unsupported`). Absent: CachingSpec.default_ttl_seconds, the
+    vendor's default. An adapter maps it to its
+    vendor's marker (the anthropic and gemini adapters read it). A plugin of 1.1 ignores it
+    and caches for its vendor's default lifetime. Unit: seconds.
+    """
+
 
 default_message_pool.register_message("model.v1", "CacheBreakpoint", CacheBreakpoint)
 
@@ -787,6 +805,36 @@ class CachingSpec(betterproto2.Message):
     """
     The provider keeps its vendor's cache warm itself between calls (a provider-owned
     behaviour the kernel never drives). Default false.
+    """
+
+    breakpoint_ttl_seconds: "list[int]" = betterproto2.field(
+        5, betterproto2.TYPE_INT64, repeated=True
+    )
+    """
+    The cache lifetimes a CacheBreakpoint MAY request in ttl_seconds (protocol 1.2), exactly,
+    for example [300, 3600] (Anthropic's 5-minute and one-hour caches). Empty: a breakpoint
+    MUST NOT request one (`request.cache_breakpoints.ttl_unsupported`). Each entry MUST be > 0
+    and appear once; non-empty requires explicit_markers. Unit: seconds.
+    """
+
+    default_ttl_seconds: "int | None" = betterproto2.field(
+        6, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    The lifetime of a breakpoint that requests none (protocol 1.2), for example 300
+    (Anthropic) or 3600 (Gemini's cachedContents). Absent: not stated. When present MUST be
+    > 0 and requires explicit_markers. Unit: seconds.
+    """
+
+    max_breakpoints: "int | None" = betterproto2.field(
+        7, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    The most cache breakpoints one request MAY carry (protocol 1.2), for example 4
+    (Anthropic's cache_control markers). Absent: no stated limit. When present MUST be > 0 and
+    requires explicit_markers. A request with more is refused
+    (`request.cache_breakpoints.too_many`): placement is the kernel's decision, so the kernel
+    chooses which to keep.
     """
 
 
@@ -1245,6 +1293,26 @@ class ModelSpec(betterproto2.Message):
     Whether the model accepts document blocks.
     """
 
+    supports_stop_sequences: "bool | None" = betterproto2.field(
+        13, betterproto2.TYPE_BOOL, optional=True
+    )
+    """
+    Whether the model accepts GenerationParams.stop_sequences (protocol 1.2). Absent: accepted,
+    as in 1.0 and 1.1. false: a request with any stop sequence is refused
+    (`request.params.stop_sequences.unsupported`), because the vendor answers 400 to them (for
+    example OpenAI's reasoning models); an adapter MUST NOT drop them silently instead. MUST
+    NOT be false while max_stop_sequences is present.
+    """
+
+    max_stop_sequences: "int | None" = betterproto2.field(
+        14, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    The most GenerationParams.stop_sequences the vendor accepts in one request (protocol 1.2),
+    for example 4 (OpenAI) or 5 (Gemini). Absent: no stated limit. When present MUST be > 0.
+    A request with more is refused (`request.params.stop_sequences.too_many`).
+    """
+
 
 default_message_pool.register_message("model.v1", "ModelSpec", ModelSpec)
 
@@ -1410,6 +1478,35 @@ class PricingTier(betterproto2.Message):
     every instant at the tier's own rates; a provider SHOULD therefore put the highest
     applicable rates in the tier's own fields (the peak) and the lower ones in windows
     (off-peak), so that a 1.0 kernel's figure is an upper bound, never an under-estimate.
+    """
+
+    request_rates: "list[RequestRate]" = betterproto2.field(
+        13, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Fees charged per request of a vendor-side feature, billed on the Usage.request_counts of
+    the same name (protocol 1.2), for example {name: "web_search", price_per_request: 0.01}
+    (Anthropic's web search, USD 10 per 1,000 searches). They belong to the tier: the tier
+    resolved for the usage's receipt time and prompt size supplies them, and they apply at
+    every instant of that tier, inside its windows too (a PricingWindow has no request rates)
+    and for batch and realtime requests alike. Cost adds count x price_per_request for every
+    count, exactly (DESIGN D8); a non-zero count whose name the resolved tier lists no rate
+    for is an error (`cost.rate_missing`), never billed as 0. Names MUST be unique within the
+    tier; at most 16 entries. A reader of 1.1 ignores this field and its cost omits the fees
+    (an under-estimate by exactly their sum); a provider MUST NOT fold a fee into token rates.
+    """
+
+    cache_storage_per_mtok_hour: "float | None" = betterproto2.field(
+        14, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    Explicit-cache storage rate (protocol 1.2): what the vendor charges for keeping cached
+    tokens stored, per million tokens per hour (Gemini's cachedContents storage), billed on
+    Usage.cache_storage_token_seconds as token_seconds / 3600 x rate / 10^6, exactly
+    (docs/decisions.md#d29). Only with caching.supported; absent means storage is not billed
+    (a non-zero Usage.cache_storage_token_seconds is then `cost.rate_missing`). Like
+    request_rates it applies at every instant of the tier; windows do not override it. MUST be
+    finite and >= 0. Unit: USD per million tokens per hour.
     """
 
 
@@ -1680,6 +1777,50 @@ default_message_pool.register_message("model.v1", "RenderResponse", RenderRespon
 
 
 @dataclass(eq=False, repr=False)
+class RequestCount(betterproto2.Message):
+    """
+    RequestCount is how many requests of one billed vendor-side feature a completion made
+    (protocol 1.2; see Usage.request_counts).
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The feature's name, as in PricingTier.request_rates, for example "web_search".
+    """
+
+    count: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    The number of requests. MUST be >= 0. Unit: requests.
+    """
+
+
+default_message_pool.register_message("model.v1", "RequestCount", RequestCount)
+
+
+@dataclass(eq=False, repr=False)
+class RequestRate(betterproto2.Message):
+    """
+    RequestRate is a price per request of a vendor-side feature (protocol 1.2; see
+    PricingTier.request_rates).
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The feature's name, matched exactly against Usage.request_counts[].name, for example
+    "web_search". MUST be non-empty, at most 64 bytes, and only lowercase ASCII letters,
+    digits and '_'.
+    """
+
+    price_per_request: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
+    """
+    The price of one request. MUST be finite and >= 0. Unit: USD per request.
+    """
+
+
+default_message_pool.register_message("model.v1", "RequestRate", RequestRate)
+
+
+@dataclass(eq=False, repr=False)
 class SafetyNotice(betterproto2.Message):
     """
     SafetyNotice reports the vendor interposing. It never closes an open block.
@@ -1818,6 +1959,19 @@ class StreamCompletionRequest(betterproto2.Message):
     value the kernel acts on (routing, validation, cost, replay) MUST NOT live here.
     """
 
+    kernel_protocol_version: "str | None" = betterproto2.field(
+        9, betterproto2.TYPE_STRING, optional=True
+    )
+    """
+    The protocol version the kernel speaks, "MAJOR.MINOR" (protocol 1.2). A kernel of 1.2 or
+    later MUST set it; absent means a kernel of 1.0 or 1.1. A plugin MUST NOT stream an event
+    member or value newer than this version: to a kernel below 1.2 it sends no vendor_block
+    event and no TextDelta with empty text (a 1.1 stream checker rejects both); it drops them
+    (they hold only vendor data such a kernel could not keep) and SHOULD log a warning. The
+    reference server does this filtering itself. When present MUST be "MAJOR.MINOR" with the
+    plugin's major (`request.kernel_protocol_version.*`).
+    """
+
 
 default_message_pool.register_message(
     "model.v1", "StreamCompletionRequest", StreamCompletionRequest
@@ -1936,6 +2090,18 @@ class StreamEvent(betterproto2.Message):
     Ends a failed stream with a classified failure. MUST be the last event.
     """
 
+    vendor_block: "__content__v1__.VendorBlock | None" = betterproto2.field(
+        14, betterproto2.TYPE_MESSAGE, optional=True, group="event"
+    )
+    """
+    A complete vendor-owned block (protocol 1.2; see content.v1.VendorBlock), never
+    fragmented: the producer assembles a block its vendor streams in pieces and sends it
+    once, whole. A content event: it closes an open text or thinking block, becomes one
+    vendor_block ContentBlock at its arrival position, and MAY arrive while a tool call is
+    open. Sent only to a kernel of 1.2 or later
+    (StreamCompletionRequest.kernel_protocol_version).
+    """
+
 
 default_message_pool.register_message("model.v1", "StreamEvent", StreamEvent)
 
@@ -2039,15 +2205,85 @@ default_message_pool.register_message("model.v1", "StreamStart", StreamStart)
 class TextDelta(betterproto2.Message):
     """
     TextDelta is a fragment of answer text.
+
+    Accumulation: a delta continues the open text block when the previous content event was a
+    text_delta and new_block is false; otherwise it opens a new text block. Its vendor_data
+    entries are appended, in arrival order, to the block it lands on (protocol 1.2).
     """
 
     text: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The fragment, UTF-8. Producers MUST NOT emit empty fragments.
+    The fragment, UTF-8. Producers MUST NOT emit empty fragments, except (protocol 1.2) a delta
+    that carries vendor_data, which MAY have empty text: a vendor part holding only a
+    signature (Gemini 3's last, empty text part) then survives as a text block of its own
+    (with new_block set). Such a delta is sent only to a kernel of 1.2 or later
+    (StreamCompletionRequest.kernel_protocol_version).
+    """
+
+    vendor_data: "list[__content__v1__.VendorData]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Opaque data the vendor attached to the text part or block this delta belongs to
+    (protocol 1.2; see content.v1.TextBlock.vendor_data for locations and the replay rule),
+    sent with the delta on which the vendor delivered it (for example Gemini's
+    thoughtSignature on the streamed chunk that carries the part; Anthropic's citations
+    collected over a text block and sent on an empty delta when that block ends). A producer
+    MUST forward the vendor's value verbatim and MUST NOT invent entries. A location MUST NOT
+    repeat within one text block; at most 8 entries per block. A kernel of 1.1 ignores the
+    field and keeps the text.
+    """
+
+    new_block: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    This delta starts a new text block even when the previous content event was a text_delta
+    (protocol 1.2): the vendor's text is a new block or part that MUST NOT be joined to the
+    one before (an Anthropic text block with its own citations, a signed Gemini part). A
+    kernel of 1.1 ignores it and joins the text, which stays correct.
     """
 
 
 default_message_pool.register_message("model.v1", "TextDelta", TextDelta)
+
+
+@dataclass(eq=False, repr=False)
+class ThinkingConstraints(betterproto2.Message):
+    """
+    ThinkingConstraints is what a vendor refuses in a request while its model reasons
+    (protocol 1.2; for example Anthropic's extended thinking). Each constraint is a refusal the
+    kernel's validation reports with the field and a stable rule id, never a silent repair: a
+    change would alter what was asked. The kernel reads it; an adapter whose vendor has these
+    constraints declares them (the anthropic adapter).
+    """
+
+    max_output_exceeds_budget: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    The request's output cap MUST exceed its reasoning budget: the effective max_output_tokens
+    (GenerationParams.max_output_tokens, else ModelSpec.max_output_tokens) MUST be greater
+    than the effective budget (GenerationParams.thinking_budget_tokens, else
+    BudgetControl.default), because the vendor counts reasoning inside max_tokens. Checked only
+    when a budget is in force (`request.params.thinking_budget_tokens.not_below_max_output`).
+    """
+
+    forced_tool_choice_refused: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    A forced tool choice (TOOL_CHOICE_MODE_ANY or TOOL_CHOICE_MODE_SPECIFIC) is refused
+    (`request.params.tool_choice.thinking_forced`); AUTO and NONE are accepted.
+    """
+
+    fixed_temperature: "float | None" = betterproto2.field(
+        3, betterproto2.TYPE_DOUBLE, optional=True
+    )
+    """
+    The only sampling temperature accepted: GenerationParams.temperature MUST be absent or
+    equal to it (Anthropic: 1) (`request.params.temperature.thinking_fixed`). Absent: any
+    temperature. When present MUST be finite and >= 0.
+    """
+
+
+default_message_pool.register_message(
+    "model.v1", "ThinkingConstraints", ThinkingConstraints
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -2141,6 +2377,30 @@ class ThinkingSpec(betterproto2.Message):
     """
     How the model's reasoning must be replayed in later requests. UNSPECIFIED leaves it to the
     adapter's vendor default.
+    """
+
+    constraints: "ThinkingConstraints | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    What the vendor refuses in a request while the model reasons (protocol 1.2). Absent: no
+    such constraint. MUST be absent when supported is false. The kernel's validation applies
+    it when thinking is on for the request: the model supports thinking, the request does not
+    set disable_thinking = true, and the request sets thinking_effort or
+    thinking_budget_tokens, or the model reasons without them (adaptive_by_default, or a
+    budget default above 0). A reader of 1.1 ignores it and the vendor's 400 reaches the
+    kernel as an INVALID_REQUEST error instead of a validation violation.
+    """
+
+    effort_budget_exclusive: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    The model accepts thinking_effort and thinking_budget_tokens, but never both in one
+    request (protocol 1.2; Gemini 3 takes a thinking level, still honours a thinking budget,
+    and answers 400 to a request with both). A request with both is refused
+    (`request.params.thinking_budget_tokens.with_effort`). MUST be false unless both effort
+    and budget are present. false: the two MAY be combined (Anthropic's effort beside a
+    budget). A model that takes only one kind (Gemini 2.5: a budget) declares only that
+    control, so exclusivity needs no flag there.
     """
 
 
@@ -2380,6 +2640,29 @@ class Usage(betterproto2.Message):
     """
     The part of cache_write_tokens written with a one-hour TTL (DESIGN D7), billed at
     PricingTier.cache_write_1h_per_mtok. MUST NOT exceed cache_write_tokens.
+    """
+
+    request_counts: "list[RequestCount]" = betterproto2.field(
+        12, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    How many requests of each billed vendor-side feature the completion made (protocol 1.2),
+    priced by the PricingTier.request_rates entry of the same name, for example
+    {name: "web_search", count: 3} from Anthropic's `usage.server_tool_use.web_search_requests`
+    (written by the anthropic adapter). Only what the vendor reported; a count the vendor
+    did not send is absent, never 0-filled. Names MUST be unique (lowercase ASCII letters,
+    digits and '_', at most 64 bytes); counts MUST be >= 0; at most 16 entries. Unit: requests.
+    """
+
+    cache_storage_token_seconds: "int | None" = betterproto2.field(
+        13, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    Explicit-cache storage the completion bought (protocol 1.2): the sum over the caches it
+    created or extended of cached tokens x lifetime in seconds (Gemini's cachedContents:
+    totalTokenCount x the TTL set), billed at PricingTier.cache_storage_per_mtok_hour
+    (docs/decisions.md#d29). Written by the gemini and vertex adapters. Absent: none reported.
+    MUST be >= 0. Unit: token-seconds.
     """
 
 
