@@ -22,11 +22,13 @@ Bad input types raise :class:`~protocol_py.errors.InvalidValueError`; unknown en
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
 import betterproto2
 
+from protocol_py.bounded_text import quote_value
 from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError, Violation
@@ -90,6 +92,27 @@ would otherwise build 1.5 million violation objects)."""
 
 TOO_MANY_VIOLATIONS_RULE: Final = "request.too_many_violations"
 """Rule of the last violation of a capped validation (see :data:`MAX_VIOLATIONS`)."""
+
+
+MAX_TOOL_NAME_CHARS: Final = 64
+"""Longest tool name, characters: the limit Anthropic, OpenAI and Gemini share (Anthropic
+https://docs.anthropic.com/en/docs/build-with-claude/tool-use, OpenAI
+https://platform.openai.com/docs/api-reference/chat/create, Gemini
+https://ai.google.dev/api/caching#FunctionDeclaration and Vertex AI
+https://cloud.google.com/vertex-ai/generative-ai/docs/reference/rest/v1/Tool)."""
+
+_TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*", re.ASCII)
+"""Names every vendor accepts: ``A-Z a-z 0-9 _ -``, starting with a letter or ``_`` (Vertex
+AI's extra rule)."""
+
+
+def valid_tool_name(name: str) -> bool:
+    """Whether ``name`` is 1-:data:`MAX_TOOL_NAME_CHARS` characters of ``A-Z a-z 0-9 _ -``
+    starting with a letter or ``_``.
+
+    The length is checked first, so a name of any size costs O(1) before the (constant) pattern
+    runs on at most 64 characters."""
+    return 0 < len(name) <= MAX_TOOL_NAME_CHARS and _TOOL_NAME_RE.fullmatch(name) is not None
 
 
 class _CappedError(Exception):
@@ -452,6 +475,14 @@ class _RequestChecker:
             tpath = f"tools[{i}]"
             if tool.name == "":
                 self.add(_join(tpath, "name"), "request.tools.name_empty", "a tool MUST be named")
+            elif not valid_tool_name(tool.name):
+                self.add(
+                    _join(tpath, "name"),
+                    "request.tools.name_invalid",
+                    f"tool name {quote_value(tool.name)} ({len(tool.name)} characters) must be "
+                    f"1-{MAX_TOOL_NAME_CHARS} characters of A-Z, a-z, 0-9, '_' or '-', "
+                    "starting with a letter or '_'",
+                )
             elif tool.name in first:
                 self.add(
                     _join(tpath, "name"),
@@ -653,15 +684,15 @@ class _RequestChecker:
                 self.add(
                     "params.tool_choice.tool_name",
                     "request.params.tool_choice.unknown_tool",
-                    f"tool_choice.tool_name {choice.tool_name!r} names no tool in the request's "
-                    "tools",
+                    f"tool_choice.tool_name {quote_value(choice.tool_name)} names no tool in the "
+                    "request's tools",
                 )
         elif choice.tool_name is not None:
             self.add(
                 "params.tool_choice.tool_name",
                 "request.params.tool_choice.tool_name_unexpected",
-                f"tool_name {choice.tool_name!r} is only allowed with TOOL_CHOICE_MODE_SPECIFIC "
-                f"(mode is {label})",
+                f"tool_name {quote_value(choice.tool_name)} is only allowed with "
+                f"TOOL_CHOICE_MODE_SPECIFIC (mode is {label})",
             )
 
     # -- cache breakpoints ----------------------------------------------------------------

@@ -104,8 +104,38 @@ def _someone_listens(path: str) -> bool:
     return True
 
 
-def bind_unix_socket(path: str) -> socket.socket:
+def check_socket_directory(path: str, *, allow_shared_dir: bool = False) -> None:
+    """Refuse a socket path whose directory other users may write without the sticky bit.
+
+    In such a directory any local user can unlink the socket file and bind an impostor in its
+    place, which the kernel would then connect to. A sticky directory (``/tmp``: mode 1777) only
+    lets a file's owner remove it, so it is accepted. With ``allow_shared_dir`` the path is used
+    anyway and a WARNING names the directory and its mode. A directory that cannot be
+    examined is left to ``bind`` to report.
+
+    Raises:
+        PermissionError: ``EPERM`` with a message naming the directory, its mode and the rule.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return
+    if not (mode & stat.S_IWOTH) or mode & stat.S_ISVTX:
+        return
+    problem = (
+        f"socket directory {_quote(directory)} (mode {stat.S_IMODE(mode):04o}) is writable by "
+        "other users without the sticky bit: another user could replace the socket"
+    )
+    if not allow_shared_dir:
+        raise PermissionError(errno.EPERM, f"{problem}; choose a private directory")
+    logging.getLogger("protocol_py.server").warning("%s (used anyway, as asked)", problem)
+
+
+def bind_unix_socket(path: str, *, allow_shared_dir: bool = False) -> socket.socket:
     """A stream socket bound to ``path`` (not yet listening), never taking over a live one.
+
+    The directory is checked first (:func:`check_socket_directory`, ``allow_shared_dir``).
 
     asyncio's ``create_unix_server`` unlinks any socket file at the path, so a second server
     silently took over a live server's address. Here an existing socket file is replaced only
@@ -113,9 +143,11 @@ def bind_unix_socket(path: str) -> socket.socket:
     connect succeeds the address is refused as in use. Other files are never removed.
 
     Raises:
+        PermissionError: the directory is writable by others without the sticky bit.
         OSError: ``EADDRINUSE`` ("address in use") when a server listens at ``path`` or a file
             that is not a socket is there; any other error of ``bind``.
     """
+    check_socket_directory(path, allow_shared_dir=allow_shared_dir)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:

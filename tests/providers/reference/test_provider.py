@@ -363,3 +363,24 @@ async def test_usage_reports_reasoning_only_when_the_model_reasoned(
     ).usage
     assert reasoned is not None and (reasoned.reasoning_tokens or 0) > 0
     assert reasoned.reasoning_already_counted is True
+
+
+async def _city_argument(prompt: str) -> object:
+    result = accumulate(await run(ReferenceProvider(), make_request(prompt, tools=[WEATHER])))
+    use = result.message.content[-1].tool_use
+    assert use is not None and use.name == "get_weather"
+    return from_struct(use.input)["city"]
+
+
+async def test_the_word_after_a_property_name_is_its_argument() -> None:
+    assert await _city_argument("call get_weather, city: Bergen") == "Bergen"
+    assert await _city_argument("call get_weather with CITY=Tromso now") == "Tromso"
+    # "city" inside "velocity" is not the property's name: the capitalised name is used instead
+    assert await _city_argument("call get_weather for Oslo, velocity: fast") == "Oslo"
+
+
+async def test_a_tool_named_inside_a_longer_word_is_not_chosen() -> None:
+    result = accumulate(
+        await run(ReferenceProvider(), make_request("what about xget_weather?", tools=[WEATHER]))
+    )
+    assert result.stop is not None and result.stop.reason is not StopReason.TOOL_USE

@@ -236,9 +236,58 @@ def _example_string(name: str, prompt: str) -> str:
     """A plausible, deterministic string argument: the word after the property's name in the
     prompt (``city Oslo`` -> ``Oslo``), else the first capitalised word that does not start a
     sentence (``weather in Paris?`` -> ``Paris``), else the property's name itself."""
-    after = re.search(rf"\b{re.escape(name)}\b[\s:=]+([^\W_]+)", prompt, re.IGNORECASE)
-    found = after or _PROPER_NAME_RE.search(prompt)
+    after = _word_after(name, prompt)
+    if after:
+        return after
+    found = _PROPER_NAME_RE.search(prompt)
     return found.group(1)[:MAX_EXAMPLE_STRING_CHARS] if found else name
+
+
+def _is_word_char(c: str) -> bool:
+    """Whether ``c`` is a word character as ``re``'s Unicode ``\\w`` counts it."""
+    return c.isalnum() or c == "_"
+
+
+def _word_at(text: str, word: str, start: int) -> bool:
+    """Whether ``text[start:start + len(word)] == word`` stands between word boundaries."""
+    end = start + len(word)
+    if _is_word_char(word[0]) == (start > 0 and _is_word_char(text[start - 1])):
+        return False
+    return _is_word_char(word[-1]) != (end < len(text) and _is_word_char(text[end]))
+
+
+def _word_occurrences(text: str, word: str) -> Iterator[int]:
+    """Start offsets of ``word`` in ``text`` between word boundaries, by ``str.find`` (no
+    pattern is built from either string)."""
+    if not word:
+        return
+    at = text.find(word)
+    while at >= 0:
+        if _word_at(text, word, at):
+            yield at
+        at = text.find(word, at + 1)
+
+
+def _word_after(name: str, prompt: str) -> str:
+    """The letters/digits run after ``name`` and at least one of whitespace, ``:`` or ``=``
+    (``city: Oslo`` -> ``Oslo``), matched case-insensitively, at most
+    :data:`MAX_EXAMPLE_STRING_CHARS` characters; ``""`` when there is none."""
+    lowered = prompt.lower()
+    if len(lowered) != len(prompt):
+        lowered = prompt  # a case mapping changed lengths: offsets would not line up
+    for at in _word_occurrences(lowered, name.lower()):
+        i = at + len(name)
+        j = i
+        while j < len(prompt) and (prompt[j].isspace() or prompt[j] in ":="):
+            j += 1
+        if j == i:
+            continue
+        k = j
+        while k < len(prompt) and k - j < MAX_EXAMPLE_STRING_CHARS and prompt[k].isalnum():
+            k += 1
+        if k > j:
+            return prompt[j:k]
+    return ""
 
 
 def _example_object(schema: Mapping[str, Any], prompt: str) -> dict[str, JSONValue]:
@@ -496,7 +545,7 @@ class ReferenceProvider(Provider):
         if tools and spec.supports_tool_use and mode is not ToolChoiceMode.NONE and not results:
             prompt = raw[lo:hi]
             lowered = prompt.lower()
-            named = [t for t in tools if re.search(rf"\b{re.escape(t.name.lower())}\b", lowered)]
+            named = [t for t in tools if next(_word_occurrences(lowered, t.name.lower()), -1) >= 0]
             if mode is ToolChoiceMode.SPECIFIC and choice is not None:
                 tool = next((t for t in tools if t.name == choice.tool_name), tools[0])
             elif named:

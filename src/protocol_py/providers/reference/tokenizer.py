@@ -37,38 +37,53 @@ def tokenize(text: str) -> list[str]:
 
 
 TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
-"""Characters counted per regex call (256 Ki): a long text is counted chunk by chunk, cut where
-whitespace meets non-whitespace (always a token boundary), so no single call holds the
-interpreter for long."""
-
-_BOUNDARY_RE: Final = re.compile(r"\S(?=\s)|\s(?=\S)")
+"""Characters counted per regex or ``split`` call (256 Ki): a long text is counted in fixed
+slices of this size whatever its shape (no whitespace, one huge word, combining characters),
+so no single call holds the interpreter for long."""
 
 
-def _chunks_at_boundaries(text: str) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` spans covering ``text``, about :data:`TOKEN_COUNT_CHUNK_CHARS` long,
-    each ending where whitespace meets non-whitespace (no token or word crosses a span)."""
-    size = len(text)
-    pos = 0
-    while pos < size:
-        cut = pos + TOKEN_COUNT_CHUNK_CHARS
-        boundary = _BOUNDARY_RE.search(text, cut, cut + TOKEN_COUNT_CHUNK_CHARS)
-        end = boundary.end() if boundary is not None and cut < size else size
-        yield pos, end
-        pos = end
+def _is_word_char(c: str) -> bool:
+    """Whether ``c`` is in ``re``'s Unicode ``\\w`` (alphanumeric or ``_``)."""
+    return c.isalnum() or c == "_"
+
+
+def _slices(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` spans of :data:`TOKEN_COUNT_CHUNK_CHARS` characters covering ``text``."""
+    for start in range(0, len(text), TOKEN_COUNT_CHUNK_CHARS):
+        yield start, min(start + TOKEN_COUNT_CHUNK_CHARS, len(text))
 
 
 def count_text_tokens(text: str) -> int:
-    """Number of reference tokens in ``text``."""
+    """Number of reference tokens in ``text``.
+
+    Counted a slice at a time (:data:`TOKEN_COUNT_CHUNK_CHARS`); a token cut by a slice
+    boundary (word characters or whitespace on both sides of it) is counted twice there and
+    subtracted once, so the total equals ``len(tokenize(text))`` exactly."""
     if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
         return len(_TOKEN_RE.findall(text))
-    return sum(len(_TOKEN_RE.findall(text, a, b)) for a, b in _chunks_at_boundaries(text))
+    total = 0
+    for a, b in _slices(text):
+        total += len(_TOKEN_RE.findall(text, a, b))
+        if a > 0:
+            before, after = text[a - 1], text[a]
+            if (_is_word_char(before) and _is_word_char(after)) or (
+                before.isspace() and after.isspace()
+            ):
+                total -= 1
+    return total
 
 
 def _count_words(text: str) -> int:
-    """``len(text.split())``, a chunk at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`)."""
+    """``len(text.split())``, a slice at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`); a word
+    cut by a slice boundary is counted once."""
     if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
         return len(text.split())
-    return sum(len(text[a:b].split()) for a, b in _chunks_at_boundaries(text))
+    total = 0
+    for a, b in _slices(text):
+        total += len(text[a:b].split())
+        if a > 0 and not text[a - 1].isspace() and not text[a].isspace():
+            total -= 1
+    return total
 
 
 def _block_text(block: ContentBlock) -> str:
