@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -56,23 +57,33 @@ from protocol_py_gen.content.v1 import (
 from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest, ToolDeclaration
 
 MODEL = "gpt-6-sol"
+WARM_TARGET: Final = 3.0
+"""Most time-to-first-event through the plugin on a warm 601-message turn, as a multiple of the
+direct POST's in the same run."""
+
+COLD_TARGET: Final = 5.0
+"""The same bound on a cold turn (every message id new)."""
+
 TOOL_RESULT_BYTES = 3500
 """Size of each tool result's text, bytes (ASCII)."""
 
 
-def _ulid(i: int) -> str:
-    return f"01JDQ{i:021d}"
+def _ulid(i: int, epoch: int = 0) -> str:
+    return f"01JDQ{epoch:04d}{i:017d}"
 
 
-def conversation(messages: int) -> StreamCompletionRequest:
+def conversation(messages: int, epoch: int = 0, turn: int = 1) -> StreamCompletionRequest:
     """A first user message plus ``messages`` more: (assistant text + tool call, tool result)
-    pairs, each tool result :data:`TOOL_RESULT_BYTES` of text."""
+    pairs, each tool result :data:`TOOL_RESULT_BYTES` of text.
+
+    ``epoch`` numbers the message ids (a different epoch: every message id new, the content
+    the same, as after a kernel restart or a compaction); ``turn`` numbers the turn id."""
     line = "drwxr-xr-x  4 agent agent  4096 Nov 29 10:14 src/protocol_py/providers/module.py\n"
     result = (line * (TOOL_RESULT_BYTES // len(line) + 1))[:TOOL_RESULT_BYTES]
     history = [
         Message(
             role=Role.USER,
-            id=_ulid(0),
+            id=_ulid(0, epoch),
             content=[ContentBlock(text=TextBlock(text="List the repository and fix the bug."))],
         )
     ]
@@ -81,7 +92,7 @@ def conversation(messages: int) -> StreamCompletionRequest:
             history.append(
                 Message(
                     role=Role.ASSISTANT,
-                    id=_ulid(i),
+                    id=_ulid(i, epoch),
                     produced_by_model_id=MODEL,
                     produced_by_provider="openai",
                     content=[
@@ -100,7 +111,7 @@ def conversation(messages: int) -> StreamCompletionRequest:
             history.append(
                 Message(
                     role=Role.USER,
-                    id=_ulid(i),
+                    id=_ulid(i, epoch),
                     content=[
                         ContentBlock(
                             tool_result=ToolResultBlock(
@@ -128,7 +139,7 @@ def conversation(messages: int) -> StreamCompletionRequest:
             )
         ],
         params=GenerationParams(max_output_tokens=1024),
-        call_context=CallContext(session_id="bench", turn_id="t1"),
+        call_context=CallContext(session_id="bench", turn_id=f"t{turn}"),
     )
 
 
@@ -212,23 +223,34 @@ async def plugin_first_event(client: ModelClient, request: StreamCompletionReque
     return first
 
 
+_EPOCHS = itertools.count(1)
+"""Message-id epochs for cold turns: unique within the process, so no server cache keyed by
+message id ever sees an id twice."""
+
+
 async def measure(
-    plugin_port: int, stub_url: str, size: int, samples: int
+    plugin_port: int, stub_url: str, size: int, samples: int, cold: bool
 ) -> tuple[float, float, int, int]:
     """One run at ``size`` messages: (plugin median s, direct median s, request bytes, body
-    bytes); the two paths alternate turn by turn."""
-    request = conversation(size)
+    bytes); the two paths alternate turn by turn.
+
+    Warm: every turn resends the same messages with a new turn id. Cold (``cold``): every turn's
+    messages carry ids never sent before (same content). Each turn's request is built before
+    its timing starts, as a new object, as a kernel builds it."""
     provider = OpenAIProvider(api_key="bench", base_url=stub_url)
     spec = provider.spec_for(MODEL)
     assert spec is not None
-    body = dump_body(provider.build_body(request, spec))
+    body = dump_body(provider.build_body(conversation(size), spec))
     client = ModelClient.connect(f"127.0.0.1:{plugin_port}")
     plugin: list[float] = []
     direct: list[float] = []
+    request_bytes = 0
     try:
         async with httpx.AsyncClient(timeout=60) as http:
             url = f"{stub_url}/chat/completions"
             for i in range(samples + 3):
+                request = conversation(size, next(_EPOCHS) if cold else 0, turn=i)
+                request_bytes = len(bytes(request))
                 p = await plugin_first_event(client, request)
                 d = await direct_first_event(http, url, body)
                 if i >= 3:
@@ -236,7 +258,12 @@ async def measure(
                     direct.append(d)
     finally:
         client.close()
-    return statistics.median(plugin), statistics.median(direct), len(bytes(request)), len(body)
+    return statistics.median(plugin), statistics.median(direct), request_bytes, len(body)
+
+
+def load() -> str:
+    """The machine's 1-minute load average and core count, for printing beside the figures."""
+    return f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
 
 
 NOISY_WARNING: Final = (
@@ -258,44 +285,64 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="60,300,600", help="message counts, comma-separated")
     parser.add_argument("--samples", type=int, default=15, help="turns per run and path")
     parser.add_argument("--repeat", type=int, default=5, help="runs per size (median)")
+    parser.add_argument(
+        "--no-profile", action="store_true", help="skip the per-stage profile of the largest size"
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
     stub, stub_port = start(_serve_stub)
     stub_url = f"http://127.0.0.1:{stub_port}"
     plugin_proc, plugin_port = start(_serve_plugin, stub_url)
+    ratios: dict[tuple[str, int], float] = {}
     try:
-        print(f"python {sys.version.split()[0]}; median of {args.repeat} runs x {args.samples}")
         print(
-            f"{'messages':>9}{'request':>11}{'vendor body':>13}{'direct ms':>11}"
-            f"{'plugin ms':>11}{'overhead ms':>13}"
+            f"python {sys.version.split()[0]}; median of {args.repeat} runs x {args.samples}; "
+            f"{load()} at start"
         )
-        overheads: dict[int, float] = {}
-        for size in sizes:
-            runs = [
-                asyncio.run(measure(plugin_port, stub_url, size, args.samples))
-                for _ in range(args.repeat)
-            ]
-            plugin = statistics.median(r[0] for r in runs) * 1e3
-            direct = statistics.median(r[1] for r in runs) * 1e3
-            overheads[size] = statistics.median((r[0] - r[1]) * 1e3 for r in runs)
+        for mode in ("warm", "cold"):
             print(
-                f"{size + 1:>9}{runs[0][2]:>11,}{runs[0][3]:>13,}{direct:>11.2f}"
-                f"{plugin:>11.2f}{overheads[size]:>13.2f}"
+                f"{mode:>5}{'messages':>9}{'request':>11}{'vendor body':>13}{'direct ms':>11}"
+                f"{'plugin ms':>11}{'overhead ms':>13}{'ratio':>8}  load"
             )
-        if len(sizes) >= 2:
-            lo, hi = min(sizes), max(sizes)
-            per_message = (overheads[hi] - overheads[lo]) / (hi - lo)
-            print(
-                f"overhead growth {lo + 1}->{hi + 1} messages: {per_message * 1e3:.1f} us/message; "
-                f"ratio {overheads[hi] / overheads[lo]:.2f} for {hi / lo:.0f}x the messages"
-            )
-            if not_increasing(overheads, sizes):
-                print(NOISY_WARNING)
+            overheads: dict[int, float] = {}
+            for size in sizes:
+                runs = [
+                    asyncio.run(measure(plugin_port, stub_url, size, args.samples, mode == "cold"))
+                    for _ in range(args.repeat)
+                ]
+                plugin = statistics.median(r[0] for r in runs) * 1e3
+                direct = statistics.median(r[1] for r in runs) * 1e3
+                overheads[size] = statistics.median((r[0] - r[1]) * 1e3 for r in runs)
+                ratios[mode, size] = statistics.median(r[0] / r[1] for r in runs)
+                print(
+                    f"{mode:>5}{size + 1:>9}{runs[0][2]:>11,}{runs[0][3]:>13,}{direct:>11.2f}"
+                    f"{plugin:>11.2f}{overheads[size]:>13.2f}{ratios[mode, size]:>7.2f}x"
+                    f"  {os.getloadavg()[0]:.2f}"
+                )
+            if len(sizes) >= 2:
+                lo, hi = min(sizes), max(sizes)
+                per_message = (overheads[hi] - overheads[lo]) / (hi - lo)
+                print(
+                    f"{mode} overhead growth {lo + 1}->{hi + 1} messages: "
+                    f"{per_message * 1e3:.1f} us/message; ratio {overheads[hi] / overheads[lo]:.2f}"
+                    f" for {hi / lo:.0f}x the messages"
+                )
+                if not_increasing(overheads, sizes):
+                    print(NOISY_WARNING)
     finally:
         for proc in (plugin_proc, stub):
             proc.terminate()
             proc.join(5)
+    hi = max(sizes)
+    print(
+        f"at {hi + 1} messages: warm {ratios['warm', hi]:.2f}x (target <= {WARM_TARGET:g}x), "
+        f"cold {ratios['cold', hi]:.2f}x (target <= {COLD_TARGET:g}x) the direct POST; {load()}"
+    )
+    if not args.no_profile:
+        from turn_stages import print_profile  # noqa: PLC0415 (turn_stages imports this module)
+
+        print_profile(hi, turns=max(3, args.samples // 2), repeat=args.repeat)
     return 0
 
 

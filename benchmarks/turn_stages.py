@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -33,16 +34,21 @@ from protocol_py.server.grpc_layer.limits import decode_request, strict_request_
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 
+_EPOCHS = itertools.count(10_000)
+"""Message-id epochs of cold turns in this process (unique: no cache keyed by id hits)."""
 
-def stages(messages: int, turns: int) -> dict[str, float]:
-    """Median seconds of each stage over ``turns`` warm turns (3 warm-up turns first)."""
-    request = conversation(messages)
+
+def stages(messages: int, turns: int, cold: bool = False) -> dict[str, float]:
+    """Median seconds of each stage over ``turns`` turns (3 warm-up turns first): warm (the
+    same messages resent with a new turn id) or, with ``cold``, every message id new each
+    turn."""
     strict = strict_request_classes(build_descriptor_pool())[StreamCompletionRequest]
     provider = OpenAIProvider(api_key="bench", base_url="http://127.0.0.1:9")
     spec = provider.spec_for(MODEL)
     assert spec is not None
     times: dict[str, list[float]] = {}
     for i in range(turns + 3):
+        request = conversation(messages, next(_EPOCHS) if cold else 0, turn=i)
         started = time.perf_counter()
         data = wire.encode(request)
         encoded = time.perf_counter()
@@ -60,10 +66,24 @@ def stages(messages: int, turns: int) -> dict[str, float]:
                 ("client encode", encode),
                 ("server decode", decode),
                 ("validation", check),
-                ("context-window count (vendor body)", count),
+                ("translation + JSON (context-window count)", count),
             ):
                 times.setdefault(name, []).append(took)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def print_profile(messages: int, turns: int, repeat: int) -> None:
+    """Print where the server's milliseconds go on a warm and on a cold turn of ``messages``
+    messages after the first: each stage's median over ``repeat`` runs of ``turns`` turns."""
+    for mode in ("warm", "cold"):
+        runs = [stages(messages, turns, cold=mode == "cold") for _ in range(repeat)]
+        print(f"{mode} profile, {messages + 1} messages (in one process; median ms):")
+        total = 0.0
+        for name in runs[0]:
+            took = statistics.median(r[name] for r in runs) * 1e3
+            total += took
+            print(f"{name:>44}: {took:8.2f} ms")
+        print(f"{'sum of the stages':>44}: {total:8.2f} ms")
 
 
 def _cpu_seconds(pid: int) -> float:

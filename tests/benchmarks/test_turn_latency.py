@@ -33,3 +33,28 @@ def test_turn_latency_flags_an_overhead_that_does_not_grow_with_size() -> None:
     assert (growing, shrinking, dip) == ("False", "True", "True")
     assert warning.startswith("warning: the overhead does not grow with the message count")
     assert "noisy (machine load)" in warning and "rerun" in warning
+
+
+def test_a_cold_turn_has_every_message_id_new_and_the_same_content() -> None:
+    """The cold turns of turn_latency.py: new ids (no cache keyed by id can hit), the same
+    content otherwise (the content keys are equal), and a new turn id each turn."""
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import turn_latency as t\n"
+        "from protocol_py.codec import wire\n"
+        "a, b = t.conversation(4), t.conversation(4, epoch=7, turn=2)\n"
+        "print(len({m.id for m in a.messages} & {m.id for m in b.messages}))\n"
+        "print(len({m.id for m in a.messages} | {m.id for m in b.messages}))\n"
+        "print([wire.content_key(bytes(m)) for m in a.messages]"
+        " == [wire.content_key(bytes(m)) for m in b.messages])\n"
+        "print(a.call_context.turn_id, b.call_context.turn_id)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["0", "10", "True", "t1 t2"]

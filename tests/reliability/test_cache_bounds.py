@@ -80,16 +80,19 @@ def test_body_memo_keeps_at_most_its_byte_bound() -> None:
 
 def test_translation_cache_counts_its_keys_message_encodings() -> None:
     cache = TranslationCache(max_entries=100, max_bytes=3000)
-    messages = [user("y" * 1000, f"01J{k:023d}") for k in range(4)]
+    messages = [user(f"{k}" + "y" * 1000, f"01J{k:023d}") for k in range(4)]
     key = message_key(messages[0])
     assert key is not None
     for message in messages:
         cache.fragment("settings", message, lambda m: b"fragment")
-    encoded = len(bytes(messages[0]))
-    assert encoded > 1000
-    # each entry counts 8 fragment bytes + its encoding: only two fit in 3000 bytes
+    encoded = len(key)  # the message's encoding without its id
+    assert 1000 < encoded < len(bytes(messages[0]))
+    # each entry counts 8 fragment bytes + its key's encoding: only two fit in 3000 bytes
     assert len(cache) == 2
     assert cache.size_bytes == 2 * (8 + encoded)
+    # the same content under a new id is the same entry
+    cache.fragment("settings", user("3" + "y" * 1000, "01JNEW"), lambda m: b"other")
+    assert len(cache) == 2 and cache.hits == 1
 
 
 def test_metaschema_memo_skips_schemas_over_its_size_bound() -> None:

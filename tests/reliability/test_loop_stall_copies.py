@@ -26,6 +26,7 @@ from protocol_py.codec.wire_gen import LONG_TEXT_CHARS, LongText, varint_bytes
 from protocol_py.providers.http.translation_cache import (
     MAX_KEY_BYTES,
     TranslationCache,
+    content_key,
     message_key,
 )
 from protocol_py.providers.reference import ReferenceProvider, reference_models
@@ -138,7 +139,7 @@ def test_a_large_message_built_in_python_is_not_keyed_and_is_not_encoded_whole(
     def no_join(message: Any) -> bytes:
         raise AssertionError("a large message was encoded whole")
 
-    assert message_key(small) == (small.id, wire.encode(small))
+    assert message_key(small) == content_key(wire.encode(small))
     monkeypatch.setattr(wire, "encode", no_join)
     assert message_key(big) is None
     assert message_key(user("y" * (MAX_KEY_BYTES + 1), big.id)) is None

@@ -100,6 +100,31 @@ def test_turns_resume_after_the_unchanged_messages_and_report_nothing(
     assert (memo.hits, memo.misses) == (6, 8)
 
 
+def test_the_same_messages_under_new_ids_hit_and_the_id_rules_still_run(
+    strict: Any,
+    memo: ValidatedMessages,
+    prefixes: ConversationPrefixes[ValidState],
+    spec: ModelSpec,
+) -> None:
+    assert validate_request(decoded(conversation(3), strict), spec) == []
+    misses = memo.misses
+    renamed = conversation(3)
+    for i, message in enumerate(renamed.messages):
+        message.id = f"01JNEW{i:020d}"
+    assert validate_request(decoded(renamed, strict), spec) == []
+    assert memo.misses == misses and memo.hits == len(renamed.messages)
+    # new ids that collide or are missing are reported exactly as by a full walk
+    renamed.messages[2].id = renamed.messages[0].id
+    renamed.messages[4].id = ""
+    found = validate_request(decoded(renamed, strict), spec)
+    assert found == full_walk(renamed, spec)
+    assert {v.rule for v in found} == {
+        "request.message.id_duplicate",
+        "request.message.id_missing",
+    }
+    assert memo.misses == misses  # the contents were still known
+
+
 def test_a_resumed_list_still_checks_the_new_messages_against_it(
     strict: Any,
     memo: ValidatedMessages,
@@ -235,23 +260,31 @@ def test_only_a_clean_request_from_the_wire_uses_the_memo(
     assert take_request_images(request) is None
 
 
-def test_bounds_evict_the_least_recently_used_and_an_id_holds_one_entry() -> None:
+def user(text: str, message_id: str) -> Message:
+    return Message(role=Role.USER, id=message_id, content=[ContentBlock(text=TextBlock(text=text))])
+
+
+def test_bounds_evict_the_least_recently_used_and_content_is_the_key() -> None:
     entry = CleanMessage(uses=((0, "c"),), answers=())
+    images = {name: bytes(user(name * 3, f"id-{name}")) for name in "abc"}
     by_count = ValidatedMessages(max_entries=2)
-    for message_id in ("a", "b", "c"):
-        by_count.put("s", message_id, b"image", entry)
+    for image in images.values():
+        by_count.put("s", image, entry)
     assert len(by_count) == 2
-    assert by_count.get("s", "a", b"image") is None
-    assert by_count.get("s", "c", b"image") == entry
-    assert by_count.get("s", "c", b"other") is None  # same id, other content: a miss
-    by_count.put("s", "c", b"other", entry)  # replaces the entry of "c"
-    assert len(by_count) == 2 and by_count.get("s", "c", b"image") is None
+    assert by_count.get("s", images["a"]) is None  # the least recently used went
+    assert by_count.get("s", images["c"]) == entry
+    assert by_count.get("s", bytes(user("ccc", "another-id"))) == entry  # same content, new id
+    assert by_count.get("s", bytes(user("ccd", "id-c"))) is None  # same id, other content
+    assert by_count.get("other settings", images["c"]) is None
     by_bytes = ValidatedMessages(max_bytes=10)
-    by_bytes.put("s", "x", b"x" * 6, entry)
-    by_bytes.get("s", "x", b"x" * 6)
-    by_bytes.put("s", "y", b"y" * 6, entry)  # 12 bytes: the oldest goes
+    by_bytes.put("s", b"x" * 6, entry)  # does not scan: the image itself is the key
+    by_bytes.get("s", b"x" * 6)
+    by_bytes.put("s", b"y" * 6, entry)  # 12 bytes: the oldest goes
     assert len(by_bytes) == 1 and by_bytes.size_bytes == 6
-    assert by_bytes.get("s", "y", b"y" * 6) == entry
+    assert by_bytes.get("s", b"y" * 6) == entry
+    sized = ValidatedMessages()
+    sized.put("s", images["a"], entry)
+    assert sized.size_bytes == len(wire.content_key(images["a"])) < len(images["a"])
     large = ValidatedMessages()
-    large.put("s", "z", b"z" * (MAX_IMAGE_BYTES + 1), entry)
+    large.put("s", b"z" * (MAX_IMAGE_BYTES + 1), entry)
     assert len(large) == 0

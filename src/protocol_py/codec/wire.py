@@ -63,6 +63,7 @@ __all__ = [
     "DecodeBudgetError",
     "FallbackError",
     "WireCodec",
+    "content_key",
     "decode",
     "decode_checked",
     "decode_report",
@@ -75,6 +76,7 @@ __all__ = [
     "take_images",
     "take_wire_clean",
     "wire_size",
+    "without_field",
 ]
 
 M = TypeVar("M", bound=betterproto2.Message)
@@ -248,6 +250,69 @@ def field_images(
     except (FallbackError, IndexError):
         return None
     return out if pos == end else None
+
+
+def without_field(data: bytes, number: int) -> bytes | None:
+    """``data`` (one message's serialization) with every top-level occurrence of field
+    ``number`` removed, the other fields' bytes unchanged and in order; ``data`` itself when
+    the field is absent; None when ``data`` does not scan as protobuf (never raised).
+
+    Caches keyed by a message's content rather than its identity use it: a Message image
+    without its ``id`` (field 3) is the same for the same message under a new id."""
+    parts: list[bytes] = []
+    pos, end, kept = 0, len(data), 0
+    try:
+        while pos < end:
+            at = pos
+            tag = data[pos]  # one byte for fields 1-15, the usual case
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = varint(data, pos)
+            kind = tag & 7
+            if kind == 2:
+                size = data[pos]
+                if size < 0x80:
+                    pos += 1 + size
+                elif data[pos + 1] < 0x80:  # two bytes: up to 16 KiB
+                    pos += 2 + ((size & 0x7F) | data[pos + 1] << 7)
+                else:
+                    size, pos = varint(data, pos)
+                    pos += size
+            elif kind == 0:
+                _, pos = varint(data, pos)
+            elif kind == 1:
+                pos += 8
+            elif kind == 5:
+                pos += 4
+            else:
+                return None
+            if tag >> 3 == number:
+                parts.append(data[kept:at])
+                kept = pos
+    except (FallbackError, IndexError):
+        return None
+    if pos != end:
+        return None
+    if not parts:
+        return data
+    parts.append(data[kept:])
+    return b"".join(parts)
+
+
+_MESSAGE_ID_FIELD: Final = 3
+"""Field number of ``Message.id`` (proto/content/v1/types.proto)."""
+
+
+def content_key(image: bytes) -> bytes:
+    """A key for the content of the ``Message`` whose serialization is ``image``: ``image``
+    without the message's ``id`` (:func:`without_field`), every other field's bytes exactly;
+    ``image`` itself when it does not scan (still an exact image of the content). Two messages
+    have the same key exactly when they differ at most in their id, so a cache of what depends
+    on a message's content alone (its vendor translation, its message-local validity) survives
+    the same message under a new id (a kernel restarted, a history rewritten by compaction)."""
+    stripped = without_field(image, _MESSAGE_ID_FIELD)
+    return image if stripped is None else stripped
 
 
 def keep_images(

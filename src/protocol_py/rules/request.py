@@ -390,7 +390,7 @@ class _RequestChecker:
             if image is None:
                 uncached = True
             else:
-                known = VALIDATED.get(settings, message.id, image)
+                known = VALIDATED.get(settings, image)
                 if known is not None and self._reuse(known, mpath, earlier_ids):
                     continue
             before = len(self.out)
@@ -411,7 +411,7 @@ class _RequestChecker:
                 self._role_fits(message.role, block, bpath)
                 self.block(block, bpath, "message", earlier_ids)
             if image is not None and len(self.out) == before:
-                VALIDATED.put(settings, message.id, image, clean_message(message))
+                VALIDATED.put(settings, image, clean_message(message))
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
         if (

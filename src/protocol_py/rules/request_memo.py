@@ -6,10 +6,10 @@ every message every turn; for a request the server just decoded cleanly from the
 (:func:`protocol_py.codec.wire.take_wire_clean`), a message whose exact wire image already passed
 every message-local rule under the same model settings need not be walked again.
 
-What is reused: for a message that raised *no* violation (no error, no warning), its id, its
-wire image (the exact bytes, compared in full: no hash of the content stands in for it) and the
-model settings the rules read (:func:`settings_of`) map to a :class:`CleanMessage`: the
-tool_use ids it introduces and
+What is reused: for a message that raised *no* violation (no error, no warning), its wire image
+without its id (:func:`protocol_py.codec.wire.content_key`: the exact bytes, compared in full: no
+hash of the content stands in for it) and the model settings the rules read
+(:func:`settings_of`) map to a :class:`CleanMessage`: the tool_use ids it introduces and
 the tool_use ids its tool_results answer. Those are the only facts the rules read across
 messages, so on a hit the validator checks them against the conversation so far (a duplicated
 tool_use id, a tool_result answering no earlier call) and falls back to the full walk of that
@@ -149,28 +149,29 @@ def settings_of(spec: ModelSpec | None) -> Hashable:
     )
 
 
-class ValidatedMessages(BoundedLRU[tuple[Hashable, str], tuple[bytes, CleanMessage]]):
-    """LRU map ``(settings, message id) -> (wire image, CleanMessage)`` within the bounds
-    above: one entry per message id and settings (a message edited under its id replaces its
-    entry). A lookup compares the stored image with the message's byte for byte, so the image
-    is never hashed (the id is)."""
+class ValidatedMessages(BoundedLRU[tuple[Hashable, bytes], CleanMessage]):
+    """LRU map ``(settings, content key) -> CleanMessage`` within the bounds above, the
+    content key being the message's wire image without its id
+    (:func:`protocol_py.codec.wire.content_key`, compared exactly by the dictionary): the
+    message-local rules never read the id, so the same message under a new id hits (the id
+    checks run on every message, hit or not)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
         super().__init__(max_entries, max_bytes)
 
-    def get(self, settings: Hashable, message_id: str, image: bytes) -> CleanMessage | None:
-        """The entry of message ``message_id`` under ``settings`` when its image is exactly
-        ``image``, or None (counted as a miss)."""
-        found = self._get((settings, message_id))
-        hit = found is not None and found[0] == image
-        self._count(hit)
-        return found[1] if hit and found is not None else None
+    def get(self, settings: Hashable, image: bytes) -> CleanMessage | None:
+        """The entry of the message of wire image ``image`` under ``settings``, or None
+        (counted as a miss)."""
+        found = self._get((settings, wire.content_key(image)))
+        self._count(found is not None)
+        return found
 
-    def put(self, settings: Hashable, message_id: str, image: bytes, entry: CleanMessage) -> None:
-        """Remember that message ``message_id``, of wire image ``image``, passed every
-        message-local rule under ``settings`` (replacing what was known of that id)."""
+    def put(self, settings: Hashable, image: bytes, entry: CleanMessage) -> None:
+        """Remember that the message of wire image ``image`` passed every message-local rule
+        under ``settings``; an image over :data:`MAX_IMAGE_BYTES` is not kept."""
         if len(image) <= MAX_IMAGE_BYTES:
-            self._put((settings, message_id), (image, entry), len(image))
+            key = wire.content_key(image)
+            self._put((settings, key), entry, len(key))
 
 
 # -- wire images of a request just decoded -----------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError
 from protocol_py.providers.http.request import dump_body
@@ -125,6 +126,41 @@ def test_a_changed_message_under_the_same_id_is_translated_again() -> None:
     fresh = dump_body(build_openai_body(changed, spec(ThinkingReplay.ALL), compat))
     assert build_openai_content(changed, spec(ThinkingReplay.ALL), compat, cache) == fresh
     assert message_key(request.messages[1]) != message_key(changed.messages[1])
+
+
+def renamed(request: StreamCompletionRequest, prefix: str) -> StreamCompletionRequest:
+    """``request`` with every message id new (the same content), as after a compaction."""
+    copy = StreamCompletionRequest.parse(bytes(request))
+    for i, message in enumerate(copy.messages):
+        message.id = f"{prefix}{i}"
+    return copy
+
+
+@pytest.mark.parametrize("with_images", [False, True])
+def test_the_same_messages_under_new_ids_hit_and_send_the_same_bytes(with_images: bool) -> None:
+    cache = TranslationCache()
+    compat = OpenAICompat()
+    first = turn(5)
+
+    def build(request: StreamCompletionRequest) -> bytes:
+        images = [wire.encode(m) for m in request.messages] if with_images else None
+        return build_openai_content(
+            request,
+            spec(ThinkingReplay.ALL),
+            compat,
+            cache,
+            list[bytes | None](images) if images is not None else None,
+        )
+
+    assert build(first) == dump_body(build_openai_body(first, spec(ThinkingReplay.ALL), compat))
+    misses = cache.misses
+    assert misses == len(first.messages)
+    again = renamed(first, "new-")
+    assert [m.id for m in again.messages] != [m.id for m in first.messages]
+    fresh = dump_body(build_openai_body(again, spec(ThinkingReplay.ALL), compat))
+    assert build(again) == fresh
+    assert cache.misses == misses  # every message found under its new id
+    assert message_key(again.messages[1]) == message_key(first.messages[1])
 
 
 def test_settings_are_part_of_the_key() -> None:

@@ -3,9 +3,11 @@
 An agent kernel resends the whole conversation every turn, so turn N's messages are a prefix
 of turn N+1's. Translating each message to vendor JSON from scratch every turn costs time that
 grows with the conversation; this cache keeps each message's serialized JSON fragment, keyed
-by the message's id *and its whole content* (its protobuf encoding, compared exactly: no hash
-of the content stands in for it), plus the
-translation settings that shape the fragment. A hit therefore yields exactly the bytes a fresh
+by the message's whole content but its id (its protobuf encoding without the ``id`` field,
+compared exactly: no hash of the content stands in for it), plus the translation settings that
+shape the fragment. A fragment never depends on the message id, so a conversation resent under
+new message ids (a kernel restarted, another kernel, a history rewritten by compaction) hits
+as the same conversation under its old ids does. A hit therefore yields exactly the bytes a fresh
 translation would: the bytes sent never depend on the cache (tests compare both).
 
 For a request the server just decoded (message wire images known), the last message list of
@@ -54,26 +56,28 @@ list (one copy or hash of a message that large would hold the interpreter, and s
 loop, for tens of milliseconds)."""
 
 
-def message_key(message: Message) -> Hashable | None:
-    """The cache key of ``message``: its id and its protobuf encoding (:func:`wire.encode`,
-    byte for byte what betterproto2 writes), an exact image of every field value (two messages
-    with the same encoding decode to equal messages); None when the message holds a value that
-    cannot be encoded, or when its encoding is larger than :data:`MAX_KEY_BYTES` (measured
-    first, without joining it: :func:`wire.encoded_size`): it is then translated uncached."""
+content_key = wire.content_key
+"""The cache key of a message's serialization (:func:`protocol_py.codec.wire.content_key`)."""
+
+
+def message_key(message: Message) -> bytes | None:
+    """The cache key of ``message``: :func:`content_key` of its protobuf encoding
+    (:func:`wire.encode`, byte for byte what betterproto2 writes), an exact image of every
+    field value but the id; None when the message holds a value that cannot be encoded, or
+    when its encoding is larger than :data:`MAX_KEY_BYTES` (measured first, without joining
+    it: :func:`wire.encoded_size`): it is then translated uncached."""
     try:
         if wire.encoded_size(message) > MAX_KEY_BYTES:
             return None
-        return (message.id, wire.encode(message))
+        return content_key(wire.encode(message))
     except Exception:  # a value of the wrong Python type: betterproto2 refuses to encode it
         return None
 
 
 def _image_bytes(full: Hashable) -> int:
-    """Bytes of the message encoding in a cache key ``(settings, (id, encoding))``."""
-    if isinstance(full, tuple) and isinstance(full[1], tuple):
-        image = full[1][1]
-        if isinstance(image, bytes | bytearray | memoryview):
-            return len(image)
+    """Bytes of the message content in a cache key ``(settings, content key)``."""
+    if isinstance(full, tuple) and isinstance(full[1], bytes):
+        return len(full[1])
     return 0
 
 
@@ -107,7 +111,7 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         """
         if large:
             return translate(message)
-        key = message_key(message) if image is None else (message.id, image)
+        key = message_key(message) if image is None else content_key(image)
         if key is None:
             return translate(message)
         full = (settings, key)
@@ -170,9 +174,9 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         start: int,
     ) -> list[bytes]:
         """:meth:`fragments` of ``messages[start:]``, one by one (a None image: no key)."""
-        keys: list[Hashable | None] = (
+        keys: list[bytes | None] = (
             [
-                (messages[i].id, images[i]) if images[i] is not None else None
+                content_key(image) if (image := images[i]) is not None else None
                 for i in range(start, len(messages))
             ]
             if images is not None
