@@ -77,6 +77,8 @@ async def wait_closed(provider: FakeUpstream, limit: float) -> None:
 async def test_b26_client_cancel(caplog: pytest.LogCaptureFixture) -> None:
     expected = load_case("B26")["expected"]["client_cancel"]
     caplog.set_level(logging.DEBUG)
+    # the CLI's logging set-up may have raised grpclib's loggers to WARNING in this process
+    caplog.set_level(logging.DEBUG, logger="grpclib.server")
     provider = FakeUpstream()
     running = await start_server(provider)
     channel = Channel("127.0.0.1", running.port)
@@ -112,6 +114,8 @@ async def test_b26_client_cancel(caplog: pytest.LogCaptureFixture) -> None:
 async def test_b26_deadline(caplog: pytest.LogCaptureFixture) -> None:
     expected = load_case("B26")["expected"]["deadline"]
     caplog.set_level(logging.DEBUG)
+    # the CLI's logging set-up may have raised grpclib's loggers to WARNING in this process
+    caplog.set_level(logging.DEBUG, logger="grpclib.server")
     provider = FakeUpstream(stall=True)
     running = await start_server(provider)
     channel = Channel("127.0.0.1", running.port)

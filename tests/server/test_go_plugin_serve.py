@@ -28,6 +28,7 @@ from grpclib.health.v1 import health_pb2
 from protocol_py.client.client import ModelClient
 from protocol_py.transport.go_plugin import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 from protocol_py.transport.tls import generate_certificate, pinned_client_context
+from protocol_py.version import PROTOCOL_VERSION
 
 from ..support.servers import CONSOLE_SCRIPT, make_request
 
@@ -185,7 +186,7 @@ async def test_tcp_in_the_port_range_with_auto_mtls(
     context = pinned_client_context(der, kernel)
     async with ModelClient.connect(address, ssl=context, server_hostname="localhost") as client:
         caps = await client.get_capabilities(timeout=10)
-    assert caps.protocol_version == "1.1"
+    assert caps.protocol_version == PROTOCOL_VERSION
     with grpc.insecure_channel(address) as plain:
         assert health(plain, "plugin") == "UNAVAILABLE"  # no TLS: no call at all
     with channel(plugin, kernel) as chan:
