@@ -264,6 +264,16 @@ def wait_for(pipe: Any, marker: bytes, seen: bytearray, limit: float = 60) -> No
     assert marker in seen, bytes(seen)
 
 
+def exit_with_stdin_open(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """Wait for ``proc`` to exit with its stdin still open, then collect the rest of its output.
+
+    Closing stdin first (as ``communicate`` does) races the SIGINT just sent: a session that
+    reads end of input before the signal is handled ends as on Ctrl-D, not as on Ctrl-C.
+    """
+    proc.wait(timeout=30)
+    return proc.communicate()
+
+
 def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
     cli_server: Subprocess,
 ) -> None:
@@ -291,7 +301,7 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
         proc.stdin.flush()
         wait_for(proc.stdout, b"stop: end_turn\n", out)
         proc.send_signal(signal.SIGINT)  # at the prompt: the session ends
-        rest, tail = proc.communicate(timeout=30)
+        rest, tail = exit_with_stdin_open(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -323,7 +333,7 @@ def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subproces
             proc.stdin.flush()
             wait_for(proc.stdout, b"stop: end_turn\n", out)
             proc.send_signal(signal.SIGINT)  # at the prompt, the reader thread waiting on stdin
-            _, err = proc.communicate(timeout=30)
+            _, err = exit_with_stdin_open(proc)
         finally:
             if proc.poll() is None:
                 proc.kill()
