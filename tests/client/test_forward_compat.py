@@ -304,7 +304,7 @@ class NewerPlugin(ModelServiceBase):
             yield StreamEvent.parse(bytes.fromhex(wire))
 
 
-async def test_d15_a_newer_stop_reason_reads_as_end_turn_not_affirmed(
+async def test_a_newer_stop_reason_reads_as_end_turn_not_affirmed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     server = grpclib.server.Server([NewerPlugin()])

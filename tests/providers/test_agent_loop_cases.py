@@ -74,7 +74,7 @@ D02_FIELDS = {
 
 
 @pytest.mark.parametrize("row", sorted(D02["input"]["rows"]))
-async def test_d02_thinking_rules_stop_the_request_before_the_vendor(row: str) -> None:
+async def test_thinking_rules_stop_the_request_before_the_vendor(row: str) -> None:
     request = decode(D02["input"]["rows"][row])
     field, rule = D02_FIELDS[row]
     async with served("anthropic") as s:
@@ -87,7 +87,7 @@ async def test_d02_thinking_rules_stop_the_request_before_the_vendor(row: str) -
 
 
 @pytest.mark.parametrize("row", sorted(D02["input"]["rows"]))
-def test_d02_the_adapter_itself_builds_no_such_body(row: str) -> None:
+def test_the_adapter_itself_builds_no_such_body(row: str) -> None:
     """Without the server's validation in front, the adapter refuses the same rows."""
     field, rule = D02_FIELDS[row]
     with pytest.raises(InvalidValueError) as info:
@@ -95,7 +95,7 @@ def test_d02_the_adapter_itself_builds_no_such_body(row: str) -> None:
     assert (info.value.path, info.value.rule) == (field, rule)
 
 
-def test_d02_the_catalog_declares_the_constraints_for_the_kernel() -> None:
+def test_the_catalog_declares_the_constraints_for_the_kernel() -> None:
     thinking = haiku().thinking
     assert thinking is not None and thinking.constraints is not None
     c = thinking.constraints
@@ -131,7 +131,7 @@ TEXT_REPLY = [
 ]
 
 
-async def test_d03_tool_results_open_the_user_message_on_anthropic() -> None:
+async def test_tool_results_open_the_user_message_on_anthropic() -> None:
     request = decode(case("D03")["input"]["request"])
     async with served("anthropic", sse_reply(TEXT_REPLY, ANTHROPIC_HEADERS)) as s:
         completion = await s.client.complete(request, timeout=30)
@@ -164,7 +164,7 @@ OPENAI_TEXT_REPLY = [
 ]
 
 
-async def test_d04_anthropic_gets_a_not_executed_result_before_the_user_text() -> None:
+async def test_anthropic_gets_a_not_executed_result_before_the_user_text() -> None:
     request = decode(D04["input"]["request"])
     async with served("anthropic", sse_reply(TEXT_REPLY, ANTHROPIC_HEADERS)) as s:
         completion = await s.client.complete(request, timeout=30)
@@ -185,7 +185,7 @@ async def test_d04_anthropic_gets_a_not_executed_result_before_the_user_text() -
     }
 
 
-async def test_d04_chat_completions_gets_a_tool_message_before_the_user_text() -> None:
+async def test_chat_completions_gets_a_tool_message_before_the_user_text() -> None:
     request = decode(D04["input"]["request"])
     request.model_id = D04["input"]["also_with_modelId"]
     async with served("openai", sse_reply(OPENAI_TEXT_REPLY)) as s:
@@ -203,7 +203,7 @@ async def test_d04_chat_completions_gets_a_tool_message_before_the_user_text() -
 D06 = case("D06")
 
 
-async def test_d06_web_search_counts_reach_usage_and_cost() -> None:
+async def test_web_search_counts_reach_usage_and_cost() -> None:
     request = decode(D06["input"]["request"])
     reply = sse_reply(D06["input"]["lines"], ANTHROPIC_HEADERS)
     async with served("anthropic", reply) as s:
@@ -237,7 +237,7 @@ async def test_d06_web_search_counts_reach_usage_and_cost() -> None:
     assert request_fees(usage, pricing.tiers[0], 0) == {"web_search": Decimal("0.03")}
 
 
-async def test_d06_server_tool_blocks_and_citations_go_back_verbatim() -> None:
+async def test_server_tool_blocks_and_citations_go_back_verbatim() -> None:
     request = decode(D06["input"]["request"])
     replies = [sse_reply(D06["input"]["lines"], ANTHROPIC_HEADERS)] * 2
     async with served("anthropic", *replies) as s:
@@ -310,7 +310,7 @@ async def test_d06_server_tool_blocks_and_citations_go_back_verbatim() -> None:
     }
 
 
-async def test_d06_vendor_blocks_are_not_sent_to_another_vendor() -> None:
+async def test_vendor_blocks_are_not_sent_to_another_vendor() -> None:
     request = decode(D06["input"]["request"])
     async with served("anthropic", sse_reply(D06["input"]["lines"], ANTHROPIC_HEADERS)) as s:
         completion = await s.client.complete(request, timeout=30)
@@ -333,7 +333,7 @@ async def test_d06_vendor_blocks_are_not_sent_to_another_vendor() -> None:
 D08 = case("D08")
 
 
-async def test_d08_interleaved_thinking_keeps_order_and_signatures_on_replay() -> None:
+async def test_interleaved_thinking_keeps_order_and_signatures_on_replay() -> None:
     request = decode(D08["input"]["request"])
     replies = [sse_reply(D08["input"]["lines"], ANTHROPIC_HEADERS), sse_reply(TEXT_REPLY)]
     async with served("anthropic", *replies) as s:
@@ -413,7 +413,7 @@ D09 = case("D09")
 
 
 @pytest.mark.parametrize("shape", sorted(D09["input"]["lines"]))
-async def test_d09_only_the_first_call_is_signed_and_replayed_so(shape: str) -> None:
+async def test_only_the_first_call_is_signed_and_replayed_so(shape: str) -> None:
     spec = spec_of(D09["input"]["model_spec"])
     request = decode(D09["input"]["request"])
     replies = [sse_reply(D09["input"]["lines"][shape]), sse_reply(OPENAI_TEXT_REPLY)]
@@ -467,7 +467,7 @@ D11 = case("D11")
 
 
 @pytest.mark.parametrize("variant", ["lines", "lines_variant_B"])
-async def test_d11_two_calls_under_one_id_are_two_calls(variant: str) -> None:
+async def test_two_calls_under_one_id_are_two_calls(variant: str) -> None:
     spec = spec_of(D11["input"]["model_spec"])
     request = decode(D11["input"]["request"])
     replies = [sse_reply(D11["input"][variant]), sse_reply(OPENAI_TEXT_REPLY)]
@@ -499,7 +499,7 @@ async def test_d11_two_calls_under_one_id_are_two_calls(variant: str) -> None:
 D12 = case("D12")
 
 
-async def test_d12_a_stray_empty_tool_calls_entry_is_ignored() -> None:
+async def test_a_stray_empty_tool_calls_entry_is_ignored() -> None:
     spec = spec_of(D12["input"]["model_spec"])
     request = decode(D12["input"]["request"])
     async with served("openai", sse_reply(D12["input"]["lines"]), specs=[spec]) as s:
@@ -528,7 +528,7 @@ D13_DETAIL = {
 }
 
 
-async def test_d13_reasoning_details_are_kept_and_replayed_unmodified() -> None:
+async def test_reasoning_details_are_kept_and_replayed_unmodified() -> None:
     spec = spec_of(D13["input"]["model_spec"])
     request = decode(D13["input"]["request"])
     replies = [sse_reply(D13["input"]["lines"]), sse_reply(OPENAI_TEXT_REPLY)]
@@ -566,7 +566,7 @@ async def test_d13_reasoning_details_are_kept_and_replayed_unmodified() -> None:
 # -- D15: an unknown StopReason from a newer minor -------------------------------------------
 
 
-def test_d15_case_is_copied() -> None:
+def test_case_is_copied() -> None:
     assert case("D15")["input"]["events_hex"]["stop{reason: 9, model_affirmed: true}"] == (
         "620408091801"
     )

@@ -99,7 +99,7 @@ def simple_events(events: list[StreamEvent]) -> list[dict[str, Any]]:
     return out
 
 
-def test_b02_repeated_id_and_name_continue_one_call() -> None:
+def test_repeated_id_and_name_continue_one_call() -> None:
     case = load_case("B02")
     events = run_openai(case["input"]["lines"])
     assert kinds(events).count("tool_call_start") == case["expected"]["tool_call_start_count"]
@@ -107,7 +107,7 @@ def test_b02_repeated_id_and_name_continue_one_call() -> None:
     assert_stop(events[-1], case["expected"]["stop"])
 
 
-def test_b02_new_id_on_same_index_opens_new_call() -> None:
+def test_new_id_on_same_index_opens_new_call() -> None:
     """Complement of B02 (B01's rule): same index, different id = a new call."""
     chunk = (
         'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"tool_calls":'
@@ -143,7 +143,7 @@ def test_b02_new_id_on_same_index_opens_new_call() -> None:
 
 
 @pytest.mark.parametrize("variant", ["empty_arguments", "no_arguments_key"])
-def test_b04_parameterless_tool_call(variant: str) -> None:
+def test_parameterless_tool_call(variant: str) -> None:
     case = load_case("B04")
     lines = list(case["input"]["lines"])
     if variant == "no_arguments_key":
@@ -162,7 +162,7 @@ def test_b04_parameterless_tool_call(variant: str) -> None:
     assert_stop(events[-1], case["expected"]["stop"])
 
 
-def test_b04_malformed_arguments_give_error_naming_call() -> None:
+def test_malformed_arguments_give_error_naming_call() -> None:
     case = load_case("B04")
     lines = list(case["input"]["lines"])
     lines[0] = lines[0].replace('"arguments":""', '"arguments":"{"')
@@ -174,7 +174,7 @@ def test_b04_malformed_arguments_give_error_naming_call() -> None:
     assert err.kind == ErrorKind.TRANSIENT
 
 
-def test_b05_anthropic_tool_fragments_per_block() -> None:
+def test_anthropic_tool_fragments_per_block() -> None:
     case = load_case("B05")
     events = run_anthropic(case["input"]["lines"])
     calls = fold_tool_calls(events)
@@ -193,7 +193,7 @@ def test_b05_anthropic_tool_fragments_per_block() -> None:
     assert_stop(events[-1], case["expected"]["stop"])
 
 
-def test_b06_one_signed_thinking_block() -> None:
+def test_one_signed_thinking_block() -> None:
     case = load_case("B06")
     events = run_anthropic(case["input"]["lines"])
     expected = case["expected"]["events"]
@@ -213,7 +213,7 @@ def test_b06_one_signed_thinking_block() -> None:
     assert content[1].text.text == want[1]["text"]
 
 
-def test_b08_redacted_thinking_position_and_bytes() -> None:
+def test_redacted_thinking_position_and_bytes() -> None:
     case = load_case("B08")
     events = run_anthropic(case["input"]["lines"])
     content = [k for k in kinds(events) if k not in ("stream_start", "metadata")]
@@ -228,7 +228,7 @@ def test_b08_redacted_thinking_position_and_bytes() -> None:
     assert types == case["expected"]["canonical_content_types"]
 
 
-def test_b09_truncated_thinking_stream() -> None:
+def test_truncated_thinking_stream() -> None:
     case = load_case("B09")
     events = run_anthropic(case["input"]["lines"])
     expected = case["expected"]["events"]
@@ -248,7 +248,7 @@ def test_b09_truncated_thinking_stream() -> None:
     assert (0 in folded.unreplayable_blocks) is (not block["replayable"])
 
 
-def test_b10_deepseek_tool_turn_stream() -> None:
+def test_deepseek_tool_turn_stream() -> None:
     case = load_case("B10")
     events = run_openai(case["input"]["lines"])
     content = [k for k in kinds(events) if k not in ("stream_start", "metadata")]
@@ -267,7 +267,7 @@ def test_b10_deepseek_tool_turn_stream() -> None:
     )
 
 
-def test_b11_usage_only_final_chunk() -> None:
+def test_usage_only_final_chunk() -> None:
     case = load_case("B11")
     events = run_openai(case["input"]["lines"])
     expected = case["expected"]
@@ -281,7 +281,7 @@ def test_b11_usage_only_final_chunk() -> None:
     assert_stop(body[2], expected["events"][2]["stop"])
 
 
-def test_b21_stop_mapping_table() -> None:
+def test_vendor_stop_reasons_map_as_the_table_says() -> None:
     case = load_case("B21")
     for row, want in zip(case["input"]["rows"], case["expected"]["rows"], strict=True):
         if row["vendor"] == "openai":
@@ -300,7 +300,7 @@ def test_b21_stop_mapping_table() -> None:
         assert stop.model_affirmed is known or row.get("accumulated_tool_calls")
 
 
-def test_b21_through_streams() -> None:
+def test_vendor_stop_reasons_map_end_to_end_through_a_stream() -> None:
     """The vLLM stop_reason and Anthropic pause_turn rows, end to end through a stream."""
     lines = [
         'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"a"},'
@@ -323,13 +323,13 @@ def test_b21_through_streams() -> None:
 
 
 @pytest.mark.parametrize("terminator", ["\n", "\r\n", "\r"])
-def test_b22_comments_keepalives(terminator: str) -> None:
+def test_comments_keepalives(terminator: str) -> None:
     case = load_case("B22")
     events = translate_body("openai", 200, OK, lines_to_bytes(case["input"]["lines"], terminator))
     assert simple_events(events) == case["expected"]["events"]
 
 
-def test_b22_anthropic_ping_variant() -> None:
+def test_anthropic_ping_variant() -> None:
     lines = list(load_case("B06")["input"]["lines"])
     lines[3:3] = ["event: ping", 'data: {"type":"ping"}', "", ": comment", ""]
     events = run_anthropic(lines)
@@ -337,14 +337,14 @@ def test_b22_anthropic_ping_variant() -> None:
     assert "error" not in kinds(events)
 
 
-def test_c09_through_openai_translator() -> None:
+def test_unicode_line_separators_survive_the_openai_translator() -> None:
     case = load_case("C09")
     body = b"".join(case_chunks(c) for c in case["input"]["chunks"])
     events = translate_body("openai", 200, OK, body)
     assert simple_events(events) == case["expected"]["events"]
 
 
-def test_c09_anthropic_variant_u2028() -> None:
+def test_anthropic_variant_u2028() -> None:
     lines = list(load_case("B06")["input"]["lines"])
     text_line = next(i for i, line in enumerate(lines) if '"text":"Done."' in line)
     lines[text_line] = lines[text_line].replace("Done.", "Do\u2028ne\u2029\u0085.")
@@ -353,13 +353,13 @@ def test_c09_anthropic_variant_u2028() -> None:
     assert texts == ["Do\u2028ne\u2029\u0085."]
 
 
-def test_c10_through_openai_translator() -> None:
+def test_bom_split_across_chunks_survives_the_openai_translator() -> None:
     case = load_case("C10")
     events = translate_body("openai", 200, OK, b"".join(c10_chunks()))
     assert simple_events(events) == case["expected"]["events"]
 
 
-def test_c10_anthropic_bom_variant() -> None:
+def test_anthropic_bom_variant() -> None:
     lines = [
         line.replace('"input_tokens":20', '"input_tokens":50')
         for line in load_case("B06")["input"]["lines"]

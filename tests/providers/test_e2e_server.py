@@ -93,7 +93,7 @@ async def test_client_cancel_closes_upstream() -> None:
     assert stub.seen[0].closed_at is not None
 
 
-async def test_c11_retry_never_outlives_grpc_deadline() -> None:
+async def test_retry_never_outlives_grpc_deadline() -> None:
     async with StubUpstream() as stub:
         stub.queue(Reply(status=429, headers={"retry-after": "2"}, chunks=[b"{}"]))
         provider = make("openai", stub.url, retry=RetryPolicy())

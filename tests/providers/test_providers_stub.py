@@ -202,7 +202,7 @@ async def _timed(provider: HTTPProvider, model: str) -> tuple[list[StreamEvent],
     return events, time.monotonic() - start
 
 
-async def test_c08_a_no_headers_hits_startup_deadline() -> None:
+async def test_no_headers_hit_the_startup_deadline() -> None:
     case = load_case("C08")
     assert case["input"]["adapter_config"]["startup_deadline_s"] == 2
     async with StubUpstream() as stub:
@@ -214,11 +214,12 @@ async def test_c08_a_no_headers_hits_startup_deadline() -> None:
     (event,) = events
     assert event.error is not None
     assert (event.error.kind, event.error.retryable) == (ErrorKind.TRANSIENT, True)
-    assert 0.45 <= took <= 0.75
+    # The 0.5 s startup deadline, not the case's unscaled 2 s (slack for a loaded machine).
+    assert 0.45 <= took < 2.0
     assert stub.seen[0].closed_at is not None
 
 
-async def test_c08_b_pings_do_not_count_as_progress() -> None:
+async def test_pings_do_not_count_as_progress() -> None:
     async with StubUpstream() as stub:
         stub.queue(
             Reply(
@@ -234,10 +235,10 @@ async def test_c08_b_pings_do_not_count_as_progress() -> None:
     assert kinds(events) == ["metadata", "usage", "error"]  # message_start's usage is kept
     assert events[1].usage is not None and events[1].usage.input_tokens == 20
     assert events[-1].error is not None and events[-1].error.kind == ErrorKind.TRANSIENT
-    assert took <= 1.0  # within 4 s of message_start, scaled
+    assert took < 3.0  # the 0.75 s idle timeout fired (pings forever would run to 10 s)
 
 
-async def test_c08_c_slow_but_alive_is_not_killed() -> None:
+async def test_a_slow_but_alive_stream_is_not_killed() -> None:
     chunks: list[bytes | float] = [
         _ANTHROPIC_START,
         lines_to_bytes(
@@ -277,7 +278,7 @@ async def test_c08_c_slow_but_alive_is_not_killed() -> None:
     assert took >= 2.0  # longer than both knobs together
 
 
-async def test_c08_d_openai_comments_only() -> None:
+async def test_openai_comments_alone_do_not_count_as_progress() -> None:
     first = lines_to_bytes(
         [
             'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"},'
@@ -299,7 +300,7 @@ async def test_c08_d_openai_comments_only() -> None:
         await provider.aclose()
     assert kinds(events) == ["stream_start", "metadata", "text_delta", "error"]
     assert events[-1].error is not None and "no-progress" in events[-1].error.message
-    assert 0.7 <= took <= 1.2
+    assert 0.7 <= took < 3.0  # the idle timeout after the text (comments forever: 10 s)
 
 
 # --- cancellation, truncation ------------------------------------------------------------------
@@ -512,7 +513,7 @@ def _c11_rows() -> list[tuple[int, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize(("index", "row"), _c11_rows(), ids=lambda v: str(v)[:12])
-async def test_c11_rows_retry_timing(index: int, row: dict[str, Any]) -> None:
+async def test_rows_retry_timing(index: int, row: dict[str, Any]) -> None:
     from datetime import UTC, datetime, timedelta  # noqa: PLC0415
     from email.utils import format_datetime  # noqa: PLC0415
 

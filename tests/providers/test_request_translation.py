@@ -242,7 +242,7 @@ def test_anthropic_replay_content_byte_for_byte(case_id: str) -> None:
                 assert json.dumps(item[key]).encode() in raw
 
 
-def test_b09_unsigned_thinking_of_interrupted_turn_is_not_replayed() -> None:
+def test_unsigned_thinking_of_interrupted_turn_is_not_replayed() -> None:
     events = anthropic_stream("B09")
     assert kinds(events)[-1] == "error"
     assistant = accumulate(events).message
@@ -284,7 +284,7 @@ def deepseek_history() -> tuple[Message, list[Message]]:
     return assistant, [text(Role.USER, "What time is it?", "u1"), assistant, result]
 
 
-def test_b10_deepseek_reasoning_replay_on_tool_turns() -> None:
+def test_deepseek_reasoning_replay_on_tool_turns() -> None:
     case = load_case("B10")
     assistant, messages = deepseek_history()
     tools = [ToolDeclaration(name="get_current_time", input_schema=to_struct({"type": "object"}))]

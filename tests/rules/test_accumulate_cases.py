@@ -121,7 +121,7 @@ def _replay(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def test_b05_tool_arguments_parsed_once_from_all_fragments() -> None:
+def test_tool_arguments_parsed_once_from_all_fragments() -> None:
     case = _case("B05")
     events = _events(case["input"]["lines"])
     fragments = [
@@ -148,7 +148,7 @@ def test_b05_tool_arguments_parsed_once_from_all_fragments() -> None:
     assert result.complete
 
 
-def test_b06_one_thinking_block_with_its_signature() -> None:
+def test_one_thinking_block_with_its_signature() -> None:
     case = _case("B06")
     result = accumulate(_events(case["input"]["lines"]))
     canonical = []
@@ -170,7 +170,7 @@ def test_b06_one_thinking_block_with_its_signature() -> None:
     assert result.stop.vendor_reason == "end_turn"
 
 
-def test_b08_redacted_thinking_kept_verbatim() -> None:
+def test_redacted_thinking_kept_verbatim() -> None:
     case = _case("B08")
     events = _events(case["input"]["lines"])
     result = accumulate(events)
@@ -191,7 +191,7 @@ def _block_kind(block: Any) -> str:
     raise AssertionError("empty block")
 
 
-def test_b09_truncated_thinking_is_not_replayable() -> None:
+def test_truncated_thinking_is_not_replayable() -> None:
     case = _case("B09")
     events = _events(case["input"]["lines"])
     expected = case["expected"]

@@ -116,7 +116,7 @@ def _openai_usage(chunk: dict[str, Any]) -> Usage:
     )
 
 
-def test_b14_anthropic_cache_categories() -> None:
+def test_anthropic_cache_categories() -> None:
     case = _case("B14")
     lines = case["input"]["lines"]
     start = _sse_data(lines, "message_start")[0]["message"]["usage"]
@@ -129,7 +129,7 @@ def test_b14_anthropic_cache_categories() -> None:
     assert result.total_usd() != case["expected"]["wrong_cost_usd_if_cache_write_double_counted"]
 
 
-def test_b15_reasoning_inside_output() -> None:
+def test_reasoning_inside_output() -> None:
     case = _case("B15")
     usage = _openai_usage(case["input"]["usage_chunk"])
     _assert_usage(usage, case["expected"]["usage"])
@@ -150,7 +150,7 @@ def test_b15_reasoning_inside_output() -> None:
     )
 
 
-def test_b16_reasoning_outside_output() -> None:
+def test_reasoning_outside_output() -> None:
     case = _case("B16")
     usage = _openai_usage(case["input"]["usage_chunk"])
     _assert_usage(usage, case["expected"]["usage"])
@@ -181,7 +181,7 @@ def _b17_pricing(tiers: list[dict[str, Any]]) -> Pricing:
 
 
 @pytest.mark.parametrize("label", ["A", "B", "C"])
-def test_b17_long_context_tier(label: str) -> None:
+def test_long_context_tier(label: str) -> None:
     case = _case("B17")
     table = PricingTable(_b17_pricing(case["input"]["tiers"]))
     raw = case["input"]["usages"][label]
@@ -207,7 +207,7 @@ def test_b17_long_context_tier(label: str) -> None:
         assert cost(low, usage, AT).total_usd() == expected["wrong_if_cache_ignored_for_threshold"]
 
 
-def test_b18_one_hour_cache_writes() -> None:
+def test_one_hour_cache_writes() -> None:
     case = _case("B18")
     usage = _anthropic_usage(
         case["input"]["message_start_usage"], case["input"]["message_delta_usage"]
@@ -226,7 +226,7 @@ def test_b18_one_hour_cache_writes() -> None:
     )
 
 
-def test_b19_deepseek_hit_miss() -> None:
+def test_deepseek_hit_miss() -> None:
     case = _case("B19")
     usage = _openai_usage(case["input"]["usage_chunk"])
     _assert_usage(usage, case["expected"]["usage"])
@@ -236,7 +236,7 @@ def test_b19_deepseek_hit_miss() -> None:
 
 
 @pytest.mark.parametrize("numeric", [False, True], ids=["string-rates", "number-rates"])
-def test_c13_exact_decimal_strings(numeric: bool) -> None:
+def test_exact_decimal_strings(numeric: bool) -> None:
     case = _case("C13")
     numbers = {"0.15": 0.15, "0.60": 0.6, "0.10": 0.1, "0.30": 0.3}
     tables = {}
@@ -267,7 +267,7 @@ def test_c13_exact_decimal_strings(numeric: bool) -> None:
     assert got == case["expected"]["costs"]
 
 
-def test_c14_tier_boundaries_and_timestamps() -> None:
+def test_tier_boundaries_and_timestamps() -> None:
     case = _case("C14")
     first, second = case["input"]["tiers"]
     # Mapped into a partition: the first tier runs until the second begins.
@@ -304,7 +304,7 @@ def test_c14_tier_boundaries_and_timestamps() -> None:
     assert [p.microsecond for p in parsed] == [0, 120000, 123456]
 
 
-def test_c14_tiers_as_written_are_not_a_partition() -> None:
+def test_tiers_as_written_are_not_a_partition() -> None:
     case = _case("C14")
     pricing = Pricing(
         currency="USD",

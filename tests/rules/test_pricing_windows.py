@@ -114,7 +114,7 @@ def _b20_pricing(case: dict[str, Any], zone: str, shift_hours: int, *, literal: 
 
 @pytest.mark.parametrize("literal", [True, False], ids=["base tier, peak windows", "peak tier"])
 @pytest.mark.parametrize(("zone", "shift"), [("UTC", 0), ("Asia/Shanghai", 8)])
-def test_b20_peak_and_off_peak_costs_are_exact_at_every_listed_instant(
+def test_peak_and_off_peak_costs_are_exact_at_every_listed_instant(
     zone: str, shift: int, literal: bool
 ) -> None:
     case = json.loads((CASES / "B20.json").read_text(encoding="utf-8"))

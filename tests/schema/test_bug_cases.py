@@ -47,7 +47,7 @@ def empty_member_hex(number: int) -> str:
 # --- B23: oneof member that is an empty message ---------------------------------------------
 
 
-def test_b23_stop_with_all_default_fields() -> None:
+def test_stop_with_all_default_fields() -> None:
     expected = load_case("B23")["expected"]
     assert field_number(StreamEvent, "stop") == 12  # the case's assumption holds here
     event = StreamEvent(stop=Stop())
@@ -58,7 +58,7 @@ def test_b23_stop_with_all_default_fields() -> None:
     assert value == Stop()
 
 
-def test_b23_text_delta_with_empty_text() -> None:
+def test_text_delta_with_empty_text() -> None:
     also = load_case("B23")["expected"]["also_empty_string_member"]
     assert field_number(StreamEvent, "text_delta") == 1
     event = StreamEvent(text_delta=TextDelta(text=""))
@@ -72,7 +72,7 @@ def test_b23_text_delta_with_empty_text() -> None:
     "member",
     [f.name for f in dataclasses.fields(StreamEvent)],
 )
-def test_b23_rule_every_event_member_set_to_its_default_message_keeps_its_case(
+def test_every_event_member_set_to_its_default_message_keeps_its_case(
     member: str,
 ) -> None:
     member_cls = metadata.fields(StreamEvent)[member].cls
@@ -87,7 +87,7 @@ def test_b23_rule_every_event_member_set_to_its_default_message_keeps_its_case(
 # --- B24: presence of zero values ------------------------------------------------------------
 
 
-def test_b24_binary_explicit_zero_and_unset() -> None:
+def test_binary_explicit_zero_and_unset() -> None:
     binary = load_case("B24")["expected"]["binary"]
     assert field_number(BudgetControl, "default") == 2  # same field number as the case's
     explicit = BudgetControl(default=0)
@@ -99,7 +99,7 @@ def test_b24_binary_explicit_zero_and_unset() -> None:
     assert BudgetControl.parse(bytes(unset)).default is binary["unset_after_parse"] is None
 
 
-def test_b24_binary_rule_holds_in_json_and_for_other_values() -> None:
+def test_binary_rule_holds_in_json_and_for_other_values() -> None:
     assert BudgetControl(default=0).to_dict() == {"default": "0"}
     assert BudgetControl.from_dict({"default": "0"}).default == 0
     assert BudgetControl.from_dict({}).default is None
@@ -107,7 +107,7 @@ def test_b24_binary_rule_holds_in_json_and_for_other_values() -> None:
     assert BudgetControl.parse(bytes(BudgetControl(default=2**40))).default == 2**40
 
 
-def test_b24_json_oneof_member_at_default() -> None:
+def test_json_oneof_member_at_default() -> None:
     case_json = load_case("B24")["expected"]["json"]
     # The case's member is a string; ours is TextDelta, whose empty text renders as {}.
     assert case_json["to_dict"] == {"textDelta": ""}
@@ -125,7 +125,7 @@ def test_b24_json_oneof_member_at_default() -> None:
 # --- B25: Struct / Value conversion ----------------------------------------------------------
 
 
-def test_b25_metadata_struct_renders_back_exactly() -> None:
+def test_metadata_struct_renders_back_exactly() -> None:
     case = load_case("B25")
     source = case["input"]["metadata_struct_from_dict"]
     expected = case["expected"]["metadata"]
@@ -136,7 +136,7 @@ def test_b25_metadata_struct_renders_back_exactly() -> None:
     assert rendered == expected["decoded_then_rendered_json"] == '{"vendor": "openai", "n": 3}'
 
 
-def test_b25_tool_arguments_beyond_2_53_name_the_field() -> None:
+def test_tool_arguments_beyond_2_53_name_the_field() -> None:
     case = load_case("B25")
     text = case["expected"]["tool_arguments"]["input"]
     assert text == case["input"]["tool_arguments_json"]
@@ -148,7 +148,7 @@ def test_b25_tool_arguments_beyond_2_53_name_the_field() -> None:
     assert "cannot be carried exactly" in str(info.value)
 
 
-def test_b25_nan_is_not_valid_json() -> None:
+def test_nan_is_not_valid_json() -> None:
     nan = load_case("B25")["expected"]["nan"]
     assert nan["result"] == "a clear error: not valid JSON"
     with pytest.raises(InvalidValueError, match="not valid JSON"):
@@ -163,7 +163,7 @@ def test_b25_nan_is_not_valid_json() -> None:
         ('{"q": [{"r": 9007199254740994}]}', "q[0].r"),
     ],
 )
-def test_b25_rule_any_integer_beyond_2_53_is_rejected_with_its_path(text: str, path: str) -> None:
+def test_any_integer_beyond_2_53_is_rejected_with_its_path(text: str, path: str) -> None:
     with pytest.raises(InvalidValueError) as info:
         parse_json_object(text, path="tool_use.input")
     assert info.value.path == f"tool_use.input.{path}"
@@ -171,12 +171,12 @@ def test_b25_rule_any_integer_beyond_2_53_is_rejected_with_its_path(text: str, p
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
-def test_b25_rule_non_finite_numbers_are_not_valid_json(constant: str) -> None:
+def test_non_finite_numbers_are_not_valid_json(constant: str) -> None:
     with pytest.raises(InvalidValueError, match="not valid JSON"):
         parse_json_object(f'{{"x": [{constant}]}}')
 
 
-def test_b25_rule_exact_integers_up_to_2_53_survive_the_wire() -> None:
+def test_exact_integers_up_to_2_53_survive_the_wire() -> None:
     source = {"max": 2**53, "min": -(2**53), "n": 3, "f": 2.5, "z": 0}
     back = from_struct(Struct.parse(bytes(to_struct(source))))
     assert back == source

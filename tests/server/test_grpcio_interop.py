@@ -162,7 +162,7 @@ def sized_count_request(upb: Any, size: int) -> Any:
         pad += size - actual
 
 
-def test_c06_message_size_with_grpcio(upb: Any, limited: Subprocess) -> None:
+def test_message_size_with_grpcio(upb: Any, limited: Subprocess) -> None:
     case = load_case("C06")
     assert case["input"]["client_options"] == [list(o) for o in GRPC_OPTIONS]
     msg = upb.message
@@ -209,7 +209,7 @@ def test_c06_message_size_with_grpcio(upb: Any, limited: Subprocess) -> None:
         assert len(caps.capabilities.models) == 3
 
 
-def test_c06_huge_announced_length_is_refused_from_the_prefix(limited: Subprocess) -> None:
+def test_huge_announced_length_is_refused_from_the_prefix(limited: Subprocess) -> None:
     before = rss_bytes(limited.proc.pid)
     raw = RawH2(limited.port)
     try:
@@ -262,7 +262,7 @@ def test_malformed_request_bytes_then_still_serving(upb: Any, limited: Subproces
     assert limited.proc.poll() is None
 
 
-def test_c06_default_limit_is_64_mib(upb: Any, cli_server: Subprocess) -> None:
+def test_default_limit_is_64_mib(upb: Any, cli_server: Subprocess) -> None:
     """Without the flag the documented default applies: 64 MiB (the project's documented default,
     not the case's 4 MiB), so a 4194305-byte request is accepted and 64 MiB + 1 is refused."""
     expected = load_case("C06")["expected"]["no_flag"]

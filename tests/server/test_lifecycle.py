@@ -90,7 +90,7 @@ async def test_health_is_not_serving_before_start_and_while_draining() -> None:
     assert server.health_status.__status__() is False
 
 
-async def test_c04_health_semantics_and_drain() -> None:
+async def test_health_semantics_and_drain() -> None:
     case = load_case("C04")
     assert case["expected"]["Check('')"] == "SERVING"
     sub = spawn_server("--grace-period", "8")
@@ -129,7 +129,7 @@ async def test_c04_health_semantics_and_drain() -> None:
     assert "Traceback" not in sub.proc.stderr.read()
 
 
-def test_c02_exit_with_idle_client_and_watch_stream() -> None:
+def test_exit_with_idle_client_and_watch_stream() -> None:
     expected = load_case("C02")["expected"]
     sub = spawn_server()
     helper = subprocess.Popen(

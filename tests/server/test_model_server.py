@@ -326,9 +326,7 @@ async def configure_error(client: ModelClient, config: Mapping[str, Any]) -> GRP
     return info.value
 
 
-async def test_c12_config_validation(
-    client: ModelClient, secret_log: pytest.LogCaptureFixture
-) -> None:
+async def test_config_validation(client: ModelClient, secret_log: pytest.LogCaptureFixture) -> None:
     case = load_case("C12")
     assert set(case["expected"]) >= {"a", "b", "c", "d", "e", "atomicity"}
     # a: unknown property named
@@ -359,7 +357,7 @@ async def test_c12_config_validation(
     assert secret not in str(describe) and secret not in caps.to_json()
 
 
-async def test_c12_configure_is_atomic(client: ModelClient) -> None:
+async def test_configure_is_atomic(client: ModelClient) -> None:
     await client.configure(c12_payload("f"))  # max_tokens 64
     await configure_error(client, c12_payload("a"))
     result = await client.complete(make_request("word " * 100, model="reference-small"), timeout=10)
@@ -369,7 +367,7 @@ async def test_c12_configure_is_atomic(client: ModelClient) -> None:
     assert result.response.metadata.attrs["base_url"] == "http://127.0.0.1:9/v1"
 
 
-async def test_c12_integer_reaches_provider_as_int() -> None:
+async def test_integer_reaches_provider_as_int() -> None:
     seen: list[Any] = []
 
     class Recording(ReferenceProvider):

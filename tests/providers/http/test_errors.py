@@ -43,7 +43,7 @@ def _resolve(value: str) -> str:
     return value
 
 
-def test_c11_rows_parse_to_expected_hints() -> None:
+def test_rows_parse_to_expected_hints() -> None:
     case = load_case("C11")
     # hint per row in seconds (None: no hint, backoff), from expected.gap_between_attempts
     expected = [0.25, 2.0, 1.5, 3.0, None, None, None, None, 3600.0, 2.0, 2.0]
@@ -60,7 +60,7 @@ def test_c11_rows_parse_to_expected_hints() -> None:
             assert hint == pytest.approx(want), row
 
 
-def test_c11_policy_waits_or_gives_up() -> None:
+def test_policy_waits_or_gives_up() -> None:
     policy = RetryPolicy()
     for hint, expect in ((0.25, 0.25), (3600.0, None)):
         headers = {"retry-after": str(hint)}

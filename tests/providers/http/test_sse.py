@@ -56,7 +56,7 @@ def c10_chunks() -> list[bytes]:
     ]
 
 
-def test_c09_line_terminators_keep_unicode_separators() -> None:
+def test_line_terminators_keep_unicode_separators() -> None:
     case = load_case("C09")
     chunks = [case_chunks(c) for c in case["input"]["chunks"]]
     events = parse_all(chunks)
@@ -72,7 +72,7 @@ def test_c09_line_terminators_keep_unicode_separators() -> None:
     assert events[3].data == "[DONE]"
 
 
-def test_c09_every_split_point_gives_same_events() -> None:
+def test_every_split_point_of_unicode_separators_gives_same_events() -> None:
     body = c09_body()
     expected = parse_all([body])
     assert len(expected) == 4
@@ -80,7 +80,7 @@ def test_c09_every_split_point_gives_same_events() -> None:
         assert parse_all(split) == expected, split
 
 
-def test_c10_bom_split_and_control_only_blocks() -> None:
+def test_bom_split_and_control_only_blocks() -> None:
     events = parse_all(c10_chunks())
     contents = [json.loads(e.data)["choices"][0]["delta"]["content"] for e in events[:-1]]
     assert contents == ["first", "second", "third"]
@@ -91,7 +91,7 @@ def test_c10_bom_split_and_control_only_blocks() -> None:
     assert events[2].retry == 3000
 
 
-def test_c10_every_split_point_gives_same_events() -> None:
+def test_every_split_point_of_a_bom_body_gives_same_events() -> None:
     body = b"".join(c10_chunks())
     expected = parse_all([body])
     assert len(expected) == 4
@@ -115,7 +115,7 @@ def test_partial_bom_prefix_that_is_not_a_bom() -> None:
     assert [e.data for e in parse_all([b"da", b"ta: z\n\n"])] == ["z"]
 
 
-def test_b22_comments_and_no_space_after_colon() -> None:
+def test_comments_and_no_space_after_colon() -> None:
     case = load_case("B22")
     for term in ("\n", "\r\n", "\r"):
         events = parse_all([lines_to_bytes(case["input"]["lines"], term)])

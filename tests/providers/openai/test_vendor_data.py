@@ -54,7 +54,7 @@ def run(lines: list[str]) -> list[StreamEvent]:
 
 
 @pytest.mark.parametrize("variant", ["no_index", "index_null"])
-def test_b03_thought_signature_lands_on_the_canonical_block_verbatim(variant: str) -> None:
+def test_thought_signature_lands_on_the_canonical_block_verbatim(variant: str) -> None:
     events = run(b03_lines(variant))
     assert kinds(events).count("tool_call_start") == B03["expected"]["tool_call_start_count"]
     assert "error" not in kinds(events)
@@ -73,7 +73,7 @@ def test_b03_thought_signature_lands_on_the_canonical_block_verbatim(variant: st
     assert folded.stop is not None and folded.stop.reason == StopReason.TOOL_USE
 
 
-def test_b03_signature_rides_on_tool_call_done_not_on_a_second_start() -> None:
+def test_signature_rides_on_tool_call_done_not_on_a_second_start() -> None:
     events = run(b03_lines("no_index"))
     starts = [e.tool_call_start for e in events if e.tool_call_start is not None]
     dones = [e.tool_call_done for e in events if e.tool_call_done is not None]
@@ -136,7 +136,7 @@ def replay_request(vendor_data: list[VendorData]) -> StreamCompletionRequest:
 SPEC = ModelSpec(id="gemini-3-pro", context_window=1_000_000, max_output_tokens=65_536)
 
 
-def test_b03_replay_puts_extra_content_back_where_it_came_from() -> None:
+def test_replay_puts_extra_content_back_where_it_came_from() -> None:
     folded = accumulate(run(b03_lines("no_index")))
     (block,) = folded.message.content
     assert block.tool_use is not None
@@ -165,7 +165,7 @@ def test_extra_content_that_is_not_a_json_object_is_rejected_naming_the_field() 
     assert info.value.path == "messages[1].content[0].tool_use.vendor_data[0].value"
 
 
-async def test_b03_round_trip_through_the_provider_and_a_stub_upstream() -> None:
+async def test_round_trip_through_the_provider_and_a_stub_upstream() -> None:
     """Stream B03 from a stub OpenAI-compatible upstream, fold it, answer the call, and check
     the next request body carries the signature back in tool_calls[0].extra_content."""
     sse = lines_to_bytes(B03["input"]["lines"])
