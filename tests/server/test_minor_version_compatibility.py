@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import unknown_fields
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference import reference_models
@@ -37,11 +35,17 @@ from protocol_py_gen.content.v1 import (
 from protocol_py_gen.model.v1 import Capabilities, StopReason
 
 from ..support.image_classes import classes_from_image
+from ..support.release_peers import (
+    event_cases,
+    serve_old_plugin,
+    stream_upb,
+    unknown,
+    upb_request,
+)
 from ..support.servers import Subprocess, make_request
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE_1_0 = REPO_ROOT / "proto-baseline" / "protocol-1.0.binpb"
-SERVICE = "/model.v1.ModelService/"
 STOP_REASON_PAUSE_TURN = 8
 
 
@@ -51,42 +55,12 @@ def v10() -> Callable[[str], Any]:
     return classes_from_image(BASELINE_1_0)
 
 
-def unknown(message: Any) -> dict[int, list[bytes]]:
-    found: dict[int, list[bytes]] = {}
-    for field in unknown_fields.UnknownFieldSet(message):
-        found.setdefault(field.field_number, []).append(field.data)
-    return found
-
-
-def stream_upb(v10: Callable[[str], Any], address: str, request: Any) -> list[Any]:
-    with grpc.insecure_channel(address) as channel:
-        call = channel.unary_stream(
-            SERVICE + "StreamCompletion",
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=v10("model.v1.StreamEvent").FromString,
-        )
-        return list(call(request, timeout=30))
-
-
-def upb_request(v10: Callable[[str], Any], prompt: str, tools: bool = False) -> Any:
-    block = v10("content.v1.ContentBlock")(text=v10("content.v1.TextBlock")(text=prompt))
-    declared = []
-    if tools:
-        schema = v10("google.protobuf.Struct")()
-        schema.update({"type": "object", "properties": {"city": {"type": "string"}}})
-        declared = [v10("model.v1.ToolDeclaration")(name="get_weather", input_schema=schema)]
-    return v10("model.v1.StreamCompletionRequest")(
-        model_id="reference-large",
-        messages=[
-            v10("content.v1.Message")(role=1, id="01J0000000000000000000000A", content=[block])
-        ],
-        tools=declared,
-        call_context=v10("common.v1.CallContext")(session_id="s", turn_id="t"),
-    )
-
-
-def cases(events: list[Any]) -> list[str]:
-    return [e.WhichOneof("event") for e in events]
+def upb_tool_request(v10: Callable[[str], Any], prompt: str) -> Any:
+    """A request declaring the one ``get_weather`` tool, with the 1.0 classes."""
+    schema = v10("google.protobuf.Struct")()
+    schema.update({"type": "object", "properties": {"city": {"type": "string"}}})
+    tool = v10("model.v1.ToolDeclaration")(name="get_weather", input_schema=schema)
+    return upb_request(v10, prompt, [tool])
 
 
 # -- a 1.0 kernel against this 1.1 plugin ----------------------------------------------------
@@ -95,8 +69,8 @@ def cases(events: list[Any]) -> list[str]:
 def test_1_0_kernel_receives_vendor_data_as_unknown_fields_kept_byte_for_byte(
     v10: Callable[[str], Any], cli_server: Subprocess
 ) -> None:
-    events = stream_upb(v10, cli_server.address, upb_request(v10, "signed tool: weather", True))
-    assert cases(events)[-1] == "stop"
+    events = stream_upb(v10, cli_server.address, upb_tool_request(v10, "signed tool: weather"))
+    assert event_cases(events)[-1] == "stop"
     (start,) = [e.tool_call_start for e in events if e.WhichOneof("event") == "tool_call_start"]
     assert start.id.startswith("toolu_refsig_") and start.name == "get_weather"
     (entry,) = unknown(start)[3]  # ToolCallStart.vendor_data (field 3) is unknown to 1.0
@@ -114,7 +88,7 @@ def test_1_0_kernel_sees_pause_turn_as_an_unknown_stop_reason_number(
 ) -> None:
     events = stream_upb(v10, cli_server.address, upb_request(v10, "Please pause turn now"))
     stop = events[-1].stop
-    assert cases(events)[-1] == "stop"
+    assert event_cases(events)[-1] == "stop"
     enum_1_0 = v10("model.v1.Stop").DESCRIPTOR.fields_by_name["reason"].enum_type
     assert enum_1_0.values_by_number.get(STOP_REASON_PAUSE_TURN) is None  # not in 1.0
     assert stop.reason == STOP_REASON_PAUSE_TURN  # proto3 open enum: the number is kept
@@ -127,14 +101,14 @@ def test_1_0_shaped_requests_are_served_by_the_1_1_plugin(
     v10: Callable[[str], Any], cli_server: Subprocess
 ) -> None:
     events = stream_upb(v10, cli_server.address, upb_request(v10, "Hello there"))
-    assert cases(events)[0] == "stream_start" and events[-1].stop.reason == 1  # END_TURN
+    assert event_cases(events)[0] == "stream_start" and events[-1].stop.reason == 1  # END_TURN
     text = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
     assert "You wrote: Hello there" in text
     # A 1.0 tool turn (no vendor data anywhere) round-trips: call, then its result.
-    first = stream_upb(v10, cli_server.address, upb_request(v10, "use tool please", True))
+    first = stream_upb(v10, cli_server.address, upb_tool_request(v10, "use tool please"))
     (start,) = [e.tool_call_start for e in first if e.WhichOneof("event") == "tool_call_start"]
     assert unknown(start) == {}  # an unsigned call carries no vendor data
-    request = upb_request(v10, "use tool please", True)
+    request = upb_tool_request(v10, "use tool please")
     use = v10("content.v1.ToolUseBlock")(id=start.id, name=start.name)
     request.messages.add(id="01J0000000000000000000000B", role=2).content.add(tool_use=use)
     result = v10("content.v1.ToolResultBlock")(tool_use_id=start.id)
@@ -180,28 +154,8 @@ class Plugin10:
 @pytest.fixture
 def plugin_1_0(v10: Callable[[str], Any]) -> Iterator[tuple[Plugin10, str]]:
     plugin = Plugin10(v10)
-    handlers = {
-        "StreamCompletion": grpc.unary_stream_rpc_method_handler(
-            plugin.stream,
-            request_deserializer=v10("model.v1.StreamCompletionRequest").FromString,
-            response_serializer=lambda m: m.SerializeToString(),
-        ),
-        "GetCapabilities": grpc.unary_unary_rpc_method_handler(
-            plugin.capabilities,
-            request_deserializer=v10("model.v1.GetCapabilitiesRequest").FromString,
-            response_serializer=lambda m: m.SerializeToString(),
-        ),
-    }
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("model.v1.ModelService", handlers),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield plugin, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=None)
+    with serve_old_plugin(v10, plugin) as address:
+        yield plugin, address
 
 
 async def test_1_1_kernel_works_with_a_1_0_plugin(plugin_1_0: tuple[Plugin10, str]) -> None:
@@ -255,7 +209,7 @@ def test_1_1_grpcio_kernel_reads_vendor_data_and_pause_turn_by_their_proto_names
     cli_server: Subprocess,
 ) -> None:
     v11 = classes_from_image(REPO_ROOT / "gen" / "descriptor" / "protocol.binpb")
-    events = stream_upb(v11, cli_server.address, upb_request(v11, "signed tool: weather", True))
+    events = stream_upb(v11, cli_server.address, upb_tool_request(v11, "signed tool: weather"))
     (start,) = [e.tool_call_start for e in events if e.WhichOneof("event") == "tool_call_start"]
     (entry,) = start.vendor_data
     assert entry.location == "reference.tool_call.signature"

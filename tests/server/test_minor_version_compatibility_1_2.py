@@ -14,7 +14,6 @@ import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,20 @@ from protocol_py_gen.content.v1 import (
 from protocol_py_gen.model.v1 import StopReason
 
 from ..support.image_classes import classes_from_image
+from ..support.release_peers import (
+    SERVICE,
+    event_cases,
+    serve_old_plugin,
+    stream_upb,
+    unknown,
+    upb_request,
+)
 from ..support.servers import CONSOLE_SCRIPT, Subprocess, make_request, spawn_server
 from .protocol_1_2_provider import (
     FINAL_SIGNATURE,
     SERVER_TOOL_USE,
     TEXT_SIGNATURE,
 )
-from .test_minor_version_compatibility import SERVICE, unknown
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE_1_1 = REPO_ROOT / "proto-baseline" / "protocol-1.1.binpb"
@@ -91,32 +97,6 @@ def stop(sub: Subprocess) -> None:
             sub.proc.wait()
 
 
-def stream_upb(classes: Callable[[str], Any], address: str, request: Any) -> list[Any]:
-    with grpc.insecure_channel(address) as channel:
-        call = channel.unary_stream(
-            SERVICE + "StreamCompletion",
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=classes("model.v1.StreamEvent").FromString,
-        )
-        return list(call(request, timeout=30))
-
-
-def upb_request(classes: Callable[[str], Any], prompt: str, **fields: Any) -> Any:
-    block = classes("content.v1.ContentBlock")(text=classes("content.v1.TextBlock")(text=prompt))
-    return classes("model.v1.StreamCompletionRequest")(
-        model_id="reference-large",
-        messages=[
-            classes("content.v1.Message")(role=1, id="01J0000000000000000000000A", content=[block])
-        ],
-        call_context=classes("common.v1.CallContext")(session_id="s", turn_id="t"),
-        **fields,
-    )
-
-
-def cases(events: list[Any]) -> list[str | None]:
-    return [e.WhichOneof("event") for e in events]
-
-
 # -- a 1.1 kernel against this 1.2 plugin ------------------------------------------------------
 
 
@@ -125,7 +105,7 @@ def test_1_1_kernel_gets_only_events_1_1_knows_and_the_same_text(
 ) -> None:
     events = stream_upb(v11, plugin_1_2.address, upb_request(v11, "show vendor content"))
     # the vendor block and the empty signature-only delta were dropped for the 1.1 kernel
-    assert cases(events) == ["stream_start", "text_delta", "text_delta", "usage", "stop"]
+    assert event_cases(events) == ["stream_start", "text_delta", "text_delta", "usage", "stop"]
     deltas = [e.text_delta for e in events if e.WhichOneof("event") == "text_delta"]
     assert [d.text for d in deltas] == ["Searching. ", "Found it."]  # 1.1: none empty
     assert "".join(d.text for d in deltas) == "Searching. Found it."
@@ -169,8 +149,8 @@ def test_1_1_kernel_tool_turns_are_served_unchanged(
     v11: Callable[[str], Any], plugin_1_2: Subprocess
 ) -> None:
     events = stream_upb(v11, plugin_1_2.address, upb_request(v11, "Hello there"))
-    assert cases(events)[0] == "stream_start" and events[-1].stop.reason == 1
-    assert all(case is not None for case in cases(events))
+    assert event_cases(events)[0] == "stream_start" and events[-1].stop.reason == 1
+    assert all(case is not None for case in event_cases(events))
     text = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
     assert "You wrote: Hello there" in text
 
@@ -183,7 +163,7 @@ def test_1_2_kernel_gets_every_1_2_event(
 ) -> None:
     request = upb_request(v12, "show vendor content", kernel_protocol_version=PROTOCOL_VERSION)
     events = stream_upb(v12, plugin_1_2.address, request)
-    assert cases(events) == [
+    assert event_cases(events) == [
         "stream_start",
         "text_delta",
         "vendor_block",
@@ -273,28 +253,8 @@ class Plugin11:
 @pytest.fixture
 def plugin_1_1(v11: Callable[[str], Any]) -> Iterator[tuple[Plugin11, str]]:
     plugin = Plugin11(v11)
-    handlers = {
-        "StreamCompletion": grpc.unary_stream_rpc_method_handler(
-            plugin.stream,
-            request_deserializer=v11("model.v1.StreamCompletionRequest").FromString,
-            response_serializer=lambda m: m.SerializeToString(),
-        ),
-        "GetCapabilities": grpc.unary_unary_rpc_method_handler(
-            plugin.capabilities,
-            request_deserializer=v11("model.v1.GetCapabilitiesRequest").FromString,
-            response_serializer=lambda m: m.SerializeToString(),
-        ),
-    }
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("model.v1.ModelService", handlers),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield plugin, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=None)
+    with serve_old_plugin(v11, plugin) as address:
+        yield plugin, address
 
 
 def history_with_vendor_content() -> list[Message]:
