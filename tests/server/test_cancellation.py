@@ -74,7 +74,9 @@ async def wait_closed(provider: FakeUpstream, limit: float) -> None:
         await asyncio.wait_for(provider.closed.wait(), timeout=limit + 0.5)
 
 
-async def test_client_cancel(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_client_cancel_closes_the_upstream_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     expected = load_case("B26")["expected"]["client_cancel"]
     caplog.set_level(logging.DEBUG)
     # the CLI's logging set-up may have raised grpclib's loggers to WARNING in this process
@@ -111,7 +113,9 @@ async def test_client_cancel(caplog: pytest.LogCaptureFixture) -> None:
     assert any('"outcome": "cancelled"' in m for m in outcome)
 
 
-async def test_deadline(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_client_deadline_closes_the_upstream_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     expected = load_case("B26")["expected"]["deadline"]
     caplog.set_level(logging.DEBUG)
     # the CLI's logging set-up may have raised grpclib's loggers to WARNING in this process
@@ -144,7 +148,9 @@ async def test_deadline(caplog: pytest.LogCaptureFixture) -> None:
     assert error_records(caplog) == []
 
 
-async def test_bad_handler_is_detected(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_handler_that_swallows_cancellation_is_detected(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A plain grpclib handler that swallows CancelledError makes grpclib log an ERROR: the
     check used by the tests above would fail on it (the case's verdict)."""
     expected = load_case("B26")["expected"]["bad_handler"]

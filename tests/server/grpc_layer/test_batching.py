@@ -85,7 +85,9 @@ async def test_burst_arrives_complete_in_order_in_few_writes(
     # 3001 messages after the first one (sent by grpclib with the headers), per stream
     per_stream = len(writes) / 2
     print(f"writes per 3001-message burst: {per_stream:g}")
-    assert 1 <= per_stream <= 10
+    # One write per event would be 3001; a loaded machine may flush a few more times than an
+    # idle one (the writer drains whenever the loop gets a turn), never anywhere near that.
+    assert 1 <= per_stream <= 100
 
 
 async def test_slow_reader_of_a_stream_beyond_the_flow_control_window_gets_everything() -> None:
