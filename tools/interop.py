@@ -505,7 +505,7 @@ def step_go_plugin(work: Path) -> str:
         "unknown_service": "Unimplemented",
         "exited": True,
         "exit_code": 0,
-        "tmpdir_after": [],
+        "tmpdir_left_behind": [],
     }
     kills: list[str] = []
     for tls in (False, True):

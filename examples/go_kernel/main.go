@@ -9,8 +9,8 @@
 // plugin must refuse with INVALID_ARGUMENT), one StreamCompletion, a method and a service the
 // plugin does not have (both must be UNIMPLEMENTED), and Kill (go-plugin's graceful stop:
 // plugin.GRPCController/Shutdown, then it waits up to 2 s for the process to exit before
-// SIGKILL). The report gives the Kill time, the plugin's exit status and the entries of
-// TMPDIR before the start and after the stop. With -orphan it stops after Ping and exits
+// SIGKILL). The report gives the Kill time, the plugin's exit status and the entries the
+// run left in TMPDIR (those there after the stop that were not there before the start). With -orphan it stops after Ping and exits
 // without Kill, as a crashed kernel would: the plugin must notice and exit by itself.
 package main
 
@@ -58,8 +58,7 @@ type Report struct {
 	KillSeconds       float64  `json:"kill_seconds"`
 	Exited            bool     `json:"exited"`
 	ExitCode          int      `json:"exit_code"`
-	TmpdirBefore      []string `json:"tmpdir_before"`
-	TmpdirAfter       []string `json:"tmpdir_after"`
+	TmpdirLeftBehind  []string `json:"tmpdir_left_behind"`
 	Errors            []string `json:"errors"`
 }
 
@@ -82,6 +81,21 @@ func tmpdirEntries() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// newEntries is what after holds that before does not, in after's order.
+func newEntries(before, after []string) []string {
+	seen := make(map[string]bool, len(before))
+	for _, name := range before {
+		seen[name] = true
+	}
+	added := []string{}
+	for _, name := range after {
+		if !seen[name] {
+			added = append(added, name)
+		}
+	}
+	return added
 }
 
 func request(model string) *modelv1.StreamCompletionRequest {
@@ -183,7 +197,8 @@ func main() {
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "go_kernel", Level: level, Output: os.Stderr})
 
-	report := &Report{AutoMTLS: *autoMTLS, TmpdirBefore: tmpdirEntries(), ExitCode: -1}
+	before := tmpdirEntries()
+	report := &Report{AutoMTLS: *autoMTLS, ExitCode: -1}
 	cmd := exec.Command(flag.Arg(0), flag.Args()[1:]...)
 	client := NewModelClient(cmd, *autoMTLS, logger)
 	rpc, err := client.Client()
@@ -218,7 +233,7 @@ func main() {
 	if cmd.ProcessState != nil {
 		report.ExitCode = cmd.ProcessState.ExitCode()
 	}
-	report.TmpdirAfter = tmpdirEntries()
+	report.TmpdirLeftBehind = newEntries(before, tmpdirEntries())
 	emit(report)
 	if len(report.Errors) > 0 {
 		os.Exit(1)
