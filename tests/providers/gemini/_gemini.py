@@ -14,9 +14,10 @@ from typing import Any
 import betterproto2
 
 from protocol_py.providers.gemini.errors import gemini_error_from_http
-from protocol_py.providers.gemini.parts import CallIds
+from protocol_py.providers.gemini.parts import CALL_ID_PREFIX
 from protocol_py.providers.gemini.stream import GeminiStreamTranslator
 from protocol_py.providers.gemini.usage import CacheCharge
+from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.sse import SSEParser
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
@@ -60,7 +61,7 @@ def translate(
     """Run a 200 body through the translator (and the parser with other lines), in one piece
     or in ``chunk``-byte pieces, to the end of the body."""
     translator = GeminiStreamTranslator(
-        call_ids=CallIds(used_ids),
+        call_ids=CallIds(used_ids, prefix=CALL_ID_PREFIX),
         text_vendor_data=text_vendor_data,
         stop_sequences=stop_sequences,
         cache=cache,

@@ -255,6 +255,26 @@ def test_call_ids_are_unique_in_the_conversation_never_a_per_stream_counter() ->
     assert [(v.location, v.value) for v in vendor.vendor_data] == [(FUNCTION_CALL_ID, b"taken")]
 
 
+def test_one_vendor_id_on_two_calls_of_a_response_is_sent_back_for_the_first_only() -> None:
+    body = sse(
+        _event(
+            [
+                {"functionCall": {"name": "f", "args": {}, "id": "dup"}},
+                {"functionCall": {"name": "f", "args": {}, "id": "dup"}},
+            ],
+            "STOP",
+        )
+    )
+    first, second = [e.tool_call_start for e in translate(body) if e.tool_call_start]
+    assert first is not None and second is not None
+    assert (first.id, [(v.location, v.value) for v in first.vendor_data]) == (
+        "dup",
+        [(FUNCTION_CALL_ID, b"dup")],
+    )
+    assert SYNTHETIC_ID.fullmatch(second.id)
+    assert list(second.vendor_data) == []  # an ambiguous vendor id is never replayed
+
+
 def test_call_without_arguments_has_no_delta() -> None:
     events = translate(sse(_event([{"functionCall": {"name": "now"}}], "STOP")))
     assert kinds(events)[2:5] == ["tool_call_start", "tool_call_done", "usage"]

@@ -42,7 +42,7 @@ from protocol_py.providers.gemini.auth import VertexCredentials, credentials_fil
 from protocol_py.providers.gemini.caching import ExplicitCaches, plan_cache
 from protocol_py.providers.gemini.errors import gemini_error_from_http
 from protocol_py.providers.gemini.models import DEFAULT_CACHE_TTL_S, gemini_models
-from protocol_py.providers.gemini.parts import CallIds
+from protocol_py.providers.gemini.parts import CALL_ID_PREFIX
 from protocol_py.providers.gemini.request import (
     GeminiOptions,
     build_gemini_body,
@@ -59,6 +59,7 @@ from protocol_py.providers.http.base import (
     log,
     request_failure,
 )
+from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.errors import remember_secrets, transient_error
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEParser
@@ -229,20 +230,10 @@ class GeminiProvider(HTTPProvider):
         """A translator for this request: ids unique in its conversation, the kernel's
         protocol version, its stop sequences and the cache it created."""
         request = call.request
-        used = [
-            id_
-            for m in request.messages
-            for b in m.content
-            for id_ in (
-                b.tool_use.id if b.tool_use is not None else None,
-                b.tool_result.tool_use_id if b.tool_result is not None else None,
-            )
-            if id_
-        ]
         state = call.extra if isinstance(call.extra, _CallState) else _CallState()
         params = request.params
         return GeminiStreamTranslator(
-            call_ids=CallIds(used),
+            call_ids=CallIds.from_request(request, prefix=CALL_ID_PREFIX),
             text_vendor_data=kernel_speaks_1_2(request),
             stop_sequences=list(params.stop_sequences) if params is not None else [],
             cache=state.charge,

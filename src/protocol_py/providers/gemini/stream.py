@@ -56,9 +56,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from protocol_py.providers.gemini.errors import classify_gemini_error
-from protocol_py.providers.gemini.parts import FUNCTION_CALL_ID, THOUGHT_SIGNATURE, CallIds
+from protocol_py.providers.gemini.parts import (
+    CALL_ID_PREFIX,
+    FUNCTION_CALL_ID,
+    THOUGHT_SIGNATURE,
+)
 from protocol_py.providers.gemini.usage import CacheCharge, has_counts, map_gemini_usage
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.errors import transient_error
 from protocol_py.providers.http.sse import OTHER_LINE, SSEEvent
 from protocol_py_gen.content.v1 import VendorData
@@ -333,7 +338,8 @@ class GeminiStreamTranslator:
     """Stateful translator for one Gemini / Vertex response body (module docstring).
 
     Args:
-        call_ids: Issues tool-call ids unique within the conversation.
+        call_ids: Issues tool-call ids unique within the conversation (default: a response
+            without history, fresh ids ``gemini_<ULID>``).
         text_vendor_data: The kernel speaks protocol 1.2: text-part signatures travel as
             ``TextDelta.vendor_data``; otherwise as the 1.1 thinking_signature encoding.
         stop_sequences: The request's stop sequences (detected here, never sent upstream).
@@ -348,7 +354,7 @@ class GeminiStreamTranslator:
         stop_sequences: Sequence[str] = (),
         cache: CacheCharge | None = None,
     ) -> None:
-        self._ids = call_ids or CallIds()
+        self._ids = call_ids or CallIds(prefix=CALL_ID_PREFIX)
         self._text_vendor_data = text_vendor_data
         self._stops = _StopScan(stop_sequences) if any(stop_sequences) else None
         self._cache = cache
@@ -625,15 +631,19 @@ class GeminiStreamTranslator:
             self._fail(out, transient_error(f"functionCall {name!r}: args is not an object"))
             return
         vendor_id = _str(call.get("id"))
-        call_id = self._ids.issue(vendor_id)
+        issued = self._ids.issue(vendor_id)
+        call_id = issued.id
+        # the vendor's id goes back to it when it names this call alone: kept as the kernel id,
+        # or replaced only because the history already used it (never a duplicate in-response)
+        replay_id = issued.vendor_id or (vendor_id if call_id == vendor_id else None)
         vendor_data: list[VendorData] = []
         if signature:
             vendor_data.append(
                 VendorData(location=THOUGHT_SIGNATURE, value=signature.encode("utf-8"))
             )
-        if vendor_id:
+        if replay_id:
             vendor_data.append(
-                VendorData(location=FUNCTION_CALL_ID, value=vendor_id.encode("utf-8"))
+                VendorData(location=FUNCTION_CALL_ID, value=replay_id.encode("utf-8"))
             )
         self._called = True
         out.append(ev.tool_start(call_id, name, vendor_data))
