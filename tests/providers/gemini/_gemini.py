@@ -228,7 +228,8 @@ class GeminiStub(StubUpstream):
     * ``.../cachedContents`` (POST): a new entry ``cachedContents/c<N>`` whose
       ``totalTokenCount`` is ``cache_tokens``, or ``cache_status`` with an error body;
     * ``...:countTokens``: ``{"totalTokens": count_tokens}``;
-    * ``/token``: an OAuth access token ``ya29.stub-<N>`` valid for an hour;
+    * ``/token``: an OAuth access token ``ya29.stub-<N>`` valid for an hour, or HTTP 400 with
+      ``token_error`` as the body when that is set (a refused refresh);
     * ``GET .../models``: ``listing``.
     """
 
@@ -240,7 +241,11 @@ class GeminiStub(StubUpstream):
         self.count_tokens = 0
         self.created = 0
         self.tokens_issued = 0
+        self.token_error: dict[str, Any] | None = None
         self.listing: dict[str, Any] = {}
+
+    def tokens(self) -> list[Seen]:
+        return [s for s in self.seen if s.path.split("?")[0].endswith("/token")]
 
     def streams(self) -> list[Seen]:
         return [s for s in self.seen if ":streamGenerateContent" in s.path]
@@ -255,6 +260,12 @@ class GeminiStub(StubUpstream):
         path = seen.path.split("?")[0]
         json_headers = {"content-type": "application/json"}
         if path.endswith("/token"):
+            if self.token_error is not None:
+                return Reply(
+                    status=400,
+                    headers=json_headers,
+                    chunks=[json.dumps(self.token_error).encode()],
+                )
             self.tokens_issued += 1
             body = {
                 "access_token": f"ya29.stub-{self.tokens_issued}",

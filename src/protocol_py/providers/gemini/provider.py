@@ -31,14 +31,19 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
 
 from protocol_py.codec import wire
 from protocol_py.provider import JSONValue, Provider, ProviderError
-from protocol_py.providers.gemini.auth import VertexCredentials, credentials_file_from_env
+from protocol_py.providers.gemini.auth import (
+    NO_CREDENTIALS,
+    VertexCredentials,
+    adc_file_present,
+    credentials_file_from_env,
+)
 from protocol_py.providers.gemini.caching import ExplicitCaches, plan_cache
 from protocol_py.providers.gemini.errors import gemini_error_from_http
 from protocol_py.providers.gemini.models import DEFAULT_CACHE_TTL_S, gemini_models
@@ -77,6 +82,8 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
+    "API_KEY_VARIABLES",
+    "NO_API_KEY",
     "GeminiProvider",
     "VertexProvider",
     "check_location",
@@ -86,6 +93,13 @@ __all__ = [
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 """The Gemini API root."""
+
+API_KEY_VARIABLES: Final = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+"""The environment variables ``serve --provider gemini`` reads the key from, first set wins."""
+
+NO_API_KEY: Final = "no API key: set GEMINI_API_KEY or GOOGLE_API_KEY, or Configure api_key"
+"""The AUTHENTICATION message of a gemini call made without a key (it is never sent
+upstream: Google refuses every keyless call)."""
 
 
 def kernel_speaks_1_2(request: StreamCompletionRequest) -> bool:
@@ -145,12 +159,30 @@ class GeminiProvider(HTTPProvider):
             base_url = parse_base_url(base_url, what="--base-url")
         if discover is None:  # a foreign --base-url discovers its models (HTTPProvider.from_cli)
             discover = base_url is not None and base_url != parse_base_url(cls.default_base_url)
-        for variable in (cls.api_key_env, "GOOGLE_API_KEY"):
+        for variable in API_KEY_VARIABLES:
             key = env.get(variable) or None
             if key is not None:
                 check_api_key(key, variable)
                 return cls(api_key=key, base_url=base_url, discover=discover)
         return cls(base_url=base_url, discover=discover)
+
+    def warn_missing_credentials(self) -> None:
+        """At start-up without a key: one WARNING line naming both variables."""
+        if not self.api_key:
+            log.warning(
+                "gemini: %s; every request fails with AUTHENTICATION until one is set", NO_API_KEY
+            )
+
+    async def refresh_auth(self) -> None:
+        """Refuse a call without a key at once, before anything is sent.
+
+        Raises:
+            ProviderError: AUTHENTICATION :data:`NO_API_KEY`.
+        """
+        if not self.api_key:
+            raise ProviderError(
+                ModelError(kind=ErrorKind.AUTHENTICATION, message=NO_API_KEY, retryable=False)
+            )
 
     def catalog(self) -> list[ModelSpec]:
         """The curated Gemini models (:func:`protocol_py.providers.gemini.models.gemini_models`)."""
@@ -463,13 +495,28 @@ class VertexProvider(GeminiProvider):
             discover=bool(discover),
         )
 
-    async def start(self) -> None:
-        """Warn when no project is known; with ``--discover`` fetch a token first."""
-        if not self.api_key and not (self.project or self.credentials.project):
+    def warn_missing_credentials(self) -> None:
+        """At start-up: one WARNING line when no credentials can be found without a request
+        (no API key, no Configure credentials, no credentials file, no Application Default
+        Credentials file; only the metadata server of a Google Cloud host is left), and one
+        when no project is known."""
+        if self.api_key:
+            return
+        if not self.credentials.configured and not adc_file_present():
+            log.warning(
+                "%s; unless this runs on Google Cloud (metadata server), every request fails "
+                "with AUTHENTICATION",
+                NO_CREDENTIALS,
+            )
+        if not (self.project or self.credentials.project):
             log.warning(
                 "vertex: no project: set GOOGLE_CLOUD_PROJECT or Configure project; every "
                 "request fails until one is known"
             )
+
+    async def start(self) -> None:
+        """Warn about missing credentials or project; with ``--discover`` fetch a token
+        first."""
         if self.discover:
             await self.refresh_auth()
         await super().start()
