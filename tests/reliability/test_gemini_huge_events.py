@@ -31,7 +31,7 @@ from protocol_py.providers.gemini.stream import MAX_PARTS_PER_EVENT, MAX_SIGNATU
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py_gen.model.v1 import ErrorKind, StopReason
 
-from ..providers.gemini._gemini import GeminiStub, completion, stream_reply
+from ..providers.gemini._gemini import GeminiStub, completion, response_object, stream_reply
 from ..support.adapters import served_client
 
 KEY = "AIzaSy-huge-event-key-0001"
@@ -54,10 +54,7 @@ NORMAL = [
 
 
 def _event(parts: list[dict[str, Any]], finish: str | None = "STOP") -> dict[str, Any]:
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    return {"candidates": [candidate], "responseId": "r-huge", "usageMetadata": USAGE}
+    return response_object(parts, finish, usage=USAGE, response_id="r-huge")
 
 
 async def _describe_latencies(client: ModelClient, stop: asyncio.Event) -> list[float]:

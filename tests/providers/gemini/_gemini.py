@@ -79,6 +79,31 @@ def translate(
     return out + translator.on_eof()
 
 
+def response_object(
+    parts: list[dict[str, Any]],
+    finish: str | None = None,
+    *,
+    usage: dict[str, Any],
+    response_id: str = "resp-1",
+    **extra: Any,
+) -> dict[str, Any]:
+    """One ``GenerateContentResponse``: ``candidates[0]`` with ``parts`` (and ``finish`` as its
+    finishReason), ``usage`` as usageMetadata, the response id, and any ``extra`` members."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate], "usageMetadata": usage, "responseId": response_id, **extra}
+
+
+async def answer_text(provider: Any, model: str = "gemini-2.5-flash") -> str:
+    """Stream one completion through ``provider`` (then close it): the answer's text."""
+    try:
+        events = [e async for e in provider.stream(completion(model), CallContext())]
+    finally:
+        await provider.aclose()
+    return "".join(e.text_delta.text for e in events if e.text_delta is not None)
+
+
 def kinds(events: list[StreamEvent]) -> list[str]:
     return [betterproto2.which_one_of(e, "event")[0] for e in events]
 

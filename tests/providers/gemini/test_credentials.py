@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from grpclib.exceptions import GRPCError
 
 from protocol_py.provider import ProviderError
 from protocol_py.providers.gemini.auth import NO_CREDENTIALS, VertexCredentials
@@ -23,7 +24,7 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import ErrorKind, StreamCompletionRequest, StreamEvent
 
 from ...support.adapters import served_client
-from ._gemini import GeminiStub, completion, stream_reply
+from ._gemini import GeminiStub, answer_text, completion, stream_reply
 
 MODEL = "gemini-2.5-flash"
 REFRESH_TOKEN = "1//refresh-token-secret-0123456789"
@@ -75,14 +76,6 @@ async def _collect(provider: GeminiProvider, request: StreamCompletionRequest) -
     return [e async for e in provider.stream(request, CallContext())]
 
 
-async def _text_through(provider: GeminiProvider) -> str:
-    try:
-        events = await _collect(provider, completion(MODEL))
-    finally:
-        await provider.aclose()
-    return "".join(e.text_delta.text for e in events if e.text_delta is not None)
-
-
 # --- no key, no credentials ------------------------------------------------------------------
 
 
@@ -118,7 +111,7 @@ async def test_gemini_configure_api_key_lifts_the_local_refusal() -> None:
             await _collect(provider, completion(MODEL))
         assert info.value.error.message == NO_API_KEY
         await provider.configure({"api_key": "AIzaSy-configured-0001"})
-        assert await _text_through(provider) == "fine"
+        assert await answer_text(provider, MODEL) == "fine"
     assert stub.seen[0].headers["x-goog-api-key"] == "AIzaSy-configured-0001"
 
 
@@ -184,30 +177,23 @@ def _expect_refresh_token_grant(stub: GeminiStub) -> None:
     assert seen.path.startswith("/projects/p-adc/locations/global/publishers/google/models/")
 
 
-async def test_adc_from_a_google_application_credentials_file(
-    no_adc: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize("where", ["GOOGLE_APPLICATION_CREDENTIALS", "gcloud_login_file"])
+async def test_adc_authorized_user_found_by_google_auth(
+    where: str, no_adc: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    key_file = tmp_path / "adc.json"
+    """No file given to the provider: google.auth.default finds it through the variable, or
+    as gcloud's ``application_default_credentials.json``."""
+    if where == "GOOGLE_APPLICATION_CREDENTIALS":
+        key_file = tmp_path / "adc.json"
+        monkeypatch.setenv(where, str(key_file))
+    else:
+        key_file = no_adc / "application_default_credentials.json"
     key_file.write_text(json.dumps(_authorized_user()), encoding="utf-8")
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
-    async with GeminiStub() as stub:
-        stub.queue(stream_reply(ANSWER))
-        # no file given: google.auth.default finds it through the variable
-        credentials = VertexCredentials(token_uri=stub.url + "/token")
-        provider = VertexProvider(project="p-adc", credentials=credentials, base_url=stub.url)
-        assert await _text_through(provider) == "fine"
-    _expect_refresh_token_grant(stub)
-
-
-async def test_adc_from_gcloud_application_default_login_file(no_adc: Path) -> None:
-    (no_adc / "application_default_credentials.json").write_text(
-        json.dumps(_authorized_user()), encoding="utf-8"
-    )
     async with GeminiStub() as stub:
         stub.queue(stream_reply(ANSWER))
         credentials = VertexCredentials(token_uri=stub.url + "/token")
         provider = VertexProvider(project="p-adc", credentials=credentials, base_url=stub.url)
-        assert await _text_through(provider) == "fine"
+        assert await answer_text(provider, MODEL) == "fine"
     _expect_refresh_token_grant(stub)
 
 
@@ -226,7 +212,7 @@ async def test_authorized_user_file_from_the_cli_environment(tmp_path: Path) -> 
             },
         )
         assert isinstance(provider, VertexProvider)
-        assert await _text_through(provider) == "fine"
+        assert await answer_text(provider, MODEL) == "fine"
     _expect_refresh_token_grant(stub)
 
 
@@ -261,3 +247,25 @@ async def test_a_refused_refresh_is_authentication_without_any_secret(
         "been expired or revoked: ***)"
     )
     assert REFRESH_TOKEN not in error.message and CLIENT_SECRET not in error.message
+
+
+# --- the Configure schema ----------------------------------------------------------------------
+
+
+async def test_vertex_configure_schema_is_closed_so_the_server_warns_about_nothing_of_ours(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider = VertexProvider(project="p")
+    with caplog.at_level(logging.WARNING, logger="protocol_py.server"):
+        async for client in served_client(provider):
+            with pytest.raises(GRPCError) as info:
+                await client.configure(
+                    {"credentials": {"type": "authorized_user", "refresh_tokn": "x"}}, timeout=10
+                )
+            await client.configure({"credentials": _authorized_user()}, timeout=10)
+            assert (await client.describe(timeout=10)).name == "vertex"  # still serving
+    await provider.aclose()
+    loose = [r.getMessage() for r in caplog.records if "allows unknown keys" in r.getMessage()]
+    assert loose == []
+    assert "refresh_tokn" in str(info.value.message)
+    assert provider.credentials.configured

@@ -13,22 +13,13 @@ from protocol_py.providers.gemini.usage import CacheCharge, map_gemini_usage
 from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
 
-from ._gemini import SYNTHETIC_ID, kinds, sse, translate
+from ._gemini import SYNTHETIC_ID, kinds, response_object, sse, translate
 
 USAGE = {"promptTokenCount": 12, "candidatesTokenCount": 3, "totalTokenCount": 15}
 
 
 def _event(parts: list[dict[str, Any]], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    return {
-        "candidates": [candidate],
-        "usageMetadata": USAGE,
-        "modelVersion": "gemini-2.5-flash",
-        "responseId": "resp-1",
-        **extra,
-    }
+    return response_object(parts, finish, usage=USAGE, modelVersion="gemini-2.5-flash", **extra)
 
 
 def _text(events: list[StreamEvent]) -> str:

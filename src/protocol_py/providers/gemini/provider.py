@@ -402,6 +402,29 @@ class GeminiProvider(HTTPProvider):
         return CountTokensResponse(input_tokens=count, method=TokenCountMethod.VENDOR_API)
 
 
+_CREDENTIAL_KEYS: Final = (
+    # service-account key files
+    "project_id",
+    "private_key_id",
+    "private_key",
+    "client_email",
+    "client_id",
+    "auth_uri",
+    "token_uri",
+    "auth_provider_x509_cert_url",
+    "client_x509_cert_url",
+    "universe_domain",
+    # authorized-user files (gcloud auth application-default login)
+    "client_secret",
+    "refresh_token",
+    "quota_project_id",
+    "account",
+)
+"""The members of the two credential files Configure ``credentials`` takes (every one a
+string), so the schema is closed (``additionalProperties: false``) like the rest of it: a
+misspelt member is refused, and the server has no open object of the adapter's own to warn
+about."""
+
 _VERTEX_SCHEMA: dict[str, Any] = {
     "project": {"type": "string", "minLength": 1, "description": "The Google Cloud project."},
     "location": {
@@ -411,7 +434,14 @@ _VERTEX_SCHEMA: dict[str, Any] = {
     },
     "credentials": {
         "type": "object",
-        "description": "A service-account key or authorized-user object (its JSON).",
+        "description": "A service-account key or authorized-user object (its JSON). Other "
+        "kinds of Google credentials go in a file (credentials_file).",
+        "properties": {
+            "type": {"enum": ["service_account", "authorized_user"]},
+            **{key: {"type": "string"} for key in _CREDENTIAL_KEYS},
+        },
+        "required": ["type"],
+        "additionalProperties": False,
     },
     "credentials_file": {"type": "string", "minLength": 1},
     "token_uri": {"type": "string", "format": "uri", "description": "OAuth token endpoint."},
