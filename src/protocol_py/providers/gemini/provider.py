@@ -2,7 +2,9 @@
 
 ``protocol-py serve --provider gemini [--base-url URL] [--discover]`` reads the key from
 ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY`` (or Configure ``api_key``) and sends it as the
-``x-goog-api-key`` header, never in the URL. Completions go to
+``x-goog-api-key`` header, never in the URL; without a key every call fails at once with
+AUTHENTICATION :data:`NO_API_KEY` (nothing is sent) after one start-up warning naming both
+variables. Completions go to
 ``POST <base>/models/<model>:streamGenerateContent?alt=sse`` (base
 ``https://generativelanguage.googleapis.com/v1beta``).
 
