@@ -14,9 +14,10 @@ from typing import Any
 import betterproto2
 
 from protocol_py.providers.gemini.errors import gemini_error_from_http
-from protocol_py.providers.gemini.parts import CallIds
+from protocol_py.providers.gemini.parts import CALL_ID_PREFIX
 from protocol_py.providers.gemini.stream import GeminiStreamTranslator
 from protocol_py.providers.gemini.usage import CacheCharge
+from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.sse import SSEParser
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
@@ -60,7 +61,7 @@ def translate(
     """Run a 200 body through the translator (and the parser with other lines), in one piece
     or in ``chunk``-byte pieces, to the end of the body."""
     translator = GeminiStreamTranslator(
-        call_ids=CallIds(used_ids),
+        call_ids=CallIds(used_ids, prefix=CALL_ID_PREFIX),
         text_vendor_data=text_vendor_data,
         stop_sequences=stop_sequences,
         cache=cache,
@@ -76,6 +77,31 @@ def translate(
     for event in parser.close():
         out.extend(translator.on_event(event))
     return out + translator.on_eof()
+
+
+def response_object(
+    parts: list[dict[str, Any]],
+    finish: str | None = None,
+    *,
+    usage: dict[str, Any],
+    response_id: str = "resp-1",
+    **extra: Any,
+) -> dict[str, Any]:
+    """One ``GenerateContentResponse``: ``candidates[0]`` with ``parts`` (and ``finish`` as its
+    finishReason), ``usage`` as usageMetadata, the response id, and any ``extra`` members."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate], "usageMetadata": usage, "responseId": response_id, **extra}
+
+
+async def answer_text(provider: Any, model: str = "gemini-2.5-flash") -> str:
+    """Stream one completion through ``provider`` (then close it): the answer's text."""
+    try:
+        events = [e async for e in provider.stream(completion(model), CallContext())]
+    finally:
+        await provider.aclose()
+    return "".join(e.text_delta.text for e in events if e.text_delta is not None)
 
 
 def kinds(events: list[StreamEvent]) -> list[str]:
@@ -227,7 +253,8 @@ class GeminiStub(StubUpstream):
     * ``.../cachedContents`` (POST): a new entry ``cachedContents/c<N>`` whose
       ``totalTokenCount`` is ``cache_tokens``, or ``cache_status`` with an error body;
     * ``...:countTokens``: ``{"totalTokens": count_tokens}``;
-    * ``/token``: an OAuth access token ``ya29.stub-<N>`` valid for an hour;
+    * ``/token``: an OAuth access token ``ya29.stub-<N>`` valid for an hour, or HTTP 400 with
+      ``token_error`` as the body when that is set (a refused refresh);
     * ``GET .../models``: ``listing``.
     """
 
@@ -239,7 +266,11 @@ class GeminiStub(StubUpstream):
         self.count_tokens = 0
         self.created = 0
         self.tokens_issued = 0
+        self.token_error: dict[str, Any] | None = None
         self.listing: dict[str, Any] = {}
+
+    def tokens(self) -> list[Seen]:
+        return [s for s in self.seen if s.path.split("?")[0].endswith("/token")]
 
     def streams(self) -> list[Seen]:
         return [s for s in self.seen if ":streamGenerateContent" in s.path]
@@ -254,6 +285,12 @@ class GeminiStub(StubUpstream):
         path = seen.path.split("?")[0]
         json_headers = {"content-type": "application/json"}
         if path.endswith("/token"):
+            if self.token_error is not None:
+                return Reply(
+                    status=400,
+                    headers=json_headers,
+                    chunks=[json.dumps(self.token_error).encode()],
+                )
             self.tokens_issued += 1
             body = {
                 "access_token": f"ya29.stub-{self.tokens_issued}",

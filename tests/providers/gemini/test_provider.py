@@ -37,7 +37,7 @@ from protocol_py_gen.model.v1 import (
 
 from ...support.adapters import served_client
 from ...support.stub_upstream import Reply
-from ._gemini import GeminiStub, completion, kinds, stream_reply, user
+from ._gemini import GeminiStub, answer_text, completion, kinds, stream_reply, user
 
 KEY = "AIzaSy-test-key-0001-abcdefgh"
 ANSWER = [
@@ -91,11 +91,7 @@ async def test_base_url_query_is_kept_beside_alt_sse() -> None:
     async with GeminiStub() as stub:
         stub.queue(stream_reply(*ANSWER))
         provider = GeminiProvider(api_key=KEY, base_url=stub.url + "/proxy/v1beta?team=a")
-        try:
-            events = await _collect(provider, completion("gemini-2.5-flash"))
-        finally:
-            await provider.aclose()
-    assert _text(events) == "fine"
+        assert await answer_text(provider) == "fine"
     path, _, query = stub.seen[0].path.partition("?")
     assert path == "/proxy/v1beta/models/gemini-2.5-flash:streamGenerateContent"
     assert parse_qs(query) == {"team": ["a"], "alt": ["sse"]}
@@ -476,11 +472,7 @@ async def test_vertex_express_mode_api_key() -> None:
     async with GeminiStub() as stub:
         stub.queue(stream_reply(*ANSWER))
         provider = VertexProvider(api_key=KEY, base_url=stub.url + "/v1beta1")
-        try:
-            events = await _collect(provider, completion("gemini-2.5-flash"))
-        finally:
-            await provider.aclose()
-    assert _text(events) == "fine"
+        assert await answer_text(provider) == "fine"
     assert stub.seen[0].path == (
         "/v1beta1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     )

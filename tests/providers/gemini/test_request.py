@@ -313,6 +313,25 @@ def test_function_names_gemini_accepts() -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "ok"), [("a.b-c_9", True), ("n" * 64, True), ("a:b", False), ("n" * 65, False)]
+)
+def test_vertex_function_names_are_at_most_64_characters_without_colons(
+    name: str, ok: bool
+) -> None:
+    request = completion("gemini-2.5-flash", user("q"), tools=[ToolDeclaration(name=name)])
+    vertex = GeminiOptions(provider="vertex")
+    if ok:
+        body = build_gemini_body(request, SPECS["gemini-2.5-flash"], vertex)
+        assert body["tools"] == [{"functionDeclarations": [{"name": name}]}]
+        return
+    with pytest.raises(InvalidValueError) as info:
+        build_gemini_body(request, SPECS["gemini-2.5-flash"], vertex)
+    assert (info.value.rule, info.value.path) == ("adapter.gemini.tool.name", "tools[0].name")
+    assert "at most 64 characters on Vertex AI" in str(info.value)
+    build_gemini_body(request, SPECS["gemini-2.5-flash"])  # the Gemini API takes it
+
+
+@pytest.mark.parametrize(
     ("mode", "expected"),
     [
         (ToolChoiceMode.AUTO, {"mode": "AUTO"}),

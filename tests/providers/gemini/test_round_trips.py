@@ -16,7 +16,7 @@ from protocol_py.providers.gemini.provider import GeminiProvider, VertexProvider
 from protocol_py_gen.model.v1 import StopReason
 
 from ...support.adapters import served_client
-from ._gemini import SYNTHETIC_ID, GeminiStub, stream_reply
+from ._gemini import SYNTHETIC_ID, GeminiStub, response_object, stream_reply
 from .test_provider import service_account  # noqa: F401 (the fixture)
 
 USAGE = {
@@ -28,15 +28,7 @@ USAGE = {
 
 
 def _chunk(parts: list[dict[str, Any]], finish: str | None = None) -> dict[str, Any]:
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
-    if finish:
-        candidate["finishReason"] = finish
-    return {
-        "candidates": [candidate],
-        "usageMetadata": USAGE,
-        "responseId": "r",
-        "modelVersion": "v",
-    }
+    return response_object(parts, finish, usage=USAGE, response_id="r", modelVersion="v")
 
 
 def _calls_turn(gemini3: bool) -> list[dict[str, Any]]:

@@ -13,22 +13,13 @@ from protocol_py.providers.gemini.usage import CacheCharge, map_gemini_usage
 from protocol_py.rules.accumulate import accumulate
 from protocol_py_gen.model.v1 import ErrorKind, StopReason, StreamEvent
 
-from ._gemini import SYNTHETIC_ID, kinds, sse, translate
+from ._gemini import SYNTHETIC_ID, kinds, response_object, sse, translate
 
 USAGE = {"promptTokenCount": 12, "candidatesTokenCount": 3, "totalTokenCount": 15}
 
 
 def _event(parts: list[dict[str, Any]], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    return {
-        "candidates": [candidate],
-        "usageMetadata": USAGE,
-        "modelVersion": "gemini-2.5-flash",
-        "responseId": "resp-1",
-        **extra,
-    }
+    return response_object(parts, finish, usage=USAGE, modelVersion="gemini-2.5-flash", **extra)
 
 
 def _text(events: list[StreamEvent]) -> str:
@@ -253,6 +244,26 @@ def test_call_ids_are_unique_in_the_conversation_never_a_per_stream_counter() ->
     ]
     assert vendor is not None  # the colliding vendor id is kept as vendor data to send back
     assert [(v.location, v.value) for v in vendor.vendor_data] == [(FUNCTION_CALL_ID, b"taken")]
+
+
+def test_one_vendor_id_on_two_calls_of_a_response_is_sent_back_for_the_first_only() -> None:
+    body = sse(
+        _event(
+            [
+                {"functionCall": {"name": "f", "args": {}, "id": "dup"}},
+                {"functionCall": {"name": "f", "args": {}, "id": "dup"}},
+            ],
+            "STOP",
+        )
+    )
+    first, second = [e.tool_call_start for e in translate(body) if e.tool_call_start]
+    assert first is not None and second is not None
+    assert (first.id, [(v.location, v.value) for v in first.vendor_data]) == (
+        "dup",
+        [(FUNCTION_CALL_ID, b"dup")],
+    )
+    assert SYNTHETIC_ID.fullmatch(second.id)
+    assert list(second.vendor_data) == []  # an ambiguous vendor id is never replayed
 
 
 def test_call_without_arguments_has_no_delta() -> None:

@@ -12,9 +12,17 @@ The OAuth scope is ``https://www.googleapis.com/auth/cloud-platform``. ``token_u
 ``token_uri`` or ``VERTEX_TOKEN_URI``) replaces the token endpoint of a service-account or
 authorized-user credential, so tests (and private deployments) run against a local endpoint.
 google-auth is synchronous: a token is fetched in a worker thread, over httpx, at most once at
-a time, when the current one is missing or about to expire (google-auth's own margin). A
-failure is an AUTHENTICATION error naming only the exception type and google-auth's reason
-(which never contains the key).
+a time, when the current one is missing or about to expire (google-auth's own margin).
+
+Failures are AUTHENTICATION errors, never sent upstream:
+
+- no credentials anywhere (google-auth's ``DefaultCredentialsError``): :data:`NO_CREDENTIALS`,
+  naming ``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login`` and the
+  Configure keys, and where the project and location come from;
+- a refused refresh (the token endpoint's ``invalid_grant``, a transport failure): the
+  exception type and google-auth's one-line reason, at most :data:`MAX_REASON_CHARS`
+  characters, with every secret of the credentials (private key, refresh token, client
+  secret) removed should the endpoint have echoed one.
 """
 
 from __future__ import annotations
@@ -30,7 +38,15 @@ import httpx
 from protocol_py.provider import ProviderError
 from protocol_py_gen.model.v1 import ErrorKind, ModelError
 
-__all__ = ["SCOPE", "TOKEN_TIMEOUT_S", "VertexCredentials", "load_google_auth"]
+__all__ = [
+    "MAX_REASON_CHARS",
+    "NO_CREDENTIALS",
+    "SCOPE",
+    "TOKEN_TIMEOUT_S",
+    "VertexCredentials",
+    "adc_file_present",
+    "load_google_auth",
+]
 
 SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"
 """The OAuth scope Vertex AI calls need."""
@@ -38,7 +54,36 @@ SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"
 TOKEN_TIMEOUT_S: Final = 30.0
 """Longest wait for the token endpoint, seconds."""
 
-_MAX_REASON_CHARS: Final = 200
+MAX_REASON_CHARS: Final = 200
+"""Most characters of google-auth's reason quoted in an AUTHENTICATION error."""
+
+NO_CREDENTIALS: Final = (
+    "vertex: no credentials found: set GOOGLE_APPLICATION_CREDENTIALS to a service-account or "
+    "authorized-user key file, run gcloud auth application-default login, or Configure "
+    "credentials or credentials_file (the project comes from Configure project or "
+    "GOOGLE_CLOUD_PROJECT, the location from Configure location or GOOGLE_CLOUD_LOCATION, "
+    "default global)"
+)
+"""The AUTHENTICATION message when no credentials can be found anywhere."""
+
+_SECRET_KEYS: Final = ("private_key", "refresh_token", "client_secret", "private_key_id")
+
+
+def adc_file_present(env: Mapping[str, str] | None = None) -> bool:
+    """Whether an Application Default Credentials file can be found without any request:
+    ``GOOGLE_APPLICATION_CREDENTIALS``, or gcloud's ``application_default_credentials.json``
+    (under ``CLOUDSDK_CONFIG``, else ``~/.config/gcloud``, or ``%APPDATA%/gcloud`` on
+    Windows). The metadata server of Google Cloud hosts is not probed (that is a request)."""
+    env = env if env is not None else os.environ
+    if env.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return True
+    config = env.get("CLOUDSDK_CONFIG")
+    if not config:
+        if os.name == "nt":
+            config = os.path.join(env.get("APPDATA", ""), "gcloud")
+        else:
+            config = os.path.join(os.path.expanduser("~"), ".config", "gcloud")
+    return os.path.isfile(os.path.join(config, "application_default_credentials.json"))
 
 
 def load_google_auth() -> Any:
@@ -134,6 +179,11 @@ class VertexCredentials:
         """The current access token (None before the first refresh)."""
 
     @property
+    def configured(self) -> bool:
+        """Whether credentials were given (an object or a file), not left to ADC."""
+        return self._info is not None or bool(self._file)
+
+    @property
     def project(self) -> str | None:
         """The project id the credentials name (a service-account key's ``project_id``)."""
         if self._project is None and self._info is not None:
@@ -183,7 +233,7 @@ class VertexCredentials:
         if info is None:
             found, project = google.auth.default(scopes=[SCOPE])
             self._project = self._project or project
-            return found
+            return self._with_token_uri(found)
         kind = info.get("type")
         if kind == "service_account":
             found = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
@@ -198,9 +248,29 @@ class VertexCredentials:
                 info, scopes=[SCOPE]
             )
             self._project = self._project or project
+        return self._with_token_uri(found)
+
+    def _with_token_uri(self, found: Any) -> Any:
+        """``found`` with the replacement token endpoint, when one is set and the kind of
+        credentials has a token endpoint (service account, authorized user)."""
         if self._token_uri and hasattr(found, "with_token_uri"):
-            found = found.with_token_uri(self._token_uri)
+            return found.with_token_uri(self._token_uri)
         return found
+
+    def _reason(self, exc: BaseException) -> str:
+        """google-auth's reason for ``exc``: its message (not the token endpoint's whole
+        answer, which google-auth keeps as a second argument), first line, bounded, with the
+        credentials' secrets removed."""
+        first = exc.args[0] if exc.args else ""
+        text = first if isinstance(first, str) else type(exc).__name__
+        lines = text.splitlines()
+        reason = lines[0] if lines else ""
+        known = self._info or {}
+        for key in _SECRET_KEYS:
+            for secret in (known.get(key), getattr(self._credentials, key, None)):
+                if isinstance(secret, str) and len(secret) >= 4:
+                    reason = reason.replace(secret, "***")
+        return reason[:MAX_REASON_CHARS]
 
     def _refresh_sync(self) -> str:
         from google.auth import exceptions  # noqa: PLC0415
@@ -212,8 +282,10 @@ class VertexCredentials:
                 self._credentials.refresh(_HttpxRequest(client))
         except ProviderError:
             raise
+        except exceptions.DefaultCredentialsError:
+            raise _auth_error(NO_CREDENTIALS) from None
         except (exceptions.GoogleAuthError, ValueError, KeyError) as exc:
-            reason = str(exc).splitlines()[0][:_MAX_REASON_CHARS] if str(exc) else ""
+            reason = self._reason(exc)
             raise _auth_error(
                 f"vertex: credentials refused or unavailable ({type(exc).__name__}"
                 + (f": {reason}" if reason else "")

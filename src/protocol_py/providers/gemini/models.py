@@ -10,7 +10,8 @@ rule applies (signatures go back on the part they came from; unsigned thought su
 sent; docs/adapters.md "Gemini").
 
 Thinking controls (Google's thinking guide, ai.google.dev/gemini-api/docs/thinking, and the
-Vertex "Gemini 3" model pages, as quoted in ``../shared/vendors/gemini.md`` F33-F35):
+Vertex "Gemini 3" model pages, as quoted in the issue threads the workspace's Gemini vendor
+notes list):
 
 =========================  ============================================  ===========  ==========
 model                      control                                       default      off
@@ -27,23 +28,33 @@ Gemini 3 still accepts a budget "for backwards compatibility" and answers 400 to
 both; only the level is declared, so the kernel's validation refuses a budget there.
 
 Prices, USD per million tokens (input / output / cache read; cache storage per million tokens
-per hour; batch = 50 % of input and output). Source: ``../shared/vendors/gemini.md`` F37-F38
-(pydantic/genai-prices ``prices/providers/google.yml`` at 47df840, prices checked there between
-2025-10-31 and 2026-05; storage from a discuss.ai.google.dev thread quoting the pricing page),
-read 2026-12-01. Not checked against the live pricing page
-(ai.google.dev/gemini-api/docs/pricing): this workplace cannot reach it. Storage rates of
-Gemini 3 and 2.5 Flash-Lite are not in those sources: they are assumed equal to their tier's
-(Pro 4.50, Flash 1.00) and are to be checked first.
+per hour; batch = 50 % of input and output), read 2026-12-01, each from a secondary source, as
+the provenance column says: none was checked against the live pricing page
+(ai.google.dev/gemini-api/docs/pricing), which this workplace cannot reach, and the stored
+copies of Google's caching pages (ai.google.dev/gemini-api/docs/caching; the Vertex AI
+context-cache overview) say storage is billed per hour of lifetime without giving a rate.
 
-=========================  ============  ==============  ============  =======  =================
-model                      input         output          cache read    storage  note
-=========================  ============  ==============  ============  =======  =================
-gemini-2.5-pro             1.25 / 2.50   10.00 / 15.00   0.125 / 0.25  4.50     prompt >= 200,000
-gemini-2.5-flash           0.30          2.50            0.03          1.00     audio input 1.00
-gemini-2.5-flash-lite      0.10          0.40            0.01          1.00     (assumed storage)
-gemini-3(.1)-pro-preview   2.00 / 4.00   12.00 / 18.00   0.20 / 0.40   4.50     prompt >= 200,000
-gemini-3-flash-preview     0.50          3.00            0.05          1.00     (assumed storage)
-=========================  ============  ==============  ============  =======  =================
+- ``genai-prices``: pydantic/genai-prices ``prices/providers/google.yml`` at 47df840 (prices
+  checked there between 2025-10-31 and 2026-05): every input, output and cache-read rate.
+- ``forum``: the storage rates of 2.5 Pro (4.50) and 2.5 Flash (1.00), from a
+  discuss.ai.google.dev thread quoting the pricing page.
+- ``assumed``: the storage rates of 2.5 Flash-Lite, 3 / 3.1 Pro and 3 Flash are in none of
+  those sources; they are set equal to the rate of the 2.5 model of the same tier (Pro 4.50,
+  Flash and Flash-Lite 1.00) so that a cost is never silently zero, and are the first to
+  check before a release.
+
+=========================  ============  ==============  ============  =======  ================
+model                      input         output          cache read    storage  storage source
+=========================  ============  ==============  ============  =======  ================
+gemini-2.5-pro             1.25 / 2.50   10.00 / 15.00   0.125 / 0.25  4.50     forum
+gemini-2.5-flash           0.30          2.50            0.03          1.00     forum
+gemini-2.5-flash-lite      0.10          0.40            0.01          1.00     assumed
+gemini-3(.1)-pro-preview   2.00 / 4.00   12.00 / 18.00   0.20 / 0.40   4.50     assumed
+gemini-3-flash-preview     0.50          3.00            0.05          1.00     assumed
+=========================  ============  ==============  ============  =======  ================
+
+The Pro rows have two tiers: below / from a prompt of 200,000 tokens. 2.5 Flash bills audio
+input at 1.00 (no rate slot, below).
 
 The >= 200,000-token tier applies to the whole request (input, output and cache rates). The
 cache-write rate is input + cache read: the completion that creates a ``cachedContents`` entry
@@ -106,7 +117,7 @@ class _Rates:
     output: float
     cache_read: float
     cache_write: float  # input + cache_read, written out (the sum of two doubles is not)
-    storage: float
+    storage: float  # per million tokens per hour; see the module docstring for its provenance
 
 
 def _tier(rates: _Rates, *, since: int | None = None, until: int | None = None) -> PricingTier:
@@ -182,7 +193,7 @@ def _spec(model_id: str, thinking: ThinkingSpec, tiers: list[PricingTier]) -> Mo
 def gemini_models() -> list[ModelSpec]:
     """The curated Gemini 2.5 and 3 models (module docstring), the same on both APIs."""
 
-    def pro3() -> list[PricingTier]:
+    def pro3() -> list[PricingTier]:  # storage 4.50 assumed (module docstring)
         return _tiers(_Rates(2.00, 12.00, 0.20, 2.20, 4.50), _Rates(4.00, 18.00, 0.40, 4.40, 4.50))
 
     return [
@@ -199,13 +210,13 @@ def gemini_models() -> list[ModelSpec]:
         _spec(
             "gemini-2.5-flash-lite",
             _budget(512, 24_576, adaptive=False, off=True),
-            _tiers(_Rates(0.10, 0.40, 0.01, 0.11, 1.00)),
+            _tiers(_Rates(0.10, 0.40, 0.01, 0.11, 1.00)),  # storage 1.00 assumed
         ),
         _spec("gemini-3-pro-preview", _levels(["low", "high"]), pro3()),
         _spec("gemini-3.1-pro-preview", _levels(["low", "high"]), pro3()),
         _spec(
             "gemini-3-flash-preview",
             _levels(["minimal", "low", "medium", "high"]),
-            _tiers(_Rates(0.50, 3.00, 0.05, 0.55, 1.00)),
+            _tiers(_Rates(0.50, 3.00, 0.05, 0.55, 1.00)),  # storage 1.00 assumed
         ),
     ]

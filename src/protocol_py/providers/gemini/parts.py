@@ -9,9 +9,12 @@ stream translator and read back by the request builder, both owned by these two 
   a step, and only that one); on a ``TextBlock`` for a text part (Gemini 2.5 signs the first text
   part after its thoughts, Gemini 3 often the last, empty part of a turn).
 - :data:`FUNCTION_CALL_ID` (``gemini.function_call.id``): the ``functionCall.id`` the vendor
-  sent (Gemini 3 sends one; 2.x none). The ToolUseBlock's own id is the vendor's id when it is
-  unique in the conversation, otherwise a new one; only an id recorded here is ever sent back
-  to the vendor (a synthetic id never is).
+  sent (Gemini 3 sends one; 2.x none), kept whenever it names one call of its response
+  unambiguously. The ToolUseBlock's own id comes from the shared
+  :class:`~protocol_py.providers.http.call_ids.CallIds` (prefix :data:`CALL_ID_PREFIX`): the
+  vendor's id when it is unique in the conversation, otherwise a fresh ULID id, never a
+  per-stream counter. Only an id recorded here is ever sent back to the vendor (a synthetic id
+  never is).
 
 Signatures are valid only for the model family that made them (Google: "model family and
 tier"): :func:`signature_family` names the family of a model id, and a signature is replayed
@@ -24,16 +27,14 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from ulid import ULID
-
 from protocol_py_gen.content.v1 import VendorData
 
 __all__ = [
+    "CALL_ID_PREFIX",
     "FUNCTION_CALL_ID",
     "PROVIDER_NAMES",
     "SKIP_SIGNATURE",
     "THOUGHT_SIGNATURE",
-    "CallIds",
     "signature_family",
     "vendor_value",
 ]
@@ -43,6 +44,10 @@ THOUGHT_SIGNATURE: Final = "gemini.part.thought_signature"
 
 FUNCTION_CALL_ID: Final = "gemini.function_call.id"
 """Location of the vendor's own ``functionCall.id`` (value: the id's UTF-8 bytes)."""
+
+CALL_ID_PREFIX: Final = "gemini_"
+"""Prefix of the tool-call ids the adapter makes up (``gemini_<ULID>``) when the vendor sent
+none, or one the conversation already uses."""
 
 SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
 """The stand-in signature Google documents for a function call that has none (a call injected
@@ -81,30 +86,3 @@ def vendor_value(entries: Iterable[VendorData], location: str) -> str | None:
             except UnicodeDecodeError:
                 return None
     return None
-
-
-class CallIds:
-    """Tool-call ids for one response, unique within the conversation.
-
-    A vendor id is used as it is when non-empty and not already used by the conversation
-    (its tool_use and tool_result ids) or by this response; otherwise a new id
-    ``gemini_<ULID>`` is issued (a ULID is unique without any counter, so two streams, or a
-    replayed turn, never issue the same id).
-
-    Args:
-        used: The ids the conversation already holds.
-    """
-
-    def __init__(self, used: Iterable[str] = ()) -> None:
-        self._used = set(used)
-
-    def issue(self, vendor_id: str | None) -> str:
-        """The id for the next call, given the vendor's id (None or "" when it sent none)."""
-        if vendor_id and vendor_id not in self._used:
-            chosen = vendor_id
-        else:
-            chosen = f"gemini_{ULID()}"
-            while chosen in self._used:  # pragma: no cover - a ULID collision
-                chosen = f"gemini_{ULID()}"
-        self._used.add(chosen)
-        return chosen

@@ -2,7 +2,9 @@
 
 ``protocol-py serve --provider gemini [--base-url URL] [--discover]`` reads the key from
 ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY`` (or Configure ``api_key``) and sends it as the
-``x-goog-api-key`` header, never in the URL. Completions go to
+``x-goog-api-key`` header, never in the URL; without a key every call fails at once with
+AUTHENTICATION :data:`NO_API_KEY` (nothing is sent) after one start-up warning naming both
+variables. Completions go to
 ``POST <base>/models/<model>:streamGenerateContent?alt=sse`` (base
 ``https://generativelanguage.googleapis.com/v1beta``).
 
@@ -31,18 +33,23 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
 
 from protocol_py.codec import wire
 from protocol_py.provider import JSONValue, Provider, ProviderError
-from protocol_py.providers.gemini.auth import VertexCredentials, credentials_file_from_env
+from protocol_py.providers.gemini.auth import (
+    NO_CREDENTIALS,
+    VertexCredentials,
+    adc_file_present,
+    credentials_file_from_env,
+)
 from protocol_py.providers.gemini.caching import ExplicitCaches, plan_cache
 from protocol_py.providers.gemini.errors import gemini_error_from_http
 from protocol_py.providers.gemini.models import DEFAULT_CACHE_TTL_S, gemini_models
-from protocol_py.providers.gemini.parts import CallIds
+from protocol_py.providers.gemini.parts import CALL_ID_PREFIX
 from protocol_py.providers.gemini.request import (
     GeminiOptions,
     build_gemini_body,
@@ -59,6 +66,7 @@ from protocol_py.providers.http.base import (
     log,
     request_failure,
 )
+from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.errors import remember_secrets, transient_error
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEParser
@@ -76,6 +84,8 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
+    "API_KEY_VARIABLES",
+    "NO_API_KEY",
     "GeminiProvider",
     "VertexProvider",
     "check_location",
@@ -85,6 +95,13 @@ __all__ = [
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 """The Gemini API root."""
+
+API_KEY_VARIABLES: Final = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+"""The environment variables ``serve --provider gemini`` reads the key from, first set wins."""
+
+NO_API_KEY: Final = "no API key: set GEMINI_API_KEY or GOOGLE_API_KEY, or Configure api_key"
+"""The AUTHENTICATION message of a gemini call made without a key (it is never sent
+upstream: Google refuses every keyless call)."""
 
 
 def kernel_speaks_1_2(request: StreamCompletionRequest) -> bool:
@@ -144,12 +161,30 @@ class GeminiProvider(HTTPProvider):
             base_url = parse_base_url(base_url, what="--base-url")
         if discover is None:  # a foreign --base-url discovers its models (HTTPProvider.from_cli)
             discover = base_url is not None and base_url != parse_base_url(cls.default_base_url)
-        for variable in (cls.api_key_env, "GOOGLE_API_KEY"):
+        for variable in API_KEY_VARIABLES:
             key = env.get(variable) or None
             if key is not None:
                 check_api_key(key, variable)
                 return cls(api_key=key, base_url=base_url, discover=discover)
         return cls(base_url=base_url, discover=discover)
+
+    def warn_missing_credentials(self) -> None:
+        """At start-up without a key: one WARNING line naming both variables."""
+        if not self.api_key:
+            log.warning(
+                "gemini: %s; every request fails with AUTHENTICATION until one is set", NO_API_KEY
+            )
+
+    async def refresh_auth(self) -> None:
+        """Refuse a call without a key at once, before anything is sent.
+
+        Raises:
+            ProviderError: AUTHENTICATION :data:`NO_API_KEY`.
+        """
+        if not self.api_key:
+            raise ProviderError(
+                ModelError(kind=ErrorKind.AUTHENTICATION, message=NO_API_KEY, retryable=False)
+            )
 
     def catalog(self) -> list[ModelSpec]:
         """The curated Gemini models (:func:`protocol_py.providers.gemini.models.gemini_models`)."""
@@ -229,20 +264,10 @@ class GeminiProvider(HTTPProvider):
         """A translator for this request: ids unique in its conversation, the kernel's
         protocol version, its stop sequences and the cache it created."""
         request = call.request
-        used = [
-            id_
-            for m in request.messages
-            for b in m.content
-            for id_ in (
-                b.tool_use.id if b.tool_use is not None else None,
-                b.tool_result.tool_use_id if b.tool_result is not None else None,
-            )
-            if id_
-        ]
         state = call.extra if isinstance(call.extra, _CallState) else _CallState()
         params = request.params
         return GeminiStreamTranslator(
-            call_ids=CallIds(used),
+            call_ids=CallIds.from_request(request, prefix=CALL_ID_PREFIX),
             text_vendor_data=kernel_speaks_1_2(request),
             stop_sequences=list(params.stop_sequences) if params is not None else [],
             cache=state.charge,
@@ -379,6 +404,29 @@ class GeminiProvider(HTTPProvider):
         return CountTokensResponse(input_tokens=count, method=TokenCountMethod.VENDOR_API)
 
 
+_CREDENTIAL_KEYS: Final = (
+    # service-account key files
+    "project_id",
+    "private_key_id",
+    "private_key",
+    "client_email",
+    "client_id",
+    "auth_uri",
+    "token_uri",
+    "auth_provider_x509_cert_url",
+    "client_x509_cert_url",
+    "universe_domain",
+    # authorized-user files (gcloud auth application-default login)
+    "client_secret",
+    "refresh_token",
+    "quota_project_id",
+    "account",
+)
+"""The members of the two credential files Configure ``credentials`` takes (every one a
+string), so the schema is closed (``additionalProperties: false``) like the rest of it: a
+misspelt member is refused, and the server has no open object of the adapter's own to warn
+about."""
+
 _VERTEX_SCHEMA: dict[str, Any] = {
     "project": {"type": "string", "minLength": 1, "description": "The Google Cloud project."},
     "location": {
@@ -388,7 +436,14 @@ _VERTEX_SCHEMA: dict[str, Any] = {
     },
     "credentials": {
         "type": "object",
-        "description": "A service-account key or authorized-user object (its JSON).",
+        "description": "A service-account key or authorized-user object (its JSON). Other "
+        "kinds of Google credentials go in a file (credentials_file).",
+        "properties": {
+            "type": {"enum": ["service_account", "authorized_user"]},
+            **{key: {"type": "string"} for key in _CREDENTIAL_KEYS},
+        },
+        "required": ["type"],
+        "additionalProperties": False,
     },
     "credentials_file": {"type": "string", "minLength": 1},
     "token_uri": {"type": "string", "format": "uri", "description": "OAuth token endpoint."},
@@ -472,13 +527,28 @@ class VertexProvider(GeminiProvider):
             discover=bool(discover),
         )
 
-    async def start(self) -> None:
-        """Warn when no project is known; with ``--discover`` fetch a token first."""
-        if not self.api_key and not (self.project or self.credentials.project):
+    def warn_missing_credentials(self) -> None:
+        """At start-up: one WARNING line when no credentials can be found without a request
+        (no API key, no Configure credentials, no credentials file, no Application Default
+        Credentials file; only the metadata server of a Google Cloud host is left), and one
+        when no project is known."""
+        if self.api_key:
+            return
+        if not self.credentials.configured and not adc_file_present():
+            log.warning(
+                "%s; unless this runs on Google Cloud (metadata server), every request fails "
+                "with AUTHENTICATION",
+                NO_CREDENTIALS,
+            )
+        if not (self.project or self.credentials.project):
             log.warning(
                 "vertex: no project: set GOOGLE_CLOUD_PROJECT or Configure project; every "
                 "request fails until one is known"
             )
+
+    async def start(self) -> None:
+        """Warn about missing credentials or project; with ``--discover`` fetch a token
+        first."""
         if self.discover:
             await self.refresh_auth()
         await super().start()

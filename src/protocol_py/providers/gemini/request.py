@@ -37,8 +37,8 @@ turn N's body up to its last content is a byte prefix of turn N+1's): ``systemIn
   family (:func:`~protocol_py.providers.gemini.parts.signature_family`), is sent without its
   signatures and thinking.
 - tools -> ``tools[{functionDeclarations[{name, description, parametersJsonSchema}]}]``; a name
-  must start with a letter or ``_``, hold only ``[A-Za-z0-9_.:-]`` and be at most 128 characters
-  (rule ``adapter.gemini.tool.name``).
+  must start with a letter or ``_``, hold only ``[A-Za-z0-9_.:-]`` and be at most 128 characters,
+  on Vertex AI only ``[A-Za-z0-9_.-]`` and at most 64 (rule ``adapter.gemini.tool.name``).
 - tool_choice -> ``toolConfig.functionCallingConfig``: AUTO, ANY, NONE; SPECIFIC -> ANY with
   ``allowedFunctionNames: [name]``.
 - ``max_output_tokens`` -> ``generationConfig.maxOutputTokens``, ``temperature`` ->
@@ -105,6 +105,7 @@ CACHEABLE_KEYS: Final = ("systemInstruction", "tools", "toolConfig")
 set them)."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+_VERTEX_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _RESERVED_TOP = frozenset({"contents", "systemInstruction", "tools", "toolConfig", "cachedContent"})
 _RESERVED_CONFIG = frozenset(
     {"maxOutputTokens", "temperature", "stopSequences", "thinkingConfig", "candidateCount"}
@@ -125,16 +126,27 @@ class GeminiOptions:
     include_thoughts: bool = True
 
 
-def check_function_name(name: str, path: str) -> None:
-    """Raise InvalidValueError unless ``name`` is a function name Gemini accepts."""
-    if not _NAME.fullmatch(name):
-        raise InvalidValueError(
-            f"{path}: {name[:80]!r} is not a Gemini function name (a letter or '_' first, then "
-            "letters, digits, '_', '.', ':' or '-', at most 128 characters) "
-            "(rule adapter.gemini.tool.name)",
-            path=path,
-            rule="adapter.gemini.tool.name",
-        )
+def check_function_name(name: str, path: str, *, vertex: bool = False) -> None:
+    """Raise InvalidValueError unless ``name`` is a function name the API accepts.
+
+    Gemini API: a letter or ``_`` first, then letters, digits, ``_ . : -``, at most 128
+    characters. Vertex AI: a letter or ``_`` first, then letters, digits, ``_ . -`` (no colon),
+    at most 64 characters (Vertex AI reference, ``FunctionDeclaration.name``).
+    """
+    if vertex:
+        if _VERTEX_NAME.fullmatch(name):
+            return
+        rule_text = "letters, digits, '_', '.' or '-', at most 64 characters on Vertex AI"
+    else:
+        if _NAME.fullmatch(name):
+            return
+        rule_text = "letters, digits, '_', '.', ':' or '-', at most 128 characters"
+    raise InvalidValueError(
+        f"{path}: {name[:80]!r} is not a Gemini function name (a letter or '_' first, then "
+        f"{rule_text}) (rule adapter.gemini.tool.name)",
+        path=path,
+        rule="adapter.gemini.tool.name",
+    )
 
 
 def _b64(data: bytes) -> str:
@@ -338,10 +350,11 @@ def _contents(
     return out, kept
 
 
-def _tools(request: StreamCompletionRequest) -> list[dict[str, Any]]:
+def _tools(request: StreamCompletionRequest, options: GeminiOptions) -> list[dict[str, Any]]:
     declarations: list[dict[str, Any]] = []
+    vertex = options.provider == "vertex"
     for i, tool in enumerate(request.tools):
-        check_function_name(tool.name, f"tools[{i}].name")
+        check_function_name(tool.name, f"tools[{i}].name", vertex=vertex)
         entry: dict[str, Any] = {"name": tool.name}
         if tool.description:
             entry["description"] = tool.description
@@ -448,7 +461,7 @@ def build_gemini_body(
     system = context_texts(request.assembled_context)
     if system:
         body["systemInstruction"] = {"parts": [{"text": text} for text in system]}
-    tools = _tools(request)
+    tools = _tools(request, options)
     if tools:
         body["tools"] = tools
     tool_config = _tool_config(request)

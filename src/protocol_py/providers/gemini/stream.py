@@ -46,6 +46,12 @@ Pure: consumes parsed SSE events (with :data:`~protocol_py.providers.http.sse.OT
   MODERATION notice (scope prompt) and CONTENT_FILTERED. The body ending with neither ->
   TRANSIENT error.
 - Every terminal error first emits the usage reported so far (reported usage is never dropped).
+- Bounds (docs/server.md limits table; a breach is a TRANSIENT, retryable error naming the
+  bound, docs/decisions.md#d31): at most :data:`MAX_PARTS_PER_EVENT` parts in one response
+  object (checked before any of them is translated), :data:`MAX_FUNCTION_CALLS` function calls
+  in one response, and a ``thoughtSignature`` of at most :data:`MAX_SIGNATURE_BYTES` (the
+  VendorData value limit of protocol 1.1, ``rules/vendor_data.py``, which every signature must
+  fit to travel back to the vendor on its part).
 """
 
 from __future__ import annotations
@@ -56,11 +62,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from protocol_py.providers.gemini.errors import classify_gemini_error
-from protocol_py.providers.gemini.parts import FUNCTION_CALL_ID, THOUGHT_SIGNATURE, CallIds
+from protocol_py.providers.gemini.parts import (
+    CALL_ID_PREFIX,
+    FUNCTION_CALL_ID,
+    THOUGHT_SIGNATURE,
+)
 from protocol_py.providers.gemini.usage import CacheCharge, has_counts, map_gemini_usage
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.errors import transient_error
 from protocol_py.providers.http.sse import OTHER_LINE, SSEEvent
+from protocol_py.rules.vendor_data import MAX_VALUE_BYTES
 from protocol_py_gen.content.v1 import VendorData
 from protocol_py_gen.model.v1 import (
     ErrorKind,
@@ -73,11 +85,31 @@ from protocol_py_gen.model.v1 import (
     StreamMetadata,
 )
 
-__all__ = ["MAX_RAW_JSON_BYTES", "GeminiStreamTranslator", "map_finish_reason"]
+__all__ = [
+    "MAX_FUNCTION_CALLS",
+    "MAX_PARTS_PER_EVENT",
+    "MAX_RAW_JSON_BYTES",
+    "MAX_SIGNATURE_BYTES",
+    "GeminiStreamTranslator",
+    "map_finish_reason",
+]
 
 MAX_RAW_JSON_BYTES: Final = 1024 * 1024
 """Largest JSON value read from lines outside the event-stream grammar (1 MiB, characters);
 more is a TRANSIENT error."""
+
+MAX_PARTS_PER_EVENT: Final = 4096
+"""Most ``parts`` in one response object (one SSE event); more end the stream with a TRANSIENT
+error before any part of that event is translated. Gemini sends one to a few parts per event,
+tens when 2.5 Flash puts parallel calls in one event."""
+
+MAX_FUNCTION_CALLS: Final = 1024
+"""Most function calls in one response (all its events together); the next one ends the stream
+with a TRANSIENT error."""
+
+MAX_SIGNATURE_BYTES: Final = MAX_VALUE_BYTES
+"""Largest ``thoughtSignature``, UTF-8 bytes (64 KiB, the VendorData value limit); a larger one
+ends the stream with a TRANSIENT error. Signatures seen in recordings reach about 6 KB."""
 
 MAX_STREAMED_ARGUMENT_PATHS: Final = 4096
 """Most distinct ``jsonPath`` values one streamed (Vertex ``partialArgs``) call may set."""
@@ -333,7 +365,8 @@ class GeminiStreamTranslator:
     """Stateful translator for one Gemini / Vertex response body (module docstring).
 
     Args:
-        call_ids: Issues tool-call ids unique within the conversation.
+        call_ids: Issues tool-call ids unique within the conversation (default: a response
+            without history, fresh ids ``gemini_<ULID>``).
         text_vendor_data: The kernel speaks protocol 1.2: text-part signatures travel as
             ``TextDelta.vendor_data``; otherwise as the 1.1 thinking_signature encoding.
         stop_sequences: The request's stop sequences (detected here, never sent upstream).
@@ -348,7 +381,7 @@ class GeminiStreamTranslator:
         stop_sequences: Sequence[str] = (),
         cache: CacheCharge | None = None,
     ) -> None:
-        self._ids = call_ids or CallIds()
+        self._ids = call_ids or CallIds(prefix=CALL_ID_PREFIX)
         self._text_vendor_data = text_vendor_data
         self._stops = _StopScan(stop_sequences) if any(stop_sequences) else None
         self._cache = cache
@@ -360,6 +393,7 @@ class GeminiStreamTranslator:
         self._blocked = ""
         self._prompt_block: tuple[str, str | None, str] | None = None
         self._called = False
+        self._calls = 0
         self._text_open = False
         self._pending_signature: str | None = None
         self._streamed: _StreamedCall | None = None
@@ -496,6 +530,15 @@ class GeminiStreamTranslator:
             return
         content = candidate.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
+        if isinstance(parts, list) and len(parts) > MAX_PARTS_PER_EVENT:
+            self._fail(
+                out,
+                transient_error(
+                    f"upstream sent {len(parts)} parts in one response object, above the "
+                    f"limit of {MAX_PARTS_PER_EVENT} (MAX_PARTS_PER_EVENT)"
+                ),
+            )
+            return
         for part in parts if isinstance(parts, list) else []:
             if isinstance(part, dict):
                 self._part(out, part)
@@ -532,6 +575,18 @@ class GeminiStreamTranslator:
 
     def _part(self, out: list[StreamEvent], part: Mapping[str, Any]) -> None:
         signature = _str(part.get("thoughtSignature"))
+        if signature is not None and len(signature) * 4 > MAX_SIGNATURE_BYTES:
+            size = len(signature.encode("utf-8", "surrogatepass"))
+            if size > MAX_SIGNATURE_BYTES:
+                self._fail(
+                    out,
+                    transient_error(
+                        f"upstream sent a thoughtSignature of {size} bytes, above the limit "
+                        f"of {MAX_SIGNATURE_BYTES} bytes a signature can travel back in "
+                        "(MAX_SIGNATURE_BYTES, the VendorData value limit)"
+                    ),
+                )
+                return
         call = part.get("functionCall")
         if isinstance(call, dict):
             self._close_text(out)
@@ -620,20 +675,34 @@ class GeminiStreamTranslator:
         if name is None:
             self._fail(out, transient_error("upstream sent a functionCall without a name"))
             return
+        self._calls += 1
+        if self._calls > MAX_FUNCTION_CALLS:
+            self._fail(
+                out,
+                transient_error(
+                    f"upstream sent more than {MAX_FUNCTION_CALLS} function calls in one "
+                    "response (MAX_FUNCTION_CALLS)"
+                ),
+            )
+            return
         args = call.get("args")
         if args is not None and not isinstance(args, dict):
             self._fail(out, transient_error(f"functionCall {name!r}: args is not an object"))
             return
         vendor_id = _str(call.get("id"))
-        call_id = self._ids.issue(vendor_id)
+        issued = self._ids.issue(vendor_id)
+        call_id = issued.id
+        # the vendor's id goes back to it when it names this call alone: kept as the kernel id,
+        # or replaced only because the history already used it (never a duplicate in-response)
+        replay_id = issued.vendor_id or (vendor_id if call_id == vendor_id else None)
         vendor_data: list[VendorData] = []
         if signature:
             vendor_data.append(
                 VendorData(location=THOUGHT_SIGNATURE, value=signature.encode("utf-8"))
             )
-        if vendor_id:
+        if replay_id:
             vendor_data.append(
-                VendorData(location=FUNCTION_CALL_ID, value=vendor_id.encode("utf-8"))
+                VendorData(location=FUNCTION_CALL_ID, value=replay_id.encode("utf-8"))
             )
         self._called = True
         out.append(ev.tool_start(call_id, name, vendor_data))

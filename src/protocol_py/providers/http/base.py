@@ -31,6 +31,10 @@ docs/decisions.md#d12; cases C08, C11):
    to the translator's ``on_json`` (a vendor error object -> its classified error; a whole
    completion -> its content, usage and stop); any other content type is a PERMANENT error
    naming it.
+8. An SSE event whose data holds at least ``OFFLOAD_MIN_BYTES`` (64 KiB) is translated in a
+   worker thread (:func:`protocol_py.server.offload.run_cpu`): decoding and translating one
+   huge vendor object (a 15 MiB event of 100,000 function calls) never holds the event loop,
+   so other streams and Describe keep being answered meanwhile.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ from protocol_py.providers.http.url import (
     url_secrets,
 )
 from protocol_py.rules.stream_order import event_member
-from protocol_py.server.offload import run_cpu
+from protocol_py.server.offload import OFFLOAD_MIN_BYTES, run_cpu
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Capabilities,
@@ -468,12 +472,7 @@ class HTTPProvider(Provider, abc.ABC):
             ProviderStartError: discovery failed; the message names the URL (never its
                 credentials) and the cause in words.
         """
-        if not self.api_key and self.api_key_env:
-            log.warning(
-                "no API key: %s is not set; an upstream that requires one refuses every "
-                "request (AUTHENTICATION) until it is set or Configure sends api_key",
-                self.api_key_env,
-            )
+        self.warn_missing_credentials()
         if self.discover:
             await self._discover()
         where = safe_location(self.base_url)
@@ -490,6 +489,16 @@ class HTTPProvider(Provider, abc.ABC):
             what,
             where,
         )
+
+    def warn_missing_credentials(self) -> None:
+        """At start-up, one WARNING line when no API key is set, naming :attr:`api_key_env`
+        (a provider with other credentials, or several variables, says so itself)."""
+        if not self.api_key and self.api_key_env:
+            log.warning(
+                "no API key: %s is not set; an upstream that requires one refuses every "
+                "request (AUTHENTICATION) until it is set or Configure sends api_key",
+                self.api_key_env,
+            )
 
     async def _discover(self) -> None:
         from protocol_py.providers.catalog import discovered_model  # noqa: PLC0415
@@ -870,7 +879,11 @@ class HTTPProvider(Provider, abc.ABC):
                 return
             for sse in completed:
                 raw = None
-                for event in translator.on_event(sse):
+                if len(sse.data) >= OFFLOAD_MIN_BYTES:  # a huge event: off the loop (point 8)
+                    translated = await run_cpu(len(sse.data), translator.on_event, sse)
+                else:
+                    translated = translator.on_event(sse)
+                for event in translated:
                     # text deltas (nearly every event) are progress without a oneof scan
                     if event.text_delta is not None or event_member(event)[0] in ev.PROGRESS_KINDS:
                         started = True

@@ -21,6 +21,11 @@ an id that collides with another call of the SAME response (two calls under one 
 and the fresh id is what that vendor sees for the second call too. Another vendor's adapter
 ignores the entry (VendorData rule: unknown locations are ignored) and sends the kernel id.
 
+The Gemini adapters (prefix ``gemini_``) differ in one way: Gemini 2.x sends no ids and
+accepts none it did not make on Vertex, so they never send a kernel id back. They record the
+vendor id (``gemini.function_call.id``) whenever it is unambiguous, also when it IS the kernel
+id (``IssuedId.id == vendor_id``), and send back only recorded ids.
+
 Public API (small on purpose, shared by every adapter family): :class:`CallIds`
 (:meth:`CallIds.from_request`, :meth:`CallIds.issue`), :func:`replay_ids`, the location
 constants.
@@ -96,7 +101,8 @@ class CallIds:
     Args:
         taken: Ids of the conversation's history (:func:`history_ids`).
         prefix: The prefix of fresh ids (``call_`` for OpenAI-compatible vendors, ``toolu_``
-            for Anthropic), so a fresh id has the shape the vendor's own ids have.
+            for Anthropic, ``gemini_`` for Gemini and Vertex AI), so a fresh id has the shape
+            the vendor's own ids have.
     """
 
     __slots__ = ("_history", "_issued", "_messages", "_prefix", "_vendor_seen")
