@@ -5,6 +5,7 @@ documents of docs/cli.md run as written."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import subprocess
@@ -67,12 +68,22 @@ def test_validate_help_lists_the_accepted_kinds() -> None:
     assert "Accepted kinds: Capabilities, ModelSpec, Pricing" in " ".join(text.split())
 
 
+def environment_of(name: str) -> tuple[tuple[str, str], ...]:
+    """What a built-in provider declares it reads (none for one without the hook)."""
+    return getattr(load_provider_class(name), "environment_variables", tuple)()  # type: ignore[no-any-return]
+
+
 def test_serve_help_names_each_providers_environment_variable() -> None:
     text = SUBCOMMANDS["serve"].format_help()
+    epilog = text.split("environment variables:\n", 1)[1].splitlines()
     for name in BUILTIN:
-        env = getattr(load_provider_class(name), "api_key_env", "")
-        line = next(x for x in text.splitlines() if x.strip().startswith(name + " "))
-        assert line.split()[1] == (env or "none")
+        start = next(i for i, x in enumerate(epilog) if x.strip().startswith(name + " "))
+        rest = itertools.takewhile(lambda x: x.startswith(" " * 14), epilog[start + 1 :])
+        own = [epilog[start], *rest]
+        variables = [x[14:].split()[0].rstrip(":") for x in own]
+        assert variables == ([v for v, _ in environment_of(name)] or ["none"]), (name, own)
+    assert [v for v, _ in environment_of("gemini")] == ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in [v for v, _ in environment_of("vertex")]
     assert "PROTOCOL_PY_CLIENT_CERT" in text and "--no-discover" in text
 
 

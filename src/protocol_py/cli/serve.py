@@ -49,12 +49,17 @@ def environment_help() -> str:
     and the server's own."""
     lines = ["environment variables:"]
     for name in BUILTIN:
-        env = getattr(load_provider_class(name), "api_key_env", "")
-        lines.append(f"  {name:<12} {env + ' (API key)' if env else 'none'}")
+        listed: tuple[tuple[str, str], ...] = getattr(
+            load_provider_class(name), "environment_variables", tuple
+        )()
+        described = [f"{variable}: {meaning}" for variable, meaning in listed] or ["none"]
+        for i, text in enumerate(described):
+            lines.append(f"  {name if i == 0 else '':<12} {text}")
     lines += [
-        f"  {'server':<12} {CLIENT_CERT_ENV} (with --handshake: the kernel's client certificate,"
-        " PEM; turns on automatic mutual TLS)",
-        f"  {'':<12} PROTOCOL_PY_DESCRIPTOR (the buf image served by reflection)",
+        f"  {'server':<12} {CLIENT_CERT_ENV}: with --handshake, the kernel's client certificate"
+        " (PEM); turns on automatic mutual TLS",
+        f"  {'':<12} PROTOCOL_PY_DESCRIPTOR: the buf image served by reflection (default: the"
+        " one the package ships)",
     ]
     return "\n".join(lines)
 

@@ -134,6 +134,15 @@ class GeminiProvider(HTTPProvider):
     source = "protocol-py/builtin/gemini"
     default_base_url = GEMINI_BASE_URL
     api_key_env = "GEMINI_API_KEY"
+
+    @classmethod
+    def environment_variables(cls) -> tuple[tuple[str, str], ...]:
+        """``GEMINI_API_KEY``, then ``GOOGLE_API_KEY``: the first set is the API key."""
+        return (
+            (API_KEY_VARIABLES[0], "API key"),
+            (API_KEY_VARIABLES[1], f"API key when {API_KEY_VARIABLES[0]} is unset"),
+        )
+
     models_path = "/models"
     request_id_header = (
         "x-goog-request-id"  # Google sends none today; the body's responseId is used
@@ -482,6 +491,19 @@ class VertexProvider(GeminiProvider):
     source = "protocol-py/builtin/vertex"
     api_key_env = ""
     models_path = "/publishers/google/models"
+
+    @classmethod
+    def environment_variables(cls) -> tuple[tuple[str, str], ...]:
+        """The project, location, credentials file and token endpoint (:meth:`from_cli`)."""
+        return (
+            ("GOOGLE_CLOUD_PROJECT", "project id (else the credentials' project)"),
+            ("GOOGLE_CLOUD_LOCATION", "location (default global)"),
+            (
+                "GOOGLE_APPLICATION_CREDENTIALS",
+                "credentials file (else Application Default Credentials)",
+            ),
+            ("VERTEX_TOKEN_URI", "OAuth token endpoint override"),
+        )
 
     def __init__(
         self,

@@ -273,6 +273,13 @@ class HTTPProvider(Provider, abc.ABC):
     request_id_header: str = "x-request-id"
     anthropic_hints: bool = False
 
+    @classmethod
+    def environment_variables(cls) -> tuple[tuple[str, str], ...]:
+        """The environment variables ``serve --provider NAME`` reads, as ``(name, meaning)``
+        pairs in the order they are consulted (``serve --help`` lists them). By default the
+        one :attr:`api_key_env`, if any."""
+        return ((cls.api_key_env, "API key"),) if cls.api_key_env else ()
+
     def __init__(
         self,
         *,
