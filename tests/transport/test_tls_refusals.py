@@ -229,3 +229,26 @@ def test_refusal_reasons_name_the_rule_not_the_bytes() -> None:
     unknown.reason = "X" * 500  # type: ignore[misc]
     assert refusal_reason(unknown) == f"TLS handshake failed ({'X' * 60})"
     assert refusal_reason(ConnectionResetError()).startswith("the client ended the handshake")
+
+
+async def test_a_connection_that_never_starts_the_handshake_is_named_at_the_timeout(
+    pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "protocol_py.server")
+    server = ModelServer(ReferenceProvider())
+    server.handshake_timeout = 3.0  # a loaded machine still completes a real handshake in it
+    await server.start(
+        "127.0.0.1", 0, ssl=server_context(str(pki.server.cert), str(pki.server.key))
+    )
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        assert await asyncio.wait_for(reader.read(), timeout=30) == b""  # closed by the server
+        writer.close()
+        assert await _settle(caplog, 1) == [
+            "no TLS handshake completed within 3 s (handshake timeout)"
+        ]
+        context = client_context(str(pki.ca.cert))
+        async with ModelClient.connect(server.address, ssl=context) as client:
+            assert (await client.describe(timeout=10)).name == "reference"
+    finally:
+        await server.shutdown(grace_period=0)
