@@ -15,9 +15,16 @@ Steps, in order; the first failure stops the release with a non-zero exit:
 4. Write the release image ``proto-baseline/protocol-X.Y.binpb`` (``buf build``). When it already
    exists (a patch release), it is kept, and it must equal a fresh build: a patch release
    cannot change the protocol.
-5. Build the wheel and the sdist into ``dist/`` (``python -m build``, the ``build`` package of
+5. Record the release in ``proto-baseline/RELEASES.json`` (:data:`RELEASES_FILE`): version,
+   protocol, image and the image's sha256, with ``"commit": null`` (the release commit is the
+   one that adds the entry; it does not exist yet). Earlier entries still null get their
+   commit from git history (the first commit whose RELEASES.json names that version). The
+   table between ``<!-- releases:begin -->`` and ``<!-- releases:end -->`` in
+   ``docs/pinning.md`` is rewritten from the file (:func:`releases_table`). A clone without
+   tags pins a release by that commit or that image.
+6. Build the wheel and the sdist into ``dist/`` (``python -m build``, the ``build`` package of
    the dev extra; an isolated build environment with hatchling from the package index).
-6. Print the commands that commit the release and create its tag ``vX.Y.Z``.
+7. Print the commands that commit the release and create its tag ``vX.Y.Z``.
 
 A refusal in step 1 changes nothing; a failure after it leaves the changes made so far in the
 working tree (``git checkout -- . && git clean -fd proto-baseline`` undoes them).
@@ -30,6 +37,8 @@ failed, 2 for usage errors.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -46,6 +55,11 @@ PACKAGE_RE = re.compile(r'^PACKAGE_VERSION: Final = "([^"]*)"$', re.MULTILINE)
 PYPROJECT_RE = re.compile(r'^version = "[^"]*"$', re.MULTILINE)
 VERSION_FILE = Path("src/protocol_py/version.py")
 DIST_DIR = Path("dist")
+RELEASES_FILE = Path("proto-baseline/RELEASES.json")
+"""Every release: version, protocol, commit, image and the image's sha256 (docs/pinning.md)."""
+PINNING_DOC = Path("docs/pinning.md")
+TABLE_BEGIN = "<!-- releases:begin -->"
+TABLE_END = "<!-- releases:end -->"
 
 
 class ReleaseError(Exception):
@@ -190,6 +204,107 @@ def write_baseline(root: Path, protocol: str) -> Path:
     return target
 
 
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file's bytes, lowercase hex."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_releases(root: Path) -> list[dict[str, str | None]]:
+    """The entries of :data:`RELEASES_FILE` (none when it does not exist)."""
+    path = root / RELEASES_FILE
+    if not path.is_file():
+        return []
+    releases = json.loads(path.read_text(encoding="utf-8"))["releases"]
+    return list(releases)
+
+
+def release_commit(root: Path, version: str) -> str | None:
+    """The first commit whose :data:`RELEASES_FILE` names ``version``, or None (not committed
+    yet, or no git history)."""
+    try:
+        found = subprocess.run(
+            [
+                "git",
+                "log",
+                "--format=%H",
+                "-S",
+                f'"version": "{version}"',
+                "--",
+                str(RELEASES_FILE),
+            ],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return found[-1] if found else None
+
+
+def releases_table(releases: list[dict[str, str | None]]) -> str:
+    """The Markdown table of docs/pinning.md: one row per release, oldest first."""
+    rows = [
+        "| version | protocol | commit | image | sha256 of the image |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in releases:
+        commit = entry["commit"] or "the commit that adds this row"
+        rows.append(
+            f"| {entry['version']} | {entry['protocol']} | `{commit}` | `{entry['image']}` | "
+            f"`{entry['sha256']}` |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def write_table(root: Path, releases: list[dict[str, str | None]]) -> None:
+    """Rewrite the table between :data:`TABLE_BEGIN` and :data:`TABLE_END` of
+    :data:`PINNING_DOC` (skipped when the file does not exist).
+
+    Raises:
+        ReleaseError: the file lacks the markers.
+    """
+    path = root / PINNING_DOC
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise ReleaseError(f"{PINNING_DOC}: no {TABLE_BEGIN} ... {TABLE_END} block")
+    table = releases_table(releases)
+    path.write_text(text[: begin + len(TABLE_BEGIN)] + "\n" + table + text[end:], encoding="utf-8")
+
+
+def record_release(root: Path, version: str, image: Path) -> list[dict[str, str | None]]:
+    """Step 5: add (or refresh) ``version``'s entry in :data:`RELEASES_FILE` with ``commit``
+    null, fill the null commits of earlier entries from git, rewrite the docs table.
+
+    Returns:
+        The entries written.
+    """
+    protocol = ".".join(version.split(".")[:2])
+    releases = [entry for entry in read_releases(root) if entry["version"] != version]
+    for entry in releases:
+        if entry["commit"] is None:
+            entry["commit"] = release_commit(root, str(entry["version"]))
+    releases.append(
+        {
+            "version": version,
+            "protocol": protocol,
+            "commit": None,
+            "image": image.relative_to(root).as_posix(),
+            "sha256": sha256_of(image),
+        }
+    )
+    releases.sort(key=lambda entry: parse_version(str(entry["version"])))
+    path = root / RELEASES_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"releases": releases}, indent=2) + "\n", encoding="utf-8")
+    print(f"recorded {version} in {RELEASES_FILE}")
+    write_table(root, releases)
+    return releases
+
+
 def build_dists(root: Path, out_dir: Path) -> list[Path]:
     """Build the sdist and the wheel into ``out_dir`` (``python -m build``).
 
@@ -206,7 +321,7 @@ def build_dists(root: Path, out_dir: Path) -> list[Path]:
 
 
 def release(root: Path, version: str, *, check: bool = True) -> list[Path]:
-    """Steps 1-5 of the module docstring; returns the built distribution files.
+    """Steps 1-6 of the module docstring; returns the built distribution files.
 
     ``check=False`` skips only the ``tools/check`` run of step 1 (for tests of the other steps).
 
@@ -225,7 +340,8 @@ def release(root: Path, version: str, *, check: bool = True) -> list[Path]:
     for rel in set_versions(root, version):
         print(f"set {version} in {rel}")
     run([sys.executable, str(root / "tools" / "generate.py")], root)
-    write_baseline(root, ".".join(version.split(".")[:2]))
+    image = write_baseline(root, ".".join(version.split(".")[:2]))
+    record_release(root, version, image)
     return build_dists(root, root / DIST_DIR)
 
 
@@ -244,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     protocol = ".".join(version.split(".")[:2])
     print("\nRelease prepared. Review `git diff`, then commit and tag it:")
     print(
-        f"  git add -A proto proto-baseline gen src pyproject.toml && "
+        f"  git add -A proto proto-baseline gen src pyproject.toml docs && "
         f'git commit -m "release {version}" && '
         f'git tag -a v{version} -m "protocol-py {version} (protocol {protocol})"'
     )

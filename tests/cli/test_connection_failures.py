@@ -1,7 +1,7 @@
 """How the CLI reports a connection that ends before any answer: a graceful GOAWAY is the server
 shutting down; a server shut down between calls, or a connection closed after the request
-headers, is a connection failure, with the TLS hint for TCP only and the client-certificate hint
-under TLS."""
+headers, is a connection failure, with the TLS hint for TCP, the launched-plugin hint for a unix
+socket and the client-certificate hint under TLS."""
 
 from __future__ import annotations
 
@@ -155,9 +155,12 @@ def test_a_server_shut_down_between_calls_is_a_connection_failure_without_tls_hi
     assert "--tls" not in after.stderr
 
 
-def test_a_unix_socket_closed_before_any_answer_gets_no_tls_hint(tmp_path: Path) -> None:
-    """The TLS hint is for a TCP address; over a unix socket (a plaintext server that closes
-    the connection after the request headers) the loss is reported without it."""
+def test_a_unix_socket_closed_before_any_answer_gets_the_launched_plugin_hint_not_the_tcp_one(
+    tmp_path: Path,
+) -> None:
+    """The "--tls or --tls-ca" hint is for a TCP address; over a unix socket (here a plaintext
+    server that closes the connection after the request headers) the likely cause is a
+    launched plugin's socket, which speaks automatic mutual TLS."""
     path = tmp_path / "s.sock"
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
@@ -172,7 +175,14 @@ def test_a_unix_socket_closed_before_any_answer_gets_no_tls_hint(tmp_path: Path)
         thread.join(timeout=10)
         listener.close()
     assert lost.returncode == 1
-    assert lost.stderr == f"protocol-py describe: connection to unix:{path} lost: Connection lost\n"
+    assert lost.stderr == (
+        f"protocol-py describe: connection to unix:{path} lost: Connection lost before any "
+        "answer: if this is the socket of a plugin launched with --handshake, it speaks "
+        "automatic mutual TLS and accepts only the kernel that launched it "
+        "(protocol_py.transport.launch); if it is a `serve --socket` with TLS, connect with "
+        "--tls-ca\n"
+    )
+    assert "--tls or --tls-ca" not in lost.stderr
 
 
 def test_a_tcp_connection_closed_before_any_answer_keeps_the_tls_hint() -> None:

@@ -87,9 +87,14 @@ def test_readme_pinning_says_how_to_build_the_wheel_it_tells_users_to_install() 
     wheel = f"protocol_py-{PACKAGE_VERSION}-py3-none-any.whl"
     assert f"pip install {wheel}" in pinning  # builds with `python -m build`
     assert f"# {wheel}" in pinning
-    assert f"git checkout v{PACKAGE_VERSION}\n" in pinning
+    # the release commit first (a clone may have no tags), the tag where a copy has it
+    releases = json.loads((REPO / "proto-baseline/RELEASES.json").read_text(encoding="utf-8"))
+    commit = next(e["commit"] for e in releases["releases"] if e["version"] == PACKAGE_VERSION)
+    assert f"git checkout {commit}   # {PACKAGE_VERSION}\n" in pinning
+    assert f"`git checkout v{PACKAGE_VERSION}` before the wheel build" in pinning
     assert "python -m build --wheel" in pinning and "pip wheel --no-deps -w dist ." in pinning
     assert "Releases are tagged `vX.Y.Z`" in pinning
+    assert pinning.index("### The release image") < pinning.index("### Where your copy has")
 
 
 async def test_readme_simulate_error_kinds_and_repeat_payload_are_the_reference_providers(

@@ -3,6 +3,8 @@ scratch copies of the repository (the working tree is never touched)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -30,6 +32,7 @@ COPIED = (
     "CHANGELOG.md",
 )
 BUF = str(Path(sys.executable).parent / "buf")
+RECORDED = json.loads((REPO_ROOT / "proto-baseline/RELEASES.json").read_text())["releases"]
 CHECK_FAILS = 'import sys\nprint("stub check: failing")\nsys.exit(1)\n'
 CHECK_PASSES = 'print("stub check: passing")\n'
 MAJOR, MINOR, _PATCH = (int(part) for part in PACKAGE_VERSION.split("."))
@@ -179,6 +182,16 @@ def test_release_sets_versions_regenerates_writes_baseline_builds_and_prints_tag
     # The image is the fresh build of the released protos (the same bytes tools/generate writes).
     assert baseline.read_bytes() == (repo / "gen/descriptor/protocol.binpb").read_bytes()
     assert f"Protocol version: {NEXT_PROTOCOL}".encode() in baseline.read_bytes()
+    # Recorded for pinning without tags: its commit is the one that will add the entry.
+    recorded = json.loads((repo / "proto-baseline/RELEASES.json").read_text())["releases"]
+    assert recorded[-1] == {
+        "version": NEXT,
+        "protocol": NEXT_PROTOCOL,
+        "commit": None,
+        "image": f"proto-baseline/protocol-{NEXT_PROTOCOL}.binpb",
+        "sha256": hashlib.sha256(baseline.read_bytes()).hexdigest(),
+    }
+    assert [e["version"] for e in recorded[:-1]] == [e["version"] for e in RECORDED]
     stub = (repo / "gen/python/protocol_py_gen/model/v1/__init__.py").read_text()
     assert "PAUSE_TURN" in stub
     dist = sorted(p.name for p in (repo / "dist").iterdir())

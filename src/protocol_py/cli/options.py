@@ -249,30 +249,27 @@ def _client_for(address: str, args: argparse.Namespace) -> tuple[ModelClient, bo
 
 def _lost(address: str, exc: Exception, client: ModelClient, tls: bool) -> str:
     """The message of a lost connection: a graceful GOAWAY (NO_ERROR) is the server shutting
-    down (retryable); otherwise the error and, before any answer, :func:`_lost_hint`."""
+    down (retryable); otherwise the error and, before any answer, the client's hint
+    (:func:`protocol_py.client.hints.lost_hint`)."""
     if goaway_error_code(exc) == GOAWAY_NO_ERROR:
         return (
             f"connection to {address} closed: the server is shutting down (GOAWAY); retry "
             "when it is serving again"
         )
-    return f"connection to {address} lost: {exc}{_lost_hint(client, tls, address)}"
+    hint = client.connection_hint(exc)
+    return f"connection to {address} lost: {exc}" + (f" before any answer: {hint}" if hint else "")
 
 
-def _lost_hint(client: ModelClient, tls: bool, address: str) -> str:
-    """Why a connection may be lost before any answer (no Capabilities or Describe received
-    yet): under TLS 1.3 the server's refusal of the client certificate shows up there, after
-    the client's side of the handshake completed; a plaintext client of a TLS server on a TCP
-    address sees its connection closed during the HTTP/2 preface."""
-    if client._capabilities is not None or client._provider_name is not None:
-        return ""
-    if not tls and unix_socket_path(address) is not None:
-        return ""
-    if tls:
-        return (
-            " before any answer: the server may have refused this client's certificate (mutual "
-            "TLS: --tls-cert/--tls-key issued by a CA the server trusts)"
-        )
-    return " before any answer: if the server uses TLS, connect with --tls or --tls-ca"
+def _cannot_connect(address: str, exc: OSError, client: ModelClient | None) -> str:
+    """``cannot connect to ADDRESS: WHY``, and the client's hint (nothing listening, TLS
+    against a plaintext server, an untrusted certificate) after ``; ``."""
+    why = f"{exc.strerror or exc}"
+    if isinstance(exc, ssl.SSLError):  # OpenSSL's reason, or the hint that explains it
+        why = "TLS handshake failed" if exc.reason is None else str(exc.reason)
+    hint = client.connection_hint(exc) if client is not None else None
+    if hint and isinstance(exc, ssl.SSLError):
+        why = "TLS handshake failed"
+    return f"cannot connect to {address}: {why}" + (f"; {hint}" if hint else "")
 
 
 def run_client(
@@ -313,7 +310,7 @@ def run_client(
     except (ConnectionResetError, ConnectionAbortedError) as exc:
         raise CliError(_lost(address, exc, *opened[0])) from None
     except (ConnectionError, OSError) as exc:
-        raise CliError(f"cannot connect to {address}: {exc.strerror or exc}") from None
+        raise CliError(_cannot_connect(address, exc, opened[0][0] if opened else None)) from None
     except GRPCError as exc:
         raise CliError(f"server answered {exc.status.name}: {exc.message or ''}") from None
     except StreamTerminatedError as exc:

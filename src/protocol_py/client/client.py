@@ -16,8 +16,9 @@ one) and, once GetCapabilities has answered, carries nothing the plugin's versio
 (:func:`protocol_py.rules.version_gate.request_for_plugin`; docs/decisions.md#d30).
 
 Transport failures raise :class:`grpclib.exceptions.GRPCError` (or ``OSError`` /
-``ConnectionError`` when the server cannot be reached); in-band failures arrive as the
-``error`` of a :class:`Completion`.
+``ConnectionError`` when the server cannot be reached, ``ssl.SSLError`` on a TLS mismatch);
+:meth:`ModelClient.connection_hint` names the likely cause of such a failure. In-band failures
+arrive as the ``error`` of a :class:`Completion`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from grpclib.exceptions import StreamTerminatedError
 
 from protocol_py import _compat
 from protocol_py._compat import grpclib_private
+from protocol_py.client.hints import connection_hint
 from protocol_py.client.message_reader import MessageReader
 from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire import WireCodec
@@ -206,6 +208,18 @@ class ModelClient:
         self.stub = ModelServiceStub(channel)
         self._capabilities: Capabilities | None = None
         self._provider_name: str | None = None
+        self.address = ""
+        """The address given to :meth:`connect` (empty for a client made from a channel)."""
+        self.tls = False
+        """Whether the connection uses TLS."""
+
+    def connection_hint(self, exc: BaseException) -> str | None:
+        """The likely cause of ``exc``, a failure of this client's connection, in one sentence
+        (TLS against a plaintext server, an untrusted certificate, nothing listening, a
+        connection lost before any answer), or None
+        (:func:`protocol_py.client.hints.connection_hint`)."""
+        answered = self._capabilities is not None or self._provider_name is not None
+        return connection_hint(exc, self.address, tls=self.tls, answered=answered)
 
     @classmethod
     def connect(
@@ -235,9 +249,12 @@ class ModelClient:
             name = server_hostname or (CERT_SAN_DNS if path is not None else None)
             config = Configuration(ssl_target_name_override=name)
         if path is not None:
-            return cls(Channel(path=path, ssl=ssl, config=config, codec=WireCodec()))
-        host, port = parse_address(address)
-        return cls(Channel(host, port, ssl=ssl, config=config, codec=WireCodec()))
+            client = cls(Channel(path=path, ssl=ssl, config=config, codec=WireCodec()))
+        else:
+            host, port = parse_address(address)
+            client = cls(Channel(host, port, ssl=ssl, config=config, codec=WireCodec()))
+        client.address, client.tls = address, ssl is not None
+        return client
 
     async def __aenter__(self) -> ModelClient:
         return self

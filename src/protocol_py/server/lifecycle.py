@@ -51,6 +51,7 @@ from protocol_py.transport.listen import (
     remove_socket,
     socket_identity,
 )
+from protocol_py.transport.tls_accept import RefusalLog, tls_protocol_factory
 
 log = logging.getLogger("protocol_py.server")
 
@@ -124,6 +125,10 @@ class ServerLifecycle:
         (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it
         before
         :meth:`start`."""
+        self.tls_refusals = RefusalLog()
+        """Refused TLS handshakes of this server: one WARNING each, at most
+        :data:`~protocol_py.transport.tls_accept.TLS_REFUSAL_LOG_BURST` lines per
+        :data:`~protocol_py.transport.tls_accept.TLS_REFUSAL_LOG_INTERVAL` seconds."""
         self._trimmer = MemoryTrimmer()
         self.health_status = DrainableStatus()
         self.draining = False
@@ -268,29 +273,18 @@ class ServerLifecycle:
     ) -> None:
         """grpclib's ``Server.start``, with the TLS handshake bounded by
         :attr:`handshake_timeout` (grpclib does not pass asyncio's ``ssl_handshake_timeout``,
-        whose default is 60 s)."""
+        whose default is 60 s) and each refused handshake logged to :attr:`tls_refusals`
+        (:mod:`protocol_py.transport.tls_accept`)."""
         server = self._server
         assert server is not None and grpclib_private.listener(server) is None
         loop = asyncio.get_running_loop()
-        tls_timeout = self.handshake_timeout if ssl is not None else None
         factory = grpclib_private.server_protocol_factory(server)
+        if ssl is not None:  # each refused handshake: one rate-limited WARNING
+            factory = tls_protocol_factory(factory, ssl, self.handshake_timeout, self.tls_refusals)
         if sock is not None:
-            listener = await loop.create_unix_server(
-                factory,
-                sock=sock,
-                backlog=LISTEN_BACKLOG,
-                ssl=ssl,
-                ssl_handshake_timeout=tls_timeout,
-            )
+            listener = await loop.create_unix_server(factory, sock=sock, backlog=LISTEN_BACKLOG)
         else:
-            listener = await loop.create_server(
-                factory,
-                host,
-                port,
-                backlog=LISTEN_BACKLOG,
-                ssl=ssl,
-                ssl_handshake_timeout=tls_timeout,
-            )
+            listener = await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG)
         grpclib_private.set_listener(server, listener)
 
     @property
