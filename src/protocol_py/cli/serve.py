@@ -172,6 +172,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
+            allow_insecure_socket_dir=args.allow_insecure_socket_dir,
             handshake=args.handshake,
             grace_period=args.grace_period,
             max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,

@@ -175,6 +175,7 @@ class ServerLifecycle:
         ssl: SSLContext | None = None,
         owns_socket_dir: bool = False,
         client_certificate: bytes | None = None,
+        allow_shared_dir: bool = False,
     ) -> int:
         """Prepare, listen and mark health SERVING.
 
@@ -193,6 +194,9 @@ class ServerLifecycle:
             client_certificate: DER of the only client certificate accepted (automatic
                 mutual TLS): a TLS connection whose verified peer certificate is any other is
                 closed before its first HTTP/2 frame is read (:class:`PinnedH2Protocol`).
+            allow_shared_dir: Listen on ``path`` even when its directory is writable by other
+                users without the sticky bit (one WARNING); by default that is refused with
+                ``PermissionError`` (:func:`~protocol_py.transport.listen.check_socket_directory`).
 
         Returns:
             The bound TCP port (0 on a unix socket).
@@ -236,7 +240,8 @@ class ServerLifecycle:
             # The socket is created owner-only (umask), not made so after a window.
             previous_umask = os.umask(0o777 & ~SOCKET_MODE)
             try:
-                sock = bind_unix_socket(path)  # refuses a live server's socket
+                # refuses a live server's socket, and a directory others can write
+                sock = bind_unix_socket(path, allow_shared_dir=allow_shared_dir)
             finally:
                 os.umask(previous_umask)
             try:

@@ -127,6 +127,7 @@ async def serve_async(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
+    allow_insecure_socket_dir: bool = False,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     log_level: str | None = DEFAULT_LOG_LEVEL,
@@ -209,6 +210,7 @@ async def serve_async(
         tls_key=tls_key,
         tls_client_ca=tls_client_ca,
         client_cert_env=go_plugin_handshake.CLIENT_CERT_ENV if go_plugin else CLIENT_CERT_ENV,
+        allow_shared_dir=allow_insecure_socket_dir,
     )
     loop = asyncio.get_running_loop()
     stop_event = stop or asyncio.Event()
@@ -401,6 +403,7 @@ def serve(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
+    allow_insecure_socket_dir: bool = False,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     log_level: str | None = DEFAULT_LOG_LEVEL,
@@ -423,6 +426,7 @@ def serve(
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
+            allow_insecure_socket_dir=allow_insecure_socket_dir,
             grace_period=grace_period,
             max_message_size=max_message_size,
             log_level=log_level,
