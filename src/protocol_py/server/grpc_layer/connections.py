@@ -35,6 +35,9 @@ protocol"):
   costs the loop at most one read), are charged to a per-connection allowance of
   :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per second; a
   connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed, with one WARNING.
+* **Connection limit** (:class:`TransportProtocol`): each new connection is counted by the
+  server's :class:`~protocol_py.server.grpc_layer.connection_limit.ConnectionLimit`; over it
+  the oldest idle connection is closed, or this one at once.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
@@ -62,6 +65,7 @@ from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import bounded_message
 from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
+from protocol_py.server.grpc_layer.connection_limit import ConnectionLimit
 from protocol_py.server.offload import run_released
 
 log = logging.getLogger("protocol_py.server")
@@ -404,11 +408,13 @@ def protocol_factory(
     protocol_class: Callable[..., H2Protocol] | None = None,
     handler_class: type[TransportHandler] | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    connection_limit: ConnectionLimit | None = None,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
     :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
-    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
+    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface; ``connection_limit`` counts
+    the connection (:mod:`~protocol_py.server.grpc_layer.connection_limit`)."""
     handler = (handler_class or TransportHandler)(
         *grpclib_private.handler_arguments(server),
         receive_timeout=receive_timeout,
@@ -420,6 +426,7 @@ def protocol_factory(
     protocol = make(handler, *grpclib_private.protocol_configurations(server))
     if isinstance(protocol, TransportProtocol):
         protocol.handshake_timeout = handshake_timeout
+        protocol.connection_limit = connection_limit
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 
@@ -433,6 +440,10 @@ class TransportProtocol(H2Protocol):
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
 
+    connection_limit: ConnectionLimit | None = None
+    """The server's bound on open connections: a connection over it closes the oldest idle
+    one or is itself closed at once."""
+
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
     _frames: ControlFrameCounter | None = None
@@ -443,6 +454,8 @@ class TransportProtocol(H2Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
         super().connection_made(_QuietTransport(transport))  # type: ignore[arg-type]
+        if self.connection_limit is not None and not self.connection_limit.admit(self):
+            return  # over the connection limit with none idle: closed at once
         if not transport.is_closing():
             self._preface_timer = asyncio.get_running_loop().call_later(
                 self.handshake_timeout, self._preface_expired, transport
@@ -476,6 +489,8 @@ class TransportProtocol(H2Protocol):
         if self._preface_timer is not None:
             self._preface_timer.cancel()
             self._preface_timer = None
+        if self.connection_limit is not None:
+            self.connection_limit.release(self)
         super().connection_lost(exc)
         self.connection.write_ready.set()
 
