@@ -44,7 +44,9 @@ def test_the_table_lists_every_patch_module_with_an_upstream_and_the_installed_v
         module = getattr(protocol_py._compat, patch.module)
         assert patch.install is module.install
         installed = (
-            platform.python_version() if patch.dependency == "CPython" else version(patch.dependency)
+            platform.python_version()
+            if patch.dependency == "CPython"
+            else version(patch.dependency)
         )
         assert installed in SpecifierSet(patch.versions), patch.module
         assert patch.upstream == "none filed" or patch.upstream.startswith("https://github.com/")

@@ -46,6 +46,7 @@ from protocol_py.server.grpc_layer.connections import (
     protocol_factory,
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
 from protocol_py.server.offload import start_workers
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
 from protocol_py.transport.listen import (
@@ -232,6 +233,7 @@ class ServerLifecycle:
         handshake_timeout = self.handshake_timeout
         trimmer = self._trimmer
         connection_limit = self.connection_limit
+        flood_warnings = RateLimitedWarning(log)  # one flood WARNING per 10 s, server-wide
 
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
@@ -243,6 +245,7 @@ class ServerLifecycle:
                     handler_class=AdmissionHandler,
                     handshake_timeout=handshake_timeout,
                     connection_limit=connection_limit,
+                    flood_warnings=flood_warnings,
                     protocol_class=(
                         functools.partial(PinnedH2Protocol, client_certificate)
                         if client_certificate is not None
