@@ -110,10 +110,11 @@ and the 9-byte header of its SETTINGS frame."""
 
 CONTROL_FRAME_RATE: Final = 200.0
 """Control frames per second a connection may send for as long as it likes (the refill rate of
-its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, SETTINGS
-(:data:`SETTINGS_FRAME_WEIGHT` each), PRIORITY, RST_STREAM, DATA frames with no payload and no
-END_STREAM, and WINDOW_UPDATE frames beyond those earned by DATA the server sent
-(:data:`WINDOW_UPDATES_PER_DATA_FRAME`). A connection over its allowance gets GOAWAY
+its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, PRIORITY,
+RST_STREAM (one each), SETTINGS (:data:`SETTINGS_FRAME_WEIGHT` each), DATA frames with no
+payload and no END_STREAM (:data:`EMPTY_DATA_FRAME_WEIGHT` each), and WINDOW_UPDATE frames
+beyond those earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`;
+:data:`WINDOW_UPDATE_FRAME_WEIGHT` each). A connection over its allowance gets GOAWAY
 ENHANCE_YOUR_CALM and is closed."""
 
 CONTROL_FRAME_BURST: Final = 2000
@@ -124,6 +125,15 @@ SETTINGS_FRAME_WEIGHT: Final = 10
 window change reaches every open stream) and answers it with an ACK, several times the work
 of a PING; a client sends a handful per connection. So a connection may send
 :data:`CONTROL_FRAME_BURST` / 10 = 200 at once and 20 per second."""
+
+EMPTY_DATA_FRAME_WEIGHT: Final = 10
+"""Control frames one DATA frame with no payload and no END_STREAM is charged as: it carries
+nothing, no gRPC client sends one, and h2 and grpclib handle each as a data event."""
+
+WINDOW_UPDATE_FRAME_WEIGHT: Final = 10
+"""Control frames one WINDOW_UPDATE frame not earned by DATA the server sent
+(:data:`WINDOW_UPDATES_PER_DATA_FRAME`) is charged as: a client gives window back only after
+data arrived, so unearned ones are a handful per connection."""
 
 WINDOW_UPDATES_PER_DATA_FRAME: Final = 2
 """WINDOW_UPDATE frames each DATA frame the server sends earns its peer free of charge (one
@@ -524,7 +534,7 @@ class TransportProtocol(H2Protocol):
         if frames.window_updates:  # those earned by DATA the server sent are free
             free = min(frames.window_updates, self._window_update_credit)
             self._window_update_credit -= free
-            control += frames.window_updates - free
+            control += (frames.window_updates - free) * WINDOW_UPDATE_FRAME_WEIGHT
             frames.window_updates = 0
         if self._over_control_allowance(control):
             return
@@ -639,9 +649,10 @@ class ControlFrameCounter:
     """Counts the control frames in a connection's bytes from the 9-byte HTTP/2 frame headers
     alone (RFC 9113 section 4.1), before h2 parses anything, so a flood is stopped after one
     read instead of after h2 has handled every frame in it. Counted (:meth:`feed`'s result):
-    PING, PRIORITY, RST_STREAM and DATA with an empty payload and no END_STREAM flag, one
-    each; SETTINGS (not its ACK), :data:`SETTINGS_FRAME_WEIGHT` each. WINDOW_UPDATE frames are
-    counted apart (:attr:`window_updates`): those that follow DATA the server sent are free
+    PING, PRIORITY and RST_STREAM, one each; DATA with an empty payload and no END_STREAM flag,
+    :data:`EMPTY_DATA_FRAME_WEIGHT` each; SETTINGS (not its ACK), :data:`SETTINGS_FRAME_WEIGHT`
+    each. WINDOW_UPDATE frames are counted apart (:attr:`window_updates`): those that follow
+    DATA the server sent are free, the others weigh :data:`WINDOW_UPDATE_FRAME_WEIGHT`
     (:class:`TransportProtocol`). The client connection preface (24 bytes) is skipped."""
 
     __slots__ = ("_header", "_skip", "window_updates")
@@ -683,8 +694,10 @@ class ControlFrameCounter:
                     count += SETTINGS_FRAME_WEIGHT
             elif kind == 8:  # WINDOW_UPDATE
                 self.window_updates += 1
-            elif kind in (2, 3, 6) or (kind == 0 and not length and not header[4] & 1):
+            elif kind in (2, 3, 6):  # PRIORITY, RST_STREAM, PING
                 count += 1
+            elif kind == 0 and not length and not header[4] & 1:  # empty DATA, no END_STREAM
+                count += EMPTY_DATA_FRAME_WEIGHT
             self._skip = length
             if count > limit:
                 break
