@@ -9,7 +9,8 @@ removing the reader and scheduling a restart 1 s later, but then keeps looping: 
 tens of thousands of tracebacks a second.
 
 For a listening socket registered with :func:`guard` (the reference server's), :func:`install`
-makes the accept loop stop at the first such failure, pause accepting for
+makes the accept loop take at most :data:`ACCEPTS_PER_TURN` connections per turn, stop at the
+first such failure, pause accepting for
 :data:`ACCEPT_BACKOFF_INITIAL` seconds, doubling on each failure in a row up to
 :data:`ACCEPT_BACKOFF_MAX`, back to the initial delay after an accept succeeds, and call the
 socket's ``on_exhausted(error, delay)`` instead of the exception handler (the server logs one
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "ACCEPTS_PER_TURN",
     "ACCEPT_BACKOFF_INITIAL",
     "ACCEPT_BACKOFF_MAX",
     "RESOURCE_ERRNOS",
@@ -43,6 +45,12 @@ ACCEPT_BACKOFF_INITIAL: Final = 0.05
 
 ACCEPT_BACKOFF_MAX: Final = 1.0
 """Longest pause of accepting (the delay doubles per failure in a row up to this), seconds."""
+
+ACCEPTS_PER_TURN: Final = 16
+"""Most connections a guarded listening socket accepts per event loop turn (asyncio's
+``backlog``, 100, otherwise): accepted sockets hold descriptors before the server counts
+them, so fewer at once keep the connection limit ahead of the descriptor limit; the rest wait
+in the kernel's queue for the next turn."""
 
 RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 """``accept()`` errors that mean the process or system is out of a resource."""
@@ -127,7 +135,7 @@ def install() -> bool:
             ssl_handshake_timeout,
             ssl_shutdown_timeout,
         )
-        for _ in range(backlog):
+        for _ in range(min(backlog, ACCEPTS_PER_TURN)):
             try:
                 conn, addr = sock.accept()
                 conn.setblocking(False)

@@ -13,8 +13,8 @@ suppressed ones.
 When ``accept()`` itself fails for lack of descriptors or memory (other files, upstream
 sockets), :meth:`ConnectionLimit.accept_exhausted` (called by
 :mod:`protocol_py._compat.asyncio_accept_backoff`, which pauses accepting with a growing
-delay) closes the oldest idle connection, so the next accept can succeed, and logs one
-rate-limited WARNING.
+delay) closes the :data:`ACCEPT_EVICTIONS` oldest idle connections, so the next accepts can
+succeed, and logs one rate-limited WARNING.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Final
 from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
 
 __all__ = [
+    "ACCEPT_EVICTIONS",
     "CONNECTION_FD_RESERVE",
     "MAX_CONNECTIONS_CAP",
     "ConnectionLimit",
@@ -39,6 +40,10 @@ log = logging.getLogger("protocol_py.server")
 CONNECTION_FD_RESERVE: Final = 128
 """File descriptors kept out of the default connection limit for everything else (upstream
 HTTP connections, files, the event loop's own, worker threads), descriptors."""
+
+ACCEPT_EVICTIONS: Final = 8
+"""Idle connections closed, oldest first, each time ``accept()`` fails for lack of a resource
+(so the connections waiting in the kernel's queue get descriptors), connections."""
 
 MAX_CONNECTIONS_CAP: Final = 10_000
 """Largest default connection limit, connections (a larger one takes ``max_connections=``)."""
@@ -120,15 +125,18 @@ class ConnectionLimit:
 
     def accept_exhausted(self, error: OSError, delay: float) -> None:
         """``accept()`` failed for lack of a resource (``error``; accepting pauses ``delay``
-        seconds): close the oldest idle connection and log one rate-limited WARNING."""
-        freed = self.evict_idle("out of file descriptors")
+        seconds): close the :data:`ACCEPT_EVICTIONS` oldest idle connections and log one
+        rate-limited WARNING."""
+        freed = 0
+        while freed < ACCEPT_EVICTIONS and self.evict_idle("out of file descriptors"):
+            freed += 1
         name = errno.errorcode.get(error.errno or 0, str(error.errno))
         self._accept_failures.warn(
             "cannot accept connections: %s (%s) with %d connections open; accepting paused "
-            "for %g s%s",
+            "for %g s, %d idle connection(s) closed",
             error.strerror or name,
             name,
-            len(self._open),
+            len(self._open) + freed,
             delay,
-            ", the oldest idle connection closed" if freed else "",
+            freed,
         )
