@@ -138,7 +138,7 @@ data arrived, so unearned ones are a handful per connection."""
 WINDOW_UPDATES_PER_DATA_FRAME: Final = 2
 """WINDOW_UPDATE frames each DATA frame the server sends earns its peer free of charge (one
 for the stream's window, one for the connection's); any others are charged as control frames,
-one each."""
+:data:`WINDOW_UPDATE_FRAME_WEIGHT` each."""
 
 MAX_WINDOW_UPDATE_CREDIT: Final = 1_000_000
 """Most uncharged WINDOW_UPDATE frames a connection may have earned and not yet used."""
