@@ -20,9 +20,10 @@ succeed, and logs one rate-limited WARNING.
 from __future__ import annotations
 
 import errno
+import importlib
 import logging
-import resource
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Final
 
 from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
@@ -49,14 +50,27 @@ MAX_CONNECTIONS_CAP: Final = 10_000
 """Largest default connection limit, connections (a larger one takes ``max_connections=``)."""
 
 
+def _resource_module() -> ModuleType | None:
+    """The ``resource`` module (POSIX only), or None."""
+    try:
+        return importlib.import_module("resource")
+    except ImportError:
+        return None
+
+
 def default_max_connections(soft_limit: int | None = None) -> int:
     """The default maximum of open connections: the soft ``RLIMIT_NOFILE`` (``soft_limit``,
     default the process's) minus :data:`CONNECTION_FD_RESERVE`, but at least half of it,
-    and at most :data:`MAX_CONNECTIONS_CAP` (also for an unlimited one). 1024 gives 896,
-    256 gives 128."""
+    and at most :data:`MAX_CONNECTIONS_CAP` (also for an unlimited one, and where there is no
+    ``resource`` module). 1024 gives 896, 256 gives 128."""
     if soft_limit is None:
-        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
+        resource = _resource_module()
+        if resource is None:
+            return MAX_CONNECTIONS_CAP
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft_limit == resource.RLIM_INFINITY:
+            return MAX_CONNECTIONS_CAP
+    if soft_limit <= 0:
         return MAX_CONNECTIONS_CAP
     return max(
         1, min(MAX_CONNECTIONS_CAP, max(soft_limit // 2, soft_limit - CONNECTION_FD_RESERVE))
