@@ -1,12 +1,13 @@
 """HTTP/2 control frame floods against ``protocol-py serve`` (a subprocess), with a Describe
 every 100 ms from another client while each flood runs.
 
-For each flood (PING, SETTINGS, PRIORITY, empty DATA: frames written as fast as the socket
-takes them, ACKs never read, from a child process that reconnects each time the server closes
-its connection, for ``--seconds``), prints the frames sent, the connections used, the GOAWAY
-error codes seen, the worst and median Describe latency during
+For each flood (PING, SETTINGS, PRIORITY, empty DATA, unearned WINDOW_UPDATE: frames written
+as fast as the socket takes them, ACKs never read, from a child process that reconnects each
+time the server closes its connection, for ``--seconds``), prints the frames sent, the
+connections used, the GOAWAY error codes seen, the worst and median Describe latency during
 the flood against the same figures with no flood (measured in the same run), and the server's
-RSS before and after. Figures are medians of ``--repeat`` runs.
+RSS before and after, and the server's log lines (tracebacks, WARNING lines: one per 10 s for
+all flooding connections together). Figures are medians of ``--repeat`` runs.
 
 Usage: ``.venv/bin/python benchmarks/h2_floods.py [--repeat 3] [--seconds 2]``
 """
@@ -28,7 +29,13 @@ import grpc  # type: ignore[import-untyped]
 import h2.config
 import h2.connection
 import h2.events
-from hyperframe.frame import DataFrame, PingFrame, PriorityFrame, SettingsFrame
+from hyperframe.frame import (
+    DataFrame,
+    PingFrame,
+    PriorityFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 SERVICE = "/model.v1.ModelService/"
 
@@ -64,6 +71,8 @@ def frames(kind: str, count: int) -> bytes:
             )
         elif kind == "PRIORITY":
             made.append(PriorityFrame(1, depends_on=0, stream_weight=16).serialize())
+        elif kind == "WINDOW_UPDATE":  # unearned: the server sent no DATA
+            made.append(WindowUpdateFrame(i % 2, window_increment=1).serialize())
         else:
             made.append(DataFrame(1, data=b"").serialize())
     return b"".join(made)
@@ -180,14 +189,14 @@ def run(repeat: int, seconds: float, log: Any) -> None:
         base_rss = rss(proc.pid)
         runs: dict[str, list[dict[str, Any]]] = {}
         for _ in range(repeat):
-            for kind in (None, "PING", "SETTINGS", "PRIORITY", "empty DATA"):
+            for kind in (None, "PING", "SETTINGS", "PRIORITY", "empty DATA", "WINDOW_UPDATE"):
                 runs.setdefault(kind or "no flood", []).append(probe(port, seconds, kind))
         baseline = statistics.median(r["worst_ms"] for r in runs["no flood"])
         print(f"server RSS before: {base_rss / 2**20:.1f} MiB")
         for name, results in runs.items():
             worst = statistics.median(r["worst_ms"] for r in results)
             print(
-                f"{name:>11}: frames sent {statistics.median(r['sent'] for r in results):>8.0f}"
+                f"{name:>13}: frames sent {statistics.median(r['sent'] for r in results):>8.0f}"
                 f" on {statistics.median(r['connections'] for r in results):>4.0f} connections"
                 f"  GOAWAY {results[0]['goaway']}"
                 f"  Describe worst {worst:6.1f} ms (x{worst / baseline:.2f} of no flood)"
@@ -197,7 +206,14 @@ def run(repeat: int, seconds: float, log: Any) -> None:
         log.seek(0)
         lines = log.read().splitlines()
         tracebacks = sum(1 for line in lines if line.startswith("Traceback"))
-        print(f"server log: {len(lines)} lines, {tracebacks} tracebacks")
+        warnings = sum(1 for line in lines if " WARNING " in line)
+        connections = sum(
+            statistics.median(r["connections"] for r in results) for results in runs.values()
+        )
+        print(
+            f"server log: {len(lines)} lines, {tracebacks} tracebacks, {warnings} WARNING lines "
+            f"(flooding connections closed: about {connections * repeat:.0f})"
+        )
     finally:
         proc.terminate()
         proc.wait(10)

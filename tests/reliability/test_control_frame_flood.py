@@ -13,12 +13,25 @@ from typing import Any
 
 import h2.errors
 import pytest
-from hyperframe.frame import DataFrame, PingFrame, PriorityFrame, SettingsFrame
+from hyperframe.frame import (
+    DataFrame,
+    PingFrame,
+    PriorityFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
-from protocol_py.server.grpc_layer.connections import CONTROL_FRAME_BURST, ControlFrameCounter
+from protocol_py.server.grpc_layer.connections import (
+    CONTROL_FRAME_BURST,
+    EMPTY_DATA_FRAME_WEIGHT,
+    SETTINGS_FRAME_WEIGHT,
+    ControlFrameCounter,
+    DataFrameCounter,
+)
 
 from ..support.h2_client import RawH2, grpc_frame
-from .conftest import Served, still_serving
+from .conftest import Served, acall, still_serving
+from .test_reply_budget import render_body
 
 
 def ping(i: int, _stream: int) -> bytes:
@@ -37,11 +50,17 @@ def empty_data(_i: int, stream: int) -> bytes:
     return DataFrame(stream, data=b"").serialize()
 
 
+def window_update(_i: int, stream: int) -> bytes:
+    # unearned: the server has sent no DATA on the stream (its request never ends)
+    return WindowUpdateFrame(stream if _i % 2 else 0, window_increment=1).serialize()
+
+
 FLOODS: dict[str, Callable[[int, int], bytes]] = {
     "PING": ping,
     "SETTINGS": settings,
     "PRIORITY": priority,
     "empty DATA": empty_data,
+    "WINDOW_UPDATE": window_update,
 }
 
 
@@ -119,9 +138,65 @@ def test_the_frame_counter_reads_headers_across_any_split() -> None:
         + ping(7, 0)  # counted; its payload holds no frame header
         + priority(0, 5)  # counted
     )
-    whole = ControlFrameCounter().feed(stream)
-    assert whole == 4
+    stream += window_update(1, 1) + window_update(2, 1)  # counted apart
+    whole = ControlFrameCounter()
+    assert whole.feed(stream) == 2 + SETTINGS_FRAME_WEIGHT + EMPTY_DATA_FRAME_WEIGHT
+    assert whole.window_updates == 2
     for size in (1, 2, 5, 9, 10, 17):
         counter = ControlFrameCounter()
         total = sum(counter.feed(stream[i : i + size]) for i in range(0, len(stream), size))
-        assert total == whole, size
+        assert total == 2 + SETTINGS_FRAME_WEIGHT + EMPTY_DATA_FRAME_WEIGHT, size
+        assert counter.window_updates == 2, size
+
+
+def test_the_counter_stops_counting_past_its_limit() -> None:
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    stream = preface + b"".join(ping(i, 0) for i in range(10_000))
+    assert ControlFrameCounter().feed(stream, limit=100) == 101
+
+
+def test_the_data_frame_counter_counts_data_with_a_payload_across_any_split() -> None:
+    written = (
+        SettingsFrame(0).serialize()
+        + DataFrame(1, data=b"x" * 100).serialize()
+        + DataFrame(1, data=b"", flags=["END_STREAM"]).serialize()  # no payload: earns nothing
+        + DataFrame(3, data=b"y" * 9).serialize()
+    )
+    for size in (1, 4, 9, 10, 50, len(written)):
+        counter = DataFrameCounter()
+        assert sum(counter.feed(written[i : i + size]) for i in range(0, len(written), size)) == 2
+
+
+async def test_a_large_reply_read_by_grpcio_is_not_a_window_update_flood(
+    served: Served, logs: Any
+) -> None:
+    # grpcio gives window back as it reads: thousands of WINDOW_UPDATEs, each after our DATA
+    for _ in range(3):
+        result = await acall(served.address, "Render", render_body(24))
+        assert result.code == "OK", result
+        assert len(result.replies[0]) > 24 * 1024 * 1024  # the whole reply arrived
+    assert not [r for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
+    await still_serving(served)
+
+
+async def test_many_flooding_connections_log_one_warning(served: Served, logs: Any) -> None:
+    def flood_many(connections: int) -> int:
+        closed = 0
+        for _ in range(connections):
+            raw = RawH2(served.port)
+            try:
+                raw.sock.sendall(b"".join(ping(i, 0) for i in range(3 * CONTROL_FRAME_BURST)))
+                deadline = time.monotonic() + 5
+                while raw.terminated is None and not raw.closed and time.monotonic() < deadline:
+                    raw.pump(0.05)
+                closed += raw.terminated is not None or raw.closed
+            except OSError:
+                closed += 1
+            finally:
+                raw.close()
+        return closed
+
+    assert await asyncio.to_thread(flood_many, 20) == 20
+    found = [r.getMessage() for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
+    assert len(found) == 1, found  # server-wide: one line per 10 s for all 20 connections
+    await still_serving(served)

@@ -16,6 +16,7 @@ Patch                                     Dependency  Versions        Upstream
 ``grpclib_unimplemented_content_type``    grpclib     >=0.2.3,<0.5    vmagamedov/grpclib#70
 ``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
 ``h2_refused_stream``                     h2          >=4.1,<5        none filed
+``asyncio_accept_backoff``                CPython     >=3.11,<3.14    python/cpython#151615
 ========================================  ==========  ==============  ==========================
 
 :data:`PATCHES` holds the full rows: the symptom each patch fixes, the upstream report and when
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from protocol_py._compat import (
+    asyncio_accept_backoff,
     grpclib_closed_connection,
     grpclib_goaway,
     grpclib_unimplemented_content_type,
@@ -128,6 +130,21 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="h2 refuses a stream over the limit with RST_STREAM (decoding its header "
         "block) instead of raising a connection error",
         install=h2_refused_stream.install,
+    ),
+    Patch(
+        module="asyncio_accept_backoff",
+        dependency="CPython",
+        versions=">=3.11,<3.14",
+        symptom="a listening socket whose accept() fails with EMFILE, ENFILE, ENOBUFS or ENOMEM "
+        "keeps looping after backing off: up to backlog (100) six-line 'socket.accept() out "
+        "of system resource' tracebacks and as many restarts per readable event, tens of "
+        "thousands of lines a second at the descriptor limit",
+        upstream="https://github.com/python/cpython/issues/151615 (fixed by "
+        "https://github.com/python/cpython/pull/151616: the loop returns after the first "
+        "failure; the fixed delay and the traceback per failure stay)",
+        delete_when="never for the rate-limited WARNING and growing delay; the loop fix is "
+        "upstream from the first CPython release carrying python/cpython#151616",
+        install=asyncio_accept_backoff.install,
     ),
 )
 """Every patch of a dependency: the table above, with symptoms and when to delete each."""

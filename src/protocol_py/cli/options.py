@@ -122,12 +122,20 @@ def positive_int(text: str) -> int:
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--socket``, ``--tls-cert``, ``--tls-key`` and ``--tls-client-ca`` to ``serve``."""
+    """Add ``--socket``, ``--allow-insecure-socket-dir``, ``--tls-cert``, ``--tls-key`` and
+    ``--tls-client-ca`` to ``serve``."""
     parser.add_argument(
         "--socket",
         default=None,
         metavar="PATH",
         help="listen on this unix-domain socket (mode 0600) instead of TCP (default: TCP)",
+    )
+    parser.add_argument(
+        "--allow-insecure-socket-dir",
+        action="store_true",
+        help="with --socket, listen even when the socket's directory is writable by other users "
+        "without the sticky bit (another user could replace the socket); logs one WARNING "
+        "(default: refused, exit 1)",
     )
     parser.add_argument(
         "--tls-cert", default=None, metavar="FILE", help="TLS certificate, PEM (default: plaintext)"

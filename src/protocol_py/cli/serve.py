@@ -14,6 +14,7 @@ from protocol_py.cli.options import (
     add_serve_options,
     message_size,
     non_negative_float,
+    positive_int,
     timeout_seconds,
 )
 from protocol_py.errors import InvalidValueError
@@ -31,6 +32,11 @@ from protocol_py.server import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
     DEFAULT_RECEIVE_TIMEOUT,
+)
+from protocol_py.server.grpc_layer.connection_limit import (
+    CONNECTION_FD_RESERVE,
+    MAX_CONNECTIONS_CAP,
+    default_max_connections,
 )
 from protocol_py.server.serve import ServeError, configure_logging, serve
 from protocol_py.transport.tls import CLIENT_CERT_ENV
@@ -135,6 +141,16 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         f"(default {DEFAULT_IDLE_TIMEOUT:g})",
     )
     serve.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=None,
+        metavar="NUMBER",
+        help="most connections open at once; at the limit the oldest idle one is closed, or, "
+        "with none idle, the new one (default: the soft RLIMIT_NOFILE minus "
+        f"{CONNECTION_FD_RESERVE}, at least half of it, at most {MAX_CONNECTIONS_CAP}; "
+        f"now {default_max_connections()})",
+    )
+    serve.add_argument(
         "--base-url",
         default=None,
         metavar="URL",
@@ -177,12 +193,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
+            allow_insecure_socket_dir=args.allow_insecure_socket_dir,
             handshake=args.handshake,
             grace_period=args.grace_period,
             max_message_size=args.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
             log_level=None,
             receive_timeout=args.receive_timeout,
             idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
         )
     except ServeError as exc:
         raise CliError(str(exc)) from None

@@ -116,6 +116,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
         receive_timeout: Time a unary-request call gets to complete its request, seconds.
         idle_timeout: Time a connection may stay without an open stream, seconds.
+        max_connections: Most connections open at once (None: from ``RLIMIT_NOFILE``; see
+            :class:`~protocol_py.server.lifecycle.ServerLifecycle`).
         descriptor_image: Path of the buf image for reflection; default: found next to the
             generated package (``gen/descriptor/protocol.binpb``) or via the
             ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
@@ -130,12 +132,14 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         descriptor_image: Path | None = None,
+        max_connections: int | None = None,
     ) -> None:
         super().__init__(
             max_message_size=max_message_size,
             grace_period=grace_period,
             receive_timeout=receive_timeout,
             idle_timeout=idle_timeout,
+            max_connections=max_connections,
         )
         self.provider = provider
         self.descriptor_image = descriptor_image

@@ -29,9 +29,13 @@ from grpclib.health.check import ServiceStatus
 from grpclib.protocol import H2Protocol
 
 from protocol_py import _compat
-from protocol_py._compat import grpclib_private
+from protocol_py._compat import asyncio_accept_backoff, grpclib_private
 from protocol_py.server.codec_warmup import build_codecs
 from protocol_py.server.grpc_layer.admission import AdmissionHandler
+from protocol_py.server.grpc_layer.connection_limit import (
+    ConnectionLimit,
+    default_max_connections,
+)
 from protocol_py.server.grpc_layer.connections import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -42,6 +46,7 @@ from protocol_py.server.grpc_layer.connections import (
     protocol_factory,
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
 from protocol_py.server.offload import start_workers
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
 from protocol_py.transport.listen import (
@@ -100,9 +105,15 @@ class ServerLifecycle:
         idle_timeout: Time a connection may stay without an open stream before it is closed
             with GOAWAY, seconds
             (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_IDLE_TIMEOUT`).
+        max_connections: Most connections open at once; at the limit the oldest idle one is
+            closed (GOAWAY NO_ERROR), or, with none idle, the new one
+            (:mod:`~protocol_py.server.grpc_layer.connection_limit`). None: derived from the
+            soft ``RLIMIT_NOFILE``
+            (:func:`~protocol_py.server.grpc_layer.connection_limit.default_max_connections`).
 
     Raises:
-        ValueError: a timeout that is not a positive number of seconds.
+        ValueError: a timeout that is not a positive number of seconds, or a
+            ``max_connections`` that is not a positive integer.
     """
 
     def __init__(
@@ -112,6 +123,7 @@ class ServerLifecycle:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        max_connections: int | None = None,
     ) -> None:
         for name, value in (("receive_timeout", receive_timeout), ("idle_timeout", idle_timeout)):
             if not value > 0:
@@ -120,6 +132,12 @@ class ServerLifecycle:
         self.grace_period = grace_period
         self.receive_timeout = receive_timeout
         self.idle_timeout = idle_timeout
+        self.connection_limit = ConnectionLimit(
+            default_max_connections() if max_connections is None else max_connections,
+            close_connection,
+        )
+        """The bound on open connections (its ``maximum``) and the connections it counts."""
+        self._guarded_fds: list[int] = []
         self.handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
         """Seconds a new connection gets for its TLS handshake and then for its HTTP/2 preface
         (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it
@@ -180,6 +198,7 @@ class ServerLifecycle:
         ssl: SSLContext | None = None,
         owns_socket_dir: bool = False,
         client_certificate: bytes | None = None,
+        allow_shared_dir: bool = False,
     ) -> int:
         """Prepare, listen and mark health SERVING.
 
@@ -198,6 +217,9 @@ class ServerLifecycle:
             client_certificate: DER of the only client certificate accepted (automatic
                 mutual TLS): a TLS connection whose verified peer certificate is any other is
                 closed before its first HTTP/2 frame is read (:class:`PinnedH2Protocol`).
+            allow_shared_dir: Listen on ``path`` even when its directory is writable by other
+                users without the sticky bit (one WARNING); by default that is refused with
+                ``PermissionError`` (:func:`~protocol_py.transport.listen.check_socket_directory`).
 
         Returns:
             The bound TCP port (0 on a unix socket).
@@ -215,6 +237,8 @@ class ServerLifecycle:
         receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
         handshake_timeout = self.handshake_timeout
         trimmer = self._trimmer
+        connection_limit = self.connection_limit
+        flood_warnings = RateLimitedWarning(log)  # one flood WARNING per 10 s, server-wide
 
         class _Server(grpclib.server.Server):
             def _protocol_factory(self) -> H2Protocol:
@@ -225,6 +249,8 @@ class ServerLifecycle:
                     trimmer=trimmer,
                     handler_class=AdmissionHandler,
                     handshake_timeout=handshake_timeout,
+                    connection_limit=connection_limit,
+                    flood_warnings=flood_warnings,
                     protocol_class=(
                         functools.partial(PinnedH2Protocol, client_certificate)
                         if client_certificate is not None
@@ -241,7 +267,8 @@ class ServerLifecycle:
             # The socket is created owner-only (umask), not made so after a window.
             previous_umask = os.umask(0o777 & ~SOCKET_MODE)
             try:
-                sock = bind_unix_socket(path)  # refuses a live server's socket
+                # refuses a live server's socket, and a directory others can write
+                sock = bind_unix_socket(path, allow_shared_dir=allow_shared_dir)
             finally:
                 os.umask(previous_umask)
             try:
@@ -286,6 +313,10 @@ class ServerLifecycle:
         else:
             listener = await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG)
         grpclib_private.set_listener(server, listener)
+        for listening in listener.sockets:  # accept failures back off quietly
+            fd = listening.fileno()
+            asyncio_accept_backoff.guard(fd, self.connection_limit.accept_exhausted)
+            self._guarded_fds.append(fd)
 
     @property
     def address(self) -> str:
@@ -343,6 +374,9 @@ class ServerLifecycle:
         listening = grpclib_private.listener(server) if server is not None else None
         if listening is not None:
             listening.close()  # stop accepting connections; keep existing ones
+        for fd in self._guarded_fds:
+            asyncio_accept_backoff.unguard(fd)
+        self._guarded_fds.clear()
         if self._in_flight:
             started = time.monotonic()
             with contextlib.suppress(TimeoutError):

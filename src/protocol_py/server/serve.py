@@ -46,7 +46,14 @@ from protocol_py.server.malloc_arenas import limit_malloc_arenas
 from protocol_py.server.parent_watch import ParentWatch, watch_parent
 from protocol_py.transport import go_plugin as go_plugin_handshake
 from protocol_py.transport.go_plugin import NotLaunchedByKernelError, go_plugin_launch
-from protocol_py.transport.handshake import EXIT_ON_STDIN_EOF_ENV, ORDERLY_STOP, handshake_line
+from protocol_py.transport.handshake import (
+    EXIT_ON_STDIN_EOF_ENV,
+    HANDSHAKE_WRITE_TIMEOUT,
+    ORDERLY_STOP,
+    HandshakeWriteError,
+    handshake_line,
+    write_handshake_line,
+)
 from protocol_py.transport.listen import listen_spec
 from protocol_py.transport.tls import CLIENT_CERT_ENV
 from protocol_py.version import PROTOCOL_VERSION
@@ -127,6 +134,7 @@ async def serve_async(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
+    allow_insecure_socket_dir: bool = False,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     log_level: str | None = DEFAULT_LOG_LEVEL,
@@ -134,6 +142,7 @@ async def serve_async(
     stop: asyncio.Event | None = None,
     on_started: Callable[[ModelServer], None] | None = None,
     restore_signals: bool = True,
+    handshake_write_timeout: float = HANDSHAKE_WRITE_TIMEOUT,
     **server_options: Any,
 ) -> None:
     """Serve ``provider`` until SIGINT/SIGTERM (or ``stop`` is set), then drain and return.
@@ -174,12 +183,19 @@ async def serve_async(
             status 0 into 143 or 130.
         stop: Set this event to shut down gracefully (as a signal would).
         on_started: Called with the server once it listens (before the handshake line).
+        handshake_write_timeout: Longest wait, in seconds, for stdout to take the handshake
+            line (:data:`~protocol_py.transport.handshake.HANDSHAKE_WRITE_TIMEOUT`); it is
+            written off the event loop, which keeps serving and honours SIGTERM meanwhile
+            (:func:`~protocol_py.transport.handshake.write_handshake_line`).
         **server_options: Passed to :class:`~protocol_py.server.ModelServer` unchanged.
 
     Raises:
         ServeError: invalid Capabilities, the address cannot be bound, the provider's
             ``start`` raised :class:`~protocol_py.provider.ProviderStartError`, or go-plugin's
-            variables are set without its magic cookie (nothing is served).
+            variables are set without its magic cookie (nothing is served); or the handshake
+            line could not be written (stdout closed, its reader gone, or full for
+            ``handshake_write_timeout`` seconds: the server is stopped at once, and the
+            message, one line, says which).
         InvalidValueError: an invalid ``port`` or ``log_level``, conflicting listening options
             or an unusable TLS file (``TLSConfigError``).
 
@@ -209,6 +225,7 @@ async def serve_async(
         tls_key=tls_key,
         tls_client_ca=tls_client_ca,
         client_cert_env=go_plugin_handshake.CLIENT_CERT_ENV if go_plugin else CLIENT_CERT_ENV,
+        allow_shared_dir=allow_insecure_socket_dir,
     )
     loop = asyncio.get_running_loop()
     stop_event = stop or asyncio.Event()
@@ -263,13 +280,14 @@ async def serve_async(
                 use_signal=handle_signals and main_thread,
             )
             log.info("watching the launching kernel (pid %d): %s", parent, parent_watch.method)
+        line: str | None = None
         if go_plugin is not None:
             _log_go_plugin(go_plugin)
-            sys.stdout.write(go_plugin.handshake_line(server, listen.server_certificate))
+            line = go_plugin.handshake_line(server, listen.server_certificate)
         elif handshake:
-            sys.stdout.write(handshake_line(server, listen.server_certificate))
-        if handshake:
-            sys.stdout.flush()
+            line = handshake_line(server, listen.server_certificate)
+        if line is not None:
+            await _announce(line, server, stop_event, handshake_write_timeout)
         if launched and go_plugin is None:  # go-plugin passes the kernel's own stdin
             watcher = await watch_stdin_eof(lambda: handler(0, None))
         try:
@@ -291,6 +309,40 @@ async def serve_async(
             # SIG_IGN, not a Python handler: interpreter shutdown resets those to SIG_DFL.
             signal.signal(sig, signal.SIG_IGN if stopped and not restore_signals else old)
         listen.discard()
+
+
+async def _announce(
+    line: str, server: ModelServer, stop: asyncio.Event, write_timeout: float
+) -> None:
+    """Write the handshake line to stdout off the loop, waiting at most ``write_timeout`` s; a
+    stop (SIGTERM) meanwhile abandons the write and lets the drain proceed.
+
+    Raises:
+        ServeError: the line could not be written (the server has been stopped).
+    """
+    writing = asyncio.ensure_future(
+        write_handshake_line(line, sys.stdout, write_timeout=write_timeout)
+    )
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({writing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the serving task was cancelled: stop writing too
+        writing.cancel()
+        raise
+    finally:
+        stopping.cancel()
+    if not writing.done():
+        writing.cancel()
+        with contextlib.suppress(asyncio.CancelledError, HandshakeWriteError):
+            await writing
+        log.info("stopping before the handshake line was written (stdout did not take it)")
+        return
+    try:
+        writing.result()
+    except HandshakeWriteError as exc:
+        server.mark_draining()
+        await server.shutdown(grace_period=0)
+        raise ServeError(str(exc)) from None
 
 
 def _log_go_plugin(launch: go_plugin_handshake.GoPluginLaunch) -> None:
@@ -401,6 +453,7 @@ def serve(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
+    allow_insecure_socket_dir: bool = False,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     log_level: str | None = DEFAULT_LOG_LEVEL,
@@ -423,6 +476,7 @@ def serve(
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
+            allow_insecure_socket_dir=allow_insecure_socket_dir,
             grace_period=grace_period,
             max_message_size=max_message_size,
             log_level=log_level,

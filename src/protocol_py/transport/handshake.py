@@ -18,11 +18,18 @@ an older kernel could misread bumps the first field.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
+import errno
 import ipaddress
+import os
+import select
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from protocol_py.errors import InvalidValueError
 from protocol_py.transport.addresses import _quote, check_socket_path
@@ -46,6 +53,17 @@ kernel."""
 
 HANDSHAKE_PROTOCOL: Final = "grpc"
 """The fourth handshake field: the RPC protocol."""
+
+HANDSHAKE_WRITE_TIMEOUT: Final = 10.0
+"""Longest wait for the handshake line to be taken by stdout, in seconds: a pipe that stays full
+(its reader never reads) for this long fails the start-up (:class:`HandshakeWriteError`)."""
+
+_WRITE_CHUNK: Final = 512
+"""Bytes written per ``write`` once ``select`` says stdout is writable: at most POSIX's
+``PIPE_BUF``, so a write to a pipe never blocks."""
+
+_POLL_SLICE: Final = 0.1
+"""Seconds between checks whether the wait for stdout was abandoned (SIGTERM)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +116,121 @@ def format_handshake(transport: str, address: str, server_certificate: bytes | N
     if server_certificate is not None:
         fields.append(base64.b64encode(server_certificate).decode("ascii").rstrip("="))
     return "|".join(fields) + "\n"
+
+
+class HandshakeWriteError(OSError):
+    """The handshake line could not be written: stdout is closed, its reader has exited (broken
+    pipe), or it stayed full for :data:`HANDSHAKE_WRITE_TIMEOUT` seconds. The message
+    (``str()``, without the ``[Errno N]`` prefix) is one line saying which."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _write_fd(
+    fd: int, data: bytes, deadline: float, abandoned: threading.Event, timeout: float
+) -> None:
+    """Write ``data`` to ``fd`` in chunks of :data:`_WRITE_CHUNK` bytes, each only once
+    ``select`` reports ``fd`` writable, so no call blocks for long (see
+    :func:`write_handshake_line`)."""
+    view = memoryview(data)
+    while view:
+        if abandoned.is_set():
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HandshakeWriteError(
+                errno.ETIMEDOUT,
+                f"cannot write the handshake line: stdout did not take it within {timeout:g} s "
+                "(a full pipe nobody reads)",
+            )
+        try:
+            _, writable, _ = select.select([], [fd], [], min(remaining, _POLL_SLICE))
+        except (OSError, ValueError) as exc:
+            raise _write_failure(exc) from None
+        if not writable:
+            continue
+        try:
+            written = os.write(fd, view[:_WRITE_CHUNK])
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise _write_failure(exc) from None
+        view = view[written:]
+
+
+def _write_failure(exc: BaseException) -> HandshakeWriteError:
+    number = getattr(exc, "errno", None)
+    if number == errno.EPIPE:
+        reason = "the reader of stdout has exited (broken pipe)"
+    elif number == errno.EBADF or isinstance(exc, ValueError):
+        reason = "stdout is closed"
+    else:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+    return HandshakeWriteError(number or errno.EIO, f"cannot write the handshake line: {reason}")
+
+
+async def write_handshake_line(
+    line: str, stream: IO[str] | None, *, write_timeout: float = HANDSHAKE_WRITE_TIMEOUT
+) -> None:
+    """Write ``line`` to ``stream`` (``sys.stdout``) without ever blocking the event loop.
+
+    A stream backed by a file descriptor is written with ``os.write`` (bypassing its buffer)
+    from a daemon thread, in chunks of at most ``PIPE_BUF`` bytes, each after ``select`` says
+    the descriptor is writable, so no call blocks and the thread ends within ``write_timeout``
+    seconds; the loop keeps serving (and handling SIGTERM) meanwhile. If this coroutine is
+    cancelled the thread stops at its next check (0.1 s). A stream without a descriptor (an
+    in-memory one) is written directly.
+
+    Raises:
+        HandshakeWriteError: ``stream`` is None or its descriptor is closed ("stdout is
+            closed"), the reader has exited ("broken pipe"), or the line was not taken within
+            ``write_timeout`` seconds (a full pipe nobody reads).
+    """
+    if stream is None:
+        raise HandshakeWriteError(errno.EBADF, "cannot write the handshake line: stdout is closed")
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fd = -1
+    if fd < 0:
+        try:
+            stream.write(line)
+            stream.flush()
+        except (OSError, ValueError) as exc:
+            raise _write_failure(exc) from None
+        return
+    try:
+        stream.flush()  # anything written to it before goes first (normally nothing)
+    except (OSError, ValueError) as exc:
+        raise _write_failure(exc) from None
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    abandoned = threading.Event()
+    deadline = time.monotonic() + write_timeout
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            _write_fd(fd, line.encode("utf-8"), deadline, abandoned, write_timeout)
+        except BaseException as exc:  # reported to the waiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="handshake-line", daemon=True).start()
+    try:
+        await done
+    finally:
+        abandoned.set()
 
 
 def handshake_line(server: Any, server_certificate: bytes | None = None) -> str:
@@ -213,10 +346,13 @@ def parse_handshake(line: str) -> Handshake:
 __all__ = [
     "EXIT_ON_STDIN_EOF_ENV",
     "HANDSHAKE_PROTOCOL",
+    "HANDSHAKE_WRITE_TIMEOUT",
     "LOOPBACK_NAMES",
     "MAX_HANDSHAKE_LINE_BYTES",
     "Handshake",
+    "HandshakeWriteError",
     "format_handshake",
     "handshake_line",
     "parse_handshake",
+    "write_handshake_line",
 ]

@@ -128,7 +128,10 @@ def check_socket_directory(path: str, *, allow_shared_dir: bool = False) -> None
         "other users without the sticky bit: another user could replace the socket"
     )
     if not allow_shared_dir:
-        raise PermissionError(errno.EPERM, f"{problem}; choose a private directory")
+        raise PermissionError(
+            errno.EPERM,
+            f"{problem}; choose a private directory (or force it: --allow-insecure-socket-dir)",
+        )
     logging.getLogger("protocol_py.server").warning("%s (used anyway, as asked)", problem)
 
 
@@ -229,6 +232,9 @@ class ListenSpec:
             handshake field); otherwise None.
         client_certificate: Under AutoMTLS, the kernel's certificate, DER: the only one
             accepted.
+        allow_shared_dir: Listen on ``path`` even when its directory is writable by other
+            users without the sticky bit, with one WARNING (``--allow-insecure-socket-dir``;
+            :func:`check_socket_directory`).
     """
 
     host: str | None = None
@@ -238,6 +244,7 @@ class ListenSpec:
     ssl: ssl.SSLContext | None = None
     server_certificate: bytes | None = None
     client_certificate: bytes | None = None
+    allow_shared_dir: bool = False
 
     def describe(self) -> str:
         """``host:port`` or ``unix:PATH`` (for messages)."""
@@ -265,6 +272,7 @@ class ListenSpec:
             ssl=self.ssl,
             owns_socket_dir=self.owns_socket_dir,
             client_certificate=self.client_certificate,
+            allow_shared_dir=self.allow_shared_dir,
         )
         logging.getLogger("protocol_py.server").info("transport security: %s", self.security)
 
@@ -285,6 +293,7 @@ def listen_spec(
     tls_client_ca: str | None = None,
     env: Mapping[str, str] | None = None,
     client_cert_env: str = CLIENT_CERT_ENV,
+    allow_shared_dir: bool = False,
 ) -> ListenSpec:
     """The listening address and TLS of ``serve`` from its options.
 
@@ -300,6 +309,9 @@ def listen_spec(
       for a kernel built on it, :mod:`protocol_py.transport.go_plugin`) in ``env``: automatic
       mutual TLS (a fresh server certificate; only the kernel's certificate is accepted). It
       cannot be combined with ``--tls-cert`` (the kernel could not verify that certificate).
+    * ``allow_shared_dir`` (``--allow-insecure-socket-dir``): with ``--socket``, a directory
+      writable by others without the sticky bit is used with a WARNING instead of refused
+      (:func:`check_socket_directory`); it needs ``--socket``.
 
     Raises:
         InvalidValueError: conflicting or malformed options (``TLSConfigError``, a subclass,
@@ -309,6 +321,10 @@ def listen_spec(
     if socket is not None and (host is not None or port is not None):
         raise InvalidValueError(
             "--socket cannot be combined with --host or --port", rule="listen.conflict"
+        )
+    if allow_shared_dir and socket is None:
+        raise InvalidValueError(
+            "--allow-insecure-socket-dir needs --socket", rule="listen.socket.insecure_dir"
         )
     if port is not None and not 0 <= port < 65536:
         raise InvalidValueError(f"invalid --port {port}: must be in 0..65535", rule="listen.port")
@@ -344,6 +360,7 @@ def listen_spec(
             ssl=context,
             server_certificate=certificate,
             client_certificate=pinned,
+            allow_shared_dir=allow_shared_dir,
         )
     if host is None and port is None and handshake:
         return ListenSpec(

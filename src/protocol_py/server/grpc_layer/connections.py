@@ -30,11 +30,18 @@ protocol"):
   (client-streaming calls, such as reflection, are not timed); a connection with no open
   stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
   (NO_ERROR).
-* **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS, PRIORITY, RST_STREAM
-  and empty DATA frames, counted from their 9-byte headers before h2 parses a read (so a flood
-  costs the loop at most one read), are charged to a per-connection allowance of
-  :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per second; a
-  connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed, with one WARNING.
+* **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS (weighing
+  :data:`SETTINGS_FRAME_WEIGHT`), PRIORITY, RST_STREAM, empty DATA frames and WINDOW_UPDATE
+  frames not earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`), counted
+  from their 9-byte headers before h2 parses a read (so a flood costs the loop at most one
+  read, and counting stops at :data:`CONTROL_FRAME_BURST`), are charged to a per-connection
+  allowance of :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per
+  second; a connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed (aborted
+  after :data:`FLOOD_CLOSE_WAIT` if it never reads), with one WARNING per
+  :data:`~protocol_py.server.grpc_layer.log_limit.WARNING_INTERVAL` for the whole server.
+* **Connection limit** (:class:`TransportProtocol`): each new connection is counted by the
+  server's :class:`~protocol_py.server.grpc_layer.connection_limit.ConnectionLimit`; over it
+  the oldest idle connection is closed, or this one at once.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
@@ -62,6 +69,8 @@ from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import bounded_message
 from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
+from protocol_py.server.grpc_layer.connection_limit import ConnectionLimit
+from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
 from protocol_py.server.offload import run_released
 
 log = logging.getLogger("protocol_py.server")
@@ -101,12 +110,42 @@ and the 9-byte header of its SETTINGS frame."""
 
 CONTROL_FRAME_RATE: Final = 200.0
 """Control frames per second a connection may send for as long as it likes (the refill rate of
-its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, SETTINGS,
-PRIORITY, RST_STREAM, and DATA frames with no payload and no END_STREAM. A connection over its
-allowance gets GOAWAY ENHANCE_YOUR_CALM and is closed."""
+its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, PRIORITY,
+RST_STREAM (one each), SETTINGS (:data:`SETTINGS_FRAME_WEIGHT` each), DATA frames with no
+payload and no END_STREAM (:data:`EMPTY_DATA_FRAME_WEIGHT` each), and WINDOW_UPDATE frames
+beyond those earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`;
+:data:`WINDOW_UPDATE_FRAME_WEIGHT` each). A connection over its allowance gets GOAWAY
+ENHANCE_YOUR_CALM and is closed."""
 
 CONTROL_FRAME_BURST: Final = 2000
 """Control frames (see :data:`CONTROL_FRAME_RATE`) a connection may send at once, in frames."""
+
+SETTINGS_FRAME_WEIGHT: Final = 10
+"""Control frames one SETTINGS frame (not an ACK) is charged as: h2 applies each one (its
+window change reaches every open stream) and answers it with an ACK, several times the work
+of a PING; a client sends a handful per connection. So a connection may send
+:data:`CONTROL_FRAME_BURST` / 10 = 200 at once and 20 per second."""
+
+EMPTY_DATA_FRAME_WEIGHT: Final = 10
+"""Control frames one DATA frame with no payload and no END_STREAM is charged as: it carries
+nothing, no gRPC client sends one, and h2 and grpclib handle each as a data event."""
+
+WINDOW_UPDATE_FRAME_WEIGHT: Final = 10
+"""Control frames one WINDOW_UPDATE frame not earned by DATA the server sent
+(:data:`WINDOW_UPDATES_PER_DATA_FRAME`) is charged as: a client gives window back only after
+data arrived, so unearned ones are a handful per connection."""
+
+WINDOW_UPDATES_PER_DATA_FRAME: Final = 2
+"""WINDOW_UPDATE frames each DATA frame the server sends earns its peer free of charge (one
+for the stream's window, one for the connection's); any others are charged as control frames,
+:data:`WINDOW_UPDATE_FRAME_WEIGHT` each."""
+
+MAX_WINDOW_UPDATE_CREDIT: Final = 1_000_000
+"""Most uncharged WINDOW_UPDATE frames a connection may have earned and not yet used."""
+
+FLOOD_CLOSE_WAIT: Final = 1.0
+"""Seconds a connection closed for a control frame flood gets to take its GOAWAY before it is
+aborted (its unsent bytes dropped)."""
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Default idle-connection timeout, in seconds: a connection with no open stream for this long
@@ -231,12 +270,20 @@ class _QuietTransport:
     """The connection's transport, writing nothing once it is closing (asyncio would log a
     warning for every write after a lost connection)."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, on_data_frames: Callable[[int], None] | None = None
+    ) -> None:
         self._transport = transport
+        self._on_data_frames = on_data_frames
+        self._data_frames = DataFrameCounter() if on_data_frames is not None else None
 
     def write(self, data: bytes) -> None:
         if not self._transport.is_closing():
             self._transport.write(data)
+            if self._data_frames is not None and self._on_data_frames is not None:
+                sent = self._data_frames.feed(data)
+                if sent:
+                    self._on_data_frames(sent)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -404,11 +451,15 @@ def protocol_factory(
     protocol_class: Callable[..., H2Protocol] | None = None,
     handler_class: type[TransportHandler] | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    connection_limit: ConnectionLimit | None = None,
+    flood_warnings: RateLimitedWarning | None = None,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
     :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
-    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
+    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface; ``connection_limit`` counts
+    the connection (:mod:`~protocol_py.server.grpc_layer.connection_limit`);
+    ``flood_warnings`` is the server's limit of flood WARNING lines."""
     handler = (handler_class or TransportHandler)(
         *grpclib_private.handler_arguments(server),
         receive_timeout=receive_timeout,
@@ -420,6 +471,9 @@ def protocol_factory(
     protocol = make(handler, *grpclib_private.protocol_configurations(server))
     if isinstance(protocol, TransportProtocol):
         protocol.handshake_timeout = handshake_timeout
+        protocol.connection_limit = connection_limit
+        if flood_warnings is not None:
+            protocol.flood_warnings = flood_warnings
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 
@@ -433,16 +487,30 @@ class TransportProtocol(H2Protocol):
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
 
+    connection_limit: ConnectionLimit | None = None
+    """The server's bound on open connections: a connection over it closes the oldest idle
+    one or is itself closed at once."""
+
+    flood_warnings: RateLimitedWarning = RateLimitedWarning(log)
+    """The server-wide limit of the WARNING logged when a flooding connection is closed: one
+    line per :data:`~protocol_py.server.grpc_layer.log_limit.WARNING_INTERVAL` seconds across
+    all of the server's connections, with the count of those suppressed (set per server by
+    :func:`protocol_factory`)."""
+
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
     _frames: ControlFrameCounter | None = None
     _closed_for_flood = False
     _control_allowance: float = float(CONTROL_FRAME_BURST)
     _control_checked: float = 0.0
+    _window_update_credit: int = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
-        super().connection_made(_QuietTransport(transport))  # type: ignore[arg-type]
+        quiet = _QuietTransport(cast(asyncio.Transport, transport), self._data_frames_sent)
+        super().connection_made(quiet)  # type: ignore[arg-type]
+        if self.connection_limit is not None and not self.connection_limit.admit(self):
+            return  # over the connection limit with none idle: closed at once
         if not transport.is_closing():
             self._preface_timer = asyncio.get_running_loop().call_later(
                 self.handshake_timeout, self._preface_expired, transport
@@ -459,9 +527,26 @@ class TransportProtocol(H2Protocol):
                 self._preface_timer = None
         if self._frames is None:
             self._frames = ControlFrameCounter()
-        if self._over_control_allowance(self._frames.feed(data)):
+        if self._closed_for_flood:
+            return
+        frames = self._frames
+        control = frames.feed(data, CONTROL_FRAME_BURST)  # past it: over any allowance
+        if frames.window_updates:  # those earned by DATA the server sent are free
+            free = min(frames.window_updates, self._window_update_credit)
+            self._window_update_credit -= free
+            control += (frames.window_updates - free) * WINDOW_UPDATE_FRAME_WEIGHT
+            frames.window_updates = 0
+        if self._over_control_allowance(control):
             return
         self._feed(data)
+
+    def _data_frames_sent(self, count: int) -> None:
+        """``count`` DATA frames written: each earns the peer
+        :data:`WINDOW_UPDATES_PER_DATA_FRAME` uncharged WINDOW_UPDATE frames."""
+        self._window_update_credit = min(
+            MAX_WINDOW_UPDATE_CREDIT,
+            self._window_update_credit + count * WINDOW_UPDATES_PER_DATA_FRAME,
+        )
 
     def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
         self._preface_timer = None
@@ -476,6 +561,8 @@ class TransportProtocol(H2Protocol):
         if self._preface_timer is not None:
             self._preface_timer.cancel()
             self._preface_timer = None
+        if self.connection_limit is not None:
+            self.connection_limit.release(self)
         super().connection_lost(exc)
         self.connection.write_ready.set()
 
@@ -522,8 +609,6 @@ class TransportProtocol(H2Protocol):
         refilled at :data:`CONTROL_FRAME_RATE` per second); when it is spent, send GOAWAY
         ENHANCE_YOUR_CALM, log one WARNING and close the connection (True: the data is
         dropped)."""
-        if self._closed_for_flood:
-            return True
         if not control:
             return False
         now = time.monotonic()
@@ -542,37 +627,97 @@ class TransportProtocol(H2Protocol):
                 ErrorCodes.ENHANCE_YOUR_CALM
             )
             self.connection.flush()
-        log.warning(
+        self.flood_warnings.warn(
             "closing HTTP/2 connection from %s with GOAWAY ENHANCE_YOUR_CALM: more than %d "
-            "control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA) at once or over "
-            "%g per second",
+            "control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA, unearned "
+            "WINDOW_UPDATE) at once or over %g per second",
             _peer(self.connection),
             CONTROL_FRAME_BURST,
             CONTROL_FRAME_RATE,
         )
         self.processor.close("Control frame flood")
         with contextlib.suppress(Exception):
-            grpclib_private.connection_transport(self.connection).close()
+            transport = grpclib_private.connection_transport(self.connection)
+            transport.close()
+            # A flooder that never reads keeps the GOAWAY (and any ACKs) unsent and the socket
+            # open: drop it after FLOOD_CLOSE_WAIT seconds.
+            asyncio.get_running_loop().call_later(FLOOD_CLOSE_WAIT, transport.abort)
         return True
 
 
 class ControlFrameCounter:
     """Counts the control frames in a connection's bytes from the 9-byte HTTP/2 frame headers
     alone (RFC 9113 section 4.1), before h2 parses anything, so a flood is stopped after one
-    read instead of after h2 has handled every frame in it. Counted: PING, SETTINGS (not its
-    ACK), PRIORITY, RST_STREAM, and DATA with an empty payload and no END_STREAM flag. The
-    client connection preface (24 bytes) is skipped."""
+    read instead of after h2 has handled every frame in it. Counted (:meth:`feed`'s result):
+    PING, PRIORITY and RST_STREAM, one each; DATA with an empty payload and no END_STREAM flag,
+    :data:`EMPTY_DATA_FRAME_WEIGHT` each; SETTINGS (not its ACK), :data:`SETTINGS_FRAME_WEIGHT`
+    each. WINDOW_UPDATE frames are counted apart (:attr:`window_updates`): those that follow
+    DATA the server sent are free, the others weigh :data:`WINDOW_UPDATE_FRAME_WEIGHT`
+    (:class:`TransportProtocol`). The client connection preface (24 bytes) is skipped."""
 
-    __slots__ = ("_header", "_skip")
+    __slots__ = ("_header", "_skip", "window_updates")
 
     def __init__(self) -> None:
         self._skip = 24  # bytes of the current frame's payload (first: the preface) still due
         self._header = b""
+        self.window_updates = 0
+        """WINDOW_UPDATE frames seen so far (the caller resets it after charging them)."""
+
+    def feed(self, data: bytes, limit: float = float("inf")) -> int:
+        """Control frames (weighted, see the class) whose header is complete in ``data`` (with
+        what came before); counting stops as soon as the count passes ``limit`` (the
+        connection is then closed, so the rest is never needed)."""
+        count = 0
+        position = 0
+        end = len(data)
+        while position < end:
+            if self._skip:
+                step = min(self._skip, end - position)
+                self._skip -= step
+                position += step
+                continue
+            if self._header or end - position < 9:
+                need = 9 - len(self._header)
+                if end - position < need:
+                    self._header += data[position:end]
+                    break
+                header = self._header + data[position : position + need]
+                self._header = b""
+                position += need
+            else:
+                header = data[position : position + 9]
+                position += 9
+            length = (header[0] << 16) | (header[1] << 8) | header[2]
+            kind = header[3]
+            if kind == 4:  # SETTINGS, unless an ACK
+                if not header[4] & 1:
+                    count += SETTINGS_FRAME_WEIGHT
+            elif kind == 8:  # WINDOW_UPDATE
+                self.window_updates += 1
+            elif kind in (2, 3, 6):  # PRIORITY, RST_STREAM, PING
+                count += 1
+            elif kind == 0 and not length and not header[4] & 1:  # empty DATA, no END_STREAM
+                count += EMPTY_DATA_FRAME_WEIGHT
+            self._skip = length
+            if count > limit:
+                break
+        return count
+
+
+class DataFrameCounter:
+    """Counts the DATA frames with a payload in the bytes a connection writes (the server's
+    side), from their 9-byte headers: each earns the peer WINDOW_UPDATE frames that are not
+    charged as control frames (:data:`WINDOW_UPDATES_PER_DATA_FRAME`)."""
+
+    __slots__ = ("_header", "_skip")
+
+    def __init__(self) -> None:
+        self._skip = 0
+        self._header = b""
 
     def feed(self, data: bytes) -> int:
-        """Control frames whose header is complete in ``data`` (with what came before)."""
+        """DATA frames with a payload whose header is complete in ``data``."""
         count = 0
-        view = memoryview(data)
         position = 0
         end = len(data)
         while position < end:
@@ -583,15 +728,13 @@ class ControlFrameCounter:
                 continue
             need = 9 - len(self._header)
             if end - position < need:
-                self._header += bytes(view[position:end])
+                self._header += data[position:end]
                 break
-            header = self._header + bytes(view[position : position + need])
+            header = self._header + data[position : position + need]
             self._header = b""
             position += need
-            length = int.from_bytes(header[0:3], "big")
-            kind, flags = header[3], header[4]
-            ack_or_end = flags & 1  # SETTINGS ACK; END_STREAM on DATA
-            if kind in (2, 3, 6) or (kind in (0, 4) and not ack_or_end and (kind or not length)):
+            length = (header[0] << 16) | (header[1] << 8) | header[2]
+            if header[3] == 0 and length:
                 count += 1
             self._skip = length
         return count
