@@ -155,3 +155,23 @@ def test_the_counted_body_is_the_streamed_body(strict: Any) -> None:
     asyncio.run(provider.configure({"api_key": "other"}))
     assert provider._bodies.take(request, spec) is None
     assert len(provider._bodies) == 0
+
+
+def test_decode_request_takes_seen_messages_from_the_memo_and_hands_their_keys_along(
+    strict: Any,
+) -> None:
+    first = conversation(4)
+    limits.decode_request(wire.encode(first), StreamCompletionRequest, strict)
+    renamed = StreamCompletionRequest.parse(bytes(first))
+    for i, message in enumerate(renamed.messages):
+        message.id = f"restart-{i}"
+    data = wire.encode(renamed)
+    hits = limits.MESSAGE_MEMO.hits
+    decoded = limits.decode_request(data, StreamCompletionRequest, strict)
+    assert limits.MESSAGE_MEMO.hits == hits + len(renamed.messages)
+    assert decoded == StreamCompletionRequest.parse(data)
+    assert [m.id for m in decoded.messages] == [f"restart-{i}" for i in range(9)]
+    images = wire.take_images(decoded, "messages")
+    assert isinstance(images, wire.MessageImages)
+    assert images == [wire.encode(m) for m in renamed.messages]
+    assert images.content_keys == [wire.content_key(i) for i in images if i is not None]

@@ -155,6 +155,8 @@ def decode_messages_memo(
     field: str,
     memo: DecodeMemo,
     images: Sequence[bytes | None] | None = None,
+    *,
+    keys: list[bytes] | None = None,
 ) -> tuple[M, bool, bool]:
     """:func:`protocol_py.codec.wire.decode_report` of ``data`` as ``cls`` (``fallback=False``),
     the elements of its repeated ``Message`` field ``field`` taken from ``memo`` where their
@@ -167,6 +169,9 @@ def decode_messages_memo(
         memo: Where decoded messages are looked up and kept.
         images: :func:`protocol_py.codec.wire.field_images` of ``data`` for that field with
             :data:`~protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES`, when the caller has them.
+        keys: When given, an empty list that receives each element's content key
+            (:func:`protocol_py.codec.wire.content_key` of its image) when this path decoded
+            the body; left empty when the body was decoded whole.
 
     Returns:
         ``(message, clean, exact)`` as :func:`protocol_py.codec.wire.decode_report`.
@@ -181,7 +186,7 @@ def decode_messages_memo(
     if images is None or rest is None or not _canonical(data, rest, number, images):
         return wire.decode_report(cls, data, fallback=False)
     try:
-        found = _decode(cls, rest, field, memo, images)
+        found = _decode(cls, rest, field, memo, images, keys=keys)
     except (
         FallbackError,
         wire.DecodeBudgetError,
@@ -192,6 +197,8 @@ def decode_messages_memo(
     ):
         found = None
     if found is None:  # the whole body decoded the one way, errors and all
+        if keys is not None:
+            keys.clear()
         return wire.decode_report(cls, data, fallback=False)
     return found
 
@@ -215,6 +222,8 @@ def _decode(
     field: str,
     memo: DecodeMemo,
     images: Sequence[bytes | None],
+    *,
+    keys: list[bytes] | None,
 ) -> tuple[M, bool, bool] | None:
     st = State()
     message: M = GENERATOR.decoder(cls)(rest, 0, len(rest), st, 1)
@@ -230,6 +239,8 @@ def _decode(
         if split is None:
             return None
         key, start, stop = split
+        if keys is not None:
+            keys.append(key)
         st.left -= 1  # the element itself, as the whole decode counts it
         if st.left < 0:
             over_budget(st)

@@ -62,6 +62,7 @@ __all__ = [
     "MAX_KEPT_IMAGE_BYTES",
     "DecodeBudgetError",
     "FallbackError",
+    "MessageImages",
     "WireCodec",
     "content_key",
     "decode",
@@ -313,6 +314,22 @@ def content_key(image: bytes) -> bytes:
     the same message under a new id (a kernel restarted, a history rewritten by compaction)."""
     stripped = without_field(image, _MESSAGE_ID_FIELD)
     return image if stripped is None else stripped
+
+
+class MessageImages(list[bytes | None]):
+    """The wire images of a request's messages (a list, as :func:`field_images` returns)
+    with, when the server's decode computed them, each message's :func:`content_key` in
+    ``content_keys`` (the same bytes objects its decode memo looked up, their hash computed
+    once), so a translation cache keyed by content needs no scan, copy or hash of its own;
+    None when not computed."""
+
+    __slots__ = ("content_keys",)
+
+    def __init__(self, images: list[bytes | None], content_keys: list[bytes] | None = None) -> None:
+        super().__init__(images)
+        self.content_keys = (
+            content_keys if content_keys is not None and len(content_keys) == len(images) else None
+        )
 
 
 def keep_images(

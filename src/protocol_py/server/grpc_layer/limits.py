@@ -380,9 +380,12 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     try:  # first: the budget bounds upb's parse too (about 40 bytes per tiny message)
         if kind is StreamCompletionRequest:  # messages seen before are not decoded again
             images = request_images(data)
+            keys: list[bytes] = []
             message, clean, exact = decode_messages_memo(
-                kind, data, "messages", MESSAGE_MEMO, images
+                kind, data, "messages", MESSAGE_MEMO, images, keys=keys
             )
+            if images is not None:  # the content keys go along for the translation cache
+                images = wire.MessageImages(images, keys)
         else:
             message, clean, exact = wire.decode_report(kind, data, fallback=False)
     except wire.DecodeBudgetError:
