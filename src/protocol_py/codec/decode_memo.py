@@ -102,7 +102,11 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
                     return None
             kind = tag & 7
             if kind == 2:
-                size, pos = varint(image, pos)
+                size = image[pos]
+                if size < 0x80:
+                    pos += 1
+                else:
+                    size, pos = varint(image, pos)
                 if tag == (_ID_FIELD << 3 | 2):
                     start, stop = pos, pos + size
                     parts.append(image[kept:at])
@@ -142,6 +146,22 @@ class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
         found = self._get(key)
         self._count(found is not None)
         return found
+
+    def lookup_many(self, keys: Sequence[bytes]) -> list[tuple[betterproto2.Message, int] | None]:
+        """:meth:`lookup` of each of ``keys``, in order, under one taking of the lock."""
+        out: list[tuple[betterproto2.Message, int] | None] = []
+        with self._lock:
+            entries = self._entries
+            for key in keys:
+                found = entries.get(key)
+                if found is None:
+                    self.misses += 1
+                    out.append(None)
+                else:
+                    entries.move_to_end(key)
+                    self.hits += 1
+                    out.append(found[0])
+        return out
 
     def store(self, key: bytes, message: betterproto2.Message, objects: int) -> None:
         """Keep ``message`` (decoded clean and exact from an image whose content key is
@@ -212,8 +232,13 @@ def _canonical(data: bytes, rest: bytes, number: int, images: Sequence[bytes | N
     for image in images:
         if image is None:
             return False
-        total += tag + len(varint_bytes(len(image))) + len(image)
+        size = len(image)
+        total += tag + size + (1 if size < 0x80 else 2 if size < 0x4000 else _varint_size(size))
     return total == len(data)
+
+
+def _varint_size(value: int) -> int:
+    return len(varint_bytes(value))
 
 
 def _decode(
@@ -233,18 +258,18 @@ def _decode(
     element_cls = metadata.fields(cls)[field].cls
     decode_element = GENERATOR.decoder(element_cls)
     new = object.__new__
-    for image in images:
-        assert image is not None
-        split = split_message_id(image)
-        if split is None:
-            return None
+    splits = [split_message_id(image) for image in images if image is not None]
+    if len(splits) != len(images) or None in splits:
+        return None
+    found_all = memo.lookup_many([split[0] for split in splits])  # type: ignore[index]
+    for image, split, found in zip(images, splits, found_all, strict=True):
+        assert image is not None and split is not None
         key, start, stop = split
         if keys is not None:
             keys.append(key)
         st.left -= 1  # the element itself, as the whole decode counts it
         if st.left < 0:
             over_budget(st)
-        found = memo.lookup(key)
         if found is not None:
             cached, objects = found
             st.left -= objects
