@@ -105,6 +105,9 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
                 size = image[pos]
                 if size < 0x80:
                     pos += 1
+                elif image[pos + 1] < 0x80:  # two bytes: up to 16 KiB
+                    size = (size & 0x7F) | image[pos + 1] << 7
+                    pos += 2
                 else:
                     size, pos = varint(image, pos)
                 if tag == (_ID_FIELD << 3 | 2):
@@ -113,7 +116,10 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
                     kept = pos + size
                 pos += size
             elif kind == 0:
-                _, pos = varint(image, pos)
+                if image[pos] < 0x80:  # one byte: a role, a small number
+                    pos += 1
+                else:
+                    _, pos = varint(image, pos)
             elif kind == 1:
                 pos += 8
             elif kind == 5:

@@ -233,7 +233,11 @@ def field_images(
     limit = end if max_bytes is None else max_bytes
     try:
         while pos < end:
-            tag, pos = varint(data, pos)
+            tag = data[pos]  # one byte for fields 1-15, the usual case
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = varint(data, pos)
             kind = tag & 7
             if kind == 0:
                 _, pos = varint(data, pos)
@@ -242,7 +246,14 @@ def field_images(
             elif kind == 5:
                 pos += 4
             elif kind == 2:
-                size, pos = varint(data, pos)
+                size = data[pos]
+                if size < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:  # two bytes: up to 16 KiB
+                    size = (size & 0x7F) | data[pos + 1] << 7
+                    pos += 2
+                else:
+                    size, pos = varint(data, pos)
                 if tag >> 3 == number:
                     out.append(data[pos : pos + size] if size <= limit else None)
                 pos += size
