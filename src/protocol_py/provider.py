@@ -117,7 +117,9 @@ class Provider(abc.ABC):
     ) -> AsyncIterator[StreamEvent]:
         """Run one completion, yielding StreamEvents in protocol order (docs/decisions.md#d12).
 
-        The request has already been validated against the requested model's ModelSpec. Raise
+        The request has already been validated against the requested model's ModelSpec. It is
+        read only: the server shares decoded content blocks between requests that carry the
+        same message content (docs/decisions.md#d37), so never change it in place. Raise
         :class:`ProviderError` for a classified failure. On cancellation the iterator is closed
         (``GeneratorExit``/``CancelledError``): close upstream I/O in ``finally`` and re-raise.
         """

@@ -5,7 +5,8 @@
   type is refused and a Struct entry without a value becomes null exactly as before;
 * a decoded request keeps the wire image of each conversation message, which keys the
   OpenAI-compatible translation cache once (the body is byte for byte a fresh translation);
-* the vendor body built for the context-window count is the one the stream sends.
+* the vendor body built for the context-window count is the one the stream sends;
+* a large request is decoded, validated and counted in one worker-thread step.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from grpclib.exceptions import GRPCError
 
+from protocol_py.client.client import ModelClient
 from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.providers.http.request import dump_body
@@ -26,12 +28,15 @@ from protocol_py.providers.openai.request import (
     build_openai_body,
     build_openai_content,
 )
+from protocol_py.server import handlers
 from protocol_py.server.grpc_layer import limits
+from protocol_py.server.offload import OFFLOAD_MIN_BYTES
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.content.v1 import Message, TextBlock
-from protocol_py_gen.model.v1 import StreamCompletionRequest
+from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest
 
 from ..codec.test_wire import conversation as wire_conversation
+from ..support.servers import make_request, start_server
 
 MODEL = "gpt-6-sol"
 
@@ -155,3 +160,55 @@ def test_the_counted_body_is_the_streamed_body(strict: Any) -> None:
     asyncio.run(provider.configure({"api_key": "other"}))
     assert provider._bodies.take(request, spec) is None
     assert len(provider._bodies) == 0
+
+
+def test_decode_request_takes_seen_messages_from_the_memo_and_hands_their_keys_along(
+    strict: Any,
+) -> None:
+    first = conversation(4)
+    limits.decode_request(wire.encode(first), StreamCompletionRequest, strict)
+    renamed = StreamCompletionRequest.parse(bytes(first))
+    for i, message in enumerate(renamed.messages):
+        message.id = f"restart-{i}"
+    data = wire.encode(renamed)
+    hits = limits.MESSAGE_MEMO.hits
+    decoded = limits.decode_request(data, StreamCompletionRequest, strict)
+    assert limits.MESSAGE_MEMO.hits == hits + len(renamed.messages)
+    assert decoded == StreamCompletionRequest.parse(data)
+    assert [m.id for m in decoded.messages] == [f"restart-{i}" for i in range(9)]
+    images = wire.take_images(decoded, "messages")
+    assert isinstance(images, wire.MessageImages)
+    assert images == [wire.encode(m) for m in renamed.messages]
+    assert images.content_keys == [wire.content_key(i) for i in images if i is not None]
+
+
+async def test_a_large_request_is_decoded_validated_and_counted_in_one_worker_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps: list[str] = []
+    run_cpu = handlers.run_cpu
+
+    async def counting(size: int, func: Any, *args: Any, **kwargs: Any) -> Any:
+        steps.append(getattr(func, "__name__", repr(func)))
+        return await run_cpu(size, func, *args, **kwargs)
+
+    monkeypatch.setattr(handlers, "run_cpu", counting)
+    running = await start_server()
+    client = ModelClient.connect(running.address)
+    try:
+        big = "word " * (OFFLOAD_MIN_BYTES // 5)
+        events = [e async for e in client.stream(make_request(big), timeout=30)]
+        assert events[-1].stop is not None
+        assert steps[:1] == ["_decode_and_check"]
+        assert "checked_request" not in steps
+        # an invalid large request is refused from that same step, naming the rule
+        steps.clear()
+        bad = make_request(big, params=GenerationParams(max_output_tokens=10**9))
+        events = [e async for e in client.stream(bad, timeout=30)]
+        assert events[-1].error is not None
+        assert "max_output_tokens" in events[-1].error.message
+        assert steps[:1] == ["_decode_and_check"] and "checked_request" not in steps
+        assert (await client.describe()).name  # still serving
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)

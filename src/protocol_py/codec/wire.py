@@ -62,6 +62,7 @@ __all__ = [
     "MAX_KEPT_IMAGE_BYTES",
     "DecodeBudgetError",
     "FallbackError",
+    "MessageImages",
     "WireCodec",
     "content_key",
     "decode",
@@ -232,7 +233,11 @@ def field_images(
     limit = end if max_bytes is None else max_bytes
     try:
         while pos < end:
-            tag, pos = varint(data, pos)
+            tag = data[pos]  # one byte for fields 1-15, the usual case
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = varint(data, pos)
             kind = tag & 7
             if kind == 0:
                 _, pos = varint(data, pos)
@@ -241,7 +246,14 @@ def field_images(
             elif kind == 5:
                 pos += 4
             elif kind == 2:
-                size, pos = varint(data, pos)
+                size = data[pos]
+                if size < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:  # two bytes: up to 16 KiB
+                    size = (size & 0x7F) | data[pos + 1] << 7
+                    pos += 2
+                else:
+                    size, pos = varint(data, pos)
                 if tag >> 3 == number:
                     out.append(data[pos : pos + size] if size <= limit else None)
                 pos += size
@@ -313,6 +325,22 @@ def content_key(image: bytes) -> bytes:
     the same message under a new id (a kernel restarted, a history rewritten by compaction)."""
     stripped = without_field(image, _MESSAGE_ID_FIELD)
     return image if stripped is None else stripped
+
+
+class MessageImages(list[bytes | None]):
+    """The wire images of a request's messages (a list, as :func:`field_images` returns)
+    with, when the server's decode computed them, each message's :func:`content_key` in
+    ``content_keys`` (the same bytes objects its decode memo looked up, their hash computed
+    once), so a translation cache keyed by content needs no scan, copy or hash of its own;
+    None when not computed."""
+
+    __slots__ = ("content_keys",)
+
+    def __init__(self, images: list[bytes | None], content_keys: list[bytes] | None = None) -> None:
+        super().__init__(images)
+        self.content_keys = (
+            content_keys if content_keys is not None and len(content_keys) == len(images) else None
+        )
 
 
 def keep_images(

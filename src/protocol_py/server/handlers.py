@@ -23,7 +23,7 @@ from grpclib.reflection.service import ServerReflection
 from protocol_py.bounded_text import listed
 from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
-from protocol_py.errors import StreamOrderError, ValidationError, errors_only
+from protocol_py.errors import StreamOrderError, ValidationError, Violation, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.json_schema import validate_config_schema
@@ -94,6 +94,9 @@ log = logging.getLogger("protocol_py.server")
 
 SERVICE_NAME: Final = "model.v1.ModelService"
 """The fully qualified gRPC service name served."""
+
+_Checked = tuple[list[Violation], StreamEvent | None]
+"""What :func:`checked_request` returns: the request's errors and its context-window event."""
 
 _Req = TypeVar("_Req", bound=betterproto2.Message)
 
@@ -472,8 +475,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         with self.in_flight() as task:
-            request, one = await self._admit(stream)
-            handler = functools.partial(self._completion, deadline=stream.deadline, one=one)
+            request, one, checked = await self._admit(stream)
+            handler = functools.partial(
+                self._completion, deadline=stream.deadline, one=one, checked=checked
+            )
+            del checked
             try:
                 async with one:
                     await self._call_rpc_handler_server_stream(handler, stream, request)
@@ -493,18 +499,19 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
 
     async def _admit(
         self, stream: grpclib.server.Stream[Any, Any]
-    ) -> tuple[StreamCompletionRequest, SingleRequest]:
-        """Admit and read a StreamCompletion request (and check it is the only one); a call
+    ) -> tuple[StreamCompletionRequest, SingleRequest, tuple[ModelSpec, _Checked] | None]:
+        """Admit and read a StreamCompletion request (and check it is the only one), with its
+        check when it ran with the decode (:meth:`_recv_completion`); a call
         refused here (draining, oversized, malformed, a second message) or cancelled while its
         request is read gets its one log record here, since :meth:`_completion` never runs for
         it."""
         record = RpcRecord(rpc="StreamCompletion")
         try:
             self.check_accepting()
-            request = await self._recv(stream, StreamCompletionRequest)
+            request, checked = await self._recv_completion(stream)
             one = SingleRequest(stream)
             await one.start()
-            return request, one
+            return request, one, checked
         except GRPCError as exc:
             error = bounded_status(exc)
             record.outcome = "error"
@@ -516,6 +523,30 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.outcome, record.detail = cancel_outcome(stream)
             record.emit()
             raise
+
+    async def _recv_completion(
+        self, stream: grpclib.server.Stream[Any, Any]
+    ) -> tuple[StreamCompletionRequest, tuple[ModelSpec, _Checked] | None]:
+        """Read a StreamCompletion request; decode it and, for a known model, validate it and
+        count it against the context window (:func:`checked_request`) in one worker-thread
+        step (:func:`run_cpu`): a large request crosses to a worker and back once per turn.
+        The second item is ``(spec, checked)``, or None when the model is unknown or the check
+        raised (then :meth:`_completion` runs it again, with the same outcome)."""
+        data = await receive_single(stream, self.max_message_size)
+        strict = self._strict_classes.get(StreamCompletionRequest)
+        return await run_cpu(len(data), self._decode_and_check, data, strict)
+
+    def _decode_and_check(
+        self, data: bytes, strict: Any
+    ) -> tuple[StreamCompletionRequest, tuple[ModelSpec, _Checked] | None]:
+        request = decode_request(data, StreamCompletionRequest, strict)
+        spec = self._models.get(request.model_id)
+        if spec is None:
+            return request, None
+        try:
+            return request, (spec, checked_request(self.provider, request, spec, validate_request))
+        except Exception:  # raised again, and reported, where the check always ran
+            return request, None
 
     async def _send_shutdown_error(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         """Best effort: the final ``error`` event of a stream cut at grace expiry, then OK
@@ -551,6 +582,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         request: StreamCompletionRequest,
         deadline: Deadline | None = None,
         one: SingleRequest | None = None,
+        checked: tuple[ModelSpec, _Checked] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         context = request.call_context or CallContext()
         record = RpcRecord(
@@ -568,9 +600,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 violations = errors_only(await run_cpu(size, validate_request_shape, request))
                 if not any(v.path == "model_id" for v in violations):
                     violations.insert(0, unknown_model(request.model_id, self._models))
+            # validation, then token counting (CPU work on the whole prompt): one step
+            # off the event loop, done with the decode when the request came in that way
+            elif checked is not None and checked[0] is spec:
+                violations, overflow = checked[1]
             else:
-                # validation, then token counting (CPU work on the whole prompt):
-                # one step off the event loop
                 size = wire.wire_size(request)
                 violations, overflow = await run_cpu(
                     size, checked_request, self.provider, request, spec, validate_request

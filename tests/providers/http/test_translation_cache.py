@@ -211,3 +211,33 @@ def test_a_replaced_build_body_is_what_is_sent() -> None:
     model = provider.catalog()[0]
     provider.build_body = lambda request, spec: {"custom": True}  # type: ignore[method-assign]
     assert provider.build_content(turn(1), model) == b'{"custom":true}'
+
+
+def keyed_images(request: StreamCompletionRequest) -> wire.MessageImages:
+    """The images and content keys the server's decode hands along for ``request``."""
+    images: list[bytes | None] = [wire.encode(m) for m in request.messages]
+    return wire.MessageImages(images, [wire.content_key(i) for i in images if i is not None])
+
+
+def test_with_content_keys_a_conversation_under_new_ids_takes_its_list_in_one_step() -> None:
+    cache = TranslationCache()
+    compat = OpenAICompat()
+    settings = spec(ThinkingReplay.ALL)
+
+    def build(request: StreamCompletionRequest) -> bytes:
+        body = build_openai_content(request, settings, compat, cache, keyed_images(request))
+        assert body == dump_body(build_openai_body(request, settings, compat))
+        return body
+
+    build(turn(4))
+    misses, list_hits = cache.misses, cache._lists.hits
+    build(renamed(turn(4), "restart-"))  # every id new: the list matches by content
+    assert (cache.misses, cache._lists.hits) == (misses, list_hits + 1)
+    build(renamed(turn(5), "later-"))  # the list plus two new messages
+    assert (cache.misses, cache._lists.hits) == (misses + 2, list_hits + 2)
+    changed = renamed(turn(5), "edited-")
+    changed.messages[4].content[0].text.text = "rewritten"  # type: ignore[union-attr]
+    build(changed)  # the list stops at the changed message: it alone is translated again
+    assert cache.misses == misses + 3
+    # keys that do not match the images' count are not used
+    assert wire.MessageImages([b"a", b"b"], [b"a"]).content_keys is None

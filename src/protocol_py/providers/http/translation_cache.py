@@ -11,9 +11,13 @@ as the same conversation under its old ids does. A hit therefore yields exactly 
 translation would: the bytes sent never depend on the cache (tests compare both).
 
 For a request the server just decoded (message wire images known), the last message list of
-each conversation (keyed by the settings and the first message's id) is also kept: a turn whose
-messages start with exactly those images (compared byte for byte) takes their fragments in one
-step (:class:`~protocol_py.codec.prefixes.ConversationPrefixes`, :data:`MAX_LISTS`,
+each conversation is also kept: a turn whose messages start with exactly that list (compared
+byte for byte) takes their fragments in one step. When the server's decode computed each
+message's content key (:class:`protocol_py.codec.wire.MessageImages`), the list is keyed by
+the settings and the first message's content key and holds content keys, so the same
+conversation under new message ids takes that step too; otherwise it is keyed by the first
+message's id and holds the images
+(:class:`~protocol_py.codec.prefixes.ConversationPrefixes`, :data:`MAX_LISTS`,
 :data:`MAX_LIST_BYTES`).
 
 Bounds: :data:`MAX_ENTRIES` fragments and :data:`MAX_BYTES` bytes of fragments per cache, the
@@ -81,6 +85,16 @@ def _image_bytes(full: Hashable) -> int:
     return 0
 
 
+def _content_keys(images: Sequence[bytes | None] | None, count: int) -> list[bytes] | None:
+    """The content key of each message, when the server's decode computed them along with
+    the images (:class:`protocol_py.codec.wire.MessageImages`), else None."""
+    if isinstance(images, wire.MessageImages) and len(images) == count:
+        keys = images.content_keys
+        if keys is not None and len(keys) == count:
+            return keys
+    return None
+
+
 class TranslationCache(BoundedLRU[Hashable, bytes]):
     """LRU map ``(settings, message key) -> serialized fragment`` within the bounds above."""
 
@@ -144,21 +158,27 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         start = 0
         kept: tuple[bytes, ...] = ()
         head: tuple[bytes, ...] = ()
-        if images is not None and messages:
-            found_list = self._lists.match((settings, messages[0].id), images)
+        keys = _content_keys(images, len(messages))
+        # with the content keys the server's decode computed, a conversation's list is
+        # keyed and compared by content (the same conversation under new ids matches);
+        # else by the first message's id and the images themselves
+        listed = keys if keys is not None else images
+        if listed is not None and messages:
+            list_key = (settings, "content", keys[0]) if keys else (settings, messages[0].id)
+            found_list = self._lists.match(list_key, listed)
             if found_list is not None:  # this conversation's last list, unchanged: reused
                 kept, head = found_list
                 start = len(kept)
                 with self._lock:
                     self.hits += start
-        out = self._lookup(settings, messages, translate, images, start)
-        keep = images is not None and all(image is not None for image in images[start:])
-        if images is not None and messages and start < len(messages) and keep:
+        out = self._lookup(settings, messages, translate, images, start, known=keys)
+        keep = listed is not None and all(image is not None for image in listed[start:])
+        if listed is not None and messages and start < len(messages) and keep:
             out[:0] = head
             self._lists.put(
-                (settings, messages[0].id),
+                list_key,
                 # the images kept already are reused; none is None here (keep)
-                cast("tuple[bytes, ...]", (*kept, *images[start:])),
+                cast("tuple[bytes, ...]", (*kept, *listed[start:])),
                 tuple(out),
                 sum(len(fragment) for fragment in out),
             )
@@ -172,10 +192,15 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
         translate: Callable[[int, Message], bytes],
         images: Sequence[bytes | None] | None,
         start: int,
+        *,
+        known: list[bytes] | None = None,
     ) -> list[bytes]:
-        """:meth:`fragments` of ``messages[start:]``, one by one (a None image: no key)."""
+        """:meth:`fragments` of ``messages[start:]``, one by one (a None image: no key;
+        ``known``: every message's content key, computed already)."""
         keys: list[bytes | None] = (
-            [
+            list(known[start:])
+            if known is not None
+            else [
                 content_key(image) if (image := images[i]) is not None else None
                 for i in range(start, len(messages))
             ]

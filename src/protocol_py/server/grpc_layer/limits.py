@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.codec import metadata, wire
+from protocol_py.codec.decode_memo import DecodeMemo, decode_messages_memo
 from protocol_py.rules.request_memo import keep_request_images, request_images
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.grpc_layer.large_body import receive_body
@@ -375,8 +376,18 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     what = f"malformed request: {kind.__name__} could not be decoded ({len(data)} bytes)"
     failure: Exception | None = None
     fell_back = False
+    images: list[bytes | None] | None = None
     try:  # first: the budget bounds upb's parse too (about 40 bytes per tiny message)
-        message, clean, exact = wire.decode_report(kind, data, fallback=False)
+        if kind is StreamCompletionRequest:  # messages seen before are not decoded again
+            images = request_images(data)
+            keys: list[bytes] = []
+            message, clean, exact = decode_messages_memo(
+                kind, data, "messages", MESSAGE_MEMO, images, keys=keys
+            )
+            if images is not None:  # the content keys go along for the translation cache
+                images = wire.MessageImages(images, keys)
+        else:
+            message, clean, exact = wire.decode_report(kind, data, fallback=False)
     except wire.DecodeBudgetError:
         raise GRPCError(Status.RESOURCE_EXHAUSTED, _too_many(kind, len(data))) from None
     except (wire.FallbackError, UnicodeDecodeError) as exc:
@@ -404,13 +415,21 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
     elif exact and isinstance(message, StreamCompletionRequest):
         # one scan, shared: translation cache keys (adapters) and validation memo keys (only a
         # clean request's are used); an image over MAX_IMAGE_BYTES is None, never copied
-        images = request_images(data)
+        if images is None:
+            images = request_images(data)
         wire.keep_images(message, "messages", data, images)
         if strict is not None:
             keep_request_images(message, data, images)
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
+
+
+MESSAGE_MEMO: Final = DecodeMemo()
+"""The server's decoded StreamCompletionRequest messages, keyed by their wire image without
+the id (:mod:`protocol_py.codec.decode_memo`; ``decode_memo.MAX_ENTRIES`` messages,
+``decode_memo.MAX_BYTES`` accounted bytes): a conversation resent turn after turn, under the
+same or new message ids, decodes only its new messages."""
 
 
 MAX_FALLBACK_BYTES: Final = 64 * 1024

@@ -1,0 +1,301 @@
+"""Decode a request's conversation reusing the messages decoded on earlier turns.
+
+A kernel resends the whole conversation every turn, so nearly every message of a request was
+decoded on the turn before, often under another id (a kernel restarted, a history rewritten
+by compaction). :func:`decode_messages_memo` decodes a request whose repeated ``Message``
+field (``messages``) is looked up message by message in a :class:`DecodeMemo` keyed by each
+message's wire image without its ``id`` (:func:`protocol_py.codec.wire.content_key`, compared
+byte for byte: no hash stands in for the content). A hit costs a scan of the image, a lookup
+and a shallow copy carrying the new id; only the messages never seen are decoded.
+
+The result equals :func:`protocol_py.codec.wire.decode_report` of the whole body, field for
+field (tests compare both, and against upb): a hit is stored only from a message that decoded
+clean and exact (every field known, every enum a known member, every map entry complete), its
+repeated elements and map entries are counted against the request's
+:data:`~protocol_py.codec.wire.MAX_DECODED_OBJECTS` budget as if decoded again, and any body
+this path does not cover (a message over :data:`~protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES`,
+a scan that fails, any decoding error) is decoded whole by ``decode_report`` instead.
+
+Sharing (docs/decisions.md#d37): a hit's ``Message`` is a new object with its own ``content``
+list, but the content blocks in that list are the objects decoded on the first turn, shared by
+every request that carries the same message content. The request a provider receives is read
+only: a provider builds what it sends from it and never changes it in place (the built-in
+providers never do; the server's own steps copy before they change a request).
+
+Bounds: :data:`MAX_ENTRIES` messages and :data:`MAX_BYTES` of accounted bytes (each entry
+counts twice its key's bytes, the key and the decoded strings, plus :data:`ENTRY_BYTES`, plus
+:data:`OBJECT_BYTES` per repeated element and map entry it holds), the least recently used
+dropped first; a message whose image is larger than
+:data:`~protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES` is never stored.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Final, TypeVar
+
+import betterproto2
+
+from protocol_py.codec import metadata, wire
+from protocol_py.codec.prefixes import BoundedLRU
+from protocol_py.codec.wire_gen import (
+    GENERATOR,
+    FallbackError,
+    State,
+    over_budget,
+    varint,
+    varint_bytes,
+)
+
+__all__ = [
+    "ENTRY_BYTES",
+    "MAX_BYTES",
+    "MAX_ENTRIES",
+    "OBJECT_BYTES",
+    "DecodeMemo",
+    "decode_messages_memo",
+    "split_message_id",
+]
+
+M = TypeVar("M", bound=betterproto2.Message)
+
+MAX_ENTRIES: Final = 16_384
+"""Most decoded messages one memo holds."""
+
+MAX_BYTES: Final = 64 * 1024 * 1024
+"""Most accounted bytes one memo holds (64 MiB; see :data:`ENTRY_BYTES` and
+:data:`OBJECT_BYTES`)."""
+
+ENTRY_BYTES: Final = 640
+"""Bytes counted per memo entry on top of twice its key's bytes (the key, and the decoded
+strings that repeat it): the decoded ``Message`` with its ``__dict__``, its content list and
+the memo's own bookkeeping (tracemalloc measures about 600 bytes for a message without
+content blocks on CPython 3.11)."""
+
+OBJECT_BYTES: Final = 384
+"""Bytes counted per repeated element and map entry the entry's decode created (a content
+block with its one set member, a Struct entry with its Value; tracemalloc measures 280-370
+bytes each on CPython 3.11)."""
+
+_ID_FIELD: Final = 3
+"""Field number of ``Message.id`` (proto/content/v1/types.proto)."""
+
+
+def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
+    """``(content key, id start, id end)`` of the ``Message`` serialization ``image``: the key
+    is ``image`` without its ``id`` field (as :func:`protocol_py.codec.wire.content_key`), and
+    ``image[start:end]`` is the UTF-8 of the last ``id`` field's value (``-1, -1`` when there
+    is none: the id is the empty string). None when ``image`` does not scan (never raised)."""
+    parts: list[bytes] = []
+    pos, end, kept = 0, len(image), 0
+    start = stop = -1
+    try:
+        while pos < end:
+            at = pos
+            tag = image[pos]
+            if tag < 0x80:
+                pos += 1
+            else:  # a field from 16 on; an id under a multi-byte tag only the decoder judges
+                tag, pos = varint(image, pos)
+                if tag >> 3 == _ID_FIELD:
+                    return None
+            kind = tag & 7
+            if kind == 2:
+                size = image[pos]
+                if size < 0x80:
+                    pos += 1
+                elif image[pos + 1] < 0x80:  # two bytes: up to 16 KiB
+                    size = (size & 0x7F) | image[pos + 1] << 7
+                    pos += 2
+                else:
+                    size, pos = varint(image, pos)
+                if tag == (_ID_FIELD << 3 | 2):
+                    start, stop = pos, pos + size
+                    parts.append(image[kept:at])
+                    kept = pos + size
+                pos += size
+            elif kind == 0:
+                if image[pos] < 0x80:  # one byte: a role, a small number
+                    pos += 1
+                else:
+                    _, pos = varint(image, pos)
+            elif kind == 1:
+                pos += 8
+            elif kind == 5:
+                pos += 4
+            else:
+                return None
+            if tag >> 3 == _ID_FIELD and kind != 2:
+                return None  # an id with another wire type: not for this path
+    except (FallbackError, IndexError):
+        return None
+    if pos != end:
+        return None
+    if not parts:
+        return image, -1, -1
+    parts.append(image[kept:])
+    return b"".join(parts), start, stop
+
+
+class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
+    """Decoded messages keyed by their content key (:func:`split_message_id`), each with the
+    count of repeated elements and map entries its decode created; at most ``max_entries``
+    messages and ``max_bytes`` accounted bytes (:data:`MAX_ENTRIES`, :data:`MAX_BYTES`), the
+    least recently used dropped first. Safe to use from several threads at once."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
+        super().__init__(max_entries, max_bytes)
+
+    def lookup(self, key: bytes) -> tuple[betterproto2.Message, int] | None:
+        """The decoded message and its object count under ``key``, or None."""
+        found = self._get(key)
+        self._count(found is not None)
+        return found
+
+    def lookup_many(self, keys: Sequence[bytes]) -> list[tuple[betterproto2.Message, int] | None]:
+        """:meth:`lookup` of each of ``keys``, in order, under one taking of the lock."""
+        out: list[tuple[betterproto2.Message, int] | None] = []
+        with self._lock:
+            entries = self._entries
+            for key in keys:
+                found = entries.get(key)
+                if found is None:
+                    self.misses += 1
+                    out.append(None)
+                else:
+                    entries.move_to_end(key)
+                    self.hits += 1
+                    out.append(found[0])
+        return out
+
+    def store(self, key: bytes, message: betterproto2.Message, objects: int) -> None:
+        """Keep ``message`` (decoded clean and exact from an image whose content key is
+        ``key``, creating ``objects`` repeated elements and map entries)."""
+        self._put(key, (message, objects), 2 * len(key) + ENTRY_BYTES + OBJECT_BYTES * objects)
+
+
+def decode_messages_memo(
+    cls: type[M],
+    data: bytes,
+    field: str,
+    memo: DecodeMemo,
+    images: Sequence[bytes | None] | None = None,
+    *,
+    keys: list[bytes] | None = None,
+) -> tuple[M, bool, bool]:
+    """:func:`protocol_py.codec.wire.decode_report` of ``data`` as ``cls`` (``fallback=False``),
+    the elements of its repeated ``Message`` field ``field`` taken from ``memo`` where their
+    content was decoded before (see the module docstring); equal in every field.
+
+    Args:
+        cls: A generated message class with a repeated ``Message`` field ``field``.
+        data: The serialized message.
+        field: The repeated field's name (``"messages"``).
+        memo: Where decoded messages are looked up and kept.
+        images: :func:`protocol_py.codec.wire.field_images` of ``data`` for that field with
+            :data:`~protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES`, when the caller has them.
+        keys: When given, an empty list that receives each element's content key
+            (:func:`protocol_py.codec.wire.content_key` of its image) when this path decoded
+            the body; left empty when the body was decoded whole.
+
+    Returns:
+        ``(message, clean, exact)`` as :func:`protocol_py.codec.wire.decode_report`.
+
+    Raises:
+        What :func:`protocol_py.codec.wire.decode_report` with ``fallback=False`` raises.
+    """
+    number = metadata.field_number(cls, field)
+    if images is None:
+        images = wire.field_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
+    rest = wire.without_field(data, number) if images else None
+    if images is None or rest is None or not _canonical(data, rest, number, images):
+        return wire.decode_report(cls, data, fallback=False)
+    try:
+        found = _decode(cls, rest, field, memo, images, keys=keys)
+    except (
+        FallbackError,
+        wire.DecodeBudgetError,
+        UnicodeDecodeError,
+        IndexError,
+        struct.error,
+        RecursionError,
+    ):
+        found = None
+    if found is None:  # the whole body decoded the one way, errors and all
+        if keys is not None:
+            keys.clear()
+        return wire.decode_report(cls, data, fallback=False)
+    return found
+
+
+def _canonical(data: bytes, rest: bytes, number: int, images: Sequence[bytes | None]) -> bool:
+    """True when ``data`` is ``rest`` plus each image under field ``number``'s shortest tag and
+    length (every image kept: none over the bound): no over-long tag or length, and no
+    occurrence of the field with another wire type, which only the whole decode judges."""
+    tag = len(varint_bytes(number << 3 | 2))
+    total = len(rest)
+    for image in images:
+        if image is None:
+            return False
+        size = len(image)
+        total += tag + size + (1 if size < 0x80 else 2 if size < 0x4000 else _varint_size(size))
+    return total == len(data)
+
+
+def _varint_size(value: int) -> int:
+    return len(varint_bytes(value))
+
+
+def _decode(
+    cls: type[M],
+    rest: bytes,
+    field: str,
+    memo: DecodeMemo,
+    images: Sequence[bytes | None],
+    *,
+    keys: list[bytes] | None,
+) -> tuple[M, bool, bool] | None:
+    st = State()
+    message: M = GENERATOR.decoder(cls)(rest, 0, len(rest), st, 1)
+    elements = getattr(message, field)
+    if elements:  # the field occurs in ``rest``: not this path's shape
+        return None
+    element_cls = metadata.fields(cls)[field].cls
+    decode_element = GENERATOR.decoder(element_cls)
+    new = object.__new__
+    splits = [split_message_id(image) for image in images if image is not None]
+    if len(splits) != len(images) or None in splits:
+        return None
+    found_all = memo.lookup_many([split[0] for split in splits])  # type: ignore[index]
+    for image, split, found in zip(images, splits, found_all, strict=True):
+        assert image is not None and split is not None
+        key, start, stop = split
+        if keys is not None:
+            keys.append(key)
+        st.left -= 1  # the element itself, as the whole decode counts it
+        if st.left < 0:
+            over_budget(st)
+        if found is not None:
+            cached, objects = found
+            st.left -= objects
+            if st.left < 0:
+                over_budget(st)
+            element = new(element_cls)
+            element.__dict__.update(cached.__dict__)
+            element.content = list(element.content)
+            element.id = image[start:stop].decode() if start >= 0 else ""
+            elements.append(element)
+            continue
+        own = State(st.left)  # this element's own flags, the request's budget
+        element = decode_element(image, 0, len(image), own, 2)
+        elements.append(element)
+        if own.clean and not own.unknown:
+            kept = new(element_cls)
+            kept.__dict__.update(element.__dict__)
+            kept.content = list(element.content)  # the request's list is its own
+            memo.store(key, kept, st.left - own.left)
+        st.left = own.left
+        st.clean = st.clean and own.clean
+        st.unknown = st.unknown or own.unknown
+    return message, st.clean, not st.unknown

@@ -1,0 +1,188 @@
+"""protocol_py.codec.decode_memo: a request decoded with its messages taken from the memo equals
+the whole-body decode field for field (and upb's parse), under the same or new message ids; a
+hit is a message of its own with its own content list; only clean, exact messages are kept;
+hits count against the decode budget; the memo stays within its bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from protocol_py.codec import decode_memo, metadata, wire, wire_gen
+from protocol_py.codec.decode_memo import DecodeMemo, decode_messages_memo, split_message_id
+from protocol_py_gen.content.v1 import ContentBlock, Message, TextBlock
+from protocol_py_gen.model.v1 import StreamCompletionRequest
+
+from ..conftest import UpbClasses
+from .test_wire import conversation, same
+
+MESSAGES = metadata.field_number(StreamCompletionRequest, "messages")
+
+
+def renumbered(request: StreamCompletionRequest, prefix: str) -> StreamCompletionRequest:
+    """``request`` with every message id new (same content), as after a kernel restart."""
+    messages = [dataclasses.replace(m, id=f"{prefix}{i}") for i, m in enumerate(request.messages)]
+    return dataclasses.replace(request, messages=messages)
+
+
+def field(image: bytes) -> bytes:
+    """``image`` as one element of a request's ``messages`` (shortest tag and length)."""
+    return wire_gen.varint_bytes(MESSAGES << 3 | 2) + wire_gen.varint_bytes(len(image)) + image
+
+
+def decode(data: bytes, memo: DecodeMemo) -> tuple[StreamCompletionRequest, bool, bool]:
+    return decode_messages_memo(StreamCompletionRequest, data, "messages", memo)
+
+
+def test_a_resent_conversation_decodes_from_the_memo_equal_to_the_whole_decode(
+    upb: UpbClasses,
+) -> None:
+    memo = DecodeMemo()
+    data = wire.encode(conversation(6))
+    first = decode(data, memo)
+    assert (memo.hits, memo.misses, len(memo)) == (0, 13, 13)
+    again = decode(data, memo)
+    assert (memo.hits, memo.misses) == (13, 13)
+    whole = wire.decode_report(StreamCompletionRequest, data, fallback=False)
+    for found in (first, again):
+        same(found[0], whole[0])
+        assert found[1:] == whole[1:] == (True, True)
+        assert wire.encode(found[0]) == data
+    upb_cls = upb.message("model.v1.StreamCompletionRequest")
+    assert upb_cls.FromString(wire.encode(again[0])) == upb_cls.FromString(data)
+
+
+def test_the_same_messages_under_new_ids_hit_and_carry_their_new_ids() -> None:
+    memo = DecodeMemo()
+    decode(wire.encode(conversation(4)), memo)
+    data = wire.encode(renumbered(conversation(4), "new-"))
+    found, clean, exact = decode(data, memo)
+    assert memo.hits == 9
+    assert [m.id for m in found.messages] == [f"new-{i}" for i in range(9)]
+    same(found, wire.decode(StreamCompletionRequest, data))
+    assert (clean, exact) == (True, True)
+    # a message without an id (the empty string) hits too, and reads as ""
+    bare = renumbered(conversation(1), "")
+    bare.messages[0].id = ""
+    data = wire.encode(bare)
+    found = decode(data, memo)[0]
+    assert found.messages[0].id == ""
+    same(found, wire.decode(StreamCompletionRequest, data))
+
+
+def test_a_hit_is_its_own_message_with_its_own_content_list() -> None:
+    memo = DecodeMemo()
+    data = wire.encode(conversation(2))
+    first = decode(data, memo)[0]
+    first.messages[1].content.append(ContentBlock(text=TextBlock(text="added")))
+    first.messages[1].id = "changed"
+    second = decode(data, memo)[0]
+    assert second.messages[1] is not first.messages[1]
+    assert second.messages[1].id == "a1"
+    assert len(second.messages[1].content) == 2
+    third = decode(data, memo)[0]
+    assert third.messages[1].content is not second.messages[1].content
+    same(third, wire.decode(StreamCompletionRequest, data))
+
+
+def test_messages_with_unknown_fields_or_enum_numbers_are_decoded_every_time() -> None:
+    memo = DecodeMemo()
+    unknown = wire.encode(Message(id="x", content=[])) + b"\xb8\x3e\x01"  # field 999, varint
+    odd_role = b"\x08\x63" + wire.encode(Message(id="y"))  # role 99: not a Role member
+    plain = wire.encode(Message(id="z", content=[ContentBlock(text=TextBlock(text="t"))]))
+    data = b"".join(
+        wire_gen.varint_bytes(MESSAGES << 3 | 2) + wire_gen.varint_bytes(len(m)) + m
+        for m in (unknown, odd_role, plain)
+    )
+    for _ in range(2):
+        found = decode(data, memo)
+        whole = wire.decode_report(StreamCompletionRequest, data, fallback=False)
+        same(found[0], whole[0])
+        assert found[1:] == whole[1:] == (False, False)
+    assert len(memo) == 1  # the plain message only
+    assert (memo.hits, memo.misses) == (1, 5)
+
+
+def test_hits_count_against_the_decode_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = DecodeMemo()
+    data = wire.encode(conversation(3))
+    decode(data, memo)
+
+    class Small(wire_gen.State):
+        def __init__(self, limit: int = 20) -> None:
+            super().__init__(min(limit, 20))
+
+    monkeypatch.setattr(decode_memo, "State", Small)
+    monkeypatch.setattr(wire, "State", Small)
+    with pytest.raises(wire.DecodeBudgetError):
+        decode(data, memo)
+    assert memo.hits >= 1  # the budget ran out on messages taken from the memo
+
+
+def test_a_body_the_memo_path_does_not_cover_is_decoded_whole_with_its_errors() -> None:
+    memo = DecodeMemo()
+    data = wire.encode(conversation(2))
+    decode(data, memo)
+    with pytest.raises(wire.FallbackError):
+        decode(data[:-3], memo)  # truncated
+    with pytest.raises(UnicodeDecodeError):  # an id of invalid UTF-8, content seen before
+        first = wire.encode(conversation(2).messages[1])
+        bad = first.replace(b"\x1a\x02a1", b"\x1a\x02\xff\xfe")
+        assert bad != first
+        decode(wire_gen.varint_bytes(MESSAGES << 3 | 2) + bytes([len(bad)]) + bad, memo)
+
+
+def test_split_message_id_strips_every_id_and_reads_the_last() -> None:
+    image = wire.encode(Message(id="first", content=[ContentBlock(text=TextBlock(text="t"))]))
+    twice = image + b"\x1a\x04last"
+    key, start, stop = split_message_id(twice) or (b"", 0, 0)
+    assert key == wire.content_key(twice) == wire.content_key(image)
+    assert twice[start:stop] == b"last"
+    assert split_message_id(wire.encode(Message())) == (b"", -1, -1)
+    assert split_message_id(b"\x1a\x09short") is None  # truncated
+    assert split_message_id(b"\x18\x01") is None  # the id as a varint
+
+
+def test_the_memo_keeps_within_its_entry_and_byte_bounds() -> None:
+    data = wire.encode(conversation(10))
+    few = DecodeMemo(max_entries=3)
+    decode(data, few)
+    assert len(few) == 3
+    assert few.size_bytes <= few.max_bytes
+    small = DecodeMemo(max_bytes=4096)
+    found = decode(data, small)[0]
+    assert small.size_bytes <= 4096
+    assert 0 < len(small) < 21
+    same(found, wire.decode(StreamCompletionRequest, data))
+    # an entry's accounted size: twice its key, ENTRY_BYTES, OBJECT_BYTES per content block
+    one = DecodeMemo()
+    image = wire.encode(Message(id="q", content=[ContentBlock(text=TextBlock(text="t"))]))
+    decode(wire_gen.varint_bytes(MESSAGES << 3 | 2) + bytes([len(image)]) + image, one)
+    key = wire.content_key(image)
+    assert one.size_bytes == 2 * len(key) + decode_memo.ENTRY_BYTES + decode_memo.OBJECT_BYTES
+
+
+def test_over_long_tags_and_other_wire_types_are_judged_by_the_whole_decode() -> None:
+    memo = DecodeMemo()
+    image = wire.encode(conversation(1).messages[0])
+    decode(wire_gen.varint_bytes(MESSAGES << 3 | 2) + bytes([len(image)]) + image, memo)
+    assert len(memo) == 1
+    bodies = [
+        # the messages field under an over-long tag (0x8a 0x00 for 0x0a)
+        b"\x8a\x00" + bytes([len(image)]) + image,
+        # the messages field also sent as a varint
+        wire_gen.varint_bytes(MESSAGES << 3 | 2) + bytes([len(image)]) + image + b"\x08\x01",
+        # the message's id under an over-long tag, its content seen before
+        field(image.replace(b"\x1a\x02m0", b"\x9a\x00\x02m0")),
+    ]
+    for body in bodies:
+        whole = wire.decode_report(StreamCompletionRequest, body)
+        try:
+            found = decode(body, memo)
+        except wire.FallbackError:
+            assert whole[1:] == (False, False)  # betterproto2's: the fast path did not cover it
+        else:
+            same(found[0], whole[0])
+            assert found[1:] == whole[1:]
+    assert memo.hits == 0
