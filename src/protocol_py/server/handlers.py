@@ -55,7 +55,12 @@ from protocol_py.server.grpc_layer.limits import (
 from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
-from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
+from protocol_py.server.provider_log import (
+    capped,
+    log_provider_exception,
+    log_server_exception,
+    warn_if_more_events,
+)
 from protocol_py.server.records import MAX_LOGGED_CONFIG_KEYS, RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.status import (
@@ -267,7 +272,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.outcome, record.detail = cancel_outcome(stream)
                 raise
             except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
-                log.error("%s failed", rpc, exc_info=exc)
+                log_server_exception(rpc, exc)
                 error = internal_error(exc)
                 record.outcome = "error"
                 record.error_kind = error.status.name
@@ -668,7 +673,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.detail = exc.message
             raise
         except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
-            log.error("StreamCompletion failed", exc_info=exc)
+            log_server_exception("StreamCompletion", exc)
             error = internal_error(exc)
             record.outcome = "error"
             record.error_kind = error.status.name

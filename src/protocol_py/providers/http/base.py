@@ -38,7 +38,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import re
@@ -54,6 +53,7 @@ from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.body import (
     ACCEPT_ENCODING,
     MAX_ERROR_BODY_BYTES,
@@ -85,6 +85,7 @@ from protocol_py.providers.http.url import (
 )
 from protocol_py.rules.stream_order import event_member
 from protocol_py.server.offload import run_cpu
+from protocol_py.server.provider_log import exception_summary
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Capabilities,
@@ -515,7 +516,7 @@ class HTTPProvider(Provider, abc.ABC):
                 f"failed: {err.message}"
             )
         try:
-            payload = json.loads(body)
+            payload = vendor_json.loads(body)
         except ValueError:
             raise ProviderStartError(
                 f"model discovery: GET "
@@ -616,8 +617,12 @@ class HTTPProvider(Provider, abc.ABC):
             return ProviderError(
                 transient_error(f"upstream connection failed ({type(exc).__name__})")
             )
-        text = "".join(traceback.format_exception(exc))
-        log.error("provider %s: internal error: %s", self.name, redact(text, self.secrets()))
+        # one line at ERROR (the type and the innermost frame, never the value); the traceback,
+        # secrets removed, at DEBUG only
+        log.error("provider %s: internal error: %s", self.name, exception_summary(exc))
+        if log.isEnabledFor(logging.DEBUG):
+            text = "".join(traceback.format_exception(exc))
+            log.debug("provider %s: traceback: %s", self.name, redact(text, self.secrets()))
         return ProviderError(
             ModelError(
                 kind=ErrorKind.PERMANENT,
@@ -884,7 +889,7 @@ class HTTPProvider(Provider, abc.ABC):
     ) -> list[StreamEvent]:
         """A 2xx body that held no SSE event: JSON goes to ``on_json``, anything else fails."""
         try:
-            obj = json.loads(body.decode("utf-8", errors="replace"))
+            obj = vendor_json.loads(body.decode("utf-8", errors="replace"))
         except ValueError:
             obj = None
         if isinstance(obj, dict):

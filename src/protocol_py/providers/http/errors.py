@@ -43,7 +43,6 @@ from __future__ import annotations
 import base64
 import email.utils
 import functools
-import json
 import math
 import re
 import socket
@@ -55,6 +54,7 @@ from typing import Any, Final
 from urllib.parse import quote, quote_plus
 
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message, printable
+from protocol_py.providers.http import vendor_json
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -653,7 +653,7 @@ def error_from_http(
     """
     h = lower_headers(headers)
     try:
-        obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
+        obj: Any = vendor_json.loads(body.decode("utf-8", errors="replace")) if body else {}
     except ValueError:
         text = body[:_MAX_TEXT_BODY_SHOWN].decode("utf-8", errors="replace").strip()
         obj = {"error": {"message": printable(text, _MAX_TEXT_BODY_SHOWN)}} if text else {}
