@@ -8,7 +8,8 @@ levels deep (``MAX_VENDOR_JSON_DEPTH`` is 128; ``json.loads`` alone raises Recur
 * as the body of an HTTP 500: classified by its status like any unreadable error body;
 
 with no traceback in any log record at INFO or above, one record naming the failure, and the
-server still serving a normal answer and a Describe afterwards.
+server still serving a normal answer and a Describe afterwards. A text delta holding invalid
+UTF-8 ends the stream the same way (docs/decisions.md#d34), with one WARNING.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.anthropic.provider import AnthropicProvider
 from protocol_py.providers.gemini.provider import GeminiProvider
-from protocol_py.providers.http.base import HTTPProvider
+from protocol_py.providers.http.base import INVALID_UTF8_MESSAGE, HTTPProvider
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.providers.http.vendor_json import MAX_VENDOR_JSON_DEPTH
 from protocol_py.providers.openai.provider import OpenAIProvider
@@ -63,7 +64,11 @@ def _sse(adapter: str, text: str, *, finish: bool) -> bytes:
             )
         delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}}
         delta["delta"]["text"] = text  # type: ignore[index]
-        out += b"event: content_block_delta\ndata: " + json.dumps(delta).encode() + b"\n\n"
+        out += (
+            b"event: content_block_delta\ndata: "
+            + json.dumps(delta, ensure_ascii=False).encode()
+            + b"\n\n"
+        )
         if finish:
             out += (
                 b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
@@ -80,17 +85,17 @@ def _sse(adapter: str, text: str, *, finish: bool) -> bytes:
             "candidates": [candidate],
             "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 1},
         }
-        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
     chunks: list[dict[str, Any]] = [
         {"id": "c", "choices": [{"index": 0, "delta": {"content": text}}]}
     ]
     if finish:
         chunks.append({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    out = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    out = b"".join(b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\n\n" for c in chunks)
     return out + (b"data: [DONE]\n\n" if finish else b"")
 
 
-def _stream(adapter: str, *chunks: bytes) -> Reply:
+def _stream(adapter: str, *chunks: bytes | float) -> Reply:
     return Reply(headers={"content-type": "text/event-stream"}, chunks=list(chunks))
 
 
@@ -181,4 +186,46 @@ async def test_deeply_nested_whole_json_body_is_not_an_internal_error(
             assert "internal provider error" not in error.message, error.message
             _no_traceback(caplog.records)
             await _still_serving(client, stub, adapter)
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_invalid_utf8_in_a_text_delta_is_a_transient_error_with_one_warning(
+    adapter: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with StubUpstream() as stub:
+        bad = _sse(adapter, "MARK", finish=True).replace(b"MARK", b"caf\xe9 \xff")
+        stub.queue(_stream(adapter, _sse(adapter, "fine", finish=False), bad))
+        provider = _provider(adapter, stub.url)
+        async for client in served_client(provider):
+            events = await _events(client, adapter)
+            assert _text(events) == "fine"  # the damaged delta is not passed on
+            error = events[-1].error
+            assert error is not None, events[-1]
+            assert (error.kind, error.retryable) == (ErrorKind.TRANSIENT, True)
+            assert error.message == INVALID_UTF8_MESSAGE
+            warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert [r.levelno for r in warnings] == [logging.WARNING]
+            _no_traceback(caplog.records)
+            await _still_serving(client, stub, adapter)
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_multibyte_characters_split_across_network_chunks_stream_intact(
+    adapter: str,
+) -> None:
+    async with StubUpstream() as stub:
+        body = _sse(adapter, "fine", finish=False) + _sse(
+            adapter, " caf\u00e9 \U0001f600", finish=True
+        )
+        cut = body.index("\U0001f600".encode()) + 2  # inside the four bytes of the emoji
+        cut_e = body.index("\u00e9".encode()) + 1  # between the two bytes of the e-acute
+        stub.queue(_stream(adapter, body[:cut_e], 0.01, body[cut_e:cut], 0.01, body[cut:]))
+        provider = _provider(adapter, stub.url)
+        async for client in served_client(provider):
+            events = await _events(client, adapter)
+            assert _text(events) == "fine caf\u00e9 \U0001f600"
+            assert events[-1].stop is not None, events[-1]
         await provider.aclose()

@@ -34,6 +34,7 @@ from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
     loose_objects,
+    shown_name,
     validate_config,
 )
 from protocol_py.server.context_window import checked_request
@@ -366,7 +367,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         keys = request.config.fields if request.config is not None else {}
         # the record names a bounded number of keys (records.py cuts them further): a config
         # of a million keys is never sorted on the event loop
-        record.config_keys = heapq.nsmallest(MAX_LOGGED_CONFIG_KEYS, keys)
+        record.config_keys = [shown_name(k) for k in heapq.nsmallest(MAX_LOGGED_CONFIG_KEYS, keys)]
         record.config_keys_count = len(keys)
         return await self.configure(request)
 

@@ -839,6 +839,10 @@ class HTTPProvider(Provider, abc.ABC):
                         yield event
                     return
                 for sse in parser.close():  # a parser that reports other lines: the last one
+                    if sse.invalid_utf8:
+                        for event in self._invalid_utf8(translator):
+                            yield event
+                        return
                     for event in translator.on_event(sse):
                         yield event
                     if translator.finished:
@@ -875,6 +879,10 @@ class HTTPProvider(Provider, abc.ABC):
                 return
             for sse in completed:
                 raw = None
+                if sse.invalid_utf8:
+                    for event in self._invalid_utf8(translator):
+                        yield event
+                    return
                 for event in translator.on_event(sse):
                     # text deltas (nearly every event) are progress without a oneof scan
                     if event.text_delta is not None or event_member(event)[0] in ev.PROGRESS_KINDS:
@@ -884,12 +892,25 @@ class HTTPProvider(Provider, abc.ABC):
                 if translator.finished:
                     return
 
+    def _invalid_utf8(self, translator: Translator) -> list[StreamEvent]:
+        """End the stream at an upstream event holding invalid UTF-8 (docs/decisions.md#d34):
+        one WARNING line, then the usage reported so far and a TRANSIENT error; the events
+        streamed before stay valid."""
+        log.warning("provider %s: %s; the stream ends there", self.name, INVALID_UTF8_MESSAGE)
+        return _fail(translator, transient_error(INVALID_UTF8_MESSAGE))
+
     def _whole_body(
         self, translator: Translator, body: bytes, content_type: str
     ) -> list[StreamEvent]:
         """A 2xx body that held no SSE event: JSON goes to ``on_json``, anything else fails."""
         try:
-            obj = vendor_json.loads(body.decode("utf-8", errors="replace"))
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            if content_type in ("", "application/json", "text/event-stream"):
+                return self._invalid_utf8(translator)
+            text = body.decode("utf-8", errors="replace")
+        try:
+            obj = vendor_json.loads(text)
         except ValueError:
             obj = None
         if isinstance(obj, dict):
@@ -911,6 +932,10 @@ class HTTPProvider(Provider, abc.ABC):
 async def _close_response(response: httpx.Response) -> None:
     await response.aclose()
 
+
+INVALID_UTF8_MESSAGE = "upstream sent invalid UTF-8 in an event (RFC 8259 section 8.1)"
+"""The TRANSIENT error message (and WARNING) for vendor text that is not UTF-8
+(docs/decisions.md#d34); it never shows the bytes."""
 
 _MAX_WHOLE_BODY = 16 * 1024 * 1024
 """The largest 2xx body (bytes) kept for reading as a whole JSON answer before any SSE event."""
