@@ -71,3 +71,42 @@ def test_scan_agrees_with_the_real_depth(depth: int, opener: str) -> None:
     closer = "]" if opener == "[" else "}"
     text = opener * depth + "0" + closer * depth
     assert json_depth_exceeds(text) == (depth > MAX_VENDOR_JSON_DEPTH)
+
+
+def test_wide_and_deep_siblings_are_measured_exactly() -> None:
+    at_bound = "[" + ",".join(["[" * 127 + "]" * 127] * 50) + "]"
+    assert not json_depth_exceeds(at_bound)
+    over = "[" + ",".join(["[" * 127 + "]" * 127] * 49 + ["[" * 128 + "]" * 128]) + "]"
+    assert json_depth_exceeds(over)
+
+
+def test_truncated_deep_text_counts_its_unclosed_levels() -> None:
+    assert json_depth_exceeds("[" * (MAX_VENDOR_JSON_DEPTH + 1))
+    assert not json_depth_exceeds('{"a": [' + "1," * 1000)
+
+
+def test_bytes_and_escaped_backslashes_are_measured_like_text() -> None:
+    deep = '["\\\\"' + "," + "[" * 200 + "]" * 200 + "]"  # the string holds one backslash
+    assert json_depth_exceeds(deep) and json_depth_exceeds(deep.encode())
+    with pytest.raises(VendorJSONDepthError):
+        loads(deep.encode())
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(alphabet='[]{}"\\ab'),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+        max_leaves=40,
+    ),
+    st.integers(min_value=1, max_value=12),
+)
+def test_scan_agrees_with_the_depth_of_any_document(value: object, limit: int) -> None:
+    def depth(v: object) -> int:
+        if isinstance(v, list):
+            return 1 + max((depth(i) for i in v), default=0)
+        if isinstance(v, dict):
+            return 1 + max((depth(i) for i in v.values()), default=0)
+        return 0
+
+    text = json.dumps(value)
+    assert json_depth_exceeds(text, limit) == (depth(value) > limit)

@@ -15,10 +15,10 @@ any tool schema a caller may use while staying far below the interpreter's recur
 (1,000 frames by default).
 
 Cost: a text with at most :data:`MAX_VENDOR_JSON_DEPTH` brackets cannot be too deep and is
-passed on after two ``str.count`` calls; a text with more is scanned once, token by token (a
-fixed regular expression that matches a whole string literal or one bracket), stopping at the
-first level past the bound. Vendor texts are bounded before they get here (an SSE event by
-``MAX_SSE_EVENT_BYTES``, an error body by ``MAX_ERROR_BODY_BYTES``, a whole 2xx body by 16 MiB).
+passed on after two ``str.count`` calls; a text with more is measured by C-level passes only
+(:func:`json_depth_exceeds`), never a Python loop per character. Vendor texts are bounded
+before they get here (an SSE event by ``MAX_SSE_EVENT_BYTES``, an error body by
+``MAX_ERROR_BODY_BYTES``, a whole 2xx body by 16 MiB).
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ MAX_VENDOR_JSON_DEPTH: Final = 128
 """Deepest nesting of arrays and objects accepted in vendor JSON (levels); deeper JSON raises
 :class:`VendorJSONDepthError` before ``json.loads`` runs."""
 
-_TOKEN: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}"]', re.DOTALL)
-"""A whole string literal (skipped: brackets inside it do not nest) or one bracket; a lone
-``"`` is a string that never ends (the rest of the text is inside it)."""
-_OPEN: Final = frozenset("[{")
-_CLOSE: Final = frozenset("]}")
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_SQUARE: Final = bytes.maketrans(b"{}", b"[]")
+_RUNS: Final = re.compile(rb"\[+|\]+")
+_PASSES: Final = 16
+"""``bytes.replace`` passes before the run walk: after them every remaining run of brackets
+stands for a subtree at least this deep, so there are at most about ``len / 32`` runs."""
 
 
 class VendorJSONDepthError(ValueError):
@@ -54,25 +55,51 @@ class VendorJSONDepthError(ValueError):
 def json_depth_exceeds(text: str | bytes, limit: int = MAX_VENDOR_JSON_DEPTH) -> bool:
     """True when ``text`` (JSON, maybe malformed) nests arrays or objects deeper than ``limit``.
 
-    Brackets inside string literals do not count; a closing bracket lowers the level even when
-    it does not match its opener (the text is malformed then and ``json.loads`` says so).
+    Brackets inside string literals do not count (the text after a string that never ends is
+    inside it). Only C-level passes over the UTF-8 bytes, never a Python loop per character:
+    escaped backslashes and quotes are dropped, the text is split at its quotes and the parts
+    outside strings kept, every byte but a bracket deleted; 16 ``bytes.replace`` passes then
+    remove the innermost bracket pairs (the shallow structure), and the runs of brackets left
+    (each standing for a subtree at least 16 deep, so few) are walked for the deepest level.
+    Brackets left unmatched (a truncated text) count as levels too, so a text ``json.loads``
+    would recurse into past the bound is never passed on.
     """
-    if isinstance(text, bytes | bytearray):
-        text = bytes(text).decode("utf-8", errors="replace")
-    if text.count("[") + text.count("{") <= limit:
-        return False
+    if isinstance(text, str):
+        if text.count("[") + text.count("{") <= limit:
+            return False
+        data = text.encode("utf-8", errors="surrogatepass")
+    else:
+        data = bytes(text)
+        if data.count(b"[") + data.count(b"{") <= limit:
+            return False
+    if b'"' in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+        data = b"".join(data.split(b'"')[::2])  # outside the string literals
+    brackets = data.translate(_SQUARE, _NOT_BRACKETS)
     depth = 0
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        if token in _OPEN:
-            depth += 1
-            if depth > limit:
-                return True
-        elif token in _CLOSE:
-            depth = max(depth - 1, 0)
-        elif token == '"':
-            return False  # an unterminated string: nothing after it nests
-    return False
+    # the first passes remove the shallow structure (nearly all of a real document) at C speed
+    while brackets and depth < _PASSES and depth <= limit:
+        inner = brackets.replace(b"[]", b"")
+        if len(inner) == len(brackets):
+            break  # no matched pair left
+        depth += 1
+        brackets = inner
+    if not brackets or depth > limit:
+        return depth > limit
+    # what is left nests deeper than the passes: each remaining run of openers or closers
+    # stands for many levels, so a walk over the runs is short
+    level = peak = 0
+    for run in _RUNS.finditer(brackets):
+        size = run.end() - run.start()
+        if brackets[run.start()] == 0x5B:  # "["
+            level += size
+            if level > peak:
+                peak = level
+                if depth + peak > limit:
+                    return True
+        else:
+            level = max(level - size, 0)
+    return depth + peak > limit
 
 
 def loads(text: str | bytes) -> Any:
