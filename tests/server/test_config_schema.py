@@ -15,6 +15,7 @@ from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.rules.documents import validate_document
 from protocol_py.rules.json_schema import validate_config_schema
 from protocol_py.server import ModelServer, validate_config
+from protocol_py.server.config_schema import SECRET_SCAN_CHARS, looks_secret, redact
 from protocol_py_gen.model.v1 import Capabilities, ConfigureRequest
 
 BAD_PATTERN = {
@@ -99,3 +100,50 @@ async def test_configure_answers_failed_precondition_not_internal_for_a_schema_f
         await server.configure(ConfigureRequest(config=to_struct({"a": "x"})))
     assert info.value.status == Status.FAILED_PRECONDITION
     assert "config schema" in str(info.value.message)
+
+
+# -- secret-looking key names ------------------------------------------------------------------
+
+
+def test_looks_secret_matches_vendor_key_shapes_and_random_runs_not_ordinary_names() -> None:
+    secret = [
+        "sk-ant-api03-abcdefgh",
+        "sk-proj-1234567890",
+        "xai-abcdefghij",
+        "gsk_abcdefghij",
+        "AIzaSyA1234567890abcdef",
+        "9b2e7deaec5f07e2759100dbccc0ab5c14aa33f2",
+        "9LknrPCVFiNKindvjAzUCnssToRdWAzp",
+        "prefix_Ab3dEf6hIj9kLm2n_suffix",
+    ]
+    ordinary = [
+        "api_key",
+        "base_url",
+        "max_retry_after_s",
+        "claude-sonnet-4-5-20250929",
+        "gpt_4o_mini_2024_07_18",
+        "thinkingBudgetTokens",
+        "x" * 100_000,
+        "",
+    ]
+    assert [n for n in secret if not looks_secret(n)] == []
+    assert [n for n in ordinary if looks_secret(n)] == []
+
+
+def test_looks_secret_reads_a_bounded_prefix() -> None:
+    assert not looks_secret("a" * SECRET_SCAN_CHARS + "sk-ant-api03-abcdefgh")
+    assert looks_secret("a_" + "sk-ant-api03-abcdefgh" + "b" * 10_000_000)
+
+
+def test_validate_config_names_a_secret_looking_key_as_redacted() -> None:
+    schema = {"type": "object", "additionalProperties": False, "properties": {"a": {}}}
+    problems = validate_config(schema, {"sk-ant-api03-secretsecret": 1, "zzz": 2})
+    assert problems == [
+        "/<redacted>: unknown property (additionalProperties is false)",
+        "/zzz: unknown property (additionalProperties is false)",
+    ]
+
+
+def test_redact_hides_secret_looking_key_names_with_their_values() -> None:
+    shown = redact({"sk-ant-api03-secretsecret": 1, "sk-proj-abcdefghijk": 2, "api_key": "x"})
+    assert shown == {"<redacted>": "***", "<redacted>#2": "***", "api_key": "***"}

@@ -21,6 +21,55 @@ from protocol_py_gen.google.protobuf import Struct, Value
 SECRET_KEY_RE: Final = re.compile(r"key|token|secret|password", re.IGNORECASE)
 """A config key whose name matches this (anywhere, any case) holds a secret."""
 
+REDACTED_NAME: Final = "<redacted>"
+"""What an error or log line shows instead of a secret-looking name (:func:`looks_secret`)."""
+
+SECRET_SCAN_CHARS: Final = 1024
+"""How much of a name :func:`looks_secret` reads, characters: more than any error or log line
+shows of one name (``MAX_LISTED_ITEM_CHARS``, 256), so the check is bounded whatever the name's
+length."""
+
+_VENDOR_KEY: Final = re.compile(r"(?:sk-|xai-|gsk_|AIza)[A-Za-z0-9_\-]{6,}")
+"""A vendor API key's shape: OpenAI and Anthropic ``sk-`` (``sk-ant-``, ``sk-proj-``), xAI
+``xai-``, Groq ``gsk_``, Google ``AIza``, then at least 6 key characters."""
+
+_SEGMENT: Final = re.compile(r"[A-Za-z0-9+=]{16,}")
+"""A run of at least 16 letters, digits, ``+`` and ``=`` (a key name's words are separated by
+``_``, ``-``, ``.``, ``/`` or case changes within shorter runs)."""
+
+
+def _random_looking(run: str) -> bool:
+    if len(run) >= 32:
+        return len(set(run)) >= 10
+    digits = sum(c.isdigit() for c in run)
+    if not digits or digits == len(run):
+        return False
+    return digits >= 2 or (any(c.isupper() for c in run) and any(c.islower() for c in run))
+
+
+def looks_secret(name: str) -> bool:
+    """True when ``name`` (a Configure key, a URL path segment) looks like a credential rather
+    than a name, so that errors and logs show :data:`REDACTED_NAME` instead.
+
+    The rule (docs/security.md, "What is never logged"): a vendor key's shape (``sk-...``,
+    ``sk-ant-...``, ``xai-...``, ``gsk_...``, ``AIza...``, then 6 key characters), or a run of 16
+    or more characters of ``[A-Za-z0-9+=]`` that is random-looking: 32 characters or more with at
+    least 10 different ones, or
+    letters mixed with at least 2 digits, or with a digit and both letter cases. Words joined by
+    ``_`` or ``-`` (``max_retry_after_s``, ``claude-sonnet-4-5-20250929``) never match. Only the
+    first :data:`SECRET_SCAN_CHARS` characters are read.
+    """
+    head = name[:SECRET_SCAN_CHARS]
+    if _VENDOR_KEY.search(head):
+        return True
+    return any(_random_looking(m.group()) for m in _SEGMENT.finditer(head))
+
+
+def shown_name(name: str) -> str:
+    """``name`` as an error or log line may show it: :data:`REDACTED_NAME` when it
+    :func:`looks_secret`, else unchanged."""
+    return REDACTED_NAME if looks_secret(name) else name
+
 
 def _is_uri(value: object) -> bool:
     """RFC 3986 ``absolute-URI`` syntax (any scheme: ``https:``, ``file:``, ``urn:``, ...),
@@ -41,7 +90,7 @@ def config_format_checker() -> jsonschema.FormatChecker:
 
 def json_pointer(path: Any) -> str:
     """Render a jsonschema error path (a deque of keys and indices) as a JSON Pointer."""
-    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    parts = [shown_name(str(p)).replace("~", "~0").replace("/", "~1") for p in path]
     return "/" + "/".join(parts) if parts else "/"
 
 
@@ -149,13 +198,20 @@ def loose_objects(schema: Any, path: str = "#") -> list[str]:
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     """Copy ``config`` with the value of every secret-like key (:data:`SECRET_KEY_RE`) replaced
-    by ``"***"``, at any depth."""
+    by ``"***"``, at any depth, and every key name that :func:`looks_secret` (with its value)
+    replaced by ``<redacted>``, ``<redacted>#2``, ... (one entry each, none lost)."""
 
     def walk(value: Any) -> Any:
         if isinstance(value, Mapping):
-            return {
-                k: ("***" if SECRET_KEY_RE.search(str(k)) else walk(v)) for k, v in value.items()
-            }
+            out: dict[Any, Any] = {}
+            hidden = 0
+            for k, v in value.items():
+                if looks_secret(str(k)):
+                    hidden += 1
+                    out[REDACTED_NAME if hidden == 1 else f"{REDACTED_NAME}#{hidden}"] = "***"
+                else:
+                    out[k] = "***" if SECRET_KEY_RE.search(str(k)) else walk(v)
+            return out
         if isinstance(value, list):
             return [walk(v) for v in value]
         return value

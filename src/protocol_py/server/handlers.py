@@ -34,6 +34,7 @@ from protocol_py.server.config_schema import (
     fill_missing_values,
     inexact_numbers,
     loose_objects,
+    shown_name,
     validate_config,
 )
 from protocol_py.server.context_window import checked_request
@@ -55,7 +56,12 @@ from protocol_py.server.grpc_layer.limits import (
 from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
-from protocol_py.server.provider_log import capped, log_provider_exception, warn_if_more_events
+from protocol_py.server.provider_log import (
+    capped,
+    log_provider_exception,
+    log_server_exception,
+    warn_if_more_events,
+)
 from protocol_py.server.records import MAX_LOGGED_CONFIG_KEYS, RpcRecord
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.status import (
@@ -274,7 +280,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.outcome, record.detail = cancel_outcome(stream)
                 raise
             except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
-                log.error("%s failed", rpc, exc_info=exc)
+                log_server_exception(rpc, exc)
                 error = internal_error(exc)
                 record.outcome = "error"
                 record.error_kind = error.status.name
@@ -368,7 +374,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         keys = request.config.fields if request.config is not None else {}
         # the record names a bounded number of keys (records.py cuts them further): a config
         # of a million keys is never sorted on the event loop
-        record.config_keys = heapq.nsmallest(MAX_LOGGED_CONFIG_KEYS, keys)
+        record.config_keys = [shown_name(k) for k in heapq.nsmallest(MAX_LOGGED_CONFIG_KEYS, keys)]
         record.config_keys_count = len(keys)
         return await self.configure(request)
 
@@ -706,7 +712,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.detail = exc.message
             raise
         except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
-            log.error("StreamCompletion failed", exc_info=exc)
+            log_server_exception("StreamCompletion", exc)
             error = internal_error(exc)
             record.outcome = "error"
             record.error_kind = error.status.name

@@ -11,6 +11,14 @@ loop gets the interpreter back within about one interval: see :data:`SWITCH_INTE
 At most :data:`MAX_CPU_JOBS` such steps run at once (process-wide); more wait their turn on the
 event loop without holding it, so N huge requests cannot starve the loop of the interpreter or
 hold N decoded copies in memory at once.
+
+Cancellation reaches the worker: when the task awaiting :func:`run_cpu` is cancelled (the
+client cancelled its stream, its deadline passed, its connection dropped), a step not yet
+started never runs, and a running step stops at its next :func:`checkpoint`, which raises
+:class:`JobCancelled` in the worker thread. Long CPU passes call :func:`checkpoint` between
+their bounded slices (the reference tokenizer every ``TOKEN_COUNT_CHUNK_CHARS`` characters and
+every message), so after a storm of cancels the workers are idle within one slice, not after
+the whole request.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ __all__ = [
     "POOL_START_TIMEOUT_S",
     "RELEASE_STEP_ITEMS",
     "SWITCH_INTERVAL_S",
+    "JobCancelled",
+    "checkpoint",
     "release_in_steps",
     "release_large",
     "run_cpu",
@@ -58,6 +68,37 @@ GC_QUIET_MIN_BYTES: Final = 1024 * 1024
 and the objects alive at the end are frozen (``gc.freeze``) until :func:`release_large` frees
 them: a collection over the hundreds of thousands of objects of a large request is one C call
 that would hold the interpreter (and so the event loop) for hundreds of milliseconds."""
+
+
+class JobCancelled(Exception):  # noqa: N818 (a signal, like asyncio.CancelledError)
+    """Raised by :func:`checkpoint` in a worker step whose awaiting task was cancelled; the
+    step's result was already dropped, so nothing catches it but the worker."""
+
+
+_job_state = threading.local()
+
+
+def checkpoint() -> None:
+    """Stop the current worker step if the task awaiting it was cancelled.
+
+    Called between the bounded slices of a long CPU pass. In a step started by :func:`run_cpu`
+    in a worker thread it raises :class:`JobCancelled` once that step's awaiting task was
+    cancelled; anywhere else (inline on the event loop, outside any step) it does nothing.
+    Costs one thread-local read.
+    """
+    stop: threading.Event | None = getattr(_job_state, "stop", None)
+    if stop is not None and stop.is_set():
+        raise JobCancelled
+
+
+def _stoppable(stop: threading.Event, func: Callable[[], T]) -> T:
+    """``func()`` in a worker thread, with ``stop`` as the flag :func:`checkpoint` reads."""
+    _job_state.stop = stop
+    try:
+        return func()
+    finally:
+        _job_state.stop = None
+
 
 _gc_lock = threading.Lock()
 _gc_quiet = [0, True]  # [large jobs running, collector enabled before the first]
@@ -258,8 +299,9 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
     """``func(*args, **kwargs)``, in a worker thread when ``size`` (bytes of input) is at
     least :data:`OFFLOAD_MIN_BYTES`, inline otherwise.
 
-    Cancelling the awaiting task stops waiting at once; a step already running in a thread
-    finishes there (holding its slot until then) and its result is dropped.
+    Cancelling the awaiting task stops waiting at once; a step not yet started never runs; a
+    step already running in a thread stops at its next :func:`checkpoint` (or finishes, when it
+    has none left), holding its slot until then, and its result is dropped.
 
     Raises:
         Whatever ``func`` raises.
@@ -269,11 +311,14 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
     loop = asyncio.get_running_loop()
     slot = _slot(loop)
     await slot.acquire()
+    stop = threading.Event()
     try:
         if size >= GC_QUIET_MIN_BYTES:
-            job = _pool().submit(lambda: _quiet(lambda: func(*args, **kwargs)))
+            job = _pool().submit(
+                lambda: _stoppable(stop, lambda: _quiet(lambda: func(*args, **kwargs)))
+            )
         else:
-            job = _pool().submit(lambda: func(*args, **kwargs))
+            job = _pool().submit(lambda: _stoppable(stop, lambda: func(*args, **kwargs)))
     except BaseException:
         slot.release()
         raise
@@ -283,4 +328,9 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
             loop.call_soon_threadsafe(slot.release)
 
     job.add_done_callback(release)
-    return await asyncio.wrap_future(job)
+    try:
+        return await asyncio.wrap_future(job)
+    except asyncio.CancelledError:
+        stop.set()  # a running step stops at its next checkpoint
+        job.cancel()  # one not yet started never runs
+        raise

@@ -53,6 +53,13 @@ def log_provider_exception(provider: str, action: str, exc: BaseException) -> No
     log.debug("provider %s: %s traceback", provider, action, exc_info=exc)
 
 
+def log_server_exception(what: str, exc: BaseException) -> None:
+    """A server bug while serving ``what`` (an RPC name): one ERROR line ``WHAT failed: TYPE at
+    FILE:LINE in FUNC`` and the full traceback at DEBUG (no traceback at the default INFO)."""
+    log.error("%s failed: %s", what, exception_summary(exc))
+    log.debug("%s traceback", what, exc_info=exc)
+
+
 async def warn_if_more_events(upstream: object, provider: str) -> None:
     """After the final event: if ``upstream`` (the provider's async iterator) yields again
     within :data:`FINAL_EVENT_PROBE` seconds, log one WARNING naming the provider. The extra

@@ -257,8 +257,12 @@ async def _forward_lines(stream: asyncio.StreamReader, sink: Callable[[str], Non
         line = raw[:MAX_STDERR_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n")
         try:
             sink(line)
-        except Exception:
-            log.exception("the stderr callable raised; plugin stderr lines are dropped from here")
+        except Exception as exc:
+            log.error(
+                "the stderr callable raised %s; plugin stderr lines are dropped from here",
+                type(exc).__name__,
+            )
+            log.debug("the stderr callable's traceback", exc_info=exc)
             sink = _drop
 
 

@@ -20,6 +20,8 @@ from protocol_py.providers.http.url import (
     join_url,
     parse_base_url,
     redact_text,
+    redact_url,
+    safe_location,
     url_secrets,
 )
 from protocol_py.providers.openai.provider import OpenAIProvider
@@ -210,3 +212,28 @@ def test_url_redaction_filter_covers_every_httpcore_logger() -> None:
     assert "httpcore.http11" in names and "httpcore.connection" in names
     for name in names:
         assert any(isinstance(f, RedactURLFilter) for f in logging.getLogger(name).filters), name
+
+
+# -- secret-looking path segments ----------------------------------------------------------------
+
+
+def test_secret_looking_path_segments_are_redacted_everywhere_a_url_is_shown() -> None:
+    url = "https://gw.example.com/v1/keys/sk-ant-api03-abcdefghijkl/openai?api-version=2024-10-21"
+    assert redact_url(url) == "https://gw.example.com/v1/keys/***/openai?api-version=***"
+    assert safe_location(url) == "https://gw.example.com:443/v1/keys/***/openai"
+    assert "sk-ant-api03-abcdefghijkl" in url_secrets(url)
+    # percent-encoded, and a random-looking token without a vendor prefix
+    hexed = "http://h/t/9b2e7deaec5f07e2759100dbccc0ab5c14aa33f2/x"
+    assert redact_url(hexed) == "http://h/t/***/x"
+    assert redact_url("http://h/k/sk%2Dant%2Dapi03%2Dabcdefgh") == "http://h/k/***"
+
+
+def test_ordinary_paths_are_shown_unchanged() -> None:
+    for url in (
+        "http://127.0.0.1:8080/v1",
+        "https://api.anthropic.com/v1/messages",
+        "https://x.openai.azure.com/openai/deployments/gpt-4o-mini-2024-07-18/chat/completions",
+        "https://h/",
+    ):
+        assert redact_url(url) == url
+    assert safe_location("http://h:9/v1beta/models") == "http://h:9/v1beta/models"

@@ -20,6 +20,7 @@ from protocol_py.providers.http.errors import (
     openai_rate_limits,
     parse_go_duration,
     parse_retry_after,
+    redact,
 )
 from protocol_py_gen.model.v1 import (
     ErrorKind,
@@ -276,3 +277,17 @@ def test_context_length_exceeded_code_is_overflow_whatever_the_message() -> None
     body = b'{"error":{"message":"Please reduce the length.","code":"context_length_exceeded"}}'
     got = error_from_http(400, body, {}, request_id_header="x-request-id")
     assert got.kind == ErrorKind.CONTEXT_OVERFLOW
+
+
+def test_redact_matches_secrets_literally_never_as_patterns() -> None:
+    # regular-expression syntax in a secret is plain text: only its literal occurrence goes
+    assert redact("a.b(c and aXb(c and A.B(C", ["a.b(c"]) == "<redacted> and aXb(c and <redacted>"
+    # the longer secret wins over a shorter one inside it; overlapping occurrences merge
+    assert redact("key=abcdef1234 and abcd", ["abcd", "abcdef1234"]) == (
+        "key=<redacted> and <redacted>"
+    )
+    assert redact("xaaaaay", ["aaa"]) == "x<redacted>aay"
+    # a large secret set on a long text stays linear (no alternation compiled from them)
+    secrets = [f"secret-value-{i:04d}-padding" for i in range(256)]
+    text = ("ordinary text " * 10_000) + secrets[17]
+    assert redact(text, secrets).endswith("ordinary text <redacted>")

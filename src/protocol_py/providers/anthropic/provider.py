@@ -10,7 +10,6 @@ CountTokens: VENDOR_API, through ``POST /v1/messages/count_tokens``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from protocol_py.providers.anthropic.request import (
     build_anthropic_count_body,
 )
 from protocol_py.providers.anthropic.stream import AnthropicStreamTranslator
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.base import HTTPProvider, Translator, request_failure
 from protocol_py.providers.http.errors import error_from_http, transient_error
 from protocol_py.server.offload import run_cpu
@@ -118,7 +118,7 @@ class AnthropicProvider(HTTPProvider):
                 )
             )
         try:
-            count = json.loads(answer)["input_tokens"]
+            count = vendor_json.loads(answer)["input_tokens"]
         except (ValueError, KeyError, TypeError):
             raise ProviderError(
                 transient_error("count_tokens answered without input_tokens")

@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.call_ids import ANTHROPIC_TOOL_USE_ID, CallIds, vendor_id_entry
 from protocol_py.providers.http.errors import (
     anthropic_rate_limits,
@@ -339,12 +340,12 @@ class AnthropicStreamTranslator:
             if self.request_id:
                 out.append(ev.start(self.request_id))
         try:
-            obj = json.loads(data)
-        except ValueError:
-            if sse.event == "error":
+            obj = vendor_json.loads(data)
+        except ValueError as exc:
+            if sse.event == "error" and not isinstance(exc, vendor_json.VendorJSONDepthError):
                 obj = {"type": "error", "error": {"message": data[:500]}}
             else:
-                return self._fail(out, transient_error("malformed JSON in an SSE data line"))
+                return self._fail(out, transient_error(vendor_json.malformed_event_message(exc)))
         if not isinstance(obj, dict):
             return out
         etype = obj.get("type") if isinstance(obj.get("type"), str) else sse.event
@@ -613,7 +614,7 @@ class AnthropicStreamTranslator:
         if entry.fragments:
             joined = "".join(entry.fragments)
             try:
-                raw["input"] = json.loads(joined) if joined.strip() else {}
+                raw["input"] = vendor_json.loads(joined) if joined.strip() else {}
             except ValueError:
                 _log.warning("the %s block's input is not valid JSON: not kept", entry.kind[:64])
                 return

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -43,6 +42,7 @@ import betterproto2
 
 from protocol_py.providers.gemini.usage import CacheCharge
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.request import dump_body
 from protocol_py_gen.model.v1 import ModelSpec, StreamCompletionRequest
 
@@ -223,7 +223,7 @@ class ExplicitCaches:
             log.warning("cachedContents create answered HTTP %d; sent uncached", status)
             return None
         try:
-            obj = json.loads(answer)
+            obj = vendor_json.loads(answer)
         except ValueError:
             obj = None
         name = ev.as_str(obj.get("name")) if isinstance(obj, dict) else None

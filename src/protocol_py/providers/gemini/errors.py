@@ -40,12 +40,12 @@ ErrorInfo reason when the object has no status.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, printable
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.errors import (
     RETRYABLE_KINDS,
     classify_error_object,
@@ -237,7 +237,7 @@ def gemini_error_from_http(status: int, body: bytes, headers: Mapping[str, str])
     most 500 characters) and the HTTP status decides the kind.
     """
     try:
-        obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
+        obj: Any = vendor_json.loads(body.decode("utf-8", errors="replace")) if body else {}
     except ValueError:  # the shared reading of a non-JSON body
         return error_from_http(status, body, headers, request_id_header="x-goog-request-id")
     return classify_gemini_error(

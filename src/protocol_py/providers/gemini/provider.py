@@ -58,6 +58,7 @@ from protocol_py.providers.gemini.request import (
 )
 from protocol_py.providers.gemini.stream import GeminiStreamTranslator
 from protocol_py.providers.gemini.usage import CacheCharge
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.base import (
     HTTPProvider,
     Translator,
@@ -403,7 +404,7 @@ class GeminiProvider(HTTPProvider):
                 self.classify_http_error(response.status_code, answer, response.headers)
             )
         try:
-            count = json.loads(answer)["totalTokens"]
+            count = vendor_json.loads(answer)["totalTokens"]
         except (ValueError, KeyError, TypeError):
             raise ProviderError(
                 transient_error("countTokens answered without totalTokens")

@@ -69,6 +69,7 @@ from protocol_py.providers.gemini.parts import (
 )
 from protocol_py.providers.gemini.usage import CacheCharge, has_counts, map_gemini_usage
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.call_ids import CallIds
 from protocol_py.providers.http.errors import transient_error
 from protocol_py.providers.http.sse import OTHER_LINE, SSEEvent
@@ -224,7 +225,7 @@ class _RawJson:
             if self._size > MAX_RAW_JSON_BYTES:
                 raise ValueError(f"a JSON value of more than {MAX_RAW_JSON_BYTES} characters")
             if self._depth == self._base and not self._in_string:
-                value = json.loads("".join(self._parts))
+                value = vendor_json.loads("".join(self._parts))
                 self._parts, self._size = [], 0
                 out.append(value)
         return out
@@ -423,9 +424,9 @@ class GeminiStreamTranslator:
         if not data:
             return out
         try:
-            obj = json.loads(data)
-        except ValueError:
-            return self._fail(out, transient_error("malformed JSON in an SSE data line"))
+            obj = vendor_json.loads(data)
+        except ValueError as exc:
+            return self._fail(out, transient_error(vendor_json.malformed_event_message(exc)))
         if isinstance(obj, list):
             for item in obj:
                 self._value(out, item, raw=False)

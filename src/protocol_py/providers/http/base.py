@@ -42,7 +42,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import re
@@ -58,6 +57,7 @@ from protocol_py.codec.structs import to_struct
 from protocol_py.errors import InvalidValueError
 from protocol_py.provider import JSONValue, Provider, ProviderError, ProviderStartError
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.body import (
     ACCEPT_ENCODING,
     MAX_ERROR_BODY_BYTES,
@@ -89,6 +89,7 @@ from protocol_py.providers.http.url import (
 )
 from protocol_py.rules.stream_order import event_member
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES, run_cpu
+from protocol_py.server.provider_log import exception_summary
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     Capabilities,
@@ -531,7 +532,7 @@ class HTTPProvider(Provider, abc.ABC):
                 f"failed: {err.message}"
             )
         try:
-            payload = json.loads(body)
+            payload = vendor_json.loads(body)
         except ValueError:
             raise ProviderStartError(
                 f"model discovery: GET "
@@ -632,8 +633,12 @@ class HTTPProvider(Provider, abc.ABC):
             return ProviderError(
                 transient_error(f"upstream connection failed ({type(exc).__name__})")
             )
-        text = "".join(traceback.format_exception(exc))
-        log.error("provider %s: internal error: %s", self.name, redact(text, self.secrets()))
+        # one line at ERROR (the type and the innermost frame, never the value); the traceback,
+        # secrets removed, at DEBUG only
+        log.error("provider %s: internal error: %s", self.name, exception_summary(exc))
+        if log.isEnabledFor(logging.DEBUG):
+            text = "".join(traceback.format_exception(exc))
+            log.debug("provider %s: traceback: %s", self.name, redact(text, self.secrets()))
         return ProviderError(
             ModelError(
                 kind=ErrorKind.PERMANENT,
@@ -850,6 +855,10 @@ class HTTPProvider(Provider, abc.ABC):
                         yield event
                     return
                 for sse in parser.close():  # a parser that reports other lines: the last one
+                    if sse.invalid_utf8:
+                        for event in self._invalid_utf8(translator):
+                            yield event
+                        return
                     for event in translator.on_event(sse):
                         yield event
                     if translator.finished:
@@ -886,6 +895,10 @@ class HTTPProvider(Provider, abc.ABC):
                 return
             for sse in completed:
                 raw = None
+                if sse.invalid_utf8:
+                    for event in self._invalid_utf8(translator):
+                        yield event
+                    return
                 if len(sse.data) >= OFFLOAD_MIN_BYTES:  # a huge event: off the loop (point 8)
                     translated = await run_cpu(len(sse.data), translator.on_event, sse)
                 else:
@@ -899,12 +912,25 @@ class HTTPProvider(Provider, abc.ABC):
                 if translator.finished:
                     return
 
+    def _invalid_utf8(self, translator: Translator) -> list[StreamEvent]:
+        """End the stream at an upstream event holding invalid UTF-8 (docs/decisions.md#d34):
+        one WARNING line, then the usage reported so far and a TRANSIENT error; the events
+        streamed before stay valid."""
+        log.warning("provider %s: %s; the stream ends there", self.name, INVALID_UTF8_MESSAGE)
+        return _fail(translator, transient_error(INVALID_UTF8_MESSAGE))
+
     def _whole_body(
         self, translator: Translator, body: bytes, content_type: str
     ) -> list[StreamEvent]:
         """A 2xx body that held no SSE event: JSON goes to ``on_json``, anything else fails."""
         try:
-            obj = json.loads(body.decode("utf-8", errors="replace"))
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            if content_type in ("", "application/json", "text/event-stream"):
+                return self._invalid_utf8(translator)
+            text = body.decode("utf-8", errors="replace")
+        try:
+            obj = vendor_json.loads(text)
         except ValueError:
             obj = None
         if isinstance(obj, dict):
@@ -926,6 +952,10 @@ class HTTPProvider(Provider, abc.ABC):
 async def _close_response(response: httpx.Response) -> None:
     await response.aclose()
 
+
+INVALID_UTF8_MESSAGE = "upstream sent invalid UTF-8 in an event (RFC 8259 section 8.1)"
+"""The TRANSIENT error message (and WARNING) for vendor text that is not UTF-8
+(docs/decisions.md#d34); it never shows the bytes."""
 
 _MAX_WHOLE_BODY = 16 * 1024 * 1024
 """The largest 2xx body (bytes) kept for reading as a whole JSON answer before any SSE event."""

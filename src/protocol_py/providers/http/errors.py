@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import functools
-import json
 import math
 import re
 import socket
@@ -55,6 +53,7 @@ from typing import Any, Final
 from urllib.parse import quote, quote_plus
 
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message, printable
+from protocol_py.providers.http import vendor_json
 from protocol_py_gen.model.v1 import (
     ErrorKind,
     ModelError,
@@ -209,8 +208,11 @@ def encoded_forms(secret: str) -> list[str]:
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
     """Remove secrets from a message meant for a client or a log line.
 
-    Every occurrence (letter case ignored) of each string in ``secrets`` (the configured API key and
-    credential header values, see :func:`secret_values`) is replaced with ``<redacted>``, and so
+    Every occurrence (ASCII letter case ignored) of each string in ``secrets`` (the configured API
+    key and credential header values, see :func:`secret_values`) is replaced with ``<redacted>``
+    by plain substring search, never a regular expression built from them (the secrets are
+    caller configuration): each secret costs one linear pass over ``text``, longest first, so a
+    longer secret wins over its parts. Vendor-key-shaped substrings are replaced too
     are vendor-key-shaped substrings (``sk-...``, ``sk-ant-...``, ``xai-...``, ``gsk_...``),
     whatever the configured key. A ``Bearer`` / ``Basic`` / ``Token`` scheme in front of a
     removed value goes with it: the whole header value becomes ``<redacted>``. Keys of any
@@ -221,21 +223,53 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
         text: The message.
         secrets: Literal strings to remove, any order.
     """
-    pattern = _secrets_pattern(tuple(sorted({s for s in secrets if s}, key=len, reverse=True)))
-    if pattern is not None:
-        text = pattern.sub(REDACTED, text)
+    if secrets:
+        text = _remove_secrets(text, sorted({s for s in secrets if s}, key=len, reverse=True))
     text = _SECRET.sub(REDACTED, text)
     # the whole header value goes, scheme included: never "Bearer <redacted>"
     return _SCHEMED_REDACTED.sub(REDACTED, text)
 
 
-@functools.lru_cache(maxsize=64)
-def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
-    """One case-insensitive alternation of ``secrets`` (longest first, so a longer secret wins
-    over its parts), compiled once per secret set."""
-    if not secrets:
-        return None
-    return re.compile("|".join(re.escape(s) for s in secrets), re.IGNORECASE)
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+"""ASCII letters to lower case, nothing else: the folded text keeps every index of the text
+(``str.lower`` may not: U+0130 becomes two characters)."""
+
+
+def _remove_secrets(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every occurrence of each of ``secrets`` (longest first; ASCII case ignored)
+    replaced by ``<redacted>``; ``str.find`` and ``str.replace`` only, linear in ``text`` per
+    secret."""
+    folded = text.translate(_ASCII_LOWER)
+    spans: list[tuple[int, int]] = []
+    for secret in secrets:
+        needle = secret.translate(_ASCII_LOWER)
+        at = folded.find(needle)
+        if at < 0:
+            continue
+        while at >= 0:
+            spans.append((at, at + len(needle)))
+            at = folded.find(needle, at + len(needle))
+        # mask what was found (same length, so indexes hold): a shorter secret that is part of
+        # this one is not found again inside it
+        folded = folded.replace(needle, "\x00" * len(needle))
+    if not spans:
+        return text
+    spans.sort()
+    out: list[str] = []
+    pos = 0
+    end = -1
+    for start, stop in spans:
+        if start < end:  # overlaps the previous span: widen it
+            end = max(end, stop)
+            continue
+        if end >= 0:
+            out.append(REDACTED)
+            pos = end
+        out.append(text[pos:start])
+        end = stop
+    out.append(REDACTED)
+    out.append(text[end:])
+    return "".join(out)
 
 
 MAX_REMEMBERED_SECRETS: Final = 256
@@ -653,7 +687,7 @@ def error_from_http(
     """
     h = lower_headers(headers)
     try:
-        obj: Any = json.loads(body.decode("utf-8", errors="replace")) if body else {}
+        obj: Any = vendor_json.loads(body.decode("utf-8", errors="replace")) if body else {}
     except ValueError:
         text = body[:_MAX_TEXT_BODY_SHOWN].decode("utf-8", errors="replace").strip()
         obj = {"error": {"message": printable(text, _MAX_TEXT_BODY_SHOWN)}} if text else {}

@@ -14,6 +14,7 @@ from typing import Any, Final, TypeVar
 
 import betterproto2
 
+from protocol_py.providers.http import vendor_json
 from protocol_py.rules.stream_order import CONTENT_EVENT_KINDS
 from protocol_py_gen.content.v1 import VendorBlock, VendorData
 from protocol_py_gen.model.v1 import (
@@ -175,8 +176,8 @@ def check_tool_arguments(call_id: str, fragments: list[str]) -> ModelError | Non
     if not joined.strip():
         return None
     try:
-        value = json.loads(joined)
-    except json.JSONDecodeError as exc:
+        value = vendor_json.loads(joined)
+    except (json.JSONDecodeError, vendor_json.VendorJSONDepthError) as exc:
         return ModelError(
             kind=ErrorKind.TRANSIENT,
             message=f"tool call {call_id!r}: arguments are not valid JSON ({exc.msg})",

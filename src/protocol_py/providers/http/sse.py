@@ -28,7 +28,11 @@ is dispatched at once, in body order, as an :class:`SSEEvent` whose ``event`` is
 :data:`OTHER_LINE` and whose ``data`` is the whole line; :meth:`SSEParser.close` then also
 dispatches an unterminated last line that is such a line. Without it nothing changes.
 
-Bytes are decoded as UTF-8 per line with replacement of invalid sequences, as the spec says.
+Bytes are decoded as UTF-8 per line with replacement of invalid sequences, as the spec says,
+and never silently: an event whose ``data``, ``event`` or other line held an invalid sequence is
+dispatched with ``invalid_utf8`` set (docs/decisions.md#d34: the vendor adapters end the stream
+with a TRANSIENT error there). Lines are decoded only once whole, so a multi-byte character split
+across two network chunks is never invalid.
 
 Bounds: a line longer than :data:`MAX_SSE_LINE_BYTES` (terminated or still
 pending: an upstream that never sends a newline) and an event whose ``data`` lines add up to
@@ -87,29 +91,45 @@ class SSEEvent:
         id: The last event id in force when the event was dispatched ("" when none was set).
         retry: The reconnection time in milliseconds from the most recent valid ``retry:``
             field, or None.
+        invalid_utf8: True when a ``data``, ``event`` or other line of the event held bytes
+            that are not UTF-8 (each invalid sequence became U+FFFD in ``data`` / ``event``).
     """
 
     event: str
     data: str
     id: str = ""
     retry: int | None = None
+    invalid_utf8: bool = False
 
 
 _set_event = vars(SSEEvent)["event"].__set__
 _set_data = vars(SSEEvent)["data"].__set__
 _set_id = vars(SSEEvent)["id"].__set__
 _set_retry = vars(SSEEvent)["retry"].__set__
+_set_invalid = vars(SSEEvent)["invalid_utf8"].__set__
 
 
-def _new_event(event: str, data: str, last_id: str, retry: int | None) -> SSEEvent:
-    """``SSEEvent(event, data, last_id, retry)`` through its slots' descriptors: the same frozen
-    instance, about twice as fast as the frozen dataclass's ``__init__`` (one per event)."""
+def _new_event(
+    event: str, data: str, last_id: str, retry: int | None, invalid: bool = False
+) -> SSEEvent:
+    """``SSEEvent(event, data, last_id, retry, invalid)`` through its slots' descriptors: the
+    same frozen instance, about twice as fast as the frozen dataclass's ``__init__`` (one per
+    event)."""
     new = object.__new__(SSEEvent)
     _set_event(new, event)
     _set_data(new, data)
     _set_id(new, last_id)
     _set_retry(new, retry)
+    _set_invalid(new, invalid)
     return new
+
+
+def _decode(raw: bytes) -> tuple[str, bool]:
+    """``raw`` as UTF-8 with invalid sequences replaced (U+FFFD), and whether any was."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), True
 
 
 class SSEParser:
@@ -131,6 +151,7 @@ class SSEParser:
         "_data_bytes",
         "_event",
         "_has_data",
+        "_invalid",
         "_last_id",
         "_other_lines",
         "_pending_cr",
@@ -146,6 +167,7 @@ class SSEParser:
         self._data: list[str] = []
         self._data_bytes = 0
         self._has_data = False
+        self._invalid = False
         self._event = ""
         self._last_id = ""
         self._retry: int | None = None
@@ -250,6 +272,7 @@ class SSEParser:
         self._data = []
         self._data_bytes = 0
         self._has_data = False
+        self._invalid = False
         self._event = ""
 
     def _lines(self, lines: list[bytes], out: list[SSEEvent]) -> None:
@@ -265,11 +288,13 @@ class SSEParser:
                             data[0] if len(data) == 1 else "\n".join(data),
                             self._last_id,
                             self._retry,
+                            self._invalid,
                         )
                     )
                     self._data = []
                     self._data_bytes = 0
                     self._has_data = False
+                self._invalid = False
                 self._event = ""
             elif raw.startswith(b"data:") and len(raw) <= MAX_SSE_LINE_BYTES:
                 # the ASCII "data:" prefix decodes alone: decoding the value by itself is the
@@ -279,7 +304,11 @@ class SSEParser:
                     self._reset_block()
                     raise _event_too_long()
                 start = 6 if raw[5:6] == b" " else 5
-                self._data.append(raw[start:].decode("utf-8", errors="replace"))
+                try:
+                    self._data.append(raw[start:].decode("utf-8"))
+                except UnicodeDecodeError:
+                    self._data.append(raw[start:].decode("utf-8", errors="replace"))
+                    self._invalid = True
                 self._has_data = True
             else:
                 if len(raw) > MAX_SSE_LINE_BYTES:
@@ -295,11 +324,12 @@ class SSEParser:
                         data="\n".join(self._data),
                         id=self._last_id,
                         retry=self._retry,
+                        invalid_utf8=self._invalid,
                     )
                 )
             self._reset_block()
             return
-        line = raw.decode("utf-8", errors="replace")
+        line, invalid = _decode(raw)
         if line[0] == ":":
             return
         name, sep, value = line.partition(":")
@@ -312,8 +342,10 @@ class SSEParser:
                 raise _event_too_long()
             self._data.append(value)
             self._has_data = True
+            self._invalid = self._invalid or invalid
         elif name == "event":
             self._event = value
+            self._invalid = self._invalid or invalid
         elif name == "id":
             if "\x00" not in value:
                 self._last_id = value
@@ -321,7 +353,7 @@ class SSEParser:
             if value and value.isascii() and value.isdigit():
                 self._retry = int(value)
         elif self._other_lines:
-            out.append(_new_event(OTHER_LINE, line, self._last_id, self._retry))
+            out.append(_new_event(OTHER_LINE, line, self._last_id, self._retry, invalid))
         # any other field name is ignored
 
 

@@ -32,6 +32,7 @@ from typing import Final, cast
 
 from protocol_py.codec import wire
 from protocol_py.codec.prefixes import BoundedLRU, ConversationPrefixes
+from protocol_py.server.offload import checkpoint
 from protocol_py_gen.content.v1 import Message
 
 MAX_ENTRIES: Final = 16_384
@@ -225,6 +226,7 @@ class TranslationCache(BoundedLRU[Hashable, bytes]):
                 if cached is not None:
                     out.append(cached)
                     continue
+                checkpoint()  # a cancelled worker step stops between messages
                 fragment = translate(start + n, messages[start + n])
                 key = keys[n]
                 if key is not None:

@@ -7,8 +7,12 @@
 * :func:`join_url` appends an endpoint path to the base URL's path and keeps its query string
   (``http://h/v1?api-version=X`` + ``/chat/completions`` ->
   ``http://h/v1/chat/completions?api-version=X``).
-* :func:`redact_url` and :class:`RedactURLFilter` keep the URL's userinfo and query values out of
-  messages and log records (httpx logs every request URL at INFO).
+* :func:`redact_url` and :class:`RedactURLFilter` keep the URL's userinfo, query values and
+  secret-looking path segments out of messages and log records (httpx logs every request URL
+  at INFO); :func:`safe_location` shows no userinfo or query, and no such segment either.
+  A path segment is secret-looking when it, or its percent-decoded form,
+  :func:`~protocol_py.server.config_schema.looks_secret` (``/v1/keys/sk-.../`` ->
+  ``/v1/keys/***/``; docs/security.md).
 * :func:`url_secrets` lists the credential strings a base URL carries, for
   :func:`protocol_py.providers.http.errors.redact`.
 """
@@ -22,12 +26,14 @@ from urllib.parse import unquote
 import httpx
 
 from protocol_py.providers.http.errors import redact_log_text
+from protocol_py.server.config_schema import looks_secret
 
 __all__ = [
     "RedactURLFilter",
     "install_log_redaction",
     "join_url",
     "parse_base_url",
+    "redact_path",
     "redact_text",
     "redact_url",
     "url_secrets",
@@ -39,15 +45,49 @@ _QUERY_VALUE = re.compile(r"(?P<key>[?&;][^=&;#\s\"'<>]*=)[^&;#\s\"'<>]+")
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
 
 
+def _secret_segment(segment: str) -> bool:
+    return bool(segment) and (looks_secret(segment) or looks_secret(unquote(segment)))
+
+
+def redact_path(path: str) -> str:
+    """``path`` (a URL path, ``/``-separated) with each secret-looking segment replaced by
+    ``***`` (module docstring); the other segments and the slashes are kept."""
+    if not path.strip("/"):
+        return path
+    parts = path.split("/")
+    if not any(_secret_segment(p) for p in parts):
+        return path
+    return "/".join("***" if _secret_segment(p) else p for p in parts)
+
+
+def _redact_url_path(url: str) -> str:
+    """The path of ``url`` (``scheme://authority/path?query``) through :func:`redact_path`."""
+    authority = url.find("//") + 2
+    start = len(url)
+    for mark in "/?#":
+        at = url.find(mark, authority)
+        if 0 <= at < start:
+            start = at
+    if start == len(url) or url[start] != "/":
+        return url
+    end = len(url)
+    for mark in "?#":
+        at = url.find(mark, start)
+        if 0 <= at < end:
+            end = at
+    return url[:start] + redact_path(url[start:end]) + url[end:]
+
+
 def redact_text(text: str) -> str:
-    """``text`` with every URL's userinfo replaced by ``***@`` and every query value by ``***``.
+    """``text`` with every URL's userinfo replaced by ``***@``, every query value by ``***`` and
+    every secret-looking path segment by ``***``.
 
     Only substrings that look like absolute URLs (``scheme://...``) are touched.
     """
 
     def one(match: re.Match[str]) -> str:
         url = _USERINFO.sub(r"\g<scheme>***@", match.group(0))
-        return _QUERY_VALUE.sub(r"\g<key>***", url)
+        return _QUERY_VALUE.sub(r"\g<key>***", _redact_url_path(url))
 
     return _URL.sub(one, text)
 
@@ -58,8 +98,9 @@ def redact_url(url: str | httpx.URL) -> str:
 
 
 def safe_location(url: str | httpx.URL) -> str:
-    """``url`` as ``scheme://host:port/path``: no userinfo, no query, no fragment (safe to show
-    a client or log; the port is the explicit one or the scheme's default)."""
+    """``url`` as ``scheme://host:port/path``: no userinfo, no query, no fragment, secret-looking
+    path segments as ``***`` (safe to show a client or log; the port is the explicit one or the
+    scheme's default)."""
     try:
         parsed = httpx.URL(str(url))
     except httpx.InvalidURL:
@@ -67,7 +108,7 @@ def safe_location(url: str | httpx.URL) -> str:
     host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
     port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
     netloc = f"{host}:{port}" if port else host
-    return f"{parsed.scheme}://{netloc}{parsed.path}"
+    return f"{parsed.scheme}://{netloc}{redact_path(parsed.path)}"
 
 
 def parse_base_url(value: str, *, what: str = "base_url") -> str:
@@ -139,7 +180,8 @@ def url_secrets(base: str | None) -> list[str]:
     Returned, raw and percent-decoded: the whole userinfo and its password; the user name when
     it is at least 8 characters; each query value whose name looks like a credential (``key``,
     ``token``, ``secret``, ``sig``, ``auth``, ...) and any other query value of at least 16
-    characters. Empty strings are left out; longest first. Never raises.
+    characters; each secret-looking path segment (module docstring). Empty strings are left
+    out; longest first. Never raises.
     """
     if not base:
         return []
@@ -155,6 +197,9 @@ def url_secrets(base: str | None) -> list[str]:
         found.update({password, unquote(password)})
         if len(unquote(user)) >= 8:
             found.update({user, unquote(user)})
+    for segment in url.raw_path.decode("ascii", errors="replace").split("?")[0].split("/"):
+        if _secret_segment(segment):
+            found.update({segment, unquote(segment)})
     query = url.query.decode("ascii", errors="replace")
     for raw in re.split(r"[&;]", query):
         name, eq, value = raw.partition("=")

@@ -117,6 +117,7 @@ from decimal import Decimal
 from typing import Any
 
 from protocol_py.providers.http import events as ev
+from protocol_py.providers.http import vendor_json
 from protocol_py.providers.http.call_ids import OPENAI_TOOL_CALL_ID, CallIds, vendor_id_entry
 from protocol_py.providers.http.errors import (
     classify_error_object,
@@ -305,7 +306,7 @@ def _separate(owner: _Call, name: str | None) -> bool:
     if not joined:
         return False
     try:
-        return isinstance(json.loads(joined), dict)
+        return isinstance(vendor_json.loads(joined), dict)
     except ValueError:
         return False
 
@@ -420,14 +421,18 @@ class OpenAIStreamTranslator:
         try:
             # json.loads without its whitespace scans: ``data`` is already stripped (JSON's
             # whitespace is a subset of str.strip's), so only trailing data can remain
+            if vendor_json.json_depth_exceeds(data):
+                raise vendor_json.VendorJSONDepthError
             chunk, end = _JSON.raw_decode(data)
             if end != len(data):
                 raise ValueError("extra data after the JSON value")
-        except ValueError:
+        except ValueError as exc:
             self._decide_start(out, None)
             return self._fail(
                 out,
-                transient_error("malformed JSON in an SSE data line", request_id=self.request_id),
+                transient_error(
+                    vendor_json.malformed_event_message(exc), request_id=self.request_id
+                ),
             )
         if not isinstance(chunk, dict):
             return []
@@ -944,7 +949,7 @@ class OpenAIStreamTranslator:
 
     def _error_from_data(self, data: str) -> ModelError:
         try:
-            obj = json.loads(data)
+            obj = vendor_json.loads(data)
         except ValueError:
             obj = {"error": {"message": data[:500]}}
         return self._error_from_obj(obj)

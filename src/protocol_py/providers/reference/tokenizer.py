@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from protocol_py.codec.structs import dumps, from_struct
+from protocol_py.server.offload import checkpoint
 from protocol_py_gen.content.v1 import ContentBlock, ContextSection, Message, Role
 from protocol_py_gen.model.v1 import ToolDeclaration
 
@@ -48,8 +49,10 @@ def _is_word_char(c: str) -> bool:
 
 
 def _slices(text: str) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` spans of :data:`TOKEN_COUNT_CHUNK_CHARS` characters covering ``text``."""
+    """``(start, end)`` spans of :data:`TOKEN_COUNT_CHUNK_CHARS` characters covering ``text``;
+    a cancelled worker step stops before each (:func:`protocol_py.server.offload.checkpoint`)."""
     for start in range(0, len(text), TOKEN_COUNT_CHUNK_CHARS):
+        checkpoint()
         yield start, min(start + TOKEN_COUNT_CHUNK_CHARS, len(text))
 
 
@@ -217,6 +220,7 @@ def _utf8_pieces(parts: Sequence[str]) -> Iterator[bytes]:
     step = TOKEN_COUNT_CHUNK_CHARS
     for part in parts:
         for at in range(0, len(part), step):
+            checkpoint()
             yield part[at : at + step].encode("utf-8")
 
 
@@ -262,7 +266,8 @@ def prompt_segments(
     tools: list[ToolDeclaration],
     assembled_context: list[ContextSection],
 ) -> list[PromptSegment]:
-    """Render a request's input as segments: context sections, the tool list, each message."""
+    """Render a request's input as segments: context sections, the tool list, each message
+    (a cancelled worker step stops before each: :func:`protocol_py.server.offload.checkpoint`)."""
     segments = [
         PromptSegment("context", i, (text,), count_text_tokens(text))
         for i, text in enumerate(_section_text(s) for s in assembled_context)
@@ -272,9 +277,14 @@ def prompt_segments(
         segments.append(PromptSegment("tools", 0, (text,), count_text_tokens(text)))
     segments.extend(
         PromptSegment("message", i, parts, count_parts_tokens(parts))
-        for i, parts in enumerate(_message_parts(m) for m in messages)
+        for i, parts in enumerate(_message_parts(_checked(m)) for m in messages)
     )
     return segments
+
+
+def _checked(item: Message) -> Message:
+    checkpoint()
+    return item
 
 
 __all__ = [

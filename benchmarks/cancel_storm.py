@@ -1,0 +1,238 @@
+"""Benchmark: a storm of cancelled streams against ``protocol-py serve``, measured from outside.
+
+A ``protocol-py serve`` subprocess (the ``reference`` provider, or the ``openai`` adapter in
+front of a loopback stub upstream that streams a long answer slowly) gets ``--streams``
+StreamCompletions over ``--connections`` HTTP/2 connections from this process, all started at
+once, each cancelled by the client at a random point in its first ``--window`` seconds (default:
+twice the time a lone stream waits for its first event, so cancels land during the request's
+decode, validation and token count as well as while it streams). Printed, as medians of
+``--repeat`` runs:
+
+* ``cpu_after_s``: CPU seconds the server process used from the last cancel until it was idle
+  (no CPU tick in 100 ms), and ``idle_after_s``, the wall time until then;
+* ``describe_after_ms``: a Describe sent on a new connection right after the last cancel;
+* ``rss_over_baseline_mib``: the server's RSS once idle, minus its RSS before the storm (after
+  one warm-up stream);
+* ``upstream_open_after``: upstream connections still open once idle (``openai`` only).
+
+Usage: ``.venv/bin/python benchmarks/cancel_storm.py [--provider reference|openai]
+[--streams 1000] [--connections 50] [--window S] [--repeat 3] [--prompt-kib 4]``
+(``--prompt-kib``: the size of each request's one user message; from 64 KiB a request's
+decode, validation and token count run in the server's worker threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from protocol_py.client.client import ModelClient
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
+from protocol_py_gen.model.v1 import StreamCompletionRequest
+
+MIB = 1024 * 1024
+TICK = os.sysconf("SC_CLK_TCK")
+MODEL = {"reference": "reference-large", "openai": "gpt-6-sol"}
+
+
+PROMPT_KIB = [1]
+
+
+def _prompt() -> str:
+    size = PROMPT_KIB[0] * 1024
+    return ("Tell me a long story. " * (size // 22 + 1))[:size]
+
+
+def request(provider: str) -> StreamCompletionRequest:
+    return StreamCompletionRequest(
+        model_id=MODEL[provider],
+        messages=[
+            Message(
+                role=Role.USER,
+                id="01J00000000000000000000001",
+                content=[ContentBlock(text=TextBlock(text=_prompt()))],
+            )
+        ],
+        call_context=CallContext(session_id="bench", turn_id="bench"),
+    )
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Upstream:
+    """A loopback OpenAI-compatible upstream streaming a long answer: 2,000 chunks, 1 ms apart."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                )
+                chunk = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"word "}}]}\n\n'
+                framed = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                for _ in range(2000):
+                    writer.write(framed)
+                    await writer.drain()
+                    await asyncio.sleep(0.001)
+                end = (
+                    b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+                    b"\n\ndata: [DONE]\n\n"
+                )
+                writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+def spawn(provider: str, upstream: int) -> tuple[subprocess.Popen[str], int]:
+    extra = ["--provider", provider]
+    env = dict(os.environ)
+    if provider == "openai":
+        extra += ["--base-url", f"http://127.0.0.1:{upstream}", "--no-discover"]
+        env["OPENAI_API_KEY"] = "sk-bench-key-000000000000"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake", "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    return proc, int(line.split("|")[2].rpartition(":")[2])
+
+
+async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str, Any]:
+    proc, port = spawn(args.provider, upstream.port if upstream else 0)
+    address = f"127.0.0.1:{port}"
+    rng = random.Random(20)
+    clients = [ModelClient.connect(address) for _ in range(args.connections)]
+    try:
+        warm = clients[0]
+        sent = time.monotonic()
+        first = 0.0
+        async for _ in warm.stream(request(args.provider), timeout=60):
+            first = first or time.monotonic() - sent
+        # cancel points cover the whole of a lone stream's wait for its first event (the
+        # request's decode, validation and token count) and as long again of streaming
+        window = args.window or 2 * first
+        await asyncio.sleep(0.5)
+        baseline = rss(proc.pid)
+
+        async def one(i: int) -> None:
+            async def drain() -> None:
+                async for _ in clients[i % len(clients)].stream(request(args.provider), timeout=60):
+                    pass
+
+            task = asyncio.create_task(drain())
+            await asyncio.sleep(rng.uniform(0, window))
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+        await asyncio.gather(*(one(i) for i in range(args.streams)))
+        last_cancel = time.monotonic()
+        cpu_at_cancel = cpu_s(proc.pid)
+        fresh = ModelClient.connect(address)
+        try:
+            sent = time.monotonic()
+            await fresh.describe(timeout=30)
+            describe_ms = (time.monotonic() - sent) * 1000
+        finally:
+            fresh.close()
+        # idle: no CPU tick across a 100 ms window
+        previous = cpu_s(proc.pid)
+        while True:
+            await asyncio.sleep(0.1)
+            now = cpu_s(proc.pid)
+            if now == previous or time.monotonic() - last_cancel > 60:
+                break
+            previous = now
+        idle_after = time.monotonic() - last_cancel - 0.1
+        result = {
+            "cpu_after_s": round(previous - cpu_at_cancel, 3),
+            "idle_after_s": round(max(idle_after, 0.0), 3),
+            "describe_after_ms": round(describe_ms, 1),
+            "rss_over_baseline_mib": round((rss(proc.pid) - baseline) / MIB, 1),
+            "window_s": round(window, 3),
+        }
+        if upstream is not None:
+            result["upstream_open_after"] = upstream.open
+        return result
+    finally:
+        for client in clients:
+            client.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+async def main(args: argparse.Namespace) -> None:
+    upstream = None
+    if args.provider == "openai":
+        upstream = Upstream()
+        await upstream.start()
+    runs = [await storm(args, upstream) for _ in range(args.repeat)]
+    if upstream is not None and upstream.server is not None:
+        upstream.server.close()
+    print(
+        f"cancel storm: provider {args.provider}, {args.streams} streams over "
+        f"{args.connections} connections, {args.prompt_kib} KiB prompts; "
+        f"median of {args.repeat} runs"
+    )
+    print(json.dumps({k: statistics.median(r[k] for r in runs) for k in runs[0]}))
+    print("runs:", json.dumps(runs))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--provider", choices=sorted(MODEL), default="reference")
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--window", type=float, default=0.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--prompt-kib", type=int, default=4)
+    parsed = parser.parse_args()
+    PROMPT_KIB[0] = parsed.prompt_kib
+    asyncio.run(main(parsed))
