@@ -15,7 +15,6 @@ shape (no whitespace, one huge word, combining characters, emoji).
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
