@@ -45,6 +45,7 @@ from stall_trace import PySampler, StallTracer, summarize, trace_gc
 
 from protocol_py.client.client import ModelClient
 from protocol_py.codec import wire
+from protocol_py.codec.wire_gen import MAX_DECODED_OBJECTS
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
@@ -73,8 +74,14 @@ KINDS: Final = ("4mb", "60mib", "bang16mib", "config1m", "options1m", "render60m
 """The huge calls: ``4mb``: 100,000 short user messages (about 4.4 MB); ``60mib``: one user
 message holding a 60 MiB text block of 1,023-character words; ``bang16mib``: one 16 MiB text
 block of ``!`` (one token per character, no whitespace); ``config1m``: a Configure of 1,000,000
-keys; ``options1m``: a StreamCompletion whose ``provider_options`` has 1,000,000 entries;
+keys; ``options1m``: a StreamCompletion whose ``provider_options`` has
+:data:`OPTION_ENTRIES` entries;
 ``render60mib``: a Render whose reply is 60 MiB of text."""
+
+
+OPTION_ENTRIES: Final = MAX_DECODED_OBJECTS - 1000
+"""Entries of ``options1m``'s ``provider_options``: just under the decoder's bound on map
+entries and repeated elements, the largest such request the server decodes."""
 
 
 def _completion(messages: list[Message], options: Struct | None = None) -> bytes:
@@ -96,8 +103,8 @@ def _one_text(text: str) -> list[Message]:
     ]
 
 
-def _million_keys() -> Struct:
-    return Struct(fields={f"k{i:07d}": Value(number_value=float(i)) for i in range(1_000_000)})
+def _million_keys(count: int = 1_000_000) -> Struct:
+    return Struct(fields={f"k{i:07d}": Value(number_value=float(i)) for i in range(count)})
 
 
 def huge_request(kind: str) -> tuple[str, bytes]:
@@ -119,7 +126,8 @@ def huge_request(kind: str) -> tuple[str, bytes]:
     if kind == "config1m":
         return CONFIGURE, wire.encode(ConfigureRequest(config=_million_keys()))
     if kind == "options1m":
-        return PATH, _completion(_one_text("hello"), _million_keys())
+        # just under MAX_DECODED_OBJECTS, so the request is decoded whole and served
+        return PATH, _completion(_one_text("hello"), _million_keys(OPTION_ENTRIES))
     if kind == "render60mib":
         payload = json.dumps({"text": "x" * 1024, "times": 60 * 1024}).encode()
         return RENDER, wire.encode(RenderRequest(payload_type="reference.repeat", payload=payload))

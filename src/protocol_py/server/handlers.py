@@ -32,6 +32,8 @@ from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.version_gate import EventGate
 from protocol_py.server.config_schema import (
+    MAX_CONFIG_ENTRIES,
+    config_entries_within,
     fill_missing_values,
     inexact_numbers,
     loose_objects,
@@ -400,6 +402,12 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     def _checked_config(self, message: ConfigureRequest) -> dict[str, Any]:
         """The config of ``message`` as JSON values, checked against the config schema
         (raises the GRPCError :meth:`configure` documents)."""
+        if not config_entries_within(message.config):
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"config: more than {MAX_CONFIG_ENTRIES} object members and array elements "
+                "(bound MAX_CONFIG_ENTRIES, docs/decisions.md#d35); nothing was applied",
+            )
         try:
             config = from_struct(fill_missing_values(message.config), path="config")
         except ValueError as exc:
@@ -439,7 +447,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Validate the config against the config schema, then apply it atomically.
 
         Raises:
-            GRPCError: INVALID_ARGUMENT listing the schema errors (JSON Pointer paths; as
+            GRPCError: INVALID_ARGUMENT for a config of more than ``MAX_CONFIG_ENTRIES``
+                object members and array elements (``config: more than ...``), or listing
+                the schema errors (JSON Pointer paths; as
                 many as fit in ``MAX_ERROR_MESSAGE_BYTES``, with the total count) or the
                 numbers beyond 2^53 (docs/decisions.md#d5, ``inexact_numbers``), or the provider's
                 own rejection; FAILED_PRECONDITION when the provider's config schema fails while
