@@ -15,6 +15,7 @@ mechanism and shows the answers are those of the whole-text computation:
 
 from __future__ import annotations
 
+import heapq
 import re
 import sys
 import threading
@@ -25,6 +26,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol_py.codec.structs import from_struct
 from protocol_py.providers.reference import provider as reference_provider
 from protocol_py.providers.reference import tokenizer as reference
 from protocol_py.providers.reference.provider import ReferenceProvider
@@ -37,6 +39,7 @@ from protocol_py.providers.reference.tokenizer import (
 )
 from protocol_py.server import handlers, offload
 from protocol_py.server.config_schema import MAX_CONFIG_ENTRIES, config_entries_within
+from protocol_py.server.grpc_layer.limits import encode_reply
 from protocol_py.server.offload import RELEASE_STEP_ITEMS, release_dict_in_steps, release_in_steps
 from protocol_py_gen.google.protobuf import ListValue, Struct, Value
 from protocol_py_gen.model.v1 import (
@@ -239,7 +242,7 @@ async def test_a_config_past_the_entry_bound_is_refused_before_conversion(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     converted: list[int] = []
-    real = handlers.from_struct
+    real = from_struct
 
     def counting(struct: Any, **kwargs: Any) -> Any:
         converted.append(1)
@@ -262,7 +265,7 @@ async def test_a_large_configure_is_checked_and_freed_in_worker_threads(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: dict[str, str] = {}
-    real_release, real_nsmallest = offload.release_in_steps, handlers.heapq.nsmallest
+    real_release = offload.release_in_steps
 
     def release(held: list[Any]) -> None:
         threads["release"] = threading.current_thread().name
@@ -271,7 +274,7 @@ async def test_a_large_configure_is_checked_and_freed_in_worker_threads(
 
     def nsmallest(n: int, keys: Any) -> list[Any]:
         threads["nsmallest"] = threading.current_thread().name
-        return real_nsmallest(n, keys)
+        return heapq.nsmallest(n, keys)
 
     class Heapq:
         pass
@@ -296,7 +299,7 @@ async def test_a_large_render_reply_is_encoded_in_a_worker_thread(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
-    real = handlers.encode_reply
+    real = encode_reply
 
     def encode(message: Any, max_send: int) -> Any:
         threads.append(threading.current_thread().name)
