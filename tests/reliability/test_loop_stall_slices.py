@@ -39,6 +39,7 @@ from protocol_py.providers.reference.tokenizer import (
 )
 from protocol_py.server import handlers, offload
 from protocol_py.server.config_schema import MAX_CONFIG_ENTRIES, config_entries_within
+from protocol_py.server.grpc_layer import limits
 from protocol_py.server.grpc_layer.limits import encode_reply
 from protocol_py.server.offload import RELEASE_STEP_ITEMS, release_dict_in_steps, release_in_steps
 from protocol_py_gen.google.protobuf import ListValue, Struct, Value
@@ -238,7 +239,7 @@ def test_config_entries_are_counted_at_every_depth_and_stop_past_the_bound() -> 
     assert config_entries_within(None)
 
 
-async def test_a_config_past_the_entry_bound_is_refused_before_conversion(
+async def test_a_config_past_the_entry_bound_is_refused_before_upb_parse_and_conversion(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     converted: list[int] = []
@@ -248,7 +249,15 @@ async def test_a_config_past_the_entry_bound_is_refused_before_conversion(
         converted.append(1)
         return real(struct, **kwargs)
 
+    parsed: list[int] = []
+    real_parse = limits.strict_parse
+
+    def parse(strict: Any, data: bytes) -> Any:
+        parsed.append(len(data))
+        return real_parse(strict, data)
+
     monkeypatch.setattr(handlers, "from_struct", counting)
+    monkeypatch.setattr(limits, "strict_parse", parse)
     fields = {f"k{i:06d}": Value(number_value=i) for i in range(MAX_CONFIG_ENTRIES + 1)}
     body = bytes(ConfigureRequest(config=Struct(fields=fields)))
     refused = await acall(served.address, "Configure", body, timeout=60)
@@ -258,7 +267,9 @@ async def test_a_config_past_the_entry_bound_is_refused_before_conversion(
         "(bound MAX_CONFIG_ENTRIES"
     )
     assert converted == []
+    assert parsed == []  # refused before upb's parse (one C call over the whole body)
     await still_serving(served)
+    assert parsed  # the calls after it are parsed as before
 
 
 async def test_a_large_configure_is_checked_and_freed_in_worker_threads(

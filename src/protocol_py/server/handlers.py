@@ -113,6 +113,22 @@ names picked in a worker thread (:func:`~protocol_py.server.offload.run_cpu`); s
 inline, where the work takes well under a millisecond."""
 
 
+def _config_within_bound(message: ConfigureRequest) -> None:
+    """Refuse a Configure whose config holds more than ``MAX_CONFIG_ENTRIES`` object members
+    and array elements (docs/decisions.md#d35), before upb's parse of its body and before any
+    conversion.
+
+    Raises:
+        GRPCError: INVALID_ARGUMENT ``config: more than 10000 object members ...``.
+    """
+    if not config_entries_within(message.config):
+        raise GRPCError(
+            Status.INVALID_ARGUMENT,
+            f"config: more than {MAX_CONFIG_ENTRIES} object members and array elements "
+            "(bound MAX_CONFIG_ENTRIES, docs/decisions.md#d35); nothing was applied",
+        )
+
+
 def _reply_size_hint(response: object) -> int:
     """A cheap lower bound of the encoded size of a unary reply, bytes: the characters of its
     ``text`` field (RenderResponse), 0 for replies without one (small by construction)."""
@@ -250,7 +266,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Read and decode the single request message within the size limit."""
         data = await receive_single(stream, self.max_message_size)
         strict = self._strict_classes.get(kind)
-        return await run_cpu(len(data), decode_request, data, kind, strict)
+        precheck = _config_within_bound if kind is ConfigureRequest else None
+        return await run_cpu(len(data), decode_request, data, kind, strict, precheck)
 
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
@@ -402,12 +419,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     def _checked_config(self, message: ConfigureRequest) -> dict[str, Any]:
         """The config of ``message`` as JSON values, checked against the config schema
         (raises the GRPCError :meth:`configure` documents)."""
-        if not config_entries_within(message.config):
-            raise GRPCError(
-                Status.INVALID_ARGUMENT,
-                f"config: more than {MAX_CONFIG_ENTRIES} object members and array elements "
-                "(bound MAX_CONFIG_ENTRIES, docs/decisions.md#d35); nothing was applied",
-            )
+        _config_within_bound(message)
         try:
             config = from_struct(fill_missing_values(message.config), path="config")
         except ValueError as exc:
