@@ -6,8 +6,11 @@ a sender that POSTs one huge StreamCompletion (pre-encoded, raw bytes) and reads
 this process, which reads another, paced stream from the same server and records the longest
 gap between its events while the huge request is served.
 
-Requests: ``4mb``: 100,000 short user messages (about 4.4 MB); ``60mib``: one user message
-holding a 60 MiB text block. Each kind runs ``--repeat`` times on a fresh server process; the
+Requests: see :data:`KINDS` (``4mb``: 100,000 short user messages, about 4.4 MB; ``60mib``:
+one user message holding a 60 MiB text block; a 16 MiB block without whitespace; a Configure
+of a million keys; ``provider_options`` of a million entries; a 60 MiB Render reply). A
+fourth client calls Describe every 10 ms and records the worst wait between two answers. Each
+kind runs ``--repeat`` times on a fresh server process; the
 figures are medians: the worst gap seen by the other stream (its normal gap, 1/pace, is
 printed beside it), the worst loop-lag probe gap, the huge request's total time and the
 server's peak RSS growth over its idle RSS (VmHWM - VmRSS before the request). A control
@@ -25,28 +28,39 @@ import argparse
 import asyncio
 import contextlib
 import faulthandler
+import json
 import logging
 import multiprocessing
 import os
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 import grpclib.const
 from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
 from server import RawCodec
 from stall_trace import PySampler, StallTracer, summarize, trace_gc
 
 from protocol_py.client.client import ModelClient
 from protocol_py.codec import wire
+from protocol_py.codec.wire_gen import MAX_DECODED_OBJECTS
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
-from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest
+from protocol_py_gen.google.protobuf import Struct, Value
+from protocol_py_gen.model.v1 import (
+    ConfigureRequest,
+    GenerationParams,
+    RenderRequest,
+    StreamCompletionRequest,
+)
 
 PATH = "/model.v1.ModelService/StreamCompletion"
+CONFIGURE = "/model.v1.ModelService/Configure"
+RENDER = "/model.v1.ModelService/Render"
 PACE = 1000.0
 """Output pace of the observed stream, reference tokens per second."""
 CONTROL_S = 2.0
@@ -56,8 +70,45 @@ SETTLE_S = 0.5
 frees the request then)."""
 
 
-def huge_request(kind: str) -> bytes:
-    """The encoded request of ``kind`` (``4mb`` or ``60mib``)."""
+KINDS: Final = ("4mb", "60mib", "bang16mib", "config1m", "options1m", "render60mib")
+"""The huge calls: ``4mb``: 100,000 short user messages (about 4.4 MB); ``60mib``: one user
+message holding a 60 MiB text block of 1,023-character words; ``bang16mib``: one 16 MiB text
+block of ``!`` (one token per character, no whitespace); ``config1m``: a Configure of 1,000,000
+keys; ``options1m``: a StreamCompletion whose ``provider_options`` has
+:data:`OPTION_ENTRIES` entries;
+``render60mib``: a Render whose reply is 60 MiB of text."""
+
+
+OPTION_ENTRIES: Final = MAX_DECODED_OBJECTS - 1000
+"""Entries of ``options1m``'s ``provider_options``: just under the decoder's bound on map
+entries and repeated elements, the largest such request the server decodes."""
+
+
+def _completion(messages: list[Message], options: Struct | None = None) -> bytes:
+    request = StreamCompletionRequest(
+        model_id="reference-large",
+        messages=messages,
+        params=GenerationParams(max_output_tokens=16),
+        call_context=CallContext(session_id="stall", turn_id="huge"),
+        provider_options=options,
+    )
+    return wire.encode(request)
+
+
+def _one_text(text: str) -> list[Message]:
+    return [
+        Message(
+            role=Role.USER, id="01J" + "0" * 23, content=[ContentBlock(text=TextBlock(text=text))]
+        )
+    ]
+
+
+def _million_keys(count: int = 1_000_000) -> Struct:
+    return Struct(fields={f"k{i:07d}": Value(number_value=float(i)) for i in range(count)})
+
+
+def huge_request(kind: str) -> tuple[str, bytes]:
+    """The RPC path and encoded request of ``kind`` (see :data:`KINDS`)."""
     if kind == "4mb":
         messages = [
             Message(
@@ -67,22 +118,20 @@ def huge_request(kind: str) -> bytes:
             )
             for i in range(100_000)
         ]
-    else:
-        text = ("x" * 1023 + " ") * (60 * 1024)
-        messages = [
-            Message(
-                role=Role.USER,
-                id="01J" + "0" * 23,
-                content=[ContentBlock(text=TextBlock(text=text))],
-            )
-        ]
-    request = StreamCompletionRequest(
-        model_id="reference-large",
-        messages=messages,
-        params=GenerationParams(max_output_tokens=16),
-        call_context=CallContext(session_id="stall", turn_id="huge"),
-    )
-    return wire.encode(request)
+        return PATH, _completion(messages)
+    if kind == "60mib":
+        return PATH, _completion(_one_text(("x" * 1023 + " ") * (60 * 1024)))
+    if kind == "bang16mib":
+        return PATH, _completion(_one_text("!" * (16 * 1024 * 1024)))
+    if kind == "config1m":
+        return CONFIGURE, wire.encode(ConfigureRequest(config=_million_keys()))
+    if kind == "options1m":
+        # just under MAX_DECODED_OBJECTS, so the request is decoded whole and served
+        return PATH, _completion(_one_text("hello"), _million_keys(OPTION_ENTRIES))
+    if kind == "render60mib":
+        payload = json.dumps({"text": "x" * 1024, "times": 60 * 1024}).encode()
+        return RENDER, wire.encode(RenderRequest(payload_type="reference.repeat", payload=payload))
+    raise ValueError(f"--kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
 
 
 def rss_kib(pid: int, field: str) -> int:
@@ -126,18 +175,23 @@ def _serve(port_queue: Any, worst: Any, trace: dict[str, Any] | None = None) -> 
 
 
 def _send(port: int, kind: str, result: Any) -> None:
-    body = huge_request(kind)
+    path, body = huge_request(kind)
+    card = (
+        grpclib.const.Cardinality.UNARY_STREAM
+        if path == PATH
+        else grpclib.const.Cardinality.UNARY_UNARY
+    )
 
     async def main() -> None:
         channel = Channel("127.0.0.1", port, codec=RawCodec())
         started = time.perf_counter()
         try:
-            async with channel.request(
-                PATH, grpclib.const.Cardinality.UNARY_STREAM, bytes, bytes, timeout=600
-            ) as stream:
+            async with channel.request(path, card, bytes, bytes, timeout=600) as stream:
                 await stream.send_message(body, end=True)
                 async for _ in stream:
                     pass
+        except GRPCError:
+            pass  # a refused Configure (unknown keys) still went through decode and checks
         finally:
             channel.close()
         result.value = time.perf_counter() - started
@@ -186,11 +240,44 @@ class Observer:
             client.close()
 
 
+DESCRIBE_EVERY_S: Final = 0.01
+"""Pause between two Describe calls of the Describe observer, seconds."""
+
+
+class DescribeObserver:
+    """Calls Describe every :data:`DESCRIBE_EVERY_S` on its own connection and records the
+    worst time between two answers since :meth:`reset` (a stall shows as a long wait)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.worst = 0.0
+        self.stop = False
+
+    def reset(self) -> None:
+        """Forget the worst gap seen so far."""
+        self.worst = 0.0
+
+    async def run(self) -> None:
+        """Call Describe until :attr:`stop` is set."""
+        client = ModelClient.connect(f"127.0.0.1:{self.port}")
+        try:
+            last = time.perf_counter()
+            while not self.stop:
+                await client.describe(timeout=600)
+                now = time.perf_counter()
+                self.worst = max(self.worst, now - last)
+                await asyncio.sleep(DESCRIBE_EVERY_S)
+                last = time.perf_counter()
+        finally:
+            client.close()
+
+
 async def one_run(
     ctx: Any, kind: str, trace: dict[str, Any] | None = None
-) -> tuple[float, float, float, float, float, float]:
+) -> tuple[float, float, float, float, float, float, float, float]:
     """(worst stream gap s, worst probe gap s, the same two over an idle control period of
-    :data:`CONTROL_S`, huge request s, peak RSS growth MiB); ``trace`` (see :func:`main`'s
+    :data:`CONTROL_S`, huge request s, peak RSS growth MiB, worst Describe gap s, the same over
+    the control period); ``trace`` (see :func:`main`'s
     ``--trace-*`` flags): ``frames`` (a file for :class:`stall_trace.StallTracer`),
     ``python_ms`` (:class:`stall_trace.PySampler`'s threshold), ``gc`` (print long garbage
     collections)."""
@@ -200,15 +287,20 @@ async def one_run(
     server.start()
     port = int(port_queue.get(timeout=60))
     observer = Observer(port)
+    describer = DescribeObserver(port)
     task = asyncio.create_task(observer.run())
+    task2 = asyncio.create_task(describer.run())
     try:
         await asyncio.sleep(0.5)  # the stream is flowing
         observer.reset()
+        describer.reset()
         worst_probe.value = 0.0
         await asyncio.sleep(CONTROL_S)
         control_stream, control_probe = observer.worst, worst_probe.value
+        control_describe = describer.worst
         idle_rss = rss_kib(server.pid or 0, "VmRSS")
         observer.reset()
+        describer.reset()
         worst_probe.value = 0.0
         result = ctx.Value("d", 0.0)
         sender = ctx.Process(target=_send, args=(port, kind, result), daemon=True)
@@ -218,20 +310,31 @@ async def one_run(
         # observed stream only with its next event, so both are read after a short settle
         await asyncio.sleep(SETTLE_S)
         stream_gap, probe_gap = observer.worst, worst_probe.value
+        describe_gap = describer.worst
         growth = (rss_kib(server.pid or 0, "VmHWM") - idle_rss) / 1024
-        return stream_gap, probe_gap, control_stream, control_probe, result.value, growth
+        return (
+            stream_gap,
+            probe_gap,
+            control_stream,
+            control_probe,
+            result.value,
+            growth,
+            describe_gap,
+            control_describe,
+        )
     finally:
-        observer.stop = True
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        observer.stop = describer.stop = True
+        for each in (task, task2):
+            each.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await each
         server.terminate()
         server.join(5)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kinds", default="4mb,60mib", help="huge requests: 4mb, 60mib")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"huge calls: {', '.join(KINDS)}")
     parser.add_argument("--repeat", type=int, default=3, help="runs per kind (median)")
     parser.add_argument(
         "--trace-stalls",
@@ -256,11 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.repeat}; observed stream paced at {PACE:g} tokens/s"
     )
     print(
-        f"{'request':>8}{'bytes':>12}{'stream gap ms':>15}{'probe gap ms':>14}"
-        f"{'control ms':>16}{'request s':>11}{'peak RSS +MiB':>15}"
+        f"{'request':>12}{'bytes':>12}{'stream gap ms':>15}{'probe gap ms':>14}"
+        f"{'Describe ms':>13}{'control ms':>22}{'request s':>11}{'peak RSS +MiB':>15}"
     )
     for kind in args.kinds.split(","):
-        size = len(huge_request(kind))
+        size = len(huge_request(kind)[1])
         runs = []
         for i in range(args.repeat):
             trace: dict[str, Any] = {"gc": args.trace_gc}
@@ -278,11 +381,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         took = statistics.median(r[4] for r in runs)
         growth = statistics.median(r[5] for r in runs)
+        desc, c_desc = (statistics.median(r[i] for r in runs) * 1000 for i in (6, 7))
         print(
-            f"{kind:>8}{size:>12,}{gap:>15.1f}{probe:>14.1f}{c_gap:>8.1f}/{c_probe:<7.1f}"
-            f"{took:>11.2f}{growth:>15.0f}"
+            f"{kind:>12}{size:>12,}{gap:>15.1f}{probe:>14.1f}{desc:>13.1f}"
+            f"{c_gap:>8.1f}/{c_probe:.1f}/{c_desc:<6.1f}{took:>11.2f}{growth:>15.0f}"
         )
-    print("control: worst stream gap / probe gap over an idle period before the request")
+    print(
+        "Describe: worst time between two Describe answers (one call every "
+        f"{DESCRIBE_EVERY_S * 1000:g} ms); control: worst stream gap / probe gap / Describe gap "
+        "over an idle period before the call"
+    )
     return 0
 
 

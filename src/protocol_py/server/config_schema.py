@@ -220,6 +220,44 @@ def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     return result if isinstance(result, dict) else {}
 
 
+MAX_CONFIG_ENTRIES: Final = 10_000
+"""Most object members and array elements a Configure config may hold, at every depth
+counted together (docs/decisions.md#d35). A larger config is refused INVALID_ARGUMENT before
+it is converted or checked: jsonschema sorts all the unknown keys of an object in one C call
+(``additionalProperties``), which for a million keys held the interpreter, and so the event
+loop, for seconds even in a worker thread; provider configs hold tens of entries."""
+
+
+def config_entries_within(struct: Struct | None, bound: int = MAX_CONFIG_ENTRIES) -> bool:
+    """Whether ``struct`` holds at most ``bound`` object members and array elements, at
+    every depth counted together; counting stops one past ``bound`` (a config of a million
+    keys costs ``bound`` steps, never a pass over all of them)."""
+    if struct is None:
+        return True
+    seen = 0
+    pending: list[Any] = [struct]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Struct):
+            values: Any = item.fields.values()
+        elif isinstance(item, Value) and item.struct_value is not None:
+            pending.append(item.struct_value)
+            continue
+        elif isinstance(item, Value) and item.list_value is not None:
+            values = item.list_value.values
+        else:
+            continue
+        for value in values:
+            seen += 1
+            if seen > bound:
+                return False
+            if value is not None and (
+                value.struct_value is not None or value.list_value is not None
+            ):
+                pending.append(value)
+    return True
+
+
 def fill_missing_values(struct: Struct | None) -> Struct | None:
     """Give every Struct map entry decoded without a value (None) an empty Value, in place.
 

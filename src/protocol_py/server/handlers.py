@@ -7,6 +7,7 @@ import contextlib
 import functools
 import heapq
 import logging
+import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -31,6 +32,8 @@ from protocol_py.rules.request import validate_request, validate_request_shape
 from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.version_gate import EventGate
 from protocol_py.server.config_schema import (
+    MAX_CONFIG_ENTRIES,
+    config_entries_within,
     fill_missing_values,
     inexact_numbers,
     loose_objects,
@@ -55,7 +58,12 @@ from protocol_py.server.grpc_layer.limits import (
 )
 from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
-from protocol_py.server.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
+from protocol_py.server.offload import (
+    OFFLOAD_MIN_BYTES,
+    release_dict_in_steps,
+    release_large,
+    run_cpu,
+)
 from protocol_py.server.provider_log import (
     capped,
     log_provider_exception,
@@ -107,6 +115,34 @@ _Checked = tuple[list[Violation], StreamEvent | None]
 _Req = TypeVar("_Req", bound=betterproto2.Message)
 
 _RENDER_FORMATS: Final = frozenset(RenderFormat)
+
+CONFIG_INLINE_KEYS: Final = 64
+"""Configure configs of more keys than this are converted, checked and their logged key
+names picked in a worker thread (:func:`~protocol_py.server.offload.run_cpu`); smaller ones
+inline, where the work takes well under a millisecond."""
+
+
+def _config_within_bound(message: ConfigureRequest) -> None:
+    """Refuse a Configure whose config holds more than ``MAX_CONFIG_ENTRIES`` object members
+    and array elements (docs/decisions.md#d35), before upb's parse of its body and before any
+    conversion.
+
+    Raises:
+        GRPCError: INVALID_ARGUMENT ``config: more than 10000 object members ...``.
+    """
+    if not config_entries_within(message.config):
+        raise GRPCError(
+            Status.INVALID_ARGUMENT,
+            f"config: more than {MAX_CONFIG_ENTRIES} object members and array elements "
+            "(bound MAX_CONFIG_ENTRIES, docs/decisions.md#d35); nothing was applied",
+        )
+
+
+def _reply_size_hint(response: object) -> int:
+    """A cheap lower bound of the encoded size of a unary reply, bytes: the characters of its
+    ``text`` field (RenderResponse), 0 for replies without one (small by construction)."""
+    text = getattr(response, "text", None)
+    return len(text) if isinstance(text, str) else 0
 
 
 class ModelServer(ServerLifecycle, ModelServiceBase):
@@ -243,36 +279,50 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Read and decode the single request message within the size limit."""
         data = await receive_single(stream, self.max_message_size)
         strict = self._strict_classes.get(kind)
-        return await run_cpu(len(data), decode_request, data, kind, strict)
+        precheck = _config_within_bound if kind is ConfigureRequest else None
+        return await run_cpu(len(data), decode_request, data, kind, strict, precheck)
 
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
             record = RpcRecord(rpc=rpc)
+            # the decoded request, freed a step at a time off the loop once answered or
+            # refused (a Configure of a million keys was one cascade of frees on the loop)
+            held: list[Any] = []
+            size = 0
             try:
                 self.check_accepting()
                 request = await self._recv(stream, kind)
+                size, held = wire.wire_size(request), [request]
+                del request
                 one = SingleRequest(stream)
                 await one.start()
                 async with one:
                     try:
-                        response = await func(request, record)
-                    except GRPCError:
+                        response = await func(held[0], record)
+                    except GRPCError as exc:
+                        # the finished frames' locals would keep the request alive
+                        traceback.clear_frames(exc.__traceback__)
                         raise
                     except Exception as exc:
+                        traceback.clear_frames(exc.__traceback__)
                         error = unary_error(exc)
                         if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
                             log_provider_exception(self.provider.name, rpc, exc)
                         raise error from None
-                    reply = [encode_reply(response, self.max_message_size)]
+                    # encoding a large reply (a 60 MiB Render) is CPU work: off the loop
+                    hint = min(_reply_size_hint(response), OFFLOAD_MIN_BYTES)
+                    reply = [await run_cpu(hint, encode_reply, response, self.max_message_size)]
                     del response  # only the encoded reply is held while the client reads it
                     await self.reply_budget.send(stream, reply)
+                await release_large(size, held)
             except GRPCError as exc:
                 error = bounded_status(exc)
                 record.outcome = "error"
                 record.error_kind = error.status.name
                 record.detail = error.message
+                await release_large(size, held)
                 if error is exc:
                     raise
                 raise error from None
@@ -373,18 +423,31 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     async def _configure(self, request: ConfigureRequest, record: RpcRecord) -> ConfigureResponse:
         keys = request.config.fields if request.config is not None else {}
         # the record names a bounded number of keys (records.py cuts them further): a config
-        # of a million keys is never sorted on the event loop
-        record.config_keys = [shown_name(k) for k in heapq.nsmallest(MAX_LOGGED_CONFIG_KEYS, keys)]
+        # of a million keys is never sorted, nor its smallest keys picked, on the event loop
+        size = OFFLOAD_MIN_BYTES if len(keys) > CONFIG_INLINE_KEYS else 0
+        smallest = await run_cpu(size, heapq.nsmallest, MAX_LOGGED_CONFIG_KEYS, keys)
+        record.config_keys = [shown_name(k) for k in smallest]
         record.config_keys_count = len(keys)
         return await self.configure(request)
 
     def _checked_config(self, message: ConfigureRequest) -> dict[str, Any]:
         """The config of ``message`` as JSON values, checked against the config schema
         (raises the GRPCError :meth:`configure` documents)."""
+        _config_within_bound(message)
         try:
             config = from_struct(fill_missing_values(message.config), path="config")
         except ValueError as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+        try:
+            return self._checked_json_config(config)
+        except GRPCError:
+            # a refused config of a million keys: freed here, in steps, in the worker thread
+            release_dict_in_steps(config)
+            raise
+
+    def _checked_json_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` (Configure's config as JSON values), checked against the config schema
+        (raises the GRPCError :meth:`configure` documents)."""
         inexact = inexact_numbers(config)
         if inexact:
             raise GRPCError(Status.INVALID_ARGUMENT, listed("invalid config", "error", inexact))
@@ -410,7 +473,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Validate the config against the config schema, then apply it atomically.
 
         Raises:
-            GRPCError: INVALID_ARGUMENT listing the schema errors (JSON Pointer paths; as
+            GRPCError: INVALID_ARGUMENT for a config of more than ``MAX_CONFIG_ENTRIES``
+                object members and array elements (``config: more than ...``), or listing
+                the schema errors (JSON Pointer paths; as
                 many as fit in ``MAX_ERROR_MESSAGE_BYTES``, with the total count) or the
                 numbers beyond 2^53 (docs/decisions.md#d5, ``inexact_numbers``), or the provider's
                 own rejection; FAILED_PRECONDITION when the provider's config schema fails while
@@ -421,7 +486,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         # converting and checking a config is CPU work proportional to its size (a million
         # keys took seconds): it runs in a worker thread, never on the event loop
         fields = message.config.fields if message.config is not None else {}
-        size = OFFLOAD_MIN_BYTES if len(fields) > 64 else 0
+        size = OFFLOAD_MIN_BYTES if len(fields) > CONFIG_INLINE_KEYS else 0
         config = await run_cpu(size, self._checked_config, message)
         async with self._configure_lock:
             try:

@@ -41,6 +41,7 @@ __all__ = [
     "SWITCH_INTERVAL_S",
     "JobCancelled",
     "checkpoint",
+    "release_dict_in_steps",
     "release_in_steps",
     "release_large",
     "run_cpu",
@@ -207,30 +208,56 @@ def _sole(obj: object, others: int) -> bool:
     return sys.getrefcount(obj) - 2 <= others  # minus this parameter and getrefcount's argument
 
 
-def _own_lists(obj: object) -> list[list[Any]]:
-    """The non-empty list attributes of ``obj`` that ``obj`` alone holds."""
+def _own_containers(obj: object) -> list[list[Any] | dict[Any, Any]]:
+    """The non-empty list and dict attributes of ``obj`` that ``obj`` alone holds, and those
+    of its message attributes that hold a long one (:func:`_may_hold_long_list`): each such
+    message is detached from ``obj`` (its attribute set to ``None``) and its own containers
+    listed (a request's 1,000,000-entry ``provider_options`` Struct)."""
     fields = getattr(obj, "__dict__", None)
     if not isinstance(fields, dict):
         return []
-    # references to each list: ``fields``, the comprehension's variable
-    return [v for v in fields.values() if type(v) is list and v and _sole(v, 2)]
+    out: list[list[Any] | dict[Any, Any]] = []
+    for name, v in list(fields.items()):
+        kind = type(v)
+        if kind is list or kind is dict:
+            # references to each container: ``fields``, the list of items, the variable
+            if v and _sole(v, 3):
+                out.append(v)
+        elif hasattr(v, "__dict__") and _may_hold_long_list(v) and _sole(v, 3):
+            fields[name] = None
+            out.extend(_own_containers(v))
+        del v
+    return out
 
 
 _LIST_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _may_hold_long_list(item: object) -> bool:
-    """Whether ``item`` has a list attribute of more than :data:`RELEASE_STEP_ITEMS` items,
-    looking only at the attributes that held lists in the first object of its type (a
-    message's repeated fields), so an item costs a few attribute reads."""
+    """Whether ``item`` has a list or dict attribute of more than :data:`RELEASE_STEP_ITEMS`
+    items, looking only at the attributes that held lists or dicts in the first object of
+    its type (a message's repeated and map fields), so an item costs a few attribute reads."""
     kind = type(item)
     names = _LIST_FIELDS.get(kind)
     if names is None:
         fields = getattr(item, "__dict__", None)
         if not isinstance(fields, dict):
             return False
-        names = _LIST_FIELDS[kind] = tuple(k for k, v in fields.items() if type(v) is list)
+        names = _LIST_FIELDS[kind] = tuple(
+            k for k, v in fields.items() if type(v) is list or type(v) is dict
+        )
     return any(len(getattr(item, name, ())) > RELEASE_STEP_ITEMS for name in names)
+
+
+def _empty_dict(items: dict[Any, Any], pending: list[Any]) -> None:
+    """Empty ``items`` :data:`RELEASE_STEP_ITEMS` entries at a time (a map field of a million
+    entries was one cascade of a million frees); values that hold a long list or dict go to
+    ``pending``."""
+    while items:
+        step = [items.popitem() for _ in range(min(RELEASE_STEP_ITEMS, len(items)))]
+        # references to a value: its entry tuple, the generator's variable
+        pending.extend(v for _, v in step if _may_hold_long_list(v) and _sole(v, 2))
+        del step
 
 
 def release_in_steps(held: list[Any]) -> None:
@@ -238,22 +265,32 @@ def release_in_steps(held: list[Any]) -> None:
 
     Freeing a request of 100,000 messages was one C call (the last reference dropped, every
     object deallocated in one cascade) that held the interpreter, and so the event loop, for
-    about 100 ms (``benchmarks/loop_stall.py --trace-stalls``). Here each list attribute of
-    more than :data:`RELEASE_STEP_ITEMS` items is emptied from its end,
-    :data:`RELEASE_STEP_ITEMS` at a time, between which the interpreter can switch threads;
-    items of any list that themselves hold such a list are taken apart the same way (a
-    request of one message of 100,000 content blocks).
-    Only objects and lists nothing else refers to are emptied: one still shared (a cache, the
-    caller) is just let go of, unchanged.
+    about 100 ms (``benchmarks/loop_stall.py --trace-stalls``). Here each list or dict
+    attribute of more than :data:`RELEASE_STEP_ITEMS` items (a repeated or map field, a
+    Struct's ``fields``) is emptied, :data:`RELEASE_STEP_ITEMS` at a time, between which the
+    interpreter can switch threads; items of any such container that themselves hold one are
+    taken apart the same way (a request of one message of 100,000 content blocks), and so are
+    message attributes holding one (``provider_options``, Configure's ``config``).
+    Only objects and containers nothing else refers to are emptied: one still shared (a
+    cache, the caller) is just let go of, unchanged.
     """
     pending = list(held)
     held.clear()
     while pending:
         obj = pending.pop()
         # references to ``obj``: the variable; any other means it is shared: not emptied
-        lists = _own_lists(obj) if _sole(obj, 1) else []
-        for items in lists:
-            if len(items) > RELEASE_STEP_ITEMS:
+        containers = _own_containers(obj) if _sole(obj, 1) else []
+        for items in containers:
+            if type(items) is dict:
+                if len(items) > RELEASE_STEP_ITEMS:
+                    _empty_dict(items, pending)
+                else:
+                    nested_values = [v for v in items.values() if _may_hold_long_list(v)]
+                    if nested_values:
+                        items.clear()
+                        pending.extend(nested_values)
+                        del nested_values
+            elif len(items) > RELEASE_STEP_ITEMS:
                 while items:
                     step = items[-RELEASE_STEP_ITEMS:]
                     del items[-RELEASE_STEP_ITEMS:]
@@ -266,7 +303,32 @@ def release_in_steps(held: list[Any]) -> None:
                     items.clear()  # the others, at most RELEASE_STEP_ITEMS small ones
                     pending.extend(nested)  # each checked for other owners when popped
                     del nested
-        del lists, obj
+        del containers, obj
+
+
+def release_dict_in_steps(items: dict[Any, Any]) -> None:
+    """Empty the JSON object ``items`` (a decoded config of a million keys) a bounded step at
+    a time, :data:`RELEASE_STEP_ITEMS` entries per step, and any long dict or list inside it
+    the same way, so no single free cascades over a million objects (see
+    :func:`release_in_steps`). The caller owns ``items``: it is emptied even if shared."""
+    pending: list[Any] = [items]
+    while pending:
+        container = pending.pop()
+        while container:
+            if type(container) is dict:
+                count = min(RELEASE_STEP_ITEMS, len(container))
+                step = [container.popitem()[1] for _ in range(count)]
+            else:
+                step = container[-RELEASE_STEP_ITEMS:]
+                del container[-RELEASE_STEP_ITEMS:]
+            # references to a value: ``step``, the generator's variable
+            pending.extend(
+                v
+                for v in step
+                if type(v) in (dict, list) and len(v) > RELEASE_STEP_ITEMS and _sole(v, 2)
+            )
+            del step
+        del container
 
 
 def run_released(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:

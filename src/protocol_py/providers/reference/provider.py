@@ -69,6 +69,7 @@ from protocol_py.providers.http.url import redact_url
 from protocol_py.providers.reference.models import reference_models
 from protocol_py.providers.reference.render import render_payload
 from protocol_py.providers.reference.tokenizer import (
+    TOKEN_COUNT_CHUNK_CHARS,
     PromptSegment,
     _contains_lowered,
     _count_words,
@@ -79,6 +80,7 @@ from protocol_py.providers.reference.tokenizer import (
     _spans_tokens,
     _strip_span,
     _utf8_pieces,
+    count_spans_tokens,
     count_text_tokens,
     prompt_segments,
     tokenize,
@@ -239,8 +241,22 @@ def _example_string(name: str, prompt: str) -> str:
     after = _word_after(name, prompt)
     if after:
         return after
-    found = _PROPER_NAME_RE.search(prompt)
+    found = _search_windows(_PROPER_NAME_RE, prompt, MAX_EXAMPLE_STRING_CHARS)
     return found.group(1)[:MAX_EXAMPLE_STRING_CHARS] if found else name
+
+
+def _search_windows(pattern: re.Pattern[str], text: str, keep: int) -> re.Match[str] | None:
+    """``pattern.search(text)`` for a pattern whose match the caller reads only ``keep``
+    characters of, one window of :data:`TOKEN_COUNT_CHUNK_CHARS` starting positions (plus
+    ``keep`` characters to match into) per call, so no call scans a long text whole; the
+    lookbehinds still see the characters before a window. The match found starts where the
+    whole-text search's does; it may end sooner, past its first ``keep`` characters."""
+    step = TOKEN_COUNT_CHUNK_CHARS
+    for at in range(0, len(text), step):
+        found = pattern.search(text, at, min(len(text), at + step + keep))
+        if found is not None and found.start() < at + step:
+            return found
+    return None
 
 
 def _is_word_char(c: str) -> bool:
@@ -257,25 +273,31 @@ def _word_at(text: str, word: str, start: int) -> bool:
 
 
 def _word_occurrences(text: str, word: str) -> Iterator[int]:
-    """Start offsets of ``word`` in ``text`` between word boundaries, by ``str.find`` (no
-    pattern is built from either string)."""
+    """Start offsets of ``word`` (lowercase) in ``text`` between word boundaries, matched
+    case-insensitively by ``str.find`` (no pattern is built from either string). ``text`` is
+    lowered one window at a time (``max(TOKEN_COUNT_CHUNK_CHARS, len(word))`` starting
+    positions, overlapping the next by ``len(word) - 1``), never whole; a window whose
+    lowering changes its length (a few characters lower to two) is matched as it is."""
     if not word:
         return
-    at = text.find(word)
-    while at >= 0:
-        if _word_at(text, word, at):
-            yield at
-        at = text.find(word, at + 1)
+    step = max(TOKEN_COUNT_CHUNK_CHARS, len(word))
+    for start in range(0, len(text), step):
+        piece = text[start : start + step + len(word) - 1]
+        lowered = piece.lower()
+        if len(lowered) != len(piece):
+            lowered = piece  # a case mapping changed lengths: offsets would not line up
+        at = lowered.find(word)
+        while 0 <= at < step:
+            if _word_at(text, word, start + at):
+                yield start + at
+            at = lowered.find(word, at + 1)
 
 
 def _word_after(name: str, prompt: str) -> str:
     """The letters/digits run after ``name`` and at least one of whitespace, ``:`` or ``=``
     (``city: Oslo`` -> ``Oslo``), matched case-insensitively, at most
     :data:`MAX_EXAMPLE_STRING_CHARS` characters; ``""`` when there is none."""
-    lowered = prompt.lower()
-    if len(lowered) != len(prompt):
-        lowered = prompt  # a case mapping changed lengths: offsets would not line up
-    for at in _word_occurrences(lowered, name.lower()):
+    for at in _word_occurrences(prompt, name.lower()):
         i = at + len(name)
         j = i
         while j < len(prompt) and (prompt[j].isspace() or prompt[j] in ":="):
@@ -544,13 +566,16 @@ class ReferenceProvider(Provider):
         prompt = ""
         if tools and spec.supports_tool_use and mode is not ToolChoiceMode.NONE and not results:
             prompt = raw[lo:hi]
-            lowered = prompt.lower()
-            named = [t for t in tools if next(_word_occurrences(lowered, t.name.lower()), -1) >= 0]
+            named = [t for t in tools if next(_word_occurrences(prompt, t.name.lower()), -1) >= 0]
             if mode is ToolChoiceMode.SPECIFIC and choice is not None:
                 tool = next((t for t in tools if t.name == choice.tool_name), tools[0])
             elif named:
                 tool = named[0]
-            elif "use tool" in lowered or "signed tool" in lowered or mode is ToolChoiceMode.ANY:
+            elif (
+                _contains_lowered(prompt, "use tool")
+                or _contains_lowered(prompt, "signed tool")
+                or mode is ToolChoiceMode.ANY
+            ):
                 tool = tools[0]
 
         # Answer text.
@@ -594,8 +619,10 @@ class ReferenceProvider(Provider):
             else:
                 pausing = True
         if pausing:
-            text_tokens = tokenize(_spans_slice(spans, 0, cut))
-            text_tokens = text_tokens[: len(text_tokens) // 2]
+            # half the answer's tokens, of which the output limit takes at most ``limit``:
+            # counted and cut a chunk at a time, never tokenized whole
+            half = count_spans_tokens(spans, cut) // 2
+            text_tokens = _spans_tokens(spans, cut, min(half, limit + 1))
         else:
             # the answer echoes the prompt: only the tokens the output limit can take are needed
             text_tokens = _spans_tokens(spans, cut, limit + 1)

@@ -7,16 +7,16 @@ text segment by segment (context sections, the tool list, each message; see
 and what ``usage`` reports as the prompt size (``input_tokens + cache_read_tokens +
 cache_write_tokens``).
 
-Long texts are counted, stripped, searched and hashed :data:`TOKEN_COUNT_CHUNK_CHARS`
-characters at a time, never copied or joined whole, so no single step holds the interpreter
-for long.
+Long texts are stripped, searched and hashed :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a
+time and tokenized :data:`TOKEN_SLICE_CHARS` characters per regular-expression call, never
+copied or joined whole, so no single step holds the interpreter for long whatever the text's
+shape (no whitespace, one huge word, combining characters, emoji).
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,19 +28,63 @@ from protocol_py_gen.model.v1 import ToolDeclaration
 _TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
 
 
+TOKEN_SLICE_CHARS: Final = 4 * 1024
+"""Characters one regular-expression call of the tokenizer sees (4 Ki): every token of the
+text may be one character (punctuation, emoji, combining marks), so a call creates at most
+this many token strings, a few milliseconds of the interpreter whatever the text's shape
+(a 256 Ki slice of one-character tokens held it for 160-380 ms). Between two calls the worker
+thread running the count can hand the interpreter to the event loop."""
+
+
+def _joins(before: str, after: str) -> bool:
+    """Whether a token ending in ``before`` and one starting with ``after`` (adjacent
+    characters) are one token of the whole text: a run of word characters or of whitespace
+    continuing across the seam."""
+    return (_is_word_char(before) and _is_word_char(after)) or (
+        before.isspace() and after.isspace()
+    )
+
+
+def _slice_tokens(text: str, start: int, end: int) -> Iterator[str]:
+    """The reference tokens of ``text[start:end]``, found :data:`TOKEN_SLICE_CHARS`
+    characters per regular-expression call; a run cut by a slice boundary is yielded once,
+    joined (only such a run is built from pieces)."""
+    pending: list[str] = []
+    for a in range(start, end, TOKEN_SLICE_CHARS):
+        tokens = _TOKEN_RE.findall(text, a, min(a + TOKEN_SLICE_CHARS, end))
+        if pending and tokens and _joins(pending[-1][-1], tokens[0][0]):
+            pending.append(tokens[0])
+            del tokens[0]
+        if tokens:
+            if pending:
+                yield "".join(pending)
+            yield from tokens[:-1]
+            pending = [tokens[-1]]
+    if pending:
+        yield "".join(pending)
+
+
+def iter_tokens(text: str) -> Iterator[str]:
+    """The reference tokens of ``text`` one by one, as :func:`tokenize` gives them, each
+    regular-expression call seeing at most :data:`TOKEN_SLICE_CHARS` characters."""
+    return _slice_tokens(text, 0, len(text))
+
+
 def tokenize(text: str) -> list[str]:
     """Split ``text`` into the reference tokenizer's tokens.
 
     Tokens are runs of word characters, runs of whitespace and single other characters; their
-    concatenation is ``text`` exactly.
+    concatenation is ``text`` exactly. Found :data:`TOKEN_SLICE_CHARS` characters per
+    regular-expression call (:func:`iter_tokens`), so no single call holds the interpreter
+    for long whatever the text's shape.
     """
-    return _TOKEN_RE.findall(text)
+    return list(iter_tokens(text))
 
 
 TOKEN_COUNT_CHUNK_CHARS: Final = 256 * 1024
-"""Characters counted per regex or ``split`` call (256 Ki): a long text is counted in fixed
-slices of this size whatever its shape (no whitespace, one huge word, combining characters),
-so no single call holds the interpreter for long."""
+"""Characters per copying pass over a long text (256 Ki): stripping, lowering, searching and
+UTF-8 encoding go this many characters per C call (each well under a millisecond); the
+regular-expression passes go :data:`TOKEN_SLICE_CHARS` at a time."""
 
 
 def _is_word_char(c: str) -> bool:
@@ -48,42 +92,34 @@ def _is_word_char(c: str) -> bool:
     return c.isalnum() or c == "_"
 
 
-def _slices(text: str) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` spans of :data:`TOKEN_COUNT_CHUNK_CHARS` characters covering ``text``;
-    a cancelled worker step stops before each (:func:`protocol_py.server.offload.checkpoint`)."""
-    for start in range(0, len(text), TOKEN_COUNT_CHUNK_CHARS):
-        checkpoint()
-        yield start, min(start + TOKEN_COUNT_CHUNK_CHARS, len(text))
-
-
 def count_text_tokens(text: str) -> int:
     """Number of reference tokens in ``text``.
 
-    Counted a slice at a time (:data:`TOKEN_COUNT_CHUNK_CHARS`); a token cut by a slice
-    boundary (word characters or whitespace on both sides of it) is counted twice there and
-    subtracted once, so the total equals ``len(tokenize(text))`` exactly."""
-    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+    Counted :data:`TOKEN_SLICE_CHARS` characters per regular-expression call; a token cut by
+    a slice boundary (word characters or whitespace on both sides of it) is counted twice
+    there and subtracted once, so the total equals ``len(tokenize(text))`` exactly. A
+    cancelled worker step stops every :data:`TOKEN_COUNT_CHUNK_CHARS` characters
+    (:func:`protocol_py.server.offload.checkpoint`)."""
+    if len(text) <= TOKEN_SLICE_CHARS:
         return len(_TOKEN_RE.findall(text))
     total = 0
-    for a, b in _slices(text):
-        total += len(_TOKEN_RE.findall(text, a, b))
-        if a > 0:
-            before, after = text[a - 1], text[a]
-            if (_is_word_char(before) and _is_word_char(after)) or (
-                before.isspace() and after.isspace()
-            ):
-                total -= 1
+    for a in range(0, len(text), TOKEN_SLICE_CHARS):
+        if a % TOKEN_COUNT_CHUNK_CHARS == 0:
+            checkpoint()  # a cancelled worker step stops here
+        total += len(_TOKEN_RE.findall(text, a, a + TOKEN_SLICE_CHARS))
+        if a > 0 and _joins(text[a - 1], text[a]):
+            total -= 1
     return total
 
 
 def _count_words(text: str) -> int:
-    """``len(text.split())``, a slice at a time (see :data:`TOKEN_COUNT_CHUNK_CHARS`); a word
-    cut by a slice boundary is counted once."""
-    if len(text) <= TOKEN_COUNT_CHUNK_CHARS:
+    """``len(text.split())``, :data:`TOKEN_SLICE_CHARS` characters per ``split`` (which
+    creates up to half as many words); a word cut by a slice boundary is counted once."""
+    if len(text) <= TOKEN_SLICE_CHARS:
         return len(text.split())
     total = 0
-    for a, b in _slices(text):
-        total += len(text[a:b].split())
+    for a in range(0, len(text), TOKEN_SLICE_CHARS):
+        total += len(text[a : a + TOKEN_SLICE_CHARS].split())
         if a > 0 and not text[a - 1].isspace() and not text[a].isspace():
             total -= 1
     return total
@@ -153,8 +189,10 @@ def _spans_slice(spans: Sequence[_Span], a: int, b: int) -> str:
 
 def _spans_find(spans: Sequence[_Span], needle: str, total: int) -> int:
     """``concatenation.find(needle)`` for a non-empty ``needle``, searched in windows of
-    :data:`TOKEN_COUNT_CHUNK_CHARS` characters overlapping by ``len(needle) - 1``."""
-    step = TOKEN_COUNT_CHUNK_CHARS
+    ``max(TOKEN_COUNT_CHUNK_CHARS, len(needle))`` characters overlapping by
+    ``len(needle) - 1`` (a long needle widens the step, so the characters copied stay within
+    about twice the text's)."""
+    step = max(TOKEN_COUNT_CHUNK_CHARS, len(needle))
     for at in range(0, total, step):
         pos = _spans_slice(spans, at, at + step + len(needle) - 1).find(needle)
         if pos != -1:
@@ -163,18 +201,39 @@ def _spans_find(spans: Sequence[_Span], needle: str, total: int) -> int:
 
 
 def _spans_tokens(spans: Sequence[_Span], end: int, count: int) -> list[str]:
-    """The first ``count`` reference tokens of the concatenation's first ``end`` characters:
-    tokenized from a prefix doubled in length until it holds ``count + 1`` tokens (every token
-    but a prefix's last is a token of the whole) or all ``end`` characters."""
-    size = 64 * 1024
-    while True:
-        piece = _spans_slice(spans, 0, min(size, end))
-        tokens = [m.group() for m in itertools.islice(_TOKEN_RE.finditer(piece), count + 1)]
-        if size >= end:
-            return tokens[:count]
-        if len(tokens) > count:
-            return tokens[:count]
-        size *= 2
+    """The first ``count`` reference tokens of the concatenation's first ``end`` characters,
+    found :data:`TOKEN_COUNT_CHUNK_CHARS` characters (copied out of the spans) at a time and
+    :data:`TOKEN_SLICE_CHARS` per regular-expression call: a run crossing a chunk is joined,
+    and only the chunks up to the ``count + 1``-th token's start are read (every token before
+    it is complete)."""
+    out: list[str] = []
+    if count <= 0:
+        return out
+    run: list[str] = []  # the last token so far, in pieces: it may still continue
+    for at in range(0, end, TOKEN_COUNT_CHUNK_CHARS):
+        piece = _spans_slice(spans, at, min(at + TOKEN_COUNT_CHUNK_CHARS, end))
+        for token in _slice_tokens(piece, 0, len(piece)):
+            if run and _joins(run[-1][-1], token[0]):
+                run.append(token)
+                continue
+            if run:
+                out.append("".join(run))
+                if len(out) >= count:
+                    return out
+            run = [token]
+    if run and len(out) < count:
+        out.append("".join(run))
+    return out
+
+
+def count_spans_tokens(spans: Sequence[_Span], end: int) -> int:
+    """Number of reference tokens in the concatenation's first ``end`` characters, counted
+    :data:`TOKEN_COUNT_CHUNK_CHARS` characters at a time (no copy of the whole)."""
+    parts = (
+        _spans_slice(spans, at, min(at + TOKEN_COUNT_CHUNK_CHARS, end))
+        for at in range(0, end, TOKEN_COUNT_CHUNK_CHARS)
+    )
+    return count_parts_tokens(parts)
 
 
 def _plain_text(blocks: list[ContentBlock]) -> str:
@@ -198,7 +257,7 @@ def _message_parts(message: Message) -> tuple[str, ...]:
     return (f"[{role}]\n", *(_block_text(b) for b in message.content), "\n")
 
 
-def count_parts_tokens(parts: Sequence[str]) -> int:
+def count_parts_tokens(parts: Iterable[str]) -> int:
     """:func:`count_text_tokens` of ``"".join(parts)``, without joining: each part counted on
     its own, less one wherever a part's last character and the next part's first form one
     token (both word characters or both whitespace: the run continues across the seam)."""
@@ -208,7 +267,7 @@ def count_parts_tokens(parts: Sequence[str]) -> int:
         if not part:
             continue
         total += count_text_tokens(part)
-        if last and _TOKEN_RE.fullmatch(last + part[0]) is not None:
+        if last and _joins(last, part[0]):
             total -= 1
         last = part[-1]
     return total
@@ -289,9 +348,11 @@ def _checked(item: Message) -> Message:
 
 __all__ = [
     "TOKEN_COUNT_CHUNK_CHARS",
+    "TOKEN_SLICE_CHARS",
     "PromptSegment",
     "count_parts_tokens",
     "count_text_tokens",
+    "iter_tokens",
     "prompt_segments",
     "tokenize",
 ]

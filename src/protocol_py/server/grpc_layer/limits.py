@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import struct
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -33,6 +35,7 @@ from protocol_py.rules.request_memo import keep_request_images, request_images
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.grpc_layer.large_body import receive_body
 from protocol_py.server.grpc_layer.strict_parse import strict_parse
+from protocol_py.server.offload import release_in_steps
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
@@ -349,8 +352,18 @@ def fill_struct_gaps(message: betterproto2.Message) -> None:
                 stack.append(value)
 
 
-def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
+def decode_request(
+    data: bytes,
+    kind: type[_Req],
+    strict: Any | None,
+    precheck: Callable[[Any], None] | None = None,
+) -> _Req:
     """Decode one request body, refusing any that is not well-formed protobuf.
+
+    ``precheck``, when given, is called with the fast decoder's message before upb's parse
+    (it raises ``GRPCError`` to refuse the request): upb's parse is one C call, and for a map
+    of a million entries it held the interpreter for seconds, so a bound on the decoded
+    message (Configure's ``MAX_CONFIG_ENTRIES``, docs/decisions.md#d35) is applied first.
 
     betterproto2's parser is lenient (it reads corrupt bytes as a partly empty message), so
     the body is first parsed with ``strict``, protobuf's upb class for the same message (see
@@ -394,6 +407,17 @@ def decode_request(data: bytes, kind: type[_Req], strict: Any | None) -> _Req:
         if len(data) > MAX_FALLBACK_BYTES:  # no unbudgeted parse of a large body, even upb's
             raise GRPCError(Status.INVALID_ARGUMENT, what + _not_canonical(exc)) from None
         fell_back = True
+    if precheck is not None and not fell_back:
+        try:
+            precheck(message)
+        except GRPCError as exc:
+            # refused: the decoded message is freed here, a step at a time (it would
+            # otherwise go with the exception's frames, wherever that is dropped)
+            traceback.clear_frames(exc.__traceback__)
+            held = [message]
+            del message
+            release_in_steps(held)
+            raise
     try:
         parsed = strict_parse(strict, data) if strict is not None else None
     except Exception as exc:  # DecodeError from upb
