@@ -48,10 +48,16 @@ from protocol_py.server.grpc_layer.connections import (
 )
 from protocol_py.server.grpc_layer.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
-    decode_request,
     encode_reply,
     strict_request_classes,
 )
+from protocol_py.server.grpc_layer.memory_budget import (
+    CallMemory,
+    MemoryBudget,
+    MemoryBudgetError,
+    default_memory_budget,
+)
+from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES, release_large, run_cpu
@@ -116,6 +122,14 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         grace_period: Time in-flight StreamCompletions get on shutdown, seconds.
         receive_timeout: Time a unary-request call gets to complete its request, seconds.
         idle_timeout: Time a connection may stay without an open stream, seconds.
+        memory_budget: Bytes of requests being received and decoded, decoded requests alive
+            and large replies held, for the whole server
+            (:mod:`protocol_py.server.grpc_layer.memory_budget`, docs/decisions.md#d32);
+            None (default): a quarter of the machine's memory, 256 MiB..8 GiB
+            (:func:`~protocol_py.server.grpc_layer.memory_budget.default_memory_budget`);
+            0: off (counted, never refused).
+        write_timeout: Time a stream's flow-control window may stay closed before the stream
+            is reset, seconds (:mod:`protocol_py.server.grpc_layer.progress`).
         descriptor_image: Path of the buf image for reflection; default: found next to the
             generated package (``gen/descriptor/protocol.binpb``) or via the
             ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
@@ -129,6 +143,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         grace_period: float = DEFAULT_GRACE_PERIOD,
         receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        memory_budget: int | None = None,
+        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
         descriptor_image: Path | None = None,
     ) -> None:
         super().__init__(
@@ -137,6 +153,19 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             receive_timeout=receive_timeout,
             idle_timeout=idle_timeout,
         )
+        if memory_budget is not None and memory_budget < 0:
+            raise ValueError(
+                f"memory_budget: must be a number of bytes (0: off), got {memory_budget!r}"
+            )
+        if not write_timeout > 0:
+            raise ValueError(
+                f"write_timeout: must be a positive number of seconds, got {write_timeout!r}"
+            )
+        self.write_timeout = write_timeout
+        limit = default_memory_budget() if memory_budget is None else memory_budget or None
+        self.memory = MemoryBudget(limit)
+        """The server's memory budget
+        (:class:`~protocol_py.server.grpc_layer.memory_budget.MemoryBudget`)."""
         self.provider = provider
         self.descriptor_image = descriptor_image
         self._capabilities: Capabilities | None = None
@@ -146,8 +175,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self._pool: Any | None = None
         self._pool_loaded = False
         self._strict_classes: dict[type[betterproto2.Message], Any] = {}
-        self.reply_budget = ReplyBudget()
-        """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`)."""
+        self.reply_budget = ReplyBudget(memory=self.memory)
+        """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`), also
+        charged to :attr:`memory`."""
         self.go_plugin: GoPluginServices | None = None
         """hashicorp/go-plugin's controller, broker and stdio services and its ``plugin``
         health name (:mod:`protocol_py.server.go_plugin`), served when set before
@@ -226,20 +256,28 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Close the provider (the last step of :meth:`shutdown`)."""
         await self.provider.aclose()
 
-    async def _recv(self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req]) -> _Req:
-        """Read and decode the single request message within the size limit."""
-        data = await receive_single(stream, self.max_message_size)
+    async def _recv(
+        self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req], memory: CallMemory
+    ) -> _Req:
+        """Read and decode the single request message within the size limit, charged to the
+        server's memory budget (``memory``: the body from its length prefix on, then the
+        decoded request)."""
+        data = await receive_single(stream, self.max_message_size, memory.reserve_body)
         strict = self._strict_classes.get(kind)
-        return await run_cpu(len(data), decode_request, data, kind, strict)
+        return await memory.decode(data, kind, strict)
 
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
+            with self.memory.call(stream.deadline) as memory:
+                await run(stream, memory)
+
+        async def run(stream: grpclib.server.Stream[Any, Any], memory: CallMemory) -> None:
             record = RpcRecord(rpc=rpc)
             try:
                 self.check_accepting()
-                request = await self._recv(stream, kind)
+                request = await self._recv(stream, kind, memory)
                 one = SingleRequest(stream)
                 await one.start()
                 async with one:
@@ -467,8 +505,12 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     # -- StreamCompletion -----------------------------------------------------------------------
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
-        with self.in_flight() as task:
-            request, one = await self._admit(stream)
+        with self.in_flight() as task, self.memory.call(stream.deadline) as memory:
+            admitted = await self._admit(stream, memory)
+            if admitted is None:  # refused in-band (the memory budget)
+                await stream.send_trailing_metadata()
+                return
+            request, one = admitted
             handler = functools.partial(self._completion, deadline=stream.deadline, one=one)
             try:
                 async with one:
@@ -488,19 +530,35 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             await release_large(size, held)
 
     async def _admit(
-        self, stream: grpclib.server.Stream[Any, Any]
-    ) -> tuple[StreamCompletionRequest, SingleRequest]:
+        self, stream: grpclib.server.Stream[Any, Any], memory: CallMemory
+    ) -> tuple[StreamCompletionRequest, SingleRequest] | None:
         """Admit and read a StreamCompletion request (and check it is the only one); a call
         refused here (draining, oversized, malformed, a second message) or cancelled while its
         request is read gets its one log record here, since :meth:`_completion` never runs for
-        it."""
+        it. A call the memory budget has no room for gets the in-band ``error`` event
+        (OVERLOADED, retryable; the budget's message) and None is returned."""
         record = RpcRecord(rpc="StreamCompletion")
         try:
             self.check_accepting()
-            request = await self._recv(stream, StreamCompletionRequest)
+            request = await self._recv(stream, StreamCompletionRequest, memory)
             one = SingleRequest(stream)
             await one.start()
             return request, one
+        except MemoryBudgetError as exc:
+            memory.release()  # nothing of the request is kept while the event is sent
+            error = bounded_status(exc)
+            record.outcome = "error"
+            record.error_kind = ErrorKind.OVERLOADED.name
+            record.detail = error.message
+            record.events = 1
+            record.emit()
+            event = StreamEvent(
+                error=ModelError(
+                    kind=ErrorKind.OVERLOADED, message=error.message or "", retryable=True
+                )
+            )
+            await stream.send_message(event)
+            return None
         except GRPCError as exc:
             error = bounded_status(exc)
             record.outcome = "error"

@@ -42,6 +42,7 @@ from protocol_py.server.grpc_layer.connections import (
     protocol_factory,
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
+from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.offload import start_workers
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
 from protocol_py.transport.listen import (
@@ -119,6 +120,10 @@ class ServerLifecycle:
         self.grace_period = grace_period
         self.receive_timeout = receive_timeout
         self.idle_timeout = idle_timeout
+        self.write_timeout: float = DEFAULT_WRITE_TIMEOUT
+        """Seconds a stream's flow-control window may stay closed before it is reset
+        (:data:`~protocol_py.server.grpc_layer.progress.DEFAULT_WRITE_TIMEOUT`); set it before
+        :meth:`start`."""
         self.handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
         """Seconds a new connection gets for its TLS handshake and then for its HTTP/2 preface
         (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it
@@ -209,6 +214,7 @@ class ServerLifecycle:
         protocols = self._protocols
         receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
         handshake_timeout = self.handshake_timeout
+        write_timeout = self.write_timeout
         trimmer = self._trimmer
 
         class _Server(grpclib.server.Server):
@@ -220,6 +226,7 @@ class ServerLifecycle:
                     trimmer=trimmer,
                     handler_class=AdmissionHandler,
                     handshake_timeout=handshake_timeout,
+                    write_timeout=write_timeout,
                     protocol_class=(
                         functools.partial(PinnedH2Protocol, client_certificate)
                         if client_certificate is not None

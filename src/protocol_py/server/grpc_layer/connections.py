@@ -35,6 +35,9 @@ protocol"):
   costs the loop at most one read), are charged to a per-connection allowance of
   :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per second; a
   connection that spends it gets GOAWAY ENHANCE_YOUR_CALM and is closed, with one WARNING.
+* **Progress timeouts** (:mod:`protocol_py.server.grpc_layer.progress`): a stream whose peer
+  keeps its window closed for the write timeout is reset; a connection over its budget of
+  queued bytes is closed.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
@@ -62,6 +65,11 @@ from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import bounded_message
 from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
+from protocol_py.server.grpc_layer.progress import (
+    DEFAULT_WRITE_TIMEOUT,
+    ProgressWatch,
+    over_queue_budget,
+)
 from protocol_py.server.offload import run_released
 
 log = logging.getLogger("protocol_py.server")
@@ -229,14 +237,18 @@ class MemoryTrimmer:
 
 class _QuietTransport:
     """The connection's transport, writing nothing once it is closing (asyncio would log a
-    warning for every write after a lost connection)."""
+    warning for every write after a lost connection), and closing the connection when the
+    bytes it holds pass :data:`~protocol_py.server.grpc_layer.progress.CONNECTION_QUEUE_BYTES`."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, protocol: Any = None) -> None:
         self._transport = transport
+        self._protocol = protocol
 
     def write(self, data: bytes) -> None:
         if not self._transport.is_closing():
             self._transport.write(data)
+            if self._protocol is not None:
+                over_queue_budget(self._protocol, self._transport)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -404,11 +416,13 @@ def protocol_factory(
     protocol_class: Callable[..., H2Protocol] | None = None,
     handler_class: type[TransportHandler] | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
     :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
-    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface."""
+    ``handshake_timeout`` (seconds) bounds the HTTP/2 preface, ``write_timeout`` (seconds) a
+    closed flow-control window (:mod:`~protocol_py.server.grpc_layer.progress`)."""
     handler = (handler_class or TransportHandler)(
         *grpclib_private.handler_arguments(server),
         receive_timeout=receive_timeout,
@@ -420,6 +434,7 @@ def protocol_factory(
     protocol = make(handler, *grpclib_private.protocol_configurations(server))
     if isinstance(protocol, TransportProtocol):
         protocol.handshake_timeout = handshake_timeout
+        protocol.write_timeout = write_timeout
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 
@@ -433,6 +448,12 @@ class TransportProtocol(H2Protocol):
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
 
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    """Seconds a stream's window may stay closed
+    (:class:`~protocol_py.server.grpc_layer.progress.ProgressWatch`)."""
+
+    _progress: ProgressWatch | None = None
+
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
     _frames: ControlFrameCounter | None = None
@@ -442,8 +463,10 @@ class TransportProtocol(H2Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
-        super().connection_made(_QuietTransport(transport))  # type: ignore[arg-type]
+        super().connection_made(_QuietTransport(transport, self))  # type: ignore[arg-type]
         if not transport.is_closing():
+            self._progress = ProgressWatch(self, self.write_timeout)
+            self._progress.start()
             self._preface_timer = asyncio.get_running_loop().call_later(
                 self.handshake_timeout, self._preface_expired, transport
             )
@@ -476,6 +499,8 @@ class TransportProtocol(H2Protocol):
         if self._preface_timer is not None:
             self._preface_timer.cancel()
             self._preface_timer = None
+        if self._progress is not None:
+            self._progress.stop()
         super().connection_lost(exc)
         self.connection.write_ready.set()
 
