@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from h2.errors import ErrorCodes
 
@@ -52,11 +52,14 @@ class HeldProvider(ReferenceProvider):
             await events.aclose()
 
 
-async def _until(condition: object, limit: float = 10.0) -> None:
+async def _until(condition: Callable[[], bool], limit: float = 10.0) -> None:
+    """Poll ``condition`` (server state, no event to wait on) for up to ``limit`` seconds."""
     deadline = time.monotonic() + limit
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+    while time.monotonic() < deadline:
+        if condition():
+            return
         await asyncio.sleep(0.02)
-    assert condition(), "condition not reached"  # type: ignore[operator]
+    assert condition(), "condition not reached"
 
 
 def _large_request() -> bytes:

@@ -65,7 +65,8 @@ async def test_a_call_that_does_not_fit_waits_then_is_refused_naming_the_bound()
         await second.reserve_body(2 * MiB)
     assert time.monotonic() - started >= 0.19
     assert refused.value.message == (
-        f"request message of {2 * MiB} bytes (needs {4 * MiB} bytes more): server memory budget of {10 * MiB} bytes in use "
+        f"request message of {2 * MiB} bytes (needs {4 * MiB} bytes more): "
+        f"server memory budget of {10 * MiB} bytes in use "
         f"({8 * MiB} held by 1 calls; bound --memory-budget); retry later"
     )
     assert budget.refused == 1 and second.held == 0
@@ -88,18 +89,23 @@ async def test_a_waiting_call_is_admitted_when_another_releases() -> None:
     assert budget.held == 0
 
 
-async def test_small_requests_are_never_refused_and_one_large_call_runs_alone() -> None:
-    budget = MemoryBudget(1 * MiB, wait=0.05)
+async def test_small_requests_are_never_refused_and_one_larger_than_the_budget_is_at_once() -> None:
+    budget = MemoryBudget(1 * MiB, wait=5.0)
     big = CallMemory(budget)
-    await big.reserve_body(3 * MiB)  # larger than the whole budget, alone: admitted
-    assert budget.held == 6 * MiB
+    started = time.monotonic()
+    with pytest.raises(MemoryBudgetError) as refused:
+        await big.reserve_body(3 * MiB)  # could never fit: no wait
+    assert time.monotonic() - started < 1.0
+    assert refused.value.message == (
+        f"request message of {3 * MiB} bytes needs about {6 * MiB} bytes, more than the whole "
+        f"server memory budget of {1 * MiB} bytes (bound --memory-budget)"
+    )
+    hog = CallMemory(budget)
+    hog.resize(1 * MiB)
     small = CallMemory(budget)
     await small.reserve_body(SMALL_REQUEST_BYTES - 1)  # a Describe: charged, not refused
-    assert budget.held == 6 * MiB + BODY_COPIES * (SMALL_REQUEST_BYTES - 1)
-    other = CallMemory(budget)
-    with pytest.raises(MemoryBudgetError):
-        await other.reserve_body(2 * MiB)
-    for call in (big, small, other):
+    assert budget.held == 1 * MiB + BODY_COPIES * (SMALL_REQUEST_BYTES - 1)
+    for call in (big, small, hog):
         call.release()
     assert budget.held == 0 and budget.calls == 0
 
@@ -124,17 +130,17 @@ async def test_a_decode_gets_as_many_elements_as_there_is_room_for() -> None:
         with pytest.raises(MemoryBudgetError) as refused:
             await memory.decode(body, StreamCompletionRequest, None)
     assert refused.value.message is not None
-    assert refused.value.message.startswith(f"request message of {len(body)} bytes (needs ")
+    assert refused.value.message.startswith(f"request message of {len(body)} bytes holds more ")
     assert f"server memory budget of {8 * MiB} bytes in use" in refused.value.message
     assert budget.held == 1 * MiB and budget.refused == 1
-    # alone, a call larger than the whole budget still runs (one at a time)
+    # alone too: all its elements would need more than the whole budget, refused at once
     other.release()
     with budget.call() as memory:
         await memory.reserve_body(len(body))
-        decoded_all = await memory.decode(body, StreamCompletionRequest, None)
-        assert len(decoded_all.messages) == 200_000
-        assert memory.held == in_flight_estimate(len(body), 200_000)
-    del decoded_all
+        started = time.monotonic()
+        with pytest.raises(MemoryBudgetError, match=r"elements there is room for"):
+            await memory.decode(body, StreamCompletionRequest, None)
+        assert time.monotonic() - started < 5.0
     assert budget.held == 0
     # the same room decodes a text of the same size at once, charged what it holds
     text = "x" * len(body)

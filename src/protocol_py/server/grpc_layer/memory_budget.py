@@ -33,7 +33,9 @@ provider ran; half a million one-text-block messages (5.3 MiB, a million element
 and peaked at 449 MiB; one 18.6 MiB text block held 20 MiB. Hence ``OBJECT_BYTES`` 300 and
 ``IN_FLIGHT_COPIES`` 2: the cost of a request is its object count far more than its size.
 
-Requests under :data:`SMALL_REQUEST_BYTES` are counted but never wait or are refused (a
+A call whose charge alone exceeds the whole budget is refused at once (it could never fit);
+set the budget above twice the maximum message size to keep every legal text request
+admissible. Requests under :data:`SMALL_REQUEST_BYTES` are counted but never wait or are refused (a
 Describe or a health check is answered even when the budget is spent); the budget's overrun is
 then bounded by their number times that size.
 
@@ -207,11 +209,9 @@ class MemoryBudget:
         self.refused = 0
         self._room: asyncio.Event | None = None
 
-    def fits(self, size: int, own: int = 0) -> bool:
-        """True when ``size`` more bytes fit, for a call already holding ``own`` bytes (always
-        when the budget is off; a charge larger than the whole budget fits only when no other
-        call holds anything: one request, bounded by the maximum message size, still runs)."""
-        return self.limit is None or self.held + size <= self.limit or self.held == own
+    def fits(self, size: int) -> bool:
+        """True when ``size`` more bytes fit (always when the budget is off)."""
+        return self.limit is None or self.held + size <= self.limit
 
     def refusal(self, what: str) -> MemoryBudgetError:
         """The error of a call that found no room (counted in :attr:`refused`)."""
@@ -233,10 +233,10 @@ class MemoryBudget:
             self._room.set()
             self._room = None
 
-    async def wait_for(self, size: int, until: float, own: int = 0) -> bool:
+    async def wait_for(self, size: int, until: float) -> bool:
         """Wait until ``size`` bytes fit (:meth:`fits`) or the monotonic time ``until``; True
         when they fit (they are not charged: call :meth:`take` at once)."""
-        while not self.fits(size, own):
+        while not self.fits(size):
             remaining = until - time.monotonic()
             if remaining <= 0:
                 return False
@@ -297,14 +297,22 @@ class CallMemory:
         """Charge ``size`` bytes in all, waiting (bounded) for room when they do not fit now.
 
         Raises:
-            MemoryBudgetError: no room within :data:`ADMISSION_WAIT` (or the deadline).
+            MemoryBudgetError: no room within :data:`ADMISSION_WAIT` (or the deadline); at
+                once when ``size`` exceeds the whole budget.
         """
         extra = size - self.held
         if extra <= 0 or self.small:
             self.resize(max(size, self.held))
             return
-        fits = self.budget.fits(extra, self.held)
-        if not fits and not await self.budget.wait_for(extra, self._wait_until(), self.held):
+        limit = self.budget.limit
+        if limit is not None and size > limit:
+            self.budget.refused += 1
+            raise MemoryBudgetError(
+                f"{what} needs about {size} bytes, more than the whole server memory budget "
+                f"of {limit} bytes (bound --memory-budget)"
+            )
+        fits = self.budget.fits(extra)
+        if not fits and not await self.budget.wait_for(extra, self._wait_until()):
             raise self.budget.refusal(f"{what} (needs {extra} bytes more)")
         self.resize(size)
 
@@ -349,11 +357,16 @@ class CallMemory:
             try:
                 message = await run_cpu(size, decode_request, data, kind, strict, state)
             except wire.DecodeBudgetError:
+                limit = self.budget.limit
                 if attempt == 2 or allowed >= most:
                     raise self.budget.refusal(
                         f"{what} holds more than the {allowed} elements there is room for"
                     ) from None
                 self.resize(body)
+                if limit is not None and in_flight_estimate(size, most) > limit:
+                    raise self.budget.refusal(
+                        f"{what} holds more than the {allowed} elements there is room for"
+                    ) from None
                 allowed = most  # wait (bounded) for room for all it may hold, then again
                 continue
             self.resize(in_flight_estimate(size, state.limit - state.left))
