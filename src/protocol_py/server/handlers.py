@@ -7,6 +7,7 @@ import contextlib
 import functools
 import heapq
 import logging
+import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -557,6 +558,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     kind=ErrorKind.OVERLOADED, message=error.message or "", retryable=True
                 )
             )
+            traceback.clear_frames(exc.__traceback__)  # the frames held the request body
             await stream.send_message(event)
             return None
         except GRPCError as exc:

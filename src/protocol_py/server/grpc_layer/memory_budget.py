@@ -354,23 +354,26 @@ class CallMemory:
             reserve = max(body, in_flight_estimate(size, allowed))
             await self.grow_to(reserve, what)
             state = State(allowed) if allowed < wire.MAX_DECODED_OBJECTS else State()
+            over = False
             try:
                 message = await run_cpu(size, decode_request, data, kind, strict, state)
             except wire.DecodeBudgetError:
-                limit = self.budget.limit
-                if attempt == 2 or allowed >= most:
-                    raise self.budget.refusal(
-                        f"{what} holds more than the {allowed} elements there is room for"
-                    ) from None
-                self.resize(body)
-                if limit is not None and in_flight_estimate(size, most) > limit:
-                    raise self.budget.refusal(
-                        f"{what} holds more than the {allowed} elements there is room for"
-                    ) from None
-                allowed = most  # wait (bounded) for room for all it may hold, then again
-                continue
-            self.resize(in_flight_estimate(size, state.limit - state.left))
-            return message
+                over = True  # raised below, outside this block: no chained traceback (with
+                # the frames holding the body and the partial decode) outlives the call
+            if not over:
+                self.resize(in_flight_estimate(size, state.limit - state.left))
+                return message
+            self.resize(body)
+            limit = self.budget.limit
+            if (
+                attempt == 2
+                or allowed >= most
+                or (limit is not None and in_flight_estimate(size, most) > limit)
+            ):
+                raise self.budget.refusal(
+                    f"{what} holds more than the {allowed} elements there is room for"
+                )
+            allowed = most  # wait (bounded) for room for all it may hold, then again
         raise AssertionError("unreachable")  # pragma: no cover
 
     def release(self) -> None:
