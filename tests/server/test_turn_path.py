@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from protocol_py.providers.openai.request import (
     build_openai_content,
 )
 from protocol_py.server import handlers
-from protocol_py.server.grpc_layer import limits
+from protocol_py.server.grpc_layer import limits, memory_budget
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES
 from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py_gen.content.v1 import Message, TextBlock
@@ -189,10 +190,12 @@ async def test_a_large_request_is_decoded_validated_and_counted_in_one_worker_st
     run_cpu = handlers.run_cpu
 
     async def counting(size: int, func: Any, *args: Any, **kwargs: Any) -> Any:
-        steps.append(getattr(func, "__name__", repr(func)))
+        named = func.func if isinstance(func, functools.partial) else func
+        steps.append(getattr(named, "__name__", repr(named)))
         return await run_cpu(size, func, *args, **kwargs)
 
     monkeypatch.setattr(handlers, "run_cpu", counting)
+    monkeypatch.setattr(memory_budget, "run_cpu", counting)  # the budgeted decode step
     running = await start_server()
     client = ModelClient.connect(running.address)
     try:

@@ -5,7 +5,8 @@ Subcommands::
     protocol-py serve [--provider NAME] [--host H] [--port P | --socket PATH] [--handshake]
                       [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L]
                       [--max-message-size SIZE] [--grace-period S] [--receive-timeout S]
-                      [--idle-timeout S] [--base-url URL] [--discover]
+                      [--idle-timeout S] [--write-timeout S] [--memory-budget SIZE|off]
+                      [--base-url URL] [--discover]
     protocol-py chat [--server H:P|unix:PATH] [TLS] [--model ID] [--system TEXT] [--timeout S]
                      PROMPT
     protocol-py capabilities [--server H:P|unix:PATH] [TLS] [--timeout S] [--json]

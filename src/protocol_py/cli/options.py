@@ -30,6 +30,7 @@ from protocol_py._compat.grpclib_goaway import GOAWAY_NO_ERROR, goaway_error_cod
 from protocol_py.client.client import ModelClient, parse_address
 from protocol_py.errors import InvalidValueError, ProtocolError
 from protocol_py.server import parse_size
+from protocol_py.server.grpc_layer.memory_budget import parse_memory_budget
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT, unix_socket_path
 from protocol_py.transport.tls import client_context
 
@@ -74,6 +75,14 @@ def message_size(text: str) -> int:
 
     try:
         return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def memory_budget(text: str) -> int:
+    """``--memory-budget``: bytes, ``512MiB``, ``2GiB``, or ``off``/``0`` (0: off)."""
+    try:
+        return parse_memory_budget(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -343,6 +352,7 @@ __all__ = [
     "client_ssl_from_options",
     "deadline_seconds",
     "finite_float",
+    "memory_budget",
     "message_size",
     "non_negative_float",
     "positive_int",

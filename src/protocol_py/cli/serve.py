@@ -12,6 +12,7 @@ from protocol_py.cli.options import (
     CliError,
     Parser,
     add_serve_options,
+    memory_budget,
     message_size,
     non_negative_float,
     positive_int,
@@ -38,6 +39,7 @@ from protocol_py.server.grpc_layer.connection_limit import (
     MAX_CONNECTIONS_CAP,
     default_max_connections,
 )
+from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.serve import ServeError, configure_logging, serve
 from protocol_py.transport.tls import CLIENT_CERT_ENV
 
@@ -151,6 +153,22 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         f"now {default_max_connections()})",
     )
     serve.add_argument(
+        "--write-timeout",
+        type=timeout_seconds,
+        default=DEFAULT_WRITE_TIMEOUT,
+        metavar="SECONDS",
+        help="reset a stream whose peer keeps its flow-control window closed this long, "
+        f"seconds (default {DEFAULT_WRITE_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--memory-budget",
+        type=memory_budget,
+        default=None,
+        metavar="SIZE",
+        help="bytes of requests and large replies the server holds at once: bytes, 512MiB, "
+        "2GiB, or off (default: a quarter of the machine's memory, 256MiB..8GiB)",
+    )
+    serve.add_argument(
         "--base-url",
         default=None,
         metavar="URL",
@@ -201,6 +219,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             receive_timeout=args.receive_timeout,
             idle_timeout=args.idle_timeout,
             max_connections=args.max_connections,
+            write_timeout=args.write_timeout,
+            memory_budget=args.memory_budget,
         )
     except ServeError as exc:
         raise CliError(str(exc)) from None

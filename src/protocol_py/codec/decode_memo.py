@@ -183,6 +183,7 @@ def decode_messages_memo(
     images: Sequence[bytes | None] | None = None,
     *,
     keys: list[bytes] | None = None,
+    state: State | None = None,
 ) -> tuple[M, bool, bool]:
     """:func:`protocol_py.codec.wire.decode_report` of ``data`` as ``cls`` (``fallback=False``),
     the elements of its repeated ``Message`` field ``field`` taken from ``memo`` where their
@@ -198,6 +199,9 @@ def decode_messages_memo(
         keys: When given, an empty list that receives each element's content key
             (:func:`protocol_py.codec.wire.content_key` of its image) when this path decoded
             the body; left empty when the body was decoded whole.
+        state: The decode's :class:`~protocol_py.codec.wire_gen.State` (its element budget,
+            and afterwards what was decoded), as for
+            :func:`protocol_py.codec.wire.decode_report`; memo hits count against it too.
 
     Returns:
         ``(message, clean, exact)`` as :func:`protocol_py.codec.wire.decode_report`.
@@ -210,9 +214,10 @@ def decode_messages_memo(
         images = wire.field_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
     rest = wire.without_field(data, number) if images else None
     if images is None or rest is None or not _canonical(data, rest, number, images):
-        return wire.decode_report(cls, data, fallback=False)
+        return wire.decode_report(cls, data, fallback=False, state=state)
+    limit = state.limit if state is not None else wire.MAX_DECODED_OBJECTS
     try:
-        found = _decode(cls, rest, field, memo, images, keys=keys)
+        found = _decode(cls, rest, field, memo, images, keys=keys, limit=limit)
     except (
         FallbackError,
         wire.DecodeBudgetError,
@@ -225,8 +230,10 @@ def decode_messages_memo(
     if found is None:  # the whole body decoded the one way, errors and all
         if keys is not None:
             keys.clear()
-        return wire.decode_report(cls, data, fallback=False)
-    return found
+        return wire.decode_report(cls, data, fallback=False, state=state)
+    if state is not None:
+        state.left, state.clean, state.unknown = found[3].left, found[3].clean, found[3].unknown
+    return found[:3]
 
 
 def _canonical(data: bytes, rest: bytes, number: int, images: Sequence[bytes | None]) -> bool:
@@ -255,8 +262,9 @@ def _decode(
     images: Sequence[bytes | None],
     *,
     keys: list[bytes] | None,
-) -> tuple[M, bool, bool] | None:
-    st = State()
+    limit: int,
+) -> tuple[M, bool, bool, State] | None:
+    st = State(limit)
     message: M = GENERATOR.decoder(cls)(rest, 0, len(rest), st, 1)
     elements = getattr(message, field)
     if elements:  # the field occurs in ``rest``: not this path's shape
@@ -298,4 +306,4 @@ def _decode(
         st.left = own.left
         st.clean = st.clean and own.clean
         st.unknown = st.unknown or own.unknown
-    return message, st.clean, not st.unknown
+    return message, st.clean, not st.unknown, st

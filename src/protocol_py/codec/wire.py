@@ -105,7 +105,9 @@ def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
     return message, clean
 
 
-def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[M, bool, bool]:
+def decode_report(
+    cls: type[M], data: bytes, *, fallback: bool = True, state: State | None = None
+) -> tuple[M, bool, bool]:
     """:func:`decode_checked`, also saying whether every field was one ``cls`` knows.
 
     Args:
@@ -115,6 +117,9 @@ def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[
             :class:`FallbackError` instead of going to betterproto2 (whose parse has no
             budget: the server decides first,
             :func:`protocol_py.server.grpc_layer.limits.decode_request`).
+        state: The decode's :class:`~protocol_py.codec.wire_gen.State` (default: a fresh one
+            whose budget is :data:`MAX_DECODED_OBJECTS`); pass one to set a smaller budget
+            and to read, afterwards, how many elements were created (``limit - left``).
 
     Returns:
         ``(message, clean, exact)``: ``exact`` is True when the fast path decoded the whole
@@ -125,15 +130,15 @@ def decode_report(cls: type[M], data: bytes, *, fallback: bool = True) -> tuple[
         (:func:`protocol_py.server.grpc_layer.limits.decode_request`).
 
     Raises:
-        DecodeBudgetError: the message holds more than :data:`MAX_DECODED_OBJECTS` repeated
-            elements and map entries.
+        DecodeBudgetError: the message holds more than :data:`MAX_DECODED_OBJECTS` (or
+            ``state.limit``) repeated elements and map entries.
         FallbackError: ``fallback`` is False and the fast path does not cover ``data``
             (UnicodeDecodeError for invalid UTF-8 in a string field).
         Whatever ``cls.parse(data)`` raises for input the fast path hands back to it.
     """
     if not isinstance(data, bytes):
         data = bytes(data)
-    st = State()
+    st = State() if state is None else state
     try:
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
     except DecodeBudgetError:

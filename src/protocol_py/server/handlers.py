@@ -24,6 +24,7 @@ from grpclib.reflection.service import ServerReflection
 from protocol_py.bounded_text import listed
 from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
+from protocol_py.codec.wire_gen import State
 from protocol_py.errors import StreamOrderError, ValidationError, Violation, errors_only
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.rules.capabilities import validate_capabilities
@@ -56,6 +57,13 @@ from protocol_py.server.grpc_layer.limits import (
     encode_reply,
     strict_request_classes,
 )
+from protocol_py.server.grpc_layer.memory_budget import (
+    CallMemory,
+    MemoryBudget,
+    MemoryBudgetError,
+    default_memory_budget,
+)
+from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.offload import (
@@ -163,6 +171,14 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         idle_timeout: Time a connection may stay without an open stream, seconds.
         max_connections: Most connections open at once (None: from ``RLIMIT_NOFILE``; see
             :class:`~protocol_py.server.lifecycle.ServerLifecycle`).
+        memory_budget: Bytes of requests being received and decoded, decoded requests alive
+            and large replies held, for the whole server
+            (:mod:`protocol_py.server.grpc_layer.memory_budget`, docs/decisions.md#d32);
+            None (default): a quarter of the machine's memory, 256 MiB..8 GiB
+            (:func:`~protocol_py.server.grpc_layer.memory_budget.default_memory_budget`);
+            0: off (counted, never refused).
+        write_timeout: Time a stream's flow-control window may stay closed before the stream
+            is reset, seconds (:mod:`protocol_py.server.grpc_layer.progress`).
         descriptor_image: Path of the buf image for reflection; default: found next to the
             generated package (``gen/descriptor/protocol.binpb``) or via the
             ``PROTOCOL_PY_DESCRIPTOR`` environment variable. Without it, reflection is off.
@@ -176,6 +192,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         grace_period: float = DEFAULT_GRACE_PERIOD,
         receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        memory_budget: int | None = None,
+        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
         descriptor_image: Path | None = None,
         max_connections: int | None = None,
     ) -> None:
@@ -186,6 +204,19 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             idle_timeout=idle_timeout,
             max_connections=max_connections,
         )
+        if memory_budget is not None and memory_budget < 0:
+            raise ValueError(
+                f"memory_budget: must be a number of bytes (0: off), got {memory_budget!r}"
+            )
+        if not write_timeout > 0:
+            raise ValueError(
+                f"write_timeout: must be a positive number of seconds, got {write_timeout!r}"
+            )
+        self.write_timeout = write_timeout
+        limit = default_memory_budget() if memory_budget is None else memory_budget or None
+        self.memory = MemoryBudget(limit)
+        """The server's memory budget
+        (:class:`~protocol_py.server.grpc_layer.memory_budget.MemoryBudget`)."""
         self.provider = provider
         self.descriptor_image = descriptor_image
         self._capabilities: Capabilities | None = None
@@ -195,8 +226,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self._pool: Any | None = None
         self._pool_loaded = False
         self._strict_classes: dict[type[betterproto2.Message], Any] = {}
-        self.reply_budget = ReplyBudget()
-        """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`)."""
+        self.reply_budget = ReplyBudget(memory=self.memory)
+        """Bytes of large unary replies held at once (:data:`REPLY_BUDGET_BYTES`), also
+        charged to :attr:`memory`."""
         self.go_plugin: GoPluginServices | None = None
         """hashicorp/go-plugin's controller, broker and stdio services and its ``plugin``
         health name (:mod:`protocol_py.server.go_plugin`), served when set before
@@ -275,17 +307,25 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """Close the provider (the last step of :meth:`shutdown`)."""
         await self.provider.aclose()
 
-    async def _recv(self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req]) -> _Req:
-        """Read and decode the single request message within the size limit."""
-        data = await receive_single(stream, self.max_message_size)
+    async def _recv(
+        self, stream: grpclib.server.Stream[Any, Any], kind: type[_Req], memory: CallMemory
+    ) -> _Req:
+        """Read and decode the single request message within the size limit, charged to the
+        server's memory budget (``memory``: the body from its length prefix on, then the
+        decoded request)."""
+        data = await receive_single(stream, self.max_message_size, memory.reserve_body)
         strict = self._strict_classes.get(kind)
         precheck = _config_within_bound if kind is ConfigureRequest else None
-        return await run_cpu(len(data), decode_request, data, kind, strict, precheck)
+        return await memory.decode(data, kind, strict, precheck=precheck)
 
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
+            with self.memory.call(stream.deadline) as memory:
+                await run(stream, memory)
+
+        async def run(stream: grpclib.server.Stream[Any, Any], memory: CallMemory) -> None:
             record = RpcRecord(rpc=rpc)
             # the decoded request, freed a step at a time off the loop once answered or
             # refused (a Configure of a million keys was one cascade of frees on the loop)
@@ -293,7 +333,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             size = 0
             try:
                 self.check_accepting()
-                request = await self._recv(stream, kind)
+                request = await self._recv(stream, kind, memory)
                 size, held = wire.wire_size(request), [request]
                 del request
                 one = SingleRequest(stream)
@@ -545,8 +585,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     # -- StreamCompletion -----------------------------------------------------------------------
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
-        with self.in_flight() as task:
-            request, one, checked = await self._admit(stream)
+        with self.in_flight() as task, self.memory.call(stream.deadline) as memory:
+            admitted = await self._admit(stream, memory)
+            if admitted is None:  # refused in-band (the memory budget)
+                await stream.send_trailing_metadata()
+                return
+            request, one, checked = admitted
+            del admitted
             handler = functools.partial(
                 self._completion, deadline=stream.deadline, one=one, checked=checked
             )
@@ -569,20 +614,37 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             await release_large(size, held)
 
     async def _admit(
-        self, stream: grpclib.server.Stream[Any, Any]
-    ) -> tuple[StreamCompletionRequest, SingleRequest, tuple[ModelSpec, _Checked] | None]:
+        self, stream: grpclib.server.Stream[Any, Any], memory: CallMemory
+    ) -> tuple[StreamCompletionRequest, SingleRequest, tuple[ModelSpec, _Checked] | None] | None:
         """Admit and read a StreamCompletion request (and check it is the only one), with its
         check when it ran with the decode (:meth:`_recv_completion`); a call
         refused here (draining, oversized, malformed, a second message) or cancelled while its
         request is read gets its one log record here, since :meth:`_completion` never runs for
-        it."""
+        it. A call the memory budget has no room for gets the in-band ``error`` event
+        (OVERLOADED, retryable; the budget's message) and None is returned."""
         record = RpcRecord(rpc="StreamCompletion")
         try:
             self.check_accepting()
-            request, checked = await self._recv_completion(stream)
+            request, checked = await self._recv_completion(stream, memory)
             one = SingleRequest(stream)
             await one.start()
             return request, one, checked
+        except MemoryBudgetError as exc:
+            memory.release()  # nothing of the request is kept while the event is sent
+            error = bounded_status(exc)
+            record.outcome = "error"
+            record.error_kind = ErrorKind.OVERLOADED.name
+            record.detail = error.message
+            record.events = 1
+            record.emit()
+            event = StreamEvent(
+                error=ModelError(
+                    kind=ErrorKind.OVERLOADED, message=error.message or "", retryable=True
+                )
+            )
+            traceback.clear_frames(exc.__traceback__)  # the frames held the request body
+            await stream.send_message(event)
+            return None
         except GRPCError as exc:
             error = bounded_status(exc)
             record.outcome = "error"
@@ -596,21 +658,25 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             raise
 
     async def _recv_completion(
-        self, stream: grpclib.server.Stream[Any, Any]
+        self, stream: grpclib.server.Stream[Any, Any], memory: CallMemory
     ) -> tuple[StreamCompletionRequest, tuple[ModelSpec, _Checked] | None]:
         """Read a StreamCompletion request; decode it and, for a known model, validate it and
         count it against the context window (:func:`checked_request`) in one worker-thread
         step (:func:`run_cpu`): a large request crosses to a worker and back once per turn.
         The second item is ``(spec, checked)``, or None when the model is unknown or the check
-        raised (then :meth:`_completion` runs it again, with the same outcome)."""
-        data = await receive_single(stream, self.max_message_size)
+        raised (then :meth:`_completion` runs it again, with the same outcome). The body and
+        the decoded request are charged to the server's memory budget (``memory``,
+        :meth:`~protocol_py.server.grpc_layer.memory_budget.CallMemory.decode_with`)."""
+        data = await receive_single(stream, self.max_message_size, memory.reserve_body)
         strict = self._strict_classes.get(StreamCompletionRequest)
-        return await run_cpu(len(data), self._decode_and_check, data, strict)
+        return await memory.decode_with(
+            data, functools.partial(self._decode_and_check, data, strict)
+        )
 
     def _decode_and_check(
-        self, data: bytes, strict: Any
+        self, data: bytes, strict: Any, state: State | None
     ) -> tuple[StreamCompletionRequest, tuple[ModelSpec, _Checked] | None]:
-        request = decode_request(data, StreamCompletionRequest, strict)
+        request = decode_request(data, StreamCompletionRequest, strict, None, state)
         spec = self._models.get(request.model_id)
         if spec is None:
             return request, None

@@ -47,6 +47,7 @@ from protocol_py.server.grpc_layer.connections import (
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
 from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
+from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.offload import start_workers
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
 from protocol_py.transport.listen import (
@@ -138,6 +139,10 @@ class ServerLifecycle:
         )
         """The bound on open connections (its ``maximum``) and the connections it counts."""
         self._guarded_fds: list[int] = []
+        self.write_timeout: float = DEFAULT_WRITE_TIMEOUT
+        """Seconds a stream's flow-control window may stay closed before it is reset
+        (:data:`~protocol_py.server.grpc_layer.progress.DEFAULT_WRITE_TIMEOUT`); set it before
+        :meth:`start`."""
         self.handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
         """Seconds a new connection gets for its TLS handshake and then for its HTTP/2 preface
         (:data:`~protocol_py.server.grpc_layer.connections.DEFAULT_HANDSHAKE_TIMEOUT`); set it
@@ -236,6 +241,7 @@ class ServerLifecycle:
         protocols = self._protocols
         receive_timeout, idle_timeout = self.receive_timeout, self.idle_timeout
         handshake_timeout = self.handshake_timeout
+        write_timeout = self.write_timeout
         trimmer = self._trimmer
         connection_limit = self.connection_limit
         flood_warnings = RateLimitedWarning(log)  # one flood WARNING per 10 s, server-wide
@@ -251,6 +257,7 @@ class ServerLifecycle:
                     handshake_timeout=handshake_timeout,
                     connection_limit=connection_limit,
                     flood_warnings=flood_warnings,
+                    write_timeout=write_timeout,
                     protocol_class=(
                         functools.partial(PinnedH2Protocol, client_certificate)
                         if client_certificate is not None

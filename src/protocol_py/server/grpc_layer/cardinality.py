@@ -23,6 +23,7 @@ whether it was already buffered or arrives later, and the call's one RPC record 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final
 
@@ -67,11 +68,15 @@ def _path(stream: grpclib.server.Stream[Any, Any]) -> str:
     return grpclib_private.server_method_name(stream) or "this method"
 
 
-async def receive_single(stream: grpclib.server.Stream[Any, Any], max_size: int) -> bytes:
+async def receive_single(
+    stream: grpclib.server.Stream[Any, Any],
+    max_size: int,
+    on_length: Callable[[int], Awaitable[None]] | None = None,
+) -> bytes:
     """The request message body (:func:`~protocol_py.server.grpc_layer.limits.receive_message`),
     with
     INTERNAL :data:`NO_MESSAGE` when the client ended its request side without sending any
-    byte.
+    byte; ``on_length`` is awaited with the announced length before the body is read.
 
     Raises:
         GRPCError: INTERNAL when there is no request message; otherwise as
@@ -81,7 +86,7 @@ async def receive_single(stream: grpclib.server.Stream[Any, Any], max_size: int)
     """
     raw = grpclib_private.server_h2_stream(stream)
     try:
-        data = await receive_message(stream, max_size)
+        data = await receive_message(stream, max_size, on_length)
     except GRPCError as exc:
         ended = grpclib_private.buffer_ended(raw.buffer)
         if exc.status is Status.INVALID_ARGUMENT and ended and not raw.data_received:

@@ -42,6 +42,9 @@ protocol"):
 * **Connection limit** (:class:`TransportProtocol`): each new connection is counted by the
   server's :class:`~protocol_py.server.grpc_layer.connection_limit.ConnectionLimit`; over it
   the oldest idle connection is closed, or this one at once.
+* **Progress timeouts** (:mod:`protocol_py.server.grpc_layer.progress`): a stream whose peer
+  keeps its window closed for the write timeout is reset; a connection over its budget of
+  queued bytes is closed.
 * **No log flood**: once a connection's transport is closing, nothing more is written to it
   (asyncio logs ``socket.send() raised exception.`` for every write after a lost connection).
 """
@@ -71,6 +74,11 @@ from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
 from protocol_py.server.grpc_layer.connection_limit import ConnectionLimit
 from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
+from protocol_py.server.grpc_layer.progress import (
+    DEFAULT_WRITE_TIMEOUT,
+    ProgressWatch,
+    over_queue_budget,
+)
 from protocol_py.server.offload import run_released
 
 log = logging.getLogger("protocol_py.server")
@@ -268,14 +276,19 @@ class MemoryTrimmer:
 
 class _QuietTransport:
     """The connection's transport, writing nothing once it is closing (asyncio would log a
-    warning for every write after a lost connection)."""
+    warning for every write after a lost connection), and closing the connection when the
+    bytes it holds pass :data:`~protocol_py.server.grpc_layer.progress.CONNECTION_QUEUE_BYTES`."""
 
     def __init__(
-        self, transport: asyncio.Transport, on_data_frames: Callable[[int], None] | None = None
+        self,
+        transport: asyncio.Transport,
+        on_data_frames: Callable[[int], None] | None = None,
+        protocol: Any = None,
     ) -> None:
         self._transport = transport
         self._on_data_frames = on_data_frames
         self._data_frames = DataFrameCounter() if on_data_frames is not None else None
+        self._protocol = protocol
 
     def write(self, data: bytes) -> None:
         if not self._transport.is_closing():
@@ -284,6 +297,8 @@ class _QuietTransport:
                 sent = self._data_frames.feed(data)
                 if sent:
                     self._on_data_frames(sent)
+            if self._protocol is not None:
+                over_queue_budget(self._protocol, self._transport)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -453,13 +468,16 @@ def protocol_factory(
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     connection_limit: ConnectionLimit | None = None,
     flood_warnings: RateLimitedWarning | None = None,
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT,
 ) -> H2Protocol:
     """grpclib's ``Server._protocol_factory`` with ``handler_class`` (default
     :class:`TransportHandler`, or a subclass of it) and ``protocol_class`` (default
     :class:`TransportProtocol`, or a subclass of it), one pair per accepted connection;
     ``handshake_timeout`` (seconds) bounds the HTTP/2 preface; ``connection_limit`` counts
     the connection (:mod:`~protocol_py.server.grpc_layer.connection_limit`);
-    ``flood_warnings`` is the server's limit of flood WARNING lines."""
+    ``flood_warnings`` is the server's limit of flood WARNING lines; ``write_timeout``
+    (seconds) bounds a closed flow-control window
+    (:mod:`~protocol_py.server.grpc_layer.progress`)."""
     handler = (handler_class or TransportHandler)(
         *grpclib_private.handler_arguments(server),
         receive_timeout=receive_timeout,
@@ -474,6 +492,7 @@ def protocol_factory(
         protocol.connection_limit = connection_limit
         if flood_warnings is not None:
             protocol.flood_warnings = flood_warnings
+        protocol.write_timeout = write_timeout
     handler.protocol_ref = weakref.ref(protocol)
     return protocol
 
@@ -496,6 +515,11 @@ class TransportProtocol(H2Protocol):
     line per :data:`~protocol_py.server.grpc_layer.log_limit.WARNING_INTERVAL` seconds across
     all of the server's connections, with the count of those suppressed (set per server by
     :func:`protocol_factory`)."""
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    """Seconds a stream's window may stay closed
+    (:class:`~protocol_py.server.grpc_layer.progress.ProgressWatch`)."""
+
+    _progress: ProgressWatch | None = None
 
     _preface_timer: asyncio.TimerHandle | None = None
     _preface_received = 0
@@ -507,11 +531,13 @@ class TransportProtocol(H2Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
-        quiet = _QuietTransport(cast(asyncio.Transport, transport), self._data_frames_sent)
+        quiet = _QuietTransport(cast(asyncio.Transport, transport), self._data_frames_sent, self)
         super().connection_made(quiet)  # type: ignore[arg-type]
         if self.connection_limit is not None and not self.connection_limit.admit(self):
             return  # over the connection limit with none idle: closed at once
         if not transport.is_closing():
+            self._progress = ProgressWatch(self, self.write_timeout)
+            self._progress.start()
             self._preface_timer = asyncio.get_running_loop().call_later(
                 self.handshake_timeout, self._preface_expired, transport
             )
@@ -563,6 +589,8 @@ class TransportProtocol(H2Protocol):
             self._preface_timer = None
         if self.connection_limit is not None:
             self.connection_limit.release(self)
+        if self._progress is not None:
+            self._progress.stop()
         super().connection_lost(exc)
         self.connection.write_ready.set()
 

@@ -12,7 +12,7 @@ import logging
 import re
 import struct
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -31,6 +31,7 @@ from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.codec import metadata, wire
 from protocol_py.codec.decode_memo import DecodeMemo, decode_messages_memo
+from protocol_py.codec.wire_gen import State
 from protocol_py.rules.request_memo import keep_request_images, request_images
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.grpc_layer.large_body import receive_body
@@ -74,21 +75,22 @@ _MAX_LENGTH_PREFIX: Final = 2**32 - 1
 _Req = TypeVar("_Req", bound=betterproto2.Message)
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, *, maximum: int = _MAX_LENGTH_PREFIX) -> int:
     """Parse a byte size: a plain integer (``1048576``) or one with a unit (``1MiB``, ``64MB``).
 
     Units: ``B``; ``KB``/``MB``/``GB`` (powers of 1000); ``KiB``/``MiB``/``GiB`` (powers of
     1024); case-insensitive.
 
     Raises:
-        ValueError: not a size, zero, or above 4 GiB - 1 (the gRPC length prefix's maximum).
+        ValueError: not a size, zero, or above ``maximum`` (default 4 GiB - 1, the gRPC
+            length prefix's maximum).
     """
     match = _SIZE_RE.match(text)
     if match is None:
         raise ValueError(f"invalid size {text!r}: expected bytes such as 1048576 or 1MiB")
     value = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
-    if not 0 < value <= _MAX_LENGTH_PREFIX:
-        raise ValueError(f"invalid size {text!r}: must be between 1 and {_MAX_LENGTH_PREFIX} bytes")
+    if not 0 < value <= maximum:
+        raise ValueError(f"invalid size {text!r}: must be between 1 and {maximum} bytes")
     return value
 
 
@@ -185,11 +187,17 @@ def strict_request_classes(pool: Any) -> dict[type[betterproto2.Message], Any]:
     return classes
 
 
-async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int) -> bytes:
+async def receive_message(
+    stream: grpclib.server.Stream[Any, Any],
+    max_size: int,
+    on_length: Callable[[int], Awaitable[None]] | None = None,
+) -> bytes:
     """Read the single request message body of a unary-request RPC.
 
     The 5-byte gRPC message prefix is read first, so an oversized request is refused from its
-    length prefix before its body is read.
+    length prefix before its body is read; ``on_length`` (optional) is then awaited with the
+    announced length in bytes before the body is read (the server's memory budget reserves
+    the body there, and its exception refuses the call).
 
     Raises:
         GRPCError: INVALID_ARGUMENT for a missing or truncated message; UNIMPLEMENTED for a
@@ -203,6 +211,8 @@ async def receive_message(stream: grpclib.server.Stream[Any, Any], max_size: int
         raise GRPCError(Status.UNIMPLEMENTED, "compressed messages are not supported")
     if length > max_size:
         raise _too_large("request message", length, max_size)
+    if on_length is not None:
+        await on_length(length)
     if not length:
         return b""
     return await _recv_exactly(
@@ -357,6 +367,7 @@ def decode_request(
     kind: type[_Req],
     strict: Any | None,
     precheck: Callable[[Any], None] | None = None,
+    state: State | None = None,
 ) -> _Req:
     """Decode one request body, refusing any that is not well-formed protobuf.
 
@@ -381,6 +392,12 @@ def decode_request(
     exceeds a size bound), before upb's parse; a body it does not cover is parsed by upb and
     betterproto2 (after the wire-type check) only up to :data:`MAX_FALLBACK_BYTES`.
 
+    ``state`` (optional) is the fast decode's state: a smaller budget of elements (the server's
+    memory budget sets one, :mod:`protocol_py.server.grpc_layer.memory_budget`), and afterwards
+    the count of elements created. Past a budget below
+    :data:`~protocol_py.codec.wire.MAX_DECODED_OBJECTS`, ``wire.DecodeBudgetError`` propagates
+    (the caller names its own bound).
+
     Raises:
         GRPCError: INVALID_ARGUMENT ``"malformed request: <Message> could not be decoded
             (<n> bytes)"``, followed by the reason where known; RESOURCE_EXHAUSTED ``"request
@@ -395,13 +412,15 @@ def decode_request(
             images = request_images(data)
             keys: list[bytes] = []
             message, clean, exact = decode_messages_memo(
-                kind, data, "messages", MESSAGE_MEMO, images, keys=keys
+                kind, data, "messages", MESSAGE_MEMO, images, keys=keys, state=state
             )
             if images is not None:  # the content keys go along for the translation cache
                 images = wire.MessageImages(images, keys)
         else:
-            message, clean, exact = wire.decode_report(kind, data, fallback=False)
-    except wire.DecodeBudgetError:
+            message, clean, exact = wire.decode_report(kind, data, fallback=False, state=state)
+    except wire.DecodeBudgetError as exc:
+        if exc.limit < wire.MAX_DECODED_OBJECTS:
+            raise
         raise GRPCError(Status.RESOURCE_EXHAUSTED, _too_many(kind, len(data))) from None
     except (wire.FallbackError, UnicodeDecodeError) as exc:
         if len(data) > MAX_FALLBACK_BYTES:  # no unbudgeted parse of a large body, even upb's

@@ -24,6 +24,11 @@ attack of 4 clients x 5 unread 60 MiB Render replies, ``tests/reliability/test_r
   300 MiB of replies being built and refused (not counted). The bound on memory is therefore
   :data:`REPLY_BUDGET_BYTES` plus the replies in the making, each at most 2 x its size
   (at most ``DEFAULT_MAX_MESSAGE_SIZE``).
+
+The reply budget is a share of the server's one memory budget
+(:mod:`protocol_py.server.grpc_layer.memory_budget`, docs/decisions.md#d32), not a second
+budget: a held large reply is charged to both, and is refused when either has no room
+(replies never take more than :data:`REPLY_BUDGET_BYTES` of it, so requests keep the rest).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from protocol_py.server.grpc_layer.limits import EncodedReply
+from protocol_py.server.grpc_layer.memory_budget import MemoryBudget
 
 __all__ = [
     "HELD_COPIES",
@@ -61,10 +67,12 @@ class ReplyBudget:
 
     Args:
         limit: :data:`REPLY_BUDGET_BYTES` unless given, bytes.
+        memory: The server's memory budget, charged too (None: only ``limit`` applies).
     """
 
-    def __init__(self, limit: int = REPLY_BUDGET_BYTES) -> None:
+    def __init__(self, limit: int = REPLY_BUDGET_BYTES, memory: MemoryBudget | None = None) -> None:
         self.limit = limit
+        self.memory = memory
         self.held = 0
         """Bytes of large replies held now."""
 
@@ -74,7 +82,9 @@ class ReplyBudget:
 
         Raises:
             GRPCError: RESOURCE_EXHAUSTED when the budget has no room for the reply's bytes
-                (the message states the reply's size, the bytes held and the budget); the
+                (the message states the reply's size, the bytes held and the budget), or the
+                server's memory budget has none
+                (:class:`~protocol_py.server.grpc_layer.memory_budget.MemoryBudgetError`); the
                 reply is freed before the error is raised.
         """
         reply = box.pop()
@@ -91,8 +101,17 @@ class ReplyBudget:
                 f"replies not yet read by their clients, and its reply budget is {self.limit} "
                 "bytes; retry later",
             )
+        memory = self.memory
+        if memory is not None and not memory.fits(size):
+            encoded = len(reply.data)
+            del reply
+            raise memory.refusal(f"reply of {encoded} bytes")
         self.held += size
+        if memory is not None:
+            memory.take(size)
         try:
             await stream.send_message(reply)
         finally:
             self.held -= size
+            if memory is not None:
+                memory.give(size)
