@@ -264,14 +264,23 @@ def wait_for(pipe: Any, marker: bytes, seen: bytearray, limit: float = 60) -> No
     assert marker in seen, bytes(seen)
 
 
-def exit_with_stdin_open(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    """Wait for ``proc`` to exit with its stdin still open, then collect the rest of its output.
+def interrupt_at_the_prompt(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """Send SIGINT to a session waiting for its next line, wait for it to exit with its stdin
+    still open, then collect the rest of its output.
 
-    Closing stdin first (as ``communicate`` does) races the SIGINT just sent: a session that
-    reads end of input before the signal is handled ends as on Ctrl-D, not as on Ctrl-C.
+    Closing stdin first (as ``communicate`` does) would race the signal: a session that reads
+    end of input before the signal is handled ends as on Ctrl-D. And a signal that lands just
+    after a stream printed its last line, before the session took SIGINT back, cancels that
+    (finished) turn instead; the session then goes on waiting, and a second SIGINT ends it.
     """
-    proc.wait(timeout=30)
-    return proc.communicate()
+    for _ in range(3):
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.communicate(timeout=30)
 
 
 def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
@@ -300,8 +309,7 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
         proc.stdin.write(b"Second try\n")
         proc.stdin.flush()
         wait_for(proc.stdout, b"stop: end_turn\n", out)
-        proc.send_signal(signal.SIGINT)  # at the prompt: the session ends
-        rest, tail = exit_with_stdin_open(proc)
+        rest, tail = interrupt_at_the_prompt(proc)  # at the prompt: the session ends
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -332,8 +340,8 @@ def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subproces
             proc.stdin.write(b"Hello there\n")
             proc.stdin.flush()
             wait_for(proc.stdout, b"stop: end_turn\n", out)
-            proc.send_signal(signal.SIGINT)  # at the prompt, the reader thread waiting on stdin
-            _, err = exit_with_stdin_open(proc)
+            # at the prompt, the reader thread waiting on stdin
+            _, err = interrupt_at_the_prompt(proc)
         finally:
             if proc.poll() is None:
                 proc.kill()

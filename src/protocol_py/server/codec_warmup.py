@@ -10,6 +10,7 @@ import betterproto2
 
 from protocol_py.codec.wire_gen import GENERATOR
 from protocol_py.server.grpc_layer.limits import REQUEST_TYPES
+from protocol_py_gen.content.v1 import ContentBlock, Message
 from protocol_py_gen.model.v1 import (
     ConfigureResponse,
     CountTokensResponse,
@@ -29,15 +30,21 @@ REPLY_TYPES: Final[tuple[type[betterproto2.Message], ...]] = (
 )
 """The ModelService reply messages (package ``model.v1``) the server encodes."""
 
+ELEMENT_TYPES: Final[tuple[type[betterproto2.Message], ...]] = (Message, ContentBlock)
+"""Messages decoded on their own as well as inside a request: a conversation's messages and
+their content blocks, one at a time by the decode memo (:mod:`protocol_py.codec.decode_memo`)."""
+
 
 def build_codecs() -> None:
     """Generate and compile the decoders of
-    :data:`~protocol_py.server.grpc_layer.limits.REQUEST_TYPES`
-    and the encoders of those and of :data:`REPLY_TYPES` (requests are encoded too: cache and
-    memo keys), with every class they contain; idempotent and thread-safe (CPU work of tens of
+    :data:`~protocol_py.server.grpc_layer.limits.REQUEST_TYPES` and of :data:`ELEMENT_TYPES`,
+    and the encoders of those requests and of :data:`REPLY_TYPES` (requests are encoded too:
+    cache and memo keys), with every class they contain; idempotent and thread-safe (CPU work of tens of
     milliseconds: call it off the event loop)."""
     for kind in REQUEST_TYPES:
         GENERATOR.decoder(kind)
         GENERATOR.encoder(kind)
     for kind in REPLY_TYPES:
         GENERATOR.encoder(kind)
+    for kind in ELEMENT_TYPES:
+        GENERATOR.decoder(kind)
