@@ -39,8 +39,8 @@ def build_codecs() -> None:
     """Generate and compile the decoders of
     :data:`~protocol_py.server.grpc_layer.limits.REQUEST_TYPES` and of :data:`ELEMENT_TYPES`,
     and the encoders of those requests and of :data:`REPLY_TYPES` (requests are encoded too:
-    cache and memo keys), with every class they contain; idempotent and thread-safe (CPU work of tens of
-    milliseconds: call it off the event loop)."""
+    cache and memo keys), with every class they contain; idempotent and thread-safe (CPU work
+    of tens of milliseconds: call it off the event loop)."""
     for kind in REQUEST_TYPES:
         GENERATOR.decoder(kind)
         GENERATOR.encoder(kind)
