@@ -17,7 +17,9 @@ from ._console import cli, stop_server
 REFUSED_PLAINTEXT = "client sent plaintext to a TLS port (not a TLS record)"
 
 
-def test_a_tls_client_of_a_plaintext_server_is_told_it_is_plaintext(tmp_path: Path) -> None:
+def test_a_tls_client_of_a_plaintext_server_is_told_it_is_plaintext_and_the_server_says_so(
+    tmp_path: Path,
+) -> None:
     ca = CA(tmp_path)
     sub = spawn_server()
     try:
@@ -28,9 +30,21 @@ def test_a_tls_client_of_a_plaintext_server_is_told_it_is_plaintext(tmp_path: Pa
             "server answered in plaintext, not TLS (WRONG_VERSION_NUMBER): it does not use TLS; "
             "connect without --tls, --tls-ca, --tls-cert\n"
         )
+        host, port = sub.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as http1:
+            http1.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            while http1.recv(4096):  # the server answers GOAWAY and closes
+                pass
         assert "reference" in cli("describe", "--server", sub.address).stdout
     finally:
-        stop_server(sub)
+        err = stop_server(sub)
+    lines = [x for x in err.splitlines() if "closing HTTP/2 connection from 127.0.0.1:" in x]
+    assert [x.split("with GOAWAY ", 1)[1] for x in lines] == [
+        "PROTOCOL_ERROR: Invalid HTTP/2 preamble. (the client sent a TLS handshake to this "
+        "plaintext port)",
+        "PROTOCOL_ERROR: Invalid HTTP/2 preamble. (the client sent an HTTP/1.x request, not the "
+        "HTTP/2 preface)",
+    ], err
 
 
 def test_a_plaintext_client_of_a_tls_server_is_told_to_use_tls_and_the_server_logs_it(
@@ -96,9 +110,9 @@ def test_nothing_listening_asks_whether_serve_is_running(tmp_path: Path) -> None
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     done = cli("describe", "--server", address)
     assert done.returncode == 1
-    assert done.stderr.startswith(f"protocol-py describe: cannot connect to {address}: ")
-    assert done.stderr.endswith(
-        f"; nothing is listening on {address}: is `protocol-py serve` running on {address}?\n"
+    assert done.stderr == (
+        f"protocol-py describe: cannot connect to {address}: connection refused; nothing is "
+        f"listening on {address}: is `protocol-py serve` running on {address}?\n"
     )
     missing = f"unix:{tmp_path / 'gone.sock'}"
     done = cli("capabilities", "--server", missing)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import math
 import ssl
 import sys
@@ -281,6 +282,8 @@ def _cannot_connect(address: str, exc: OSError, client: ModelClient | None) -> s
     """``cannot connect to ADDRESS: WHY``, and the client's hint (nothing listening, TLS
     against a plaintext server, an untrusted certificate) after ``; ``."""
     why = f"{exc.strerror or exc}"
+    if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED:
+        why = "connection refused"  # asyncio's text repeats the address: "Connect call failed"
     if isinstance(exc, ssl.SSLError):  # OpenSSL's reason, or the hint that explains it
         why = "TLS handshake failed" if exc.reason is None else str(exc.reason)
     hint = client.connection_hint(exc) if client is not None else None

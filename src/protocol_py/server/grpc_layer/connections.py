@@ -606,10 +606,11 @@ class TransportProtocol(H2Protocol):
         except ProtocolError as exc:
             self.connection.flush()  # the GOAWAY h2 queued, with its error code
             log.warning(
-                "closing HTTP/2 connection from %s with GOAWAY %s: %s",
+                "closing HTTP/2 connection from %s with GOAWAY %s: %s%s",
                 _peer(self.connection),
                 getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR).name,
                 bounded_message(str(exc)),
+                _wrong_protocol(data) if "preamble" in str(exc).lower() else "",
             )
             self.processor.close("Protocol error")
         except UnicodeError as exc:
@@ -766,6 +767,17 @@ class DataFrameCounter:
                 count += 1
             self._skip = length
         return count
+
+
+def _wrong_protocol(data: bytes) -> str:
+    """What a connection that did not open with the HTTP/2 preface spoke instead, as a
+    suffix for its log line: a TLS record (a TLS client of this plaintext port) or an HTTP/1.x
+    request line; empty when neither."""
+    if data[:1] == b"\x16" and data[1:2] == b"\x03":  # TLS handshake record, version 3.x
+        return " (the client sent a TLS handshake to this plaintext port)"
+    if data[:8].split(b" ", 1)[0] in {b"GET", b"POST", b"HEAD", b"PUT", b"OPTIONS"}:
+        return " (the client sent an HTTP/1.x request, not the HTTP/2 preface)"
+    return ""
 
 
 def _peer(connection: Any) -> str:
