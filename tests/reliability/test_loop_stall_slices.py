@@ -306,7 +306,7 @@ async def test_a_large_configure_is_checked_and_freed_in_worker_threads(
     await still_serving(served)
 
 
-async def test_a_large_render_reply_is_encoded_in_a_worker_thread(
+async def test_a_large_render_reply_is_encoded_on_the_loop_as_the_provider_returns_it(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
@@ -322,10 +322,12 @@ async def test_a_large_render_reply_is_encoded_in_a_worker_thread(
     rendered = await acall(served.address, "Render", body, timeout=60)
     assert rendered.code == "OK", rendered
     assert RenderResponse.parse(rendered.replies[0]).text == "ab" * 100_000
-    assert len(threads) == 1 and threads[0].startswith("protocol-py-cpu"), threads
+    # Not in a worker: meanwhile other calls would finish building replies the reply budget
+    # does not count yet (docs/performance.md, "Loop stalls").
+    assert threads == [threading.main_thread().name], threads
     describe = await acall(served.address, "Describe", b"")
     assert describe.code == "OK", describe
-    assert threads[1:] and threads[1] == threading.main_thread().name  # a small reply: inline
+    assert threads[1:] == [threading.main_thread().name]
 
 
 async def test_a_long_pause_turn_prompt_is_answered_as_before(served: Served) -> None:

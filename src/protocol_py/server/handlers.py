@@ -146,13 +146,6 @@ def _config_within_bound(message: ConfigureRequest) -> None:
         )
 
 
-def _reply_size_hint(response: object) -> int:
-    """A cheap lower bound of the encoded size of a unary reply, bytes: the characters of its
-    ``text`` field (RenderResponse), 0 for replies without one (small by construction)."""
-    text = getattr(response, "text", None)
-    return len(text) if isinstance(text, str) else 0
-
-
 class ModelServer(ServerLifecycle, ModelServiceBase):
     """ModelService for one provider, plus the health, reflection and shutdown machinery.
 
@@ -351,9 +344,12 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
                             log_provider_exception(self.provider.name, rpc, exc)
                         raise error from None
-                    # encoding a large reply (a 60 MiB Render) is CPU work: off the loop
-                    hint = min(_reply_size_hint(response), OFFLOAD_MIN_BYTES)
-                    reply = [await run_cpu(hint, encode_reply, response, self.max_message_size)]
+                    # Encoded on the loop, right after the provider returned: a reply encoded in
+                    # a worker thread let other calls finish building theirs meanwhile, and
+                    # replies being built are not counted by the reply budget (20 unread
+                    # 60 MiB Renders then held 1.5 GB); a 60 MiB encoding holds the loop for
+                    # about 0.1 s instead (docs/performance.md).
+                    reply = [encode_reply(response, self.max_message_size)]
                     del response  # only the encoded reply is held while the client reads it
                     await self.reply_budget.send(stream, reply)
                 await release_large(size, held)

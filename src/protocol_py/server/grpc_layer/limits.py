@@ -408,7 +408,12 @@ def decode_request(
     fell_back = False
     images: list[bytes | None] | None = None
     try:  # first: the budget bounds upb's parse too (about 40 bytes per tiny message)
-        if kind is StreamCompletionRequest:  # messages seen before are not decoded again
+        # messages seen before are not decoded again; under a reduced element budget (the
+        # server's memory budget is short of room) the body is decoded whole, which stops at
+        # the budget without first splitting every message out of it
+        if kind is StreamCompletionRequest and (
+            state is None or state.limit >= wire.MAX_DECODED_OBJECTS
+        ):
             images = request_images(data)
             keys: list[bytes] = []
             message, clean, exact = decode_messages_memo(
