@@ -115,6 +115,12 @@ def test_looks_secret_matches_vendor_key_shapes_and_random_runs_not_ordinary_nam
         "9b2e7deaec5f07e2759100dbccc0ab5c14aa33f2",
         "9LknrPCVFiNKindvjAzUCnssToRdWAzp",
         "prefix_Ab3dEf6hIj9kLm2n_suffix",
+        "AKIAIOSFODNN7EXAMPLE",  # an AWS access key id
+        "ASIAQWERTYUIOPASDFGH",
+        "xoxb-1234567890-abcdef",  # Slack
+        "ghp_abcdefghij1234",
+        "github_pat_11ABCDEFG",
+        "glpat-abcdefghij",
     ]
     ordinary = [
         "api_key",
@@ -123,6 +129,9 @@ def test_looks_secret_matches_vendor_key_shapes_and_random_runs_not_ordinary_nam
         "claude-sonnet-4-5-20250929",
         "gpt_4o_mini_2024_07_18",
         "thinkingBudgetTokens",
+        "AKIA",
+        "xoxb",
+        "ghp_",
         "x" * 100_000,
         "",
     ]

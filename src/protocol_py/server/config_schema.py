@@ -29,9 +29,15 @@ SECRET_SCAN_CHARS: Final = 1024
 shows of one name (``MAX_LISTED_ITEM_CHARS``, 256), so the check is bounded whatever the name's
 length."""
 
-_VENDOR_KEY: Final = re.compile(r"(?:sk-|xai-|gsk_|AIza)[A-Za-z0-9_\-]{6,}")
-"""A vendor API key's shape: OpenAI and Anthropic ``sk-`` (``sk-ant-``, ``sk-proj-``), xAI
-``xai-``, Groq ``gsk_``, Google ``AIza``, then at least 6 key characters."""
+_VENDOR_KEY: Final = re.compile(
+    r"(?:sk-|xai-|gsk_|AIza|ghp_|gho_|github_pat_|glpat-|xox[abposr]-)[A-Za-z0-9_\-]{6,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
+)
+"""A credential's shape: OpenAI and Anthropic ``sk-`` (``sk-ant-``, ``sk-proj-``), xAI
+``xai-``, Groq ``gsk_``, Google ``AIza``, GitHub ``ghp_``/``gho_``/``github_pat_``, GitLab
+``glpat-``, Slack ``xoxb-`` (and ``xoxa-``, ``xoxp-``, ``xoxo-``, ``xoxs-``, ``xoxr-``), then at
+least 6 key characters; or an AWS access key id (``AKIA`` or ``ASIA`` and 16 upper-case letters
+and digits)."""
 
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9+=]{16,}")
 """A run of at least 16 letters, digits, ``+`` and ``=`` (a key name's words are separated by
@@ -51,8 +57,10 @@ def looks_secret(name: str) -> bool:
     """True when ``name`` (a Configure key, a URL path segment) looks like a credential rather
     than a name, so that errors and logs show :data:`REDACTED_NAME` instead.
 
-    The rule (docs/security.md, "What is never logged"): a vendor key's shape (``sk-...``,
-    ``sk-ant-...``, ``xai-...``, ``gsk_...``, ``AIza...``, then 6 key characters), or a run of 16
+    The rule (docs/security.md, "What is never logged"): a credential's shape (``sk-...``,
+    ``sk-ant-...``, ``xai-...``, ``gsk_...``, ``AIza...``, ``ghp_...``, ``glpat-...``,
+    ``xoxb-...`` and the others of ``_VENDOR_KEY``, then 6 key characters; an AWS access key
+    id), or a run of 16
     or more characters of ``[A-Za-z0-9+=]`` that is random-looking: 32 characters or more with at
     least 10 different ones, or
     letters mixed with at least 2 digits, or with a digit and both letter cases. Words joined by
