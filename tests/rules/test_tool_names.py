@@ -47,5 +47,8 @@ def test_a_huge_name_is_refused_with_a_bounded_message() -> None:
     request = make_request(tools=[ToolDeclaration(name=name)])
     (violation,) = validate_request_shape(request)
     assert violation.rule == "request.tools.name_invalid"
-    assert f"({len(name)} characters)" in violation.message
+    assert f"({len(name)} chars, cut) must be 1-64 characters" in violation.message  # once
+    assert violation.message.count(str(len(name))) == 1
     assert len(violation.message.encode()) < MAX_ERROR_MESSAGE_BYTES
+    (short,) = validate_request_shape(make_request(tools=[ToolDeclaration(name="a b")]))
+    assert short.message.startswith("tool name 'a b' (3 characters) must be 1-64 characters")

@@ -28,7 +28,7 @@ from typing import Any, Final, cast
 
 import betterproto2
 
-from protocol_py.bounded_text import quote_value
+from protocol_py.bounded_text import MAX_ECHOED_VALUE_CHARS, quote_value
 from protocol_py.codec import metadata, wire
 from protocol_py.codec.structs import from_struct
 from protocol_py.errors import InvalidValueError, Violation
@@ -479,7 +479,13 @@ class _RequestChecker:
                 self.add(
                     _join(tpath, "name"),
                     "request.tools.name_invalid",
-                    f"tool name {quote_value(tool.name)} ({len(tool.name)} characters) must be "
+                    f"tool name {quote_value(tool.name)}"
+                    + (
+                        f" ({len(tool.name)} characters)"
+                        if len(tool.name) <= MAX_ECHOED_VALUE_CHARS  # else quote_value says it
+                        else ""
+                    )
+                    + " must be "
                     f"1-{MAX_TOOL_NAME_CHARS} characters of A-Z, a-z, 0-9, '_' or '-', "
                     "starting with a letter or '_'",
                 )
