@@ -122,7 +122,24 @@ class RawH2:
         self.flush()
         return True
 
+    def sync(self, limit: float = 10.0) -> bool:
+        """Send a PING and pump until its ACK arrives (or ``limit`` seconds pass): the server
+        handles a connection's frames in order, so everything sent before has been processed.
+        True when the ACK arrived."""
+        self._ping_acks = getattr(self, "_ping_acks", 0)
+        before = self._ping_acks
+        self.conn.ping(b"syncsync")
+        self.flush()
+        deadline = time.monotonic() + limit
+        while self._ping_acks == before and time.monotonic() < deadline:
+            if not self.pump(min(0.05, max(0.001, deadline - time.monotonic()))):
+                return False
+        return self._ping_acks > before
+
     def _record(self, event: Any) -> None:
+        if isinstance(event, h2.events.PingAckReceived):
+            self._ping_acks = getattr(self, "_ping_acks", 0) + 1
+            return
         if isinstance(event, h2.events.ConnectionTerminated):
             self.terminated = event
             return
