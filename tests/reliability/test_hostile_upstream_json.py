@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -123,109 +125,109 @@ def _no_traceback(records: list[logging.LogRecord]) -> None:
             assert "RecursionError" not in record.getMessage(), record.getMessage()[:300]
 
 
+def _midstream_deep_event(adapter: str) -> Reply:
+    return _stream(adapter, _sse(adapter, "fine", finish=False), b"data: " + DEEP + b"\n\n")
+
+
+def _check_midstream_deep_event(events: list[StreamEvent], _: list[logging.LogRecord]) -> None:
+    assert _text(events) == "fine"
+    error = events[-1].error
+    assert error is not None, events[-1]
+    assert (error.kind, error.retryable) == (ErrorKind.TRANSIENT, True)
+    assert error.message.startswith("malformed JSON in an SSE data line"), error.message
+    assert f"nested deeper than {MAX_VENDOR_JSON_DEPTH} levels" in error.message
+
+
+def _deep_error_body(_: str) -> Reply:
+    body = b'{"error": {"message": "x", "detail": ' + DEEP + b"}}"
+    return Reply(status=500, headers={"content-type": "application/json"}, chunks=[body])
+
+
+def _check_deep_error_body(events: list[StreamEvent], _: list[logging.LogRecord]) -> None:
+    assert len(events) == 1, events
+    error = events[0].error
+    assert error is not None, events[0]
+    assert (error.kind, error.http_status, error.retryable) == (ErrorKind.TRANSIENT, 500, True)
+    assert "internal provider error" not in error.message
+
+
+def _deep_whole_body(_: str) -> Reply:
+    return Reply(headers={"content-type": "application/json"}, chunks=[DEEP])
+
+
+def _check_deep_whole_body(events: list[StreamEvent], _: list[logging.LogRecord]) -> None:
+    error = events[-1].error
+    assert error is not None, events[-1]
+    assert "internal provider error" not in error.message, error.message
+
+
+def _invalid_utf8_delta(adapter: str) -> Reply:
+    bad = _sse(adapter, "MARK", finish=True).replace(b"MARK", b"caf\xe9 \xff")
+    return _stream(adapter, _sse(adapter, "fine", finish=False), bad)
+
+
+def _check_invalid_utf8_delta(events: list[StreamEvent], records: list[logging.LogRecord]) -> None:
+    assert _text(events) == "fine"  # the damaged delta is not passed on
+    error = events[-1].error
+    assert error is not None, events[-1]
+    assert (error.kind, error.retryable) == (ErrorKind.TRANSIENT, True)
+    assert error.message == INVALID_UTF8_MESSAGE
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
+    assert [r.levelno for r in warnings] == [logging.WARNING]
+
+
+def _multibyte_split_across_chunks(adapter: str) -> Reply:
+    body = _sse(adapter, "fine", finish=False) + _sse(adapter, " caf\u00e9 \U0001f600", finish=True)
+    cut = body.index("\U0001f600".encode()) + 2  # inside the four bytes of the emoji
+    cut_e = body.index("\u00e9".encode()) + 1  # between the two bytes of the e-acute
+    return _stream(adapter, body[:cut_e], 0.01, body[cut_e:cut], 0.01, body[cut:])
+
+
+def _check_multibyte_split_across_chunks(
+    events: list[StreamEvent], _: list[logging.LogRecord]
+) -> None:
+    assert _text(events) == "fine caf\u00e9 \U0001f600"
+    assert events[-1].stop is not None, events[-1]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile upstream answer and what the client must see of it."""
+
+    reply: Callable[[str], Reply]
+    check: Callable[[list[StreamEvent], list[logging.LogRecord]], None]
+
+
+CASES = {
+    "deeply_nested_event_midstream_is_a_transient_malformed_json_error_keeping_text": Case(
+        _midstream_deep_event, _check_midstream_deep_event
+    ),
+    "deeply_nested_error_body_is_classified_by_its_status": Case(
+        _deep_error_body, _check_deep_error_body
+    ),
+    "deeply_nested_whole_json_body_is_not_an_internal_error": Case(
+        _deep_whole_body, _check_deep_whole_body
+    ),
+    "invalid_utf8_in_a_text_delta_is_a_transient_error_with_one_warning": Case(
+        _invalid_utf8_delta, _check_invalid_utf8_delta
+    ),
+    "multibyte_characters_split_across_network_chunks_stream_intact": Case(
+        _multibyte_split_across_chunks, _check_multibyte_split_across_chunks
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 @pytest.mark.parametrize("adapter", ADAPTERS)
-async def test_deeply_nested_event_midstream_is_a_transient_malformed_json_error_keeping_text(
-    adapter: str, caplog: pytest.LogCaptureFixture
+async def test_hostile_upstream_answer_is_handled_and_the_server_keeps_serving(
+    adapter: str, case: Case, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with StubUpstream() as stub:
-        stub.queue(
-            _stream(adapter, _sse(adapter, "fine", finish=False), b"data: " + DEEP + b"\n\n")
-        )
+        stub.queue(case.reply(adapter))
         provider = _provider(adapter, stub.url)
         async for client in served_client(provider):
-            events = await _events(client, adapter)
-            assert _text(events) == "fine"
-            error = events[-1].error
-            assert error is not None, events[-1]
-            assert (error.kind, error.retryable) == (ErrorKind.TRANSIENT, True)
-            assert error.message.startswith("malformed JSON in an SSE data line"), error.message
-            assert f"nested deeper than {MAX_VENDOR_JSON_DEPTH} levels" in error.message
+            case.check(await _events(client, adapter), caplog.records)
             _no_traceback(caplog.records)
             await _still_serving(client, stub, adapter)
-        await provider.aclose()
-
-
-@pytest.mark.parametrize("adapter", ADAPTERS)
-async def test_deeply_nested_error_body_is_classified_by_its_status(
-    adapter: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG)
-    async with StubUpstream() as stub:
-        body = b'{"error": {"message": "x", "detail": ' + DEEP + b"}}"
-        stub.queue(Reply(status=500, headers={"content-type": "application/json"}, chunks=[body]))
-        provider = _provider(adapter, stub.url)
-        async for client in served_client(provider):
-            events = await _events(client, adapter)
-            assert len(events) == 1, events
-            error = events[0].error
-            assert error is not None, events[0]
-            assert (error.kind, error.http_status, error.retryable) == (
-                ErrorKind.TRANSIENT,
-                500,
-                True,
-            )
-            assert "internal provider error" not in error.message
-            _no_traceback(caplog.records)
-            await _still_serving(client, stub, adapter)
-        await provider.aclose()
-
-
-@pytest.mark.parametrize("adapter", ADAPTERS)
-async def test_deeply_nested_whole_json_body_is_not_an_internal_error(
-    adapter: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG)
-    async with StubUpstream() as stub:
-        stub.queue(Reply(headers={"content-type": "application/json"}, chunks=[DEEP]))
-        provider = _provider(adapter, stub.url)
-        async for client in served_client(provider):
-            events = await _events(client, adapter)
-            error = events[-1].error
-            assert error is not None, events[-1]
-            assert "internal provider error" not in error.message, error.message
-            _no_traceback(caplog.records)
-            await _still_serving(client, stub, adapter)
-        await provider.aclose()
-
-
-@pytest.mark.parametrize("adapter", ADAPTERS)
-async def test_invalid_utf8_in_a_text_delta_is_a_transient_error_with_one_warning(
-    adapter: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO)
-    async with StubUpstream() as stub:
-        bad = _sse(adapter, "MARK", finish=True).replace(b"MARK", b"caf\xe9 \xff")
-        stub.queue(_stream(adapter, _sse(adapter, "fine", finish=False), bad))
-        provider = _provider(adapter, stub.url)
-        async for client in served_client(provider):
-            events = await _events(client, adapter)
-            assert _text(events) == "fine"  # the damaged delta is not passed on
-            error = events[-1].error
-            assert error is not None, events[-1]
-            assert (error.kind, error.retryable) == (ErrorKind.TRANSIENT, True)
-            assert error.message == INVALID_UTF8_MESSAGE
-            warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-            assert [r.levelno for r in warnings] == [logging.WARNING]
-            _no_traceback(caplog.records)
-            await _still_serving(client, stub, adapter)
-        await provider.aclose()
-
-
-@pytest.mark.parametrize("adapter", ADAPTERS)
-async def test_multibyte_characters_split_across_network_chunks_stream_intact(
-    adapter: str,
-) -> None:
-    async with StubUpstream() as stub:
-        body = _sse(adapter, "fine", finish=False) + _sse(
-            adapter, " caf\u00e9 \U0001f600", finish=True
-        )
-        cut = body.index("\U0001f600".encode()) + 2  # inside the four bytes of the emoji
-        cut_e = body.index("\u00e9".encode()) + 1  # between the two bytes of the e-acute
-        stub.queue(_stream(adapter, body[:cut_e], 0.01, body[cut_e:cut], 0.01, body[cut:]))
-        provider = _provider(adapter, stub.url)
-        async for client in served_client(provider):
-            events = await _events(client, adapter)
-            assert _text(events) == "fine caf\u00e9 \U0001f600"
-            assert events[-1].stop is not None, events[-1]
         await provider.aclose()
