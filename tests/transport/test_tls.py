@@ -7,60 +7,23 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from grpclib.exceptions import StreamTerminatedError
 
 from protocol_py.client.client import ModelClient
-from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.transport.tls import TLSConfigError, client_context, server_context
 
-from ..support.security import CA, Issued, grpcio_describe, run_cli
+from ..support.pki import Pki, serve_reference
+from ..support.security import CA, grpcio_describe, run_cli
 from ..support.servers import spawn_server
-
-
-@dataclass
-class Pki:
-    ca: CA
-    server: Issued
-    client: Issued
-    rogue_client: Issued  # issued by a CA the server does not trust
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    ca = CA(tmp_path, "test CA")
-    rogue = CA(tmp_path, "rogue CA")
-    return Pki(
-        ca,
-        ca.issue("plugin server", client=False),
-        ca.issue("kernel", client=True),
-        rogue.issue("intruder", client=True),
-    )
-
-
-async def _serve(context: ssl.SSLContext) -> AsyncIterator[ModelServer]:
-    server = ModelServer(ReferenceProvider())
-    await server.start("127.0.0.1", 0, ssl=context)
-    try:
-        yield server
-    finally:
-        await server.shutdown(grace_period=0)
 
 
 @pytest.fixture
 async def tls_server(pki: Pki) -> AsyncIterator[ModelServer]:
-    async for server in _serve(server_context(str(pki.server.cert), str(pki.server.key))):
-        yield server
-
-
-@pytest.fixture
-async def mtls_server(pki: Pki) -> AsyncIterator[ModelServer]:
-    context = server_context(str(pki.server.cert), str(pki.server.key), str(pki.ca.cert))
-    async for server in _serve(context):
+    async for server in serve_reference(server_context(str(pki.server.cert), str(pki.server.key))):
         yield server
 
 

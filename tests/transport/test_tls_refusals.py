@@ -8,9 +8,6 @@ import asyncio
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from grpclib.exceptions import StreamTerminatedError
@@ -26,42 +23,10 @@ from protocol_py.transport.tls_accept import (
     refusal_reason,
 )
 
-from ..support.security import CA, Issued, grpcio_describe
+from ..support.pki import Pki
+from ..support.security import grpcio_describe
 
 LINE = re.compile(r"refused a TLS handshake from 127\.0\.0\.1:\d+: (.+)")
-
-
-@dataclass
-class Pki:
-    ca: CA
-    server: Issued
-    client: Issued
-    rogue_client: Issued
-    rogue_ca: CA
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    ca = CA(tmp_path, "test CA")
-    rogue = CA(tmp_path, "rogue CA")
-    return Pki(
-        ca,
-        ca.issue("plugin server", client=False),
-        ca.issue("kernel", client=True),
-        rogue.issue("intruder", client=True),
-        rogue,
-    )
-
-
-@pytest.fixture
-async def mtls_server(pki: Pki) -> AsyncIterator[ModelServer]:
-    server = ModelServer(ReferenceProvider())
-    context = server_context(str(pki.server.cert), str(pki.server.key), str(pki.ca.cert))
-    await server.start("127.0.0.1", 0, ssl=context)
-    try:
-        yield server
-    finally:
-        await server.shutdown(grace_period=0)
 
 
 def _reasons(caplog: pytest.LogCaptureFixture) -> list[str]:
