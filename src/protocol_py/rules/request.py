@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NamedTuple, cast
 
 import betterproto2
 
@@ -76,6 +76,54 @@ __all__ = [
 
 
 _TOOL_RESULT_KINDS = frozenset({"text", "image", "document"})
+
+
+class _BlockSupport(NamedTuple):
+    """A content-block kind the model may not take: rule ``request.content.<kind>_unsupported``
+    with message ``model '<id>' <message>`` when ``supported`` is false for the model."""
+
+    supported: Callable[[ModelSpec, ThinkingSpec], bool]
+    message: str
+    severity: str = "error"
+
+
+def _thinking_support(kind: str) -> _BlockSupport:
+    return _BlockSupport(
+        lambda _, thinking: thinking.supported,
+        f"does not reason (thinking.supported=false); a {kind} block is not relevant to it and "
+        "an adapter will not send it",
+        "warning",
+    )
+
+
+_BLOCK_SUPPORT: Final[Mapping[str, _BlockSupport]] = {
+    "image": _BlockSupport(
+        lambda spec, _: spec.supports_vision,
+        "does not accept image blocks (supports_vision=false)",
+    ),
+    "document": _BlockSupport(
+        lambda spec, _: spec.supports_documents,
+        "does not accept document blocks (supports_documents=false)",
+    ),
+    "thinking": _thinking_support("thinking"),
+    "redacted_thinking": _thinking_support("redacted_thinking"),
+    "tool_use": _BlockSupport(
+        lambda spec, _: spec.supports_tool_use,
+        "does not accept tool_use blocks (supports_tool_use=false)",
+    ),
+    "tool_result": _BlockSupport(
+        lambda spec, _: spec.supports_tool_use,
+        "does not accept tool_result blocks (supports_tool_use=false)",
+    ),
+}
+"""The block kinds a model's capabilities can refuse, checked before the kind's own rules."""
+
+_MEDIA_BLOCKS: Final[Mapping[str, str]] = {
+    "image": "an image block",
+    "document": "a document block",
+}
+"""Block kinds that MUST carry a media type (rule ``request.content.media_type_empty``), and how
+their message names them."""
 
 
 def _set_members(message: betterproto2.Message, group: str) -> list[str]:
@@ -199,44 +247,23 @@ class _RequestChecker:
                 )
             return
         spec = self.spec
-        if kind == "image":
-            image = block.image
-            if self.has_spec and not spec.supports_vision:
-                self.add(
-                    bpath,
-                    "request.content.image_unsupported",
-                    f"model {spec.id!r} does not accept image blocks (supports_vision=false)",
-                )
-            if image is not None and image.media_type == "":
-                self.add(
-                    _join(bpath, "media_type"),
-                    "request.content.media_type_empty",
-                    "an image block MUST carry its media type",
-                )
-        elif kind == "document":
-            document = block.document
-            if self.has_spec and not spec.supports_documents:
-                self.add(
-                    bpath,
-                    "request.content.document_unsupported",
-                    f"model {spec.id!r} does not accept document blocks (supports_documents=false)",
-                )
-            if document is not None and document.media_type == "":
+        support = _BLOCK_SUPPORT.get(kind)
+        if support is not None and self.has_spec and not support.supported(spec, self.thinking):
+            self.add(
+                bpath,
+                f"request.content.{kind}_unsupported",
+                f"model {spec.id!r} {support.message}",
+                support.severity,
+            )
+        if kind in _MEDIA_BLOCKS:
+            media = block.image if kind == "image" else block.document
+            if media is not None and media.media_type == "":
                 self.add(
                     _join(bpath, "media_type"),
                     "request.content.media_type_empty",
-                    "a document block MUST carry its media type",
+                    f"{_MEDIA_BLOCKS[kind]} MUST carry its media type",
                 )
-        elif kind in ("thinking", "redacted_thinking"):
-            if self.has_spec and not self.thinking.supported:
-                self.add(
-                    bpath,
-                    f"request.content.{kind}_unsupported",
-                    f"model {spec.id!r} does not reason (thinking.supported=false); a {kind} "
-                    "block is not relevant to it and an adapter will not send it",
-                    "warning",
-                )
-        elif kind == "text":
+        if kind == "text":
             text = block.text
             if text is not None and text.vendor_data:
                 for problem in vendor_data_problems(text.vendor_data, item="text block"):
@@ -255,12 +282,6 @@ class _RequestChecker:
                     )
         elif kind == "tool_use":
             tool_use = block.tool_use
-            if self.has_spec and not spec.supports_tool_use:
-                self.add(
-                    bpath,
-                    "request.content.tool_use_unsupported",
-                    f"model {spec.id!r} does not accept tool_use blocks (supports_tool_use=false)",
-                )
             if tool_use is not None:
                 if tool_use.id == "":
                     self.add(
@@ -300,13 +321,6 @@ class _RequestChecker:
                     )
         elif kind == "tool_result":
             result = block.tool_result
-            if self.has_spec and not spec.supports_tool_use:
-                self.add(
-                    bpath,
-                    "request.content.tool_result_unsupported",
-                    f"model {spec.id!r} does not accept tool_result blocks "
-                    "(supports_tool_use=false)",
-                )
             if result is not None:
                 if result.tool_use_id not in earlier_ids:
                     self.add(
