@@ -232,7 +232,8 @@ def _style(stream: TextIO, code: str, text: str) -> str:
 
 
 def show_event(out: TextIO, event: StreamEvent, mode: str) -> str:
-    """Print one event; returns the new display mode (``thinking``, ``text``, ``tool``)."""
+    """Print one event; returns the new display mode (``thinking``, ``text``, ``tool``; ``""``
+    before the first event, when a tool call is printed without a new line before it)."""
     if event.thinking_delta is not None:
         if mode != "thinking":
             out.write(_style(out, "2", "[thinking] "))
@@ -244,7 +245,9 @@ def show_event(out: TextIO, event: StreamEvent, mode: str) -> str:
         mode = "text"
         out.write(event.text_delta.text)
     elif event.tool_call_start is not None:
-        out.write(_style(out, "36", f"\n[tool call {event.tool_call_start.name}("))
+        # a new line only after something printed: a call opening the answer starts it
+        start = "\n" if mode else ""
+        out.write(_style(out, "36", f"{start}[tool call {event.tool_call_start.name}("))
         mode = "tool"
     elif event.tool_call_delta is not None:
         out.write(_style(out, "36", event.tool_call_delta.arguments_fragment))
@@ -679,7 +682,8 @@ def add_chat_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         "--tools",
         default=None,
         metavar="FILE",
-        help="JSON array of tool declarations {name, description, inputSchema} (default: none)",
+        help="JSON file of tool declarations {name, description, inputSchema}: an array, or an "
+        'object with the array under "tools" (default: none)',
     )
     chat.add_argument(
         "prompt",
