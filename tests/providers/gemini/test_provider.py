@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from datetime import timedelta
@@ -20,7 +21,13 @@ from protocol_py.client.client import ModelClient
 from protocol_py.provider import ProviderError
 from protocol_py.providers import load_provider_class
 from protocol_py.providers.gemini.auth import VertexCredentials
-from protocol_py.providers.gemini.provider import GeminiProvider, VertexProvider, vertex_base_url
+from protocol_py.providers.gemini.models import gemini_models
+from protocol_py.providers.gemini.provider import (
+    NO_API_KEY,
+    GeminiProvider,
+    VertexProvider,
+    vertex_base_url,
+)
 from protocol_py.providers.gemini.request import build_gemini_body
 from protocol_py.providers.http.errors import RetryPolicy
 from protocol_py.providers.http.request import dump_body
@@ -582,3 +589,60 @@ async def test_cli_serves_gemini_and_vertex_with_base_url(
     else:
         assert seen.path.startswith("/projects/proj-cli/locations/us-central1/publishers/google/")
         assert seen.headers["authorization"] == "Bearer ya29.stub-1"
+
+
+async def test_discovery_without_a_key_sends_nothing_and_says_the_vendor_catalog_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with GeminiStub() as stub:
+        stub.listing = {
+            "models": [
+                {
+                    "name": "models/gemini-4-preview",
+                    "supportedGenerationMethods": ["generateContent"],
+                }
+            ]
+        }
+        provider = GeminiProvider.from_cli(base_url=stub.url, discover=None, env={})
+        assert isinstance(provider, GeminiProvider) and provider.discover  # a foreign URL
+        try:
+            async for client in served_client(provider):  # ModelServer.start starts it
+                done = await client.complete(completion("gemini-2.5-flash"), timeout=20)
+                assert done.error is not None
+                assert (done.error.kind, done.error.message) == (
+                    ErrorKind.AUTHENTICATION,
+                    NO_API_KEY,
+                )
+                assert (await client.describe(timeout=10)).name
+        finally:
+            await provider.aclose()
+    assert stub.seen == []  # neither the discovery GET nor the call went upstream
+    ids = [m.id for m in provider.capabilities().models]
+    assert ids == [m.id for m in gemini_models()]
+    served = [r.getMessage() for r in caplog.records if "serving" in r.getMessage()]
+    assert served == [
+        f"provider gemini: serving {len(ids)} models from the built-in gemini catalog (model "
+        f"discovery skipped: {NO_API_KEY}) at {provider.base_url}/"
+    ], served
+
+
+async def test_discovery_with_a_key_serves_the_upstream_models_in_place_of_the_catalog() -> None:
+    async with GeminiStub() as stub:
+        stub.listing = {
+            "models": [
+                {
+                    "name": "models/gemini-4-preview",
+                    "supportedGenerationMethods": ["generateContent"],
+                }
+            ]
+        }
+        provider = GeminiProvider.from_cli(
+            base_url=stub.url, discover=None, env={"GEMINI_API_KEY": KEY}
+        )
+        try:
+            await provider.start()
+        finally:
+            await provider.aclose()
+    assert [m.id for m in provider.capabilities().models] == ["gemini-4-preview"]
+    assert [s.path for s in stub.seen] == ["/models"]

@@ -185,6 +185,11 @@ class GeminiProvider(HTTPProvider):
                 "gemini: %s; every request fails with AUTHENTICATION until one is set", NO_API_KEY
             )
 
+    def discovery_skipped(self) -> str | None:
+        """Without a key nothing is sent upstream, model discovery included (every call would
+        fail AUTHENTICATION at once): :data:`NO_API_KEY`."""
+        return None if self.api_key else NO_API_KEY
+
     async def refresh_auth(self) -> None:
         """Refuse a call without a key at once, before anything is sent.
 
@@ -568,6 +573,11 @@ class VertexProvider(GeminiProvider):
                 "vertex: no project: set GOOGLE_CLOUD_PROJECT or Configure project; every "
                 "request fails until one is known"
             )
+
+    def discovery_skipped(self) -> str | None:
+        """Never: Vertex AI authenticates with a token as well as a key (:meth:`start` fetches
+        one first, failing start-up without credentials)."""
+        return None
 
     async def start(self) -> None:
         """Warn about missing credentials or project; with ``--discover`` fetch a token

@@ -470,7 +470,8 @@ class HTTPProvider(Provider, abc.ABC):
 
     async def start(self) -> None:
         """Warn (one WARNING line naming :attr:`api_key_env`) when no API key is set; when
-        discovering: read GET <base>/models; then log (INFO) which catalog is served.
+        discovering (and :meth:`discovery_skipped` gives no reason not to): read GET
+        <base>/models; then log (INFO) which catalog is served, and why discovery was skipped.
 
         At the vendor's own URL, discovered ids are added to the vendor catalog (priced like
         its entries); at any other URL the upstream's list replaces the vendor catalog (no
@@ -481,13 +482,17 @@ class HTTPProvider(Provider, abc.ABC):
                 credentials) and the cause in words.
         """
         self.warn_missing_credentials()
-        if self.discover:
+        skipped = self.discovery_skipped() if self.discover else None
+        discovering = self.discover and skipped is None
+        if discovering:
             await self._discover()
         where = safe_location(self.base_url)
-        if self.discover and not self.official_upstream:
+        if discovering and not self.official_upstream:
             what = "the upstream's own model list (discovered)"
-        elif self.discover:
+        elif discovering:
             what = f"the {self.name} catalog plus the upstream's model list (discovered)"
+        elif skipped is not None:
+            what = f"the built-in {self.name} catalog (model discovery skipped: {skipped})"
         else:
             what = f"the built-in {self.name} catalog (no discovery)"
         log.info(
@@ -497,6 +502,12 @@ class HTTPProvider(Provider, abc.ABC):
             what,
             where,
         )
+
+    def discovery_skipped(self) -> str | None:
+        """Why ``--discover`` sends no request upstream at start-up (the vendor catalog is
+        served instead), or None to discover. Default: never skipped (a local upstream may need
+        no key)."""
+        return None
 
     def warn_missing_credentials(self) -> None:
         """At start-up, one WARNING line when no API key is set, naming :attr:`api_key_env`
