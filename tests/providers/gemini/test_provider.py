@@ -1,5 +1,6 @@
 """The gemini and vertex providers against the stub: URLs, headers, credentials, errors,
-countTokens, discovery and the console script (docs/adapters.md "Gemini")."""
+countTokens, discovery and the console script (docs/adapters.md "Gemini"). HTTP error
+classification by status: tests/providers/http/test_error_classification_paths.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -152,121 +152,6 @@ async def test_429_retry_delay_is_the_retry_hint() -> None:
         "RESOURCE_EXHAUSTED",
     )
     assert error.retry_after == timedelta(seconds=0.25)
-
-
-@pytest.mark.parametrize(
-    ("status", "body", "kind"),
-    [
-        (
-            400,
-            {
-                "error": {
-                    "code": 400,
-                    "message": "API key not valid. Please pass a valid API key.",
-                    "status": "INVALID_ARGUMENT",
-                    "details": [
-                        {
-                            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                            "reason": "API_KEY_INVALID",
-                        }
-                    ],
-                }
-            },
-            ErrorKind.AUTHENTICATION,
-        ),
-        (
-            400,
-            [
-                {
-                    "error": {
-                        "code": 400,
-                        "message": "The input token count (1200000) exceeds the "
-                        "maximum number of tokens allowed (1048576).",
-                        "status": "INVALID_ARGUMENT",
-                    }
-                }
-            ],
-            ErrorKind.CONTEXT_OVERFLOW,
-        ),
-        (
-            400,
-            {
-                "error": {
-                    "code": 400,
-                    "message": "User location is not supported",
-                    "status": "FAILED_PRECONDITION",
-                }
-            },
-            ErrorKind.QUOTA_EXHAUSTED,
-        ),
-        (
-            429,
-            {
-                "error": {
-                    "code": 429,
-                    "message": "Quota exceeded, limit: 0",
-                    "status": "RESOURCE_EXHAUSTED",
-                }
-            },
-            ErrorKind.QUOTA_EXHAUSTED,
-        ),
-        (
-            429,
-            {
-                "error": {
-                    "code": 429,
-                    "message": "quota",
-                    "status": "RESOURCE_EXHAUSTED",
-                    "details": [
-                        {
-                            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                            "violations": [{"quotaId": "GenerateRequestsPerDayPerProject"}],
-                        }
-                    ],
-                }
-            },
-            ErrorKind.QUOTA_EXHAUSTED,
-        ),
-        (
-            503,
-            {
-                "error": {
-                    "code": 503,
-                    "message": "This model is currently experiencing high demand.",
-                    "status": "UNAVAILABLE",
-                }
-            },
-            ErrorKind.OVERLOADED,
-        ),
-        (
-            504,
-            {"error": {"code": 504, "message": "Deadline", "status": "DEADLINE_EXCEEDED"}},
-            ErrorKind.TRANSIENT,
-        ),
-        (
-            404,
-            {"error": {"code": 404, "message": "models/x is not found", "status": "NOT_FOUND"}},
-            ErrorKind.NOT_FOUND,
-        ),
-    ],
-)
-async def test_http_errors_are_classified(status: int, body: Any, kind: ErrorKind) -> None:
-    async with GeminiStub() as stub:
-        stub.queue(
-            Reply(
-                status=status,
-                headers={"content-type": "application/json"},
-                chunks=[json.dumps(body).encode()],
-            )
-        )
-        provider = GeminiProvider(api_key=KEY, base_url=stub.url, retry=RetryPolicy(max_attempts=1))
-        try:
-            events = await _collect(provider, completion("gemini-2.5-flash"))
-        finally:
-            await provider.aclose()
-    assert kinds(events) == ["error"]
-    assert events[0].error is not None
-    assert (events[0].error.kind, events[0].error.http_status) == (kind, status)
 
 
 async def test_count_tokens_uses_the_vendor_endpoint() -> None:
