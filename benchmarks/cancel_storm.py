@@ -29,19 +29,15 @@ import contextlib
 import json
 import os
 import random
-import statistics
 import subprocess
-import sys
 import time
 from typing import Any
 
+from _harness import MIB, cpu_s, medians, rss, spawn_serve, user_request
+
 from protocol_py.client.client import ModelClient
-from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 
-MIB = 1024 * 1024
-TICK = os.sysconf("SC_CLK_TCK")
 MODEL = {"reference": "reference-large", "openai": "gpt-6-sol"}
 
 
@@ -54,31 +50,16 @@ def _prompt() -> str:
 
 
 def request(provider: str) -> StreamCompletionRequest:
-    return StreamCompletionRequest(
-        model_id=MODEL[provider],
-        messages=[
-            Message(
-                role=Role.USER,
-                id="01J00000000000000000000001",
-                content=[ContentBlock(text=TextBlock(text=_prompt()))],
-            )
-        ],
-        call_context=CallContext(session_id="bench", turn_id="bench"),
-    )
+    return user_request(MODEL[provider], _prompt())
 
 
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+def spawn(provider: str, upstream: int) -> tuple[subprocess.Popen[str], int]:
+    extra = ["--provider", provider]
+    env = dict(os.environ)
+    if provider == "openai":
+        extra += ["--base-url", f"http://127.0.0.1:{upstream}", "--no-discover"]
+        env["OPENAI_API_KEY"] = "sk-bench-key-000000000000"
+    return spawn_serve(*extra, stderr=subprocess.DEVNULL, env=env)
 
 
 class Upstream:
@@ -124,24 +105,6 @@ class Upstream:
         finally:
             self.open -= 1
             writer.close()
-
-
-def spawn(provider: str, upstream: int) -> tuple[subprocess.Popen[str], int]:
-    extra = ["--provider", provider]
-    env = dict(os.environ)
-    if provider == "openai":
-        extra += ["--base-url", f"http://127.0.0.1:{upstream}", "--no-discover"]
-        env["OPENAI_API_KEY"] = "sk-bench-key-000000000000"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake", "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    return proc, int(line.split("|")[2].rpartition(":")[2])
 
 
 async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str, Any]:
@@ -221,7 +184,7 @@ async def main(args: argparse.Namespace) -> None:
         f"{args.connections} connections, {args.prompt_kib} KiB prompts; "
         f"median of {args.repeat} runs"
     )
-    print(json.dumps({k: statistics.median(r[k] for r in runs) for k in runs[0]}))
+    print(json.dumps(medians(runs)))
     print("runs:", json.dumps(runs))
 
 

@@ -19,7 +19,6 @@ import multiprocessing
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,6 +28,7 @@ import grpc  # type: ignore[import-untyped]
 import h2.config
 import h2.connection
 import h2.events
+from _harness import rss, spawn_serve
 from hyperframe.frame import (
     DataFrame,
     PingFrame,
@@ -40,24 +40,8 @@ from hyperframe.frame import (
 SERVICE = "/model.v1.ModelService/"
 
 
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def spawn(log: Any) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "protocol_py.cli", "serve", "--handshake", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    return proc, int(line.split("|")[2].rpartition(":")[2])
+    return spawn_serve(stderr=log)
 
 
 def frames(kind: str, count: int) -> bytes:

@@ -38,6 +38,7 @@ import time
 from typing import Any, Final
 
 import grpclib.const
+from _harness import status_kib
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from server import RawCodec
@@ -132,15 +133,6 @@ def huge_request(kind: str) -> tuple[str, bytes]:
         payload = json.dumps({"text": "x" * 1024, "times": 60 * 1024}).encode()
         return RENDER, wire.encode(RenderRequest(payload_type="reference.repeat", payload=payload))
     raise ValueError(f"--kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-
-
-def rss_kib(pid: int, field: str) -> int:
-    """``VmRSS`` or ``VmHWM`` of ``pid`` in KiB."""
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def _serve(port_queue: Any, worst: Any, trace: dict[str, Any] | None = None) -> None:
@@ -298,7 +290,7 @@ async def one_run(
         await asyncio.sleep(CONTROL_S)
         control_stream, control_probe = observer.worst, worst_probe.value
         control_describe = describer.worst
-        idle_rss = rss_kib(server.pid or 0, "VmRSS")
+        idle_rss = status_kib(server.pid or 0, "VmRSS")
         observer.reset()
         describer.reset()
         worst_probe.value = 0.0
@@ -311,7 +303,7 @@ async def one_run(
         await asyncio.sleep(SETTLE_S)
         stream_gap, probe_gap = observer.worst, worst_probe.value
         describe_gap = describer.worst
-        growth = (rss_kib(server.pid or 0, "VmHWM") - idle_rss) / 1024
+        growth = (status_kib(server.pid or 0, "VmHWM") - idle_rss) / 1024
         return (
             stream_gap,
             probe_gap,

@@ -30,8 +30,6 @@ import os
 import random
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -42,6 +40,7 @@ import grpc  # type: ignore[import-untyped]
 import h2.config
 import h2.connection
 import h2.events
+from _harness import MIB, rss, spawn_serve, user_request
 from google.protobuf import (  # type: ignore[import-untyped]
     descriptor_pb2,
     descriptor_pool,
@@ -52,7 +51,6 @@ from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (
     CountTokensRequest,
     DescribeRequest,
@@ -65,7 +63,6 @@ from protocol_py_gen.model.v1 import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-MIB = 1024 * 1024
 STREAM_PATH = "/model.v1.ModelService/StreamCompletion"
 
 
@@ -83,25 +80,7 @@ UPB = _classes()
 
 
 def request(prompt: str = "Hello there") -> StreamCompletionRequest:
-    return StreamCompletionRequest(
-        model_id="reference-large",
-        messages=[
-            Message(
-                role=Role.USER,
-                id="01J00000000000000000000001",
-                content=[ContentBlock(text=TextBlock(text=prompt))],
-            )
-        ],
-        call_context=CallContext(session_id="bench", turn_id="bench"),
-    )
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return user_request("reference-large", prompt)
 
 
 def fds(pid: int | str = "self") -> int:
@@ -181,27 +160,6 @@ async def stop_latency(repeat: int) -> dict[str, float]:
 # -- 2. memory ---------------------------------------------------------------------------------
 
 
-def _spawn(*extra: str) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "protocol_py.cli",
-            "serve",
-            "--handshake",
-            "--port",
-            "0",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    return proc, int(line.split("|")[2].rpartition(":")[2])
-
-
 def _render(port: int, mib: int) -> str:
     payload = json.dumps({"text": "x" * 1024, "times": mib * 1024}).encode()
     message = UPB("model.v1.RenderRequest")(payload_type="reference.repeat", payload=payload)
@@ -278,7 +236,7 @@ class Raw:
 
 
 def memory(clients: int, calls: int) -> dict[str, Any]:
-    proc, port = _spawn("--log-level", "WARNING")
+    proc, port = spawn_serve("--log-level", "WARNING")
     try:
         _render(port, 1)
         time.sleep(0.5)
@@ -335,7 +293,7 @@ def memory(clients: int, calls: int) -> dict[str, Any]:
 
 
 def resets(count: int) -> dict[str, Any]:
-    proc, port = _spawn("--log-level", "WARNING")
+    proc, port = spawn_serve("--log-level", "WARNING")
     raw = Raw(port)
     try:
         body = frame(bytes(CountTokensRequest(model_id="reference-large")))

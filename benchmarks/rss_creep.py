@@ -18,11 +18,11 @@ import statistics
 import time
 
 import grpc  # type: ignore[import-untyped]
-from reliability import _spawn, request, rss
+from _harness import MIB, rss, spawn_serve
+from reliability import request
 
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 
-MIB = 1024 * 1024
 STREAM_PATH = "/model.v1.ModelService/StreamCompletion"
 
 
@@ -43,7 +43,7 @@ def conversation(call: int, messages: int) -> bytes:
 
 def one_run(calls: int, messages: int) -> tuple[float, float, float]:
     """(baseline, peak, final) RSS of one server, MiB."""
-    proc, port = _spawn("--log-level", "WARNING")
+    proc, port = spawn_serve("--log-level", "WARNING")
     try:
         options = [("grpc.max_send_message_length", 64 * MIB)]
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:

@@ -42,6 +42,7 @@ from typing import Any
 import grpc_tools
 import grpclib.const
 import grpclib.server
+from _harness import user_request
 from grpc_tools import protoc
 from grpclib.client import Channel
 from grpclib.encoding.base import CodecBase
@@ -51,7 +52,6 @@ from protocol_py import _compat
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import (
     GenerationParams,
     Stop,
@@ -90,17 +90,7 @@ def events(n: int) -> list[StreamEvent]:
 
 
 def request(model: str = "reference-small") -> StreamCompletionRequest:
-    return StreamCompletionRequest(
-        model_id=model,
-        messages=[
-            Message(
-                role=Role.USER,
-                id="01J00000000000000000000001",
-                content=[ContentBlock(text=TextBlock(text="Benchmark the server please."))],
-            )
-        ],
-        call_context=CallContext(session_id="bench", turn_id="bench"),
-    )
+    return user_request(model, "Benchmark the server please.")
 
 
 class RawCodec(CodecBase):
