@@ -62,7 +62,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py.codec import wire
 from protocol_py.codec.wire_gen import State
 from protocol_py.server.grpc_layer.limits import decode_request, parse_size
-from protocol_py.server.offload import run_cpu
+from protocol_py.server.offload import JobNotStarted, run_cpu, run_cpu_started_by
 
 __all__ = [
     "ADMISSION_WAIT",
@@ -381,7 +381,13 @@ class CallMemory:
             state = State(allowed) if allowed < wire.MAX_DECODED_OBJECTS else State()
             over = False
             try:
-                message = await run_cpu(size, work, state)
+                if allowed < most:  # no room for all it may hold: the call waits from now
+                    message = await run_cpu_started_by(self._wait_until(), size, work, state)
+                else:
+                    message = await run_cpu(size, work, state)
+            except JobNotStarted:
+                over = True  # no worker before the call's wait ran out: room for all now,
+                # or refused below (the wait is over, so grow_to refuses at once)
             except wire.DecodeBudgetError:
                 over = True  # raised below, outside this block: no chained traceback (with
                 # the frames holding the body and the partial decode) outlives the call
