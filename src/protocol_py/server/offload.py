@@ -8,9 +8,10 @@ the thread hand-off costs more than the work). The GIL still serialises Python c
 interpreter switches threads every ``sys.getswitchinterval()`` seconds (5 ms by default), so the
 loop gets the interpreter back within about one interval: see :data:`SWITCH_INTERVAL_S`.
 
-At most :data:`MAX_CPU_JOBS` such steps run at once (process-wide); more wait their turn on the
-event loop without holding it, so N huge requests cannot starve the loop of the interpreter or
-hold N decoded copies in memory at once.
+At most :data:`MAX_CPU_JOBS` (one) such steps run at once (process-wide); more wait their turn,
+in arrival order, on the event loop without holding it, so N huge requests cannot starve the
+loop of the interpreter or hold N decoded copies in memory at once (docs/decisions.md#d38).
+``protocol-py serve`` also lowers the switch interval to :data:`SERVE_SWITCH_INTERVAL_S`.
 
 Cancellation reaches the worker: when the task awaiting :func:`run_cpu` is cancelled (the
 client cancelled its stream, its deadline passed, its connection dropped), a step not yet

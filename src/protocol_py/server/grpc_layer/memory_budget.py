@@ -6,7 +6,10 @@ under the per-request bounds, add up. :class:`MemoryBudget` counts, for every ca
 of the bytes it holds, and a call that would take the total past the budget waits (at most
 :data:`ADMISSION_WAIT` seconds, or until its deadline) and is then refused with
 RESOURCE_EXHAUSTED, in-band (an OVERLOADED ``error`` event) for StreamCompletion. Calls already
-admitted keep their bytes and finish.
+admitted keep their bytes and finish. The wait runs from the moment the call first finds no
+room; a call whose room does not cover all the elements its request may hold waits for the CPU
+worker (``protocol_py.server.offload.run_cpu_started_by``) within the same wait, so a long queue
+of heavy calls cannot stretch it (docs/decisions.md#d38).
 
 What a call is charged, and when (:class:`CallMemory`):
 
