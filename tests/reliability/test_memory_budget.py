@@ -7,12 +7,14 @@ still serving."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
 from h2.errors import ErrorCodes
 
 from protocol_py.providers.reference import ReferenceProvider
+from protocol_py.server import offload
 from protocol_py.server.grpc_layer.memory_budget import CallMemory
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
@@ -23,7 +25,7 @@ from protocol_py_gen.model.v1 import (
 )
 
 from ..support.h2_client import RawH2, grpc_frame
-from .conftest import acall, request, serve, still_serving
+from .conftest import acall, request, serve, still_serving, user
 from .test_reply_budget import render_body
 
 MiB = 1024 * 1024
@@ -206,4 +208,69 @@ async def test_held_large_replies_are_charged_to_the_same_budget() -> None:
         assert memory.held == 0
         await still_serving(served)
     finally:
+        await served.server.shutdown(grace_period=0)
+
+
+def _many_elements_request(messages: int) -> bytes:
+    """A StreamCompletion of ``messages`` one-letter user messages (two elements each)."""
+    return bytes(request()) + bytes(
+        StreamCompletionRequest(messages=[user("a", f"01J{i + 2:023d}") for i in range(messages)])
+    )
+
+
+async def test_a_call_without_room_is_refused_while_the_worker_is_still_busy() -> None:
+    served = await serve(memory_budget=16 * MiB)
+    served.server.memory.wait = 0.3
+    release = threading.Event()
+    try:
+        # other requests' steps hold every CPU worker until released
+        busy = [
+            asyncio.create_task(offload.run_cpu(offload.OFFLOAD_MIN_BYTES, release.wait))
+            for _ in range(offload.MAX_CPU_JOBS)
+        ]
+        await asyncio.sleep(0)
+        body = _many_elements_request(30_000)  # its worst case needs far more than 16 MiB
+        result = await acall(served.address, "StreamCompletion", body, stream=True, timeout=20)
+        assert not any(job.done() for job in busy)  # refused without waiting for a worker
+        assert result.code == "OK", result  # ended in-band
+        events = [StreamEvent.parse(r) for r in result.replies]
+        assert len(events) == 1 and events[0].error is not None, events
+        assert events[0].error.kind == ErrorKind.OVERLOADED and events[0].error.retryable
+        assert served.server.memory.refused == 1
+        release.set()
+        assert await asyncio.gather(*busy) == [True] * offload.MAX_CPU_JOBS
+        await _until(lambda: served.server.memory.held == 0)
+        await still_serving(served)
+    finally:
+        release.set()
+        await served.server.shutdown(grace_period=0)
+
+
+async def test_a_call_with_room_for_its_worst_case_waits_for_the_busy_worker() -> None:
+    served = await serve(memory_budget=1024 * MiB)
+    served.server.memory.wait = 0.3
+    release = threading.Event()
+    try:
+        busy = [
+            asyncio.create_task(offload.run_cpu(offload.OFFLOAD_MIN_BYTES, release.wait))
+            for _ in range(offload.MAX_CPU_JOBS)
+        ]
+        await asyncio.sleep(0)
+        body = _many_elements_request(30_000)  # its worst case fits in 1 GiB
+        call = asyncio.create_task(
+            acall(served.address, "StreamCompletion", body, stream=True, timeout=60)
+        )
+        await _until(lambda: served.server.memory.held > 2 * len(body))  # decode reserved
+        await asyncio.sleep(0.5)  # past its wait for room: it is admitted, so still waits
+        assert not call.done() and served.server.memory.refused == 0
+        release.set()
+        result = await call
+        await asyncio.gather(*busy)
+        assert result.code == "OK", result
+        assert StreamEvent.parse(result.replies[-1]).stop is not None
+        assert served.server.memory.refused == 0
+        await _until(lambda: served.server.memory.held == 0)
+        await still_serving(served)
+    finally:
+        release.set()
         await served.server.shutdown(grace_period=0)

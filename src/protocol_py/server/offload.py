@@ -8,9 +8,10 @@ the thread hand-off costs more than the work). The GIL still serialises Python c
 interpreter switches threads every ``sys.getswitchinterval()`` seconds (5 ms by default), so the
 loop gets the interpreter back within about one interval: see :data:`SWITCH_INTERVAL_S`.
 
-At most :data:`MAX_CPU_JOBS` such steps run at once (process-wide); more wait their turn on the
-event loop without holding it, so N huge requests cannot starve the loop of the interpreter or
-hold N decoded copies in memory at once.
+At most :data:`MAX_CPU_JOBS` (one) such steps run at once (process-wide); more wait their turn,
+in arrival order, on the event loop without holding it, so N huge requests cannot starve the
+loop of the interpreter or hold N decoded copies in memory at once (docs/decisions.md#d38).
+``protocol-py serve`` also lowers the switch interval to :data:`SERVE_SWITCH_INTERVAL_S`.
 
 Cancellation reaches the worker: when the task awaiting :func:`run_cpu` is cancelled (the
 client cancelled its stream, its deadline passed, its connection dropped), a step not yet
@@ -28,6 +29,7 @@ import contextlib
 import gc
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, ParamSpec, TypeVar
@@ -38,13 +40,16 @@ __all__ = [
     "OFFLOAD_MIN_BYTES",
     "POOL_START_TIMEOUT_S",
     "RELEASE_STEP_ITEMS",
+    "SERVE_SWITCH_INTERVAL_S",
     "SWITCH_INTERVAL_S",
     "JobCancelled",
+    "JobNotStarted",
     "checkpoint",
     "release_dict_in_steps",
     "release_in_steps",
     "release_large",
     "run_cpu",
+    "run_cpu_started_by",
     "run_released",
     "start_workers",
 ]
@@ -52,9 +57,13 @@ __all__ = [
 P = ParamSpec("P")
 T = TypeVar("T")
 
-MAX_CPU_JOBS: Final = 2
+MAX_CPU_JOBS: Final = 1
 """Most CPU-heavy steps (decode, validation, translation, token counting) running at once in
-worker threads, process-wide. Later ones wait (asynchronously) for a free slot."""
+worker threads, process-wide (docs/decisions.md#d38). Later ones wait (asynchronously, in
+arrival order) for the free slot. One: two workers in pure-Python decodes take the interpreter
+from each other and from the loop thread, which waits up to a switch interval for it after each
+syscall, so the loop's gaps grew with the number of workers, and each running decode holds its
+objects."""
 
 OFFLOAD_MIN_BYTES: Final = 64 * 1024
 """Inputs of at least this many bytes (64 KiB of request) are processed in a worker thread;
@@ -63,6 +72,14 @@ smaller ones inline, where the step takes well under a millisecond."""
 SWITCH_INTERVAL_S: Final = 0.005
 """The interpreter's thread switch interval the loop-stall bound relies on, seconds (CPython's
 default). :func:`run_cpu` lowers a larger ``sys.setswitchinterval`` to this value."""
+
+SERVE_SWITCH_INTERVAL_S: Final = 0.001
+"""The thread switch interval ``protocol-py serve`` (:func:`protocol_py.server.serve.serve`)
+sets for its process, seconds (docs/decisions.md#d38). After each syscall the loop thread waits
+for a worker in a pure-Python decode to give the interpreter back, up to one interval: at 5 ms
+a Describe beside 32 concurrent near-limit requests waited up to 250 ms, at 1 ms 64-72 ms
+(``benchmarks/heavy_calls.py``). Not set on import: it is process-wide, the embedding
+application's to choose."""
 
 GC_QUIET_MIN_BYTES: Final = 1024 * 1024
 """Inputs of at least this many bytes (1 MiB) run with the cyclic garbage collector paused,
@@ -74,6 +91,11 @@ that would hold the interpreter (and so the event loop) for hundreds of millisec
 class JobCancelled(Exception):  # noqa: N818 (a signal, like asyncio.CancelledError)
     """Raised by :func:`checkpoint` in a worker step whose awaiting task was cancelled; the
     step's result was already dropped, so nothing catches it but the worker."""
+
+
+class JobNotStarted(Exception):  # noqa: N818 (a signal, like TimeoutError)
+    """Raised by :func:`run_cpu_started_by` when no worker slot was free by its time; the step
+    never ran."""
 
 
 _job_state = threading.local()
@@ -368,11 +390,37 @@ async def run_cpu(size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kw
     Raises:
         Whatever ``func`` raises.
     """
+    return await _run(None, size, func, *args, **kwargs)
+
+
+async def run_cpu_started_by(
+    until: float, size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """:func:`run_cpu`, but a step that has not got a worker slot by the monotonic time
+    ``until`` never runs: :class:`JobNotStarted` is raised instead (for a call whose wait is
+    bounded, docs/decisions.md#d32).
+
+    Raises:
+        JobNotStarted: no slot free by ``until``.
+        Whatever ``func`` raises.
+    """
+    return await _run(until, size, func, *args, **kwargs)
+
+
+async def _run(
+    until: float | None, size: int, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
     if size < OFFLOAD_MIN_BYTES:
         return func(*args, **kwargs)
     loop = asyncio.get_running_loop()
     slot = _slot(loop)
-    await slot.acquire()
+    if until is None or not slot.locked():
+        await slot.acquire()
+    else:
+        try:
+            await asyncio.wait_for(slot.acquire(), max(0.0, until - time.monotonic()))
+        except TimeoutError:
+            raise JobNotStarted from None
     stop = threading.Event()
     try:
         if size >= GC_QUIET_MIN_BYTES:

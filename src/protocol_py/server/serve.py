@@ -43,6 +43,7 @@ from protocol_py.server import (
 from protocol_py.server.go_plugin import GoPluginServices
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
+from protocol_py.server.offload import SERVE_SWITCH_INTERVAL_S
 from protocol_py.server.parent_watch import ParentWatch, watch_parent
 from protocol_py.transport import go_plugin as go_plugin_handshake
 from protocol_py.transport.go_plugin import NotLaunchedByKernelError, go_plugin_launch
@@ -464,8 +465,11 @@ def serve(
     this call), with ``restore_signals=False``: after it returns, SIGINT and SIGTERM are
     ignored (``SIG_IGN``; the process is expected to exit, and a second signal must not kill
     it). The process's glibc malloc arenas are limited first
-    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`)."""
+    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`), and its thread switch
+    interval is set to :data:`~protocol_py.server.offload.SERVE_SWITCH_INTERVAL_S`
+    (docs/decisions.md#d38; a process-wide setting, so only here, never on import)."""
     limit_malloc_arenas()
+    sys.setswitchinterval(SERVE_SWITCH_INTERVAL_S)
     asyncio.run(
         serve_async(
             provider,

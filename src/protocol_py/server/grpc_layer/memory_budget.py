@@ -6,7 +6,10 @@ under the per-request bounds, add up. :class:`MemoryBudget` counts, for every ca
 of the bytes it holds, and a call that would take the total past the budget waits (at most
 :data:`ADMISSION_WAIT` seconds, or until its deadline) and is then refused with
 RESOURCE_EXHAUSTED, in-band (an OVERLOADED ``error`` event) for StreamCompletion. Calls already
-admitted keep their bytes and finish.
+admitted keep their bytes and finish. The wait runs from the moment the call first finds no
+room; a call whose room does not cover all the elements its request may hold waits for the CPU
+worker (``protocol_py.server.offload.run_cpu_started_by``) within the same wait, so a long queue
+of heavy calls cannot stretch it (docs/decisions.md#d38).
 
 What a call is charged, and when (:class:`CallMemory`):
 
@@ -62,7 +65,7 @@ from grpclib.exceptions import GRPCError
 from protocol_py.codec import wire
 from protocol_py.codec.wire_gen import State
 from protocol_py.server.grpc_layer.limits import decode_request, parse_size
-from protocol_py.server.offload import run_cpu
+from protocol_py.server.offload import JobNotStarted, run_cpu, run_cpu_started_by
 
 __all__ = [
     "ADMISSION_WAIT",
@@ -381,7 +384,13 @@ class CallMemory:
             state = State(allowed) if allowed < wire.MAX_DECODED_OBJECTS else State()
             over = False
             try:
-                message = await run_cpu(size, work, state)
+                if allowed < most:  # no room for all it may hold: the call waits from now
+                    message = await run_cpu_started_by(self._wait_until(), size, work, state)
+                else:
+                    message = await run_cpu(size, work, state)
+            except JobNotStarted:
+                over = True  # no worker before the call's wait ran out: room for all now,
+                # or refused below (the wait is over, so grow_to refuses at once)
             except wire.DecodeBudgetError:
                 over = True  # raised below, outside this block: no chained traceback (with
                 # the frames holding the body and the partial decode) outlives the call

@@ -18,8 +18,9 @@ attack of 4 clients x 5 unread 60 MiB Render replies, ``tests/reliability/test_r
 * A reply is counted only once it is encoded, since its size is not known before: until the
   budget refuses it, a reply being built holds the provider's response (one copy) and, while
   it is encoded, its encoding (a second copy). The reference provider builds large texts in at
-  most ``protocol_py.server.offload.MAX_CPU_JOBS`` (2) worker threads, but finished texts wait for
-  the event loop, so in the attack about 5 replies were being built or refused at the peak:
+  most ``protocol_py.server.offload.MAX_CPU_JOBS`` worker threads (2 when measured), but
+  finished texts wait for the event loop, so in the attack about 5 replies were being built or
+  refused at the peak:
   peak RSS 588-590 MiB over a 50 MiB baseline = 240 MiB held (2 replies, counted) + about
   300 MiB of replies being built and refused (not counted). The bound on memory is therefore
   :data:`REPLY_BUDGET_BYTES` plus the replies in the making, each at most 2 x its size
