@@ -146,6 +146,19 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def length_prefix(data: bytes, pos: int) -> tuple[int, int]:
+    """(length, next position) of the length prefix of a length-delimited field at ``pos``:
+    the one- and two-byte prefixes (lengths up to 16 KiB, nearly every field) read inline,
+    longer ones by :func:`varint`. IndexError past the end, as :func:`varint`."""
+    size = data[pos]
+    if size < 0x80:
+        return size, pos + 1
+    second = data[pos + 1]
+    if second < 0x80:
+        return (size & 0x7F) | second << 7, pos + 2
+    return varint(data, pos)
+
+
 SMALL: Final = [bytes([i]) for i in range(128)]
 
 
