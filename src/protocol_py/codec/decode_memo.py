@@ -103,7 +103,11 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
                     return None
             kind = tag & 7
             if kind == 2:
-                size, pos = length_prefix(image, pos)
+                size = image[pos]
+                if size < 0x80:  # one byte: most fields
+                    pos += 1
+                else:
+                    size, pos = length_prefix(image, pos)
                 if tag == (_ID_FIELD << 3 | 2):
                     start, stop = pos, pos + size
                     parts.append(image[kept:at])

@@ -252,7 +252,11 @@ def field_images(
             elif kind == 5:
                 pos += 4
             elif kind == 2:
-                size, pos = length_prefix(data, pos)
+                size = data[pos]
+                if size < 0x80:  # one byte: most fields
+                    pos += 1
+                else:
+                    size, pos = length_prefix(data, pos)
                 if tag >> 3 == number:
                     out.append(data[pos : pos + size] if size <= limit else None)
                 pos += size
@@ -282,7 +286,11 @@ def without_field(data: bytes, number: int) -> bytes | None:
                 tag, pos = varint(data, pos)
             kind = tag & 7
             if kind == 2:
-                size, pos = length_prefix(data, pos)
+                size = data[pos]
+                if size < 0x80:  # one byte: most fields
+                    pos += 1
+                else:
+                    size, pos = length_prefix(data, pos)
                 pos += size
             elif kind == 0:
                 _, pos = varint(data, pos)
