@@ -43,6 +43,7 @@ from protocol_py.codec.wire_gen import (
     GENERATOR,
     FallbackError,
     State,
+    length_prefix,
     over_budget,
     varint,
     varint_bytes,
@@ -103,13 +104,10 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
             kind = tag & 7
             if kind == 2:
                 size = image[pos]
-                if size < 0x80:
+                if size < 0x80:  # one byte: most fields
                     pos += 1
-                elif image[pos + 1] < 0x80:  # two bytes: up to 16 KiB
-                    size = (size & 0x7F) | image[pos + 1] << 7
-                    pos += 2
                 else:
-                    size, pos = varint(image, pos)
+                    size, pos = length_prefix(image, pos)
                 if tag == (_ID_FIELD << 3 | 2):
                     start, stop = pos, pos + size
                     parts.append(image[kept:at])

@@ -53,6 +53,7 @@ from protocol_py.codec.wire_gen import (
     encode_any,
     encode_into,
     flat_parts,
+    length_prefix,
     varint,
 )
 
@@ -252,13 +253,10 @@ def field_images(
                 pos += 4
             elif kind == 2:
                 size = data[pos]
-                if size < 0x80:
+                if size < 0x80:  # one byte: most fields
                     pos += 1
-                elif data[pos + 1] < 0x80:  # two bytes: up to 16 KiB
-                    size = (size & 0x7F) | data[pos + 1] << 7
-                    pos += 2
                 else:
-                    size, pos = varint(data, pos)
+                    size, pos = length_prefix(data, pos)
                 if tag >> 3 == number:
                     out.append(data[pos : pos + size] if size <= limit else None)
                 pos += size
@@ -289,13 +287,11 @@ def without_field(data: bytes, number: int) -> bytes | None:
             kind = tag & 7
             if kind == 2:
                 size = data[pos]
-                if size < 0x80:
-                    pos += 1 + size
-                elif data[pos + 1] < 0x80:  # two bytes: up to 16 KiB
-                    pos += 2 + ((size & 0x7F) | data[pos + 1] << 7)
+                if size < 0x80:  # one byte: most fields
+                    pos += 1
                 else:
-                    size, pos = varint(data, pos)
-                    pos += size
+                    size, pos = length_prefix(data, pos)
+                pos += size
             elif kind == 0:
                 _, pos = varint(data, pos)
             elif kind == 1:

@@ -146,6 +146,19 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def length_prefix(data: bytes, pos: int) -> tuple[int, int]:
+    """(length, next position) of the length prefix of a length-delimited field at ``pos``:
+    the one- and two-byte prefixes (lengths up to 16 KiB, nearly every field) read inline,
+    longer ones by :func:`varint`. IndexError past the end, as :func:`varint`."""
+    size = data[pos]
+    if size < 0x80:
+        return size, pos + 1
+    second = data[pos + 1]
+    if second < 0x80:
+        return (size & 0x7F) | second << 7, pos + 2
+    return varint(data, pos)
+
+
 SMALL: Final = [bytes([i]) for i in range(128)]
 
 
@@ -676,7 +689,9 @@ class _Generator:
                 f"    out[i] = {heads}[n]",
                 f"    {size} += n + {len(head) + 1}",
                 "else:",
-                f"    h = {head!r} + varint_bytes(n)",
+                # a two-byte length (up to 16 KiB) without the call: 0.3 ms of a 601-message turn
+                f"    h = {head!r} + (bytes((n & 0x7F | 0x80, n >> 7)) if n < 0x4000"
+                " else varint_bytes(n))",
                 "    out[i] = h",
                 f"    {size} += n + len(h)",
             ]
@@ -750,7 +765,8 @@ class _Generator:
                     f"        out[j] = {heads}[es]",
                     f"        size += es + {len(head) + 1}",
                     "    else:",
-                    f"        h = {head!r} + varint_bytes(es)",
+                    f"        h = {head!r} + (bytes((es & 0x7F | 0x80, es >> 7))"
+                    " if es < 0x4000 else varint_bytes(es))",
                     "        out[j] = h",
                     "        size += es + len(h)",
                 ]

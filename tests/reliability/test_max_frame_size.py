@@ -1,0 +1,66 @@
+"""The server advertises SETTINGS_MAX_FRAME_SIZE of
+:data:`~protocol_py.server.grpc_layer.connections.INBOUND_MAX_FRAME_BYTES` and takes frames up
+to that size; a larger frame ends that connection with GOAWAY FRAME_SIZE_ERROR, and the server
+keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h2.errors
+from hyperframe.frame import DataFrame
+
+from protocol_py.server.grpc_layer.connections import INBOUND_MAX_FRAME_BYTES
+
+from ..support.h2_client import RawH2, grpc_frame
+from .conftest import Served, request, still_serving, user
+
+
+def large_request_body() -> bytes:
+    """A StreamCompletion request of about 200 KB, framed: one DATA frame at the server's
+    limit, 13 at HTTP/2's default of 16 KiB."""
+    message = request()
+    message.messages = [user("x" * 200_000)]
+    return grpc_frame(bytes(message))
+
+
+def exchange(served: Served, body: bytes) -> tuple[int, dict[str, Any]]:
+    client = RawH2(served.port)
+    try:
+        assert client.sync()  # the server's SETTINGS frames, all of them, are in
+        frame_size: int = client.conn.max_outbound_frame_size
+        stream = client.open("StreamCompletion", body)
+        return frame_size, client.outcome(stream, limit=20)
+    finally:
+        client.close()
+
+
+async def test_a_request_arrives_in_frames_of_the_advertised_size(served: Served) -> None:
+    body = large_request_body()
+    assert 16_384 < len(body) < INBOUND_MAX_FRAME_BYTES
+    frame_size, state = await asyncio.to_thread(exchange, served, body)
+    assert frame_size == INBOUND_MAX_FRAME_BYTES
+    assert state["ended"], state
+    assert state["trailers"].get("grpc-status") == "0", state["trailers"]
+    await still_serving(served)
+
+
+def oversized_frame(served: Served) -> int | None:
+    client = RawH2(served.port)
+    try:
+        stream = client.open("StreamCompletion", None, end=False)
+        frame = DataFrame(stream, data=b"\0" * (INBOUND_MAX_FRAME_BYTES + 1))
+        client.sock.sendall(frame.serialize())
+        for _ in range(100):
+            if client.terminated is not None or not client.pump(0.05):
+                break
+        return None if client.terminated is None else int(client.terminated.error_code)
+    finally:
+        client.close()
+
+
+async def test_a_frame_over_the_advertised_size_ends_its_connection_only(served: Served) -> None:
+    code = await asyncio.to_thread(oversized_frame, served)
+    assert code == h2.errors.ErrorCodes.FRAME_SIZE_ERROR
+    await still_serving(served)
