@@ -508,6 +508,25 @@ slower: h2 parsed a 1.1 MB body in 1 MiB frames in 6.5 ms, in 256 KiB frames in 
 16 KiB frames in 2.4 ms (asyncio reads 256 KiB at a time; docs/server.md)."""
 
 
+OUTBOUND_MAX_FRAME_BYTES: Final = 256 * 1024
+"""Largest DATA or HEADERS frame the server sends, bytes (256 KiB), whatever larger
+SETTINGS_MAX_FRAME_SIZE the peer advertises (grpcio advertises 16 MiB; a sender may always
+send smaller frames, RFC 9113 section 4.2). grpclib writes one frame per wait for the
+transport, so a peer's 16 MiB limit put 16 MiB at once in the connection's buffer: with any
+byte already queued that passed
+:data:`~protocol_py.server.grpc_layer.progress.CONNECTION_QUEUE_BYTES` and closed the
+connection of a client that was reading a large reply. A 256 KiB frame keeps what one writer
+adds to the buffer far under that bound."""
+
+
+def _cap_outbound_frames(h2: Any) -> None:
+    """Lower h2's outbound frame size (the connection's and every open stream's) to
+    :data:`OUTBOUND_MAX_FRAME_BYTES`."""
+    h2.max_outbound_frame_size = OUTBOUND_MAX_FRAME_BYTES
+    for stream in h2.streams.values():
+        stream.max_outbound_frame_size = OUTBOUND_MAX_FRAME_BYTES
+
+
 class TransportProtocol(H2Protocol):
     """grpclib's HTTP/2 protocol writing through :class:`_QuietTransport`, which wakes every
     writer when the connection is lost (grpclib left a writer paused by a full transport buffer
@@ -647,6 +666,9 @@ class TransportProtocol(H2Protocol):
             )
             self.processor.close("Protocol error")
         else:
+            h2 = grpclib_private.connection_h2(self.connection)
+            if h2.max_outbound_frame_size > OUTBOUND_MAX_FRAME_BYTES:  # the peer's SETTINGS
+                _cap_outbound_frames(h2)
             self.connection.flush()
             for event in events:
                 self.processor.process(event)
