@@ -114,18 +114,6 @@ def install() -> bool:
         ssl_handshake_timeout: Any = None,
         ssl_shutdown_timeout: Any = None,
     ) -> None:
-        state = _guarded.get(sock.fileno())
-        if state is None:
-            return original(  # type: ignore[no-any-return]
-                self,
-                protocol_factory,
-                sock,
-                sslcontext,
-                server,
-                backlog,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-            )
         arguments = (
             protocol_factory,
             sock,
@@ -135,6 +123,9 @@ def install() -> bool:
             ssl_handshake_timeout,
             ssl_shutdown_timeout,
         )
+        state = _guarded.get(sock.fileno())
+        if state is None:
+            return original(self, *arguments)  # type: ignore[no-any-return]
         for _ in range(min(backlog, ACCEPTS_PER_TURN)):
             try:
                 conn, addr = sock.accept()

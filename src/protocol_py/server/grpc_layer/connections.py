@@ -642,29 +642,22 @@ class TransportProtocol(H2Protocol):
         try:
             events = self.connection.feed(data)
         except ProtocolError as exc:
-            self.connection.flush()  # the GOAWAY h2 queued, with its error code
-            log.warning(
-                "closing HTTP/2 connection from %s with GOAWAY %s: %s%s",
-                _peer(self.connection),
-                getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR).name,
-                bounded_message(str(exc)),
-                _wrong_protocol(data) if "preamble" in str(exc).lower() else "",
+            # the GOAWAY h2 queued, with its error code
+            self._close_with_goaway(
+                getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR),
+                bounded_message(str(exc))
+                + (_wrong_protocol(data) if "preamble" in str(exc).lower() else ""),
+                queued=True,
             )
-            self.processor.close("Protocol error")
         except UnicodeError as exc:
             # h2 decodes header names and values as ASCII and raises the codec's error, not a
             # ProtocolError: a header that is not ASCII (RFC 9113 section 8.2.1) ends the
             # connection with GOAWAY PROTOCOL_ERROR and one WARNING, never a traceback.
-            h2 = grpclib_private.connection_h2(self.connection)
-            h2.close_connection(error_code=ErrorCodes.PROTOCOL_ERROR)
-            self.connection.flush()
-            log.warning(
-                "closing HTTP/2 connection from %s with GOAWAY PROTOCOL_ERROR: a header that "
-                "is not ASCII (%s)",
-                _peer(self.connection),
-                bounded_message(str(exc)),
+            self._close_with_goaway(
+                ErrorCodes.PROTOCOL_ERROR,
+                f"a header that is not ASCII ({bounded_message(str(exc))})",
+                queued=False,
             )
-            self.processor.close("Protocol error")
         else:
             h2 = grpclib_private.connection_h2(self.connection)
             if h2.max_outbound_frame_size > OUTBOUND_MAX_FRAME_BYTES:  # the peer's SETTINGS
@@ -673,6 +666,20 @@ class TransportProtocol(H2Protocol):
             for event in events:
                 self.processor.process(event)
             self.connection.flush()
+
+    def _close_with_goaway(self, code: ErrorCodes, detail: str, *, queued: bool) -> None:
+        """Send GOAWAY ``code`` (already queued by h2 when ``queued``), log one WARNING naming
+        the peer, the code and ``detail``, and close the connection's calls."""
+        if not queued:
+            grpclib_private.connection_h2(self.connection).close_connection(error_code=code)
+        self.connection.flush()
+        log.warning(
+            "closing HTTP/2 connection from %s with GOAWAY %s: %s",
+            _peer(self.connection),
+            code.name,
+            detail,
+        )
+        self.processor.close("Protocol error")
 
     def _over_control_allowance(self, control: int) -> bool:
         """Charge ``control`` frames to the connection's allowance (:data:`CONTROL_FRAME_BURST`,
