@@ -109,6 +109,21 @@ async def test_a_stream_completion_without_room_gets_an_in_band_overloaded_error
         await served.server.shutdown(grace_period=0)
 
 
+async def test_a_stream_completion_over_the_whole_budget_ends_with_resource_exhausted() -> None:
+    # no retry can succeed on this server: not the in-band, retryable OVERLOADED of a busy one
+    served = await serve(memory_budget=1 * MiB)
+    try:
+        result = await acall(served.address, "StreamCompletion", _large_request(), stream=True)
+        assert result.code == "RESOURCE_EXHAUSTED", result
+        assert result.replies == []
+        assert "more than the whole server memory budget of 1048576 bytes" in result.details
+        assert "(bound --memory-budget)" in result.details
+        assert served.server.memory.held == 0
+        await still_serving(served)
+    finally:
+        await served.server.shutdown(grace_period=0)
+
+
 async def test_admitted_calls_finish_while_later_ones_are_refused() -> None:
     provider = HeldProvider()
     served = await serve(provider, memory_budget=3 * MiB)

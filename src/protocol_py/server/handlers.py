@@ -617,7 +617,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         refused here (draining, oversized, malformed, a second message) or cancelled while its
         request is read gets its one log record here, since :meth:`_completion` never runs for
         it. A call the memory budget has no room for gets the in-band ``error`` event
-        (OVERLOADED, retryable; the budget's message) and None is returned."""
+        (OVERLOADED, retryable; the budget's message) and None is returned; one that needs more
+        than the whole budget ends with the RESOURCE_EXHAUSTED status (no retry can succeed)."""
         record = RpcRecord(rpc="StreamCompletion")
         try:
             self.check_accepting()
@@ -628,6 +629,13 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         except MemoryBudgetError as exc:
             memory.release()  # nothing of the request is kept while the event is sent
             error = bounded_status(exc)
+            traceback.clear_frames(exc.__traceback__)  # the frames held the request body
+            if exc.never_fits:  # over the whole budget: no retry can succeed here
+                record.outcome = "error"
+                record.error_kind = error.status.name
+                record.detail = error.message
+                record.emit()
+                raise error from None
             record.outcome = "error"
             record.error_kind = ErrorKind.OVERLOADED.name
             record.detail = error.message
@@ -638,7 +646,6 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     kind=ErrorKind.OVERLOADED, message=error.message or "", retryable=True
                 )
             )
-            traceback.clear_frames(exc.__traceback__)  # the frames held the request body
             await stream.send_message(event)
             return None
         except GRPCError as exc:

@@ -36,7 +36,8 @@ provider ran; half a million one-text-block messages (5.3 MiB, a million element
 and peaked at 449 MiB; one 18.6 MiB text block held 20 MiB. Hence ``OBJECT_BYTES`` 300 and
 ``IN_FLIGHT_COPIES`` 2: the cost of a request is its object count far more than its size.
 
-A call whose charge alone exceeds the whole budget is refused at once (it could never fit);
+A call whose charge alone exceeds the whole budget is refused at once (it could never fit;
+StreamCompletion too ends with the RESOURCE_EXHAUSTED status, not a retryable event);
 set the budget above twice the maximum message size to keep every legal text request
 admissible. Requests under :data:`SMALL_REQUEST_BYTES` are counted but never wait or are refused (a
 Describe or a health check is answered even when the budget is spent); the budget's overrun is
@@ -129,10 +130,13 @@ _CGROUP_LIMITS: Final = (
 class MemoryBudgetError(GRPCError):
     """RESOURCE_EXHAUSTED: the server's memory budget has no room for this call (its message
     names the budget, the bytes held and by how many calls). StreamCompletion sends it
-    in-band as an OVERLOADED, retryable ``error`` event."""
+    in-band as an OVERLOADED, retryable ``error`` event, except when ``never_fits``: the
+    call needs more than the whole budget, so no retry can succeed on this server, and it
+    ends with the RESOURCE_EXHAUSTED status, as a request over the message size does."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, never_fits: bool = False) -> None:
         super().__init__(Status.RESOURCE_EXHAUSTED, message)
+        self.never_fits = never_fits
 
 
 def machine_memory() -> int | None:
@@ -313,7 +317,8 @@ class CallMemory:
             self.budget.refused += 1
             raise MemoryBudgetError(
                 f"{what} needs about {size} bytes, more than the whole server memory budget "
-                f"of {limit} bytes (bound --memory-budget)"
+                f"of {limit} bytes (bound --memory-budget)",
+                never_fits=True,
             )
         fits = self.budget.fits(extra)
         if not fits and not await self.budget.wait_for(extra, self._wait_until()):
