@@ -78,3 +78,16 @@ def test_a_server_address_without_port_is_a_usage_error_naming_the_forms(
         f"protocol-py {command}: --server 'nonsense': no port; expected HOST:PORT, "
         "[IPv6]:PORT or unix:PATH\n"
     )
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-0.5"])
+def test_a_server_timeout_of_zero_or_less_gets_one_message(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--write-timeout", value])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"protocol-py serve: error: argument --write-timeout: must be a number of seconds > 0, "
+        f"got {value!r}"
+    )

@@ -127,8 +127,22 @@ def test_blocking_serve_prints_handshake_logs_rpcs_and_exits_on_sigint() -> None
     assert proc.returncode == 0, err
     assert out == "returned\n"
     assert "INFO protocol_py.server serving reference on 127.0.0.1:" in err
+    assert "INFO protocol_py.server limits: memory budget " in err
+    assert "(--memory-budget), at most " in err and "write timeout 30 s (--write-timeout)" in err
     assert any(line.startswith('{"rpc": "Describe"') for line in err.splitlines()), err
     assert "shutting down (draining)" in err and "stopped" in err
+
+
+def test_the_limits_line_gives_each_bound_in_force_with_its_flag() -> None:
+    server = ModelServer(ReferenceProvider(), memory_budget=3 * 2**30, max_connections=1234)
+    server.write_timeout = 7.5
+    assert serving.limits_line(server) == (
+        "limits: memory budget 3,072 MiB (--memory-budget), at most 1,234 connections "
+        "(--max-connections), write timeout 7.5 s (--write-timeout)"
+    )
+    assert serving.limits_line(ModelServer(ReferenceProvider(), memory_budget=0)).startswith(
+        "limits: memory budget off (--memory-budget)"
+    )
 
 
 def test_package_root_exports_a_typed_public_api() -> None:

@@ -115,9 +115,11 @@ def deadline_seconds(text: str) -> float:
 
 
 def timeout_seconds(text: str) -> float:
-    value = non_negative_float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    """A finite number of seconds > 0 (the server's timeouts): one message for 0 and for a
+    negative number."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text[:40]!r}")
     return value
 
 

@@ -157,8 +157,9 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         type=timeout_seconds,
         default=DEFAULT_WRITE_TIMEOUT,
         metavar="SECONDS",
-        help="reset a stream whose peer keeps its flow-control window closed this long, "
-        f"seconds (default {DEFAULT_WRITE_TIMEOUT:g})",
+        help="reset a stream whose peer keeps its flow-control window closed this long, and "
+        "close a connection whose peer reads nothing this long, seconds "
+        f"(default {DEFAULT_WRITE_TIMEOUT:g})",
     )
     serve.add_argument(
         "--memory-budget",

@@ -125,6 +125,19 @@ def _check_port(port: int) -> None:
         )
 
 
+
+def limits_line(server: ModelServer) -> str:
+    """The start-up INFO line giving the bounds in force, defaults resolved: the memory budget
+    (MiB, or ``off``), the connection limit and the write timeout (seconds), each with the
+    flag that sets it (docs/server.md, "Limits")."""
+    budget = server.memory.limit
+    memory = "off" if budget is None else f"{budget / 2**20:,.0f} MiB"
+    return (
+        f"limits: memory budget {memory} (--memory-budget), at most "
+        f"{server.connection_limit.maximum:,} connections (--max-connections), write timeout "
+        f"{server.write_timeout:g} s (--write-timeout)"
+    )
+
 async def serve_async(
     provider: Provider,
     *,
@@ -271,6 +284,7 @@ async def serve_async(
                 f"cannot listen on {listen.describe()}: {exc.strerror or exc}"
             ) from None
         log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
+        log.info("%s", limits_line(server))
         if on_started is not None:
             on_started(server)
         launched = handshake and os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1"
