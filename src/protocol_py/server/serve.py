@@ -125,7 +125,6 @@ def _check_port(port: int) -> None:
         )
 
 
-
 def limits_line(server: ModelServer) -> str:
     """The start-up INFO line giving the bounds in force, defaults resolved: the memory budget
     (MiB, or ``off``), the connection limit and the write timeout (seconds), each with the
@@ -137,6 +136,7 @@ def limits_line(server: ModelServer) -> str:
         f"{server.connection_limit.maximum:,} connections (--max-connections), write timeout "
         f"{server.write_timeout:g} s (--write-timeout)"
     )
+
 
 async def serve_async(
     provider: Provider,
