@@ -9,7 +9,9 @@ mechanism and the same statuses and messages as before for every input:
 * a large request is freed a bounded step at a time, and a request still shared is left alone;
 * the CPU worker threads are all started before any job needs them;
 * upb's strict check of a large body sees it with its large strings elided (their UTF-8
-  checked a chunk at a time) and gives the same answer as on the whole body.
+  checked a chunk at a time) and, after an exact fast decode, its large runs of small entries
+  parsed apart in pieces (at their real depth, the job stoppable between pieces), and gives the
+  same answer as on the whole body.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from hypothesis import strategies as st
 from protocol_py.codec import wire
 from protocol_py.providers.reference import tokenizer as reference
 from protocol_py.server import offload
+from protocol_py.server.grpc_layer import limits as limits_module
 from protocol_py.server.grpc_layer import strict_parse as strict_parse_module
 from protocol_py.server.grpc_layer.connections import MemoryTrimmer
 from protocol_py.server.grpc_layer.large_body import (
@@ -463,6 +466,148 @@ async def test_server_refuses_a_large_body_with_invalid_utf8_deep_inside(served:
     assert refused.code == "INVALID_ARGUMENT", refused
     assert refused.details == _invalid_utf8_refusal(len(bad))
     await still_serving(served)
+
+
+# -- large runs of small repeated entries, parsed apart in pieces -----------------------------
+
+
+def run_seed_bodies() -> list[bytes]:
+    """The seed bodies and two with runs of small map entries and repeated messages at several
+    depths: provider options with many keys and a nested Struct of many keys in a list, many
+    short messages, and a tool input of many keys."""
+    cls = upb_class("model.v1.StreamCompletionRequest")
+    request = cls(model_id="reference-large")
+    request.provider_options.update({f"k{i:02d}": i for i in range(30)})
+    request.provider_options["nested"] = [{f"n{i}": "v" for i in range(12)}, 1, "s"]
+    for i in range(8):
+        request.messages.add(role=1, id=f"01J{i:023d}").content.add().text.text = "m"
+    use = request.messages.add(role=2, id="01J" + "9" * 23).content.add().tool_use
+    use.id, use.name = "call-1", "search"
+    use.input.update({f"q{i}": i for i in range(20)})
+    request.call_context.session_id = "s"
+    many = bytes(request.SerializeToString())
+    request.provider_options["nested"][0]["deep"] = {"d": [{"e": 1}] * 6}
+    return [*seed_bodies(), many, bytes(request.SerializeToString())]
+
+
+@pytest.fixture
+def small_runs(small_thresholds: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As :func:`small_thresholds`, and messages walked from 32 bytes, runs from 24 bytes cut
+    into pieces of about 16 bytes, so small examples have their runs parsed apart."""
+    monkeypatch.setattr(strict_parse_module, "STRICT_WALK_FIELD_BYTES", 32)
+    monkeypatch.setattr(strict_parse_module, "STRICT_RUN_MIN_BYTES", 24)
+    monkeypatch.setattr(strict_parse_module, "STRICT_PIECE_BYTES", 16)
+
+
+class RecordingStrict:
+    """``STRICT`` with the size of every body handed to upb recorded."""
+
+    DESCRIPTOR = STRICT.DESCRIPTOR
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def FromString(self, data: bytes) -> Any:  # noqa: N802 (upb's name)
+        self.sizes.append(len(data))
+        return STRICT.FromString(data)
+
+
+def verdict(parse: Any, data: bytes) -> str:
+    """A parse's error (type and text), or OK."""
+    return outcome(parse, data)[0]
+
+
+@pytest.mark.usefixtures("small_runs")
+@fuzz_settings(fuzz_examples(300))
+@given(mutated(run_seed_bodies()))
+def test_strict_check_with_runs_apart_gives_upbs_answer_for_every_body(data: bytes) -> None:
+    assert verdict(lambda d: strict_parse(STRICT, d, runs=True), data) == verdict(
+        STRICT.FromString, data
+    )
+
+
+@pytest.mark.usefixtures("small_runs")
+@fuzz_settings(fuzz_examples(200))
+@given(overlong_varints(run_seed_bodies()))
+def test_strict_check_with_runs_apart_gives_upbs_answer_for_overlong_tags(data: bytes) -> None:
+    assert verdict(lambda d: strict_parse(STRICT, d, runs=True), data) == verdict(
+        STRICT.FromString, data
+    )
+
+
+@pytest.mark.usefixtures("small_runs")
+def test_strict_check_parses_large_runs_apart_in_pieces_only_when_asked() -> None:
+    body = run_seed_bodies()[-2]
+    strict = RecordingStrict()
+    parsed = strict_parse(strict, body, runs=True)
+    whole = STRICT.FromString(body)
+    assert len(whole.provider_options.fields) == 31
+    assert len(parsed.provider_options.fields) < 31  # the run of keys went to the pieces
+    assert parsed.call_context.session_id == "s"  # short fields are kept
+    assert len(strict.sizes) > 3  # the small body, then one parse per piece
+    assert max(strict.sizes) < len(body) // 2
+    without = strict_parse(STRICT, body)
+    assert len(without.provider_options.fields) == 31  # no runs: every entry in upb's parse
+    assert wrong_wire_type(without) == wrong_wire_type(whole)
+
+
+def _nested_options(depth: int, keys: int) -> bytes:
+    """A request whose provider options nest ``depth`` Struct levels, the deepest holding
+    ``keys`` keys."""
+    cls = upb_class("model.v1.StreamCompletionRequest")
+    request = cls(model_id="m")
+    inner = request.provider_options
+    for _ in range(depth):
+        inner = inner.get_or_create_struct("a")
+    inner.update({f"k{i:03d}": i for i in range(keys)})
+    return bytes(request.SerializeToString())
+
+
+@pytest.mark.usefixtures("small_runs")
+@pytest.mark.parametrize("depth", [29, 30, 31, 32, 33, 34])
+def test_a_run_deep_inside_counts_its_real_nesting_depth(depth: int) -> None:
+    body = _nested_options(depth, 40)
+    expected = verdict(STRICT.FromString, body)
+    strict = RecordingStrict()
+    assert verdict(lambda d: strict_parse(strict, d, runs=True), body) == expected
+    if expected == "OK":
+        assert len(strict.sizes) > 2  # the deepest keys were parsed apart, and accepted
+
+
+@pytest.mark.usefixtures("small_runs")
+def test_deepest_accepted_run_is_parsed_apart_and_one_level_more_is_refused() -> None:
+    verdicts = [verdict(STRICT.FromString, _nested_options(d, 40)) for d in range(28, 36)]
+    assert "OK" in verdicts
+    assert verdicts[-1].startswith("DecodeError")  # the bound is inside the range tested
+
+
+@pytest.mark.usefixtures("small_runs")
+def test_a_cancelled_worker_step_stops_between_pieces() -> None:
+    body = run_seed_bodies()[-2]
+    stop = threading.Event()
+    stop.set()
+    strict = RecordingStrict()
+    with pytest.raises(offload.JobCancelled):
+        offload._stoppable(stop, lambda: strict_parse(strict, body, runs=True))
+    assert len(strict.sizes) == 1  # the small body only: no piece was parsed
+
+
+def test_decode_request_parses_runs_apart_only_after_an_exact_decode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[bool] = []
+    real = limits_module.strict_parse
+
+    def parse(strict: Any, data: bytes, *, runs: bool = False) -> Any:
+        asked.append(runs)
+        return real(strict, data, runs=runs)
+
+    monkeypatch.setattr(limits_module, "strict_parse", parse)
+    body = run_seed_bodies()[-2]
+    decode_request(body, StreamCompletionRequest, STRICT)
+    unknown = body + b"\xf8\x3f\x01"  # an unknown field 1023: a decode that is not exact
+    decode_request(unknown, StreamCompletionRequest, STRICT)
+    assert asked == [True, False]
 
 
 # -- the reference provider's case-insensitive prompt checks, a chunk at a time ---------------

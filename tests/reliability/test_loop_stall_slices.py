@@ -252,9 +252,9 @@ async def test_a_config_past_the_entry_bound_is_refused_before_upb_parse_and_con
     parsed: list[int] = []
     real_parse = limits.strict_parse
 
-    def parse(strict: Any, data: bytes) -> Any:
+    def parse(strict: Any, data: bytes, **kwargs: Any) -> Any:
         parsed.append(len(data))
-        return real_parse(strict, data)
+        return real_parse(strict, data, **kwargs)
 
     monkeypatch.setattr(handlers, "from_struct", counting)
     monkeypatch.setattr(limits, "strict_parse", parse)

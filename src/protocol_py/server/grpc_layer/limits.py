@@ -36,7 +36,7 @@ from protocol_py.rules.request_memo import keep_request_images, request_images
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.grpc_layer.large_body import receive_body
 from protocol_py.server.grpc_layer.strict_parse import strict_parse
-from protocol_py.server.offload import release_in_steps
+from protocol_py.server.offload import JobCancelled, release_in_steps
 from protocol_py_gen.google.protobuf import Struct
 from protocol_py_gen.model.v1 import (
     ConfigureRequest,
@@ -443,7 +443,12 @@ def decode_request(
             release_in_steps(held)
             raise
     try:
-        parsed = strict_parse(strict, data) if strict is not None else None
+        # after an exact fast decode nothing reads upb's result (no wrong wire type to look
+        # for), so large runs of small entries may be parsed apart, in pieces
+        runs = not fell_back and exact
+        parsed = strict_parse(strict, data, runs=runs) if strict is not None else None
+    except JobCancelled:  # the worker step was cancelled between pieces
+        raise
     except Exception as exc:  # DecodeError from upb
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
     if fell_back:  # checks the wire types itself, before any parse
