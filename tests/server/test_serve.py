@@ -19,6 +19,7 @@ from protocol_py.provider import Provider, ProviderError
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import ModelServer
 from protocol_py.server import serve as serving
+from protocol_py.server.offload import SERVE_SWITCH_INTERVAL_S
 from protocol_py_gen.model.v1 import Capabilities
 
 from ..support.servers import make_request
@@ -166,3 +167,27 @@ def test_import_protocol_py_stays_cheap() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     ).stdout
     assert out == "False False\n"
+
+
+def test_serve_sets_the_one_millisecond_switch_interval_before_starting_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ``serve`` (what ``protocol-py serve`` runs) lowers the process's thread switch interval
+    # to 1 ms before the event loop starts (docs/decisions.md#d38). The interval seen inside
+    # the (fake) asyncio.run is recorded, starting from CPython's 5 ms default.
+    assert SERVE_SWITCH_INTERVAL_S == 0.001
+    seen: list[float] = []
+    monkeypatch.setattr(serving, "limit_malloc_arenas", lambda: True)
+
+    def run(coro: object) -> None:
+        seen.append(sys.getswitchinterval())
+        coro.close()  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(serving.asyncio, "run", run)
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        serving.serve(ReferenceProvider())
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(0.001)]
