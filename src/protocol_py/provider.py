@@ -135,6 +135,19 @@ class Provider(abc.ABC):
         """
         return None
 
+    def count_input_tokens_bounded(
+        self, request: StreamCompletionRequest, bound: int
+    ) -> tuple[int, bool] | None:
+        """``(count, whole)`` for the server's context-window check, or None (cannot count).
+
+        ``whole`` True: ``count`` is :meth:`count_input_tokens`' answer. ``whole`` False: the
+        count stopped once it exceeded ``bound`` (tokens, the model's context window), and
+        ``count`` is a lower bound above it (docs/decisions.md#d25). Default: the whole
+        :meth:`count_input_tokens`; a provider whose count is long work overrides it.
+        """
+        counted = self.count_input_tokens(request)
+        return None if counted is None else (counted, True)
+
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Count a request's input tokens and say how (docs/decisions.md#d15). Default:
         UNIMPLEMENTED."""

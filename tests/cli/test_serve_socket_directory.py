@@ -1,6 +1,6 @@
 """``protocol-py serve --socket`` refuses a directory other users may write without the sticky
-bit (exit 1, one line), and ``--allow-insecure-socket-dir`` forces it with one WARNING while the
-server serves as usual."""
+bit, or one below such a directory (exit 1, one line), and ``--allow-insecure-socket-dir``
+forces it with one WARNING while the server serves as usual."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ def test_a_socket_in_a_shared_directory_is_refused_with_one_line(tmp_path: Path)
     assert "(mode 0777)" in last and "sticky bit" in last
     assert "--allow-insecure-socket-dir" in last
     assert "Traceback" not in done.stderr
+    assert not path.exists()
+
+
+def test_a_socket_below_a_shared_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    shared = _shared_directory(tmp_path)
+    private = shared / "private"
+    private.mkdir(mode=0o700)
+    path = private / "s.sock"
+    done = cli("serve", "--socket", str(path), timeout=60)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"protocol-py serve: cannot listen on unix:{path}: directory '{shared}' above the "
+        f"socket directory '{private}' (mode 0777)"
+    )
+    assert "--allow-insecure-socket-dir" in last and "Traceback" not in done.stderr
     assert not path.exists()
 
 

@@ -1,7 +1,8 @@
-"""A request whose counted input exceeds the model's context window gets
-exactly one in-band CONTEXT_OVERFLOW error, naming the count and the window, before the
-provider is called. The reference provider counts exactly (its tokenizer, the CountTokens
-count); the vendor adapters by their documented estimate, ceil(body bytes / 4).
+"""A request whose counted input exceeds the model's context window gets exactly one in-band
+CONTEXT_OVERFLOW error, naming the count (or "more than <window> tokens" when counting stopped
+once it passed the window) and the window, before the provider is called. The reference
+provider counts exactly (its tokenizer, the CountTokens count); the vendor adapters by their
+documented estimate, ceil(body bytes / 4).
 
 The figure to hold is 100,000 messages to a 32,000-token model: that many go through
 :func:`check_context_window` directly (the count takes about 0.6 s); through the server the
@@ -11,6 +12,8 @@ messages alone takes several seconds (tests/server/test_loop_stall.py covers tha
 from __future__ import annotations
 
 import math
+import re
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -21,6 +24,7 @@ from protocol_py.provider import Provider
 from protocol_py.providers.anthropic.provider import AnthropicProvider
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.openai.provider import DeepSeekProvider, OpenAIProvider
+from protocol_py.providers.reference import tokenizer
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server.context_window import check_context_window
 from protocol_py_gen.common.v1 import CallContext
@@ -72,6 +76,11 @@ class Fixed(Recording):
     def count_input_tokens(self, request: StreamCompletionRequest) -> int | None:
         return self.count
 
+    def count_input_tokens_bounded(
+        self, request: StreamCompletionRequest, bound: int
+    ) -> tuple[int, bool] | None:
+        return Provider.count_input_tokens_bounded(self, request, bound)
+
 
 def test_hundred_thousand_messages_to_a_32000_token_model_overflow() -> None:
     provider = ReferenceProvider()
@@ -85,9 +94,65 @@ def test_hundred_thousand_messages_to_a_32000_token_model_overflow() -> None:
     assert event.error.kind == ErrorKind.CONTEXT_OVERFLOW
     assert event.error.retryable is False
     assert event.error.message == (
-        f"context window exceeded: the input is {counted} tokens, over the 32000-token "
+        "context window exceeded: the input is more than 32000 tokens, over the 32000-token "
         "context window of model 'reference-small'"
     )
+
+
+def test_an_input_just_over_the_window_names_its_exact_count() -> None:
+    provider = ReferenceProvider()
+    text = "!" * (WINDOW + 5)  # one token per character, in one message counted whole
+    request = StreamCompletionRequest(model_id="reference-small", messages=[user(text)])
+    event = check_context_window(provider, request, small_spec(provider))
+    exact = provider.count_input_tokens(request)
+    assert event is not None and event.error is not None and exact > WINDOW
+    assert f"the input is {exact} tokens, over the 32000-token" in event.error.message
+
+
+class _CountingPattern:
+    """The tokenizer's regular expression, counting its ``findall`` calls (slices seen)."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.calls = 0
+
+    def findall(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> list[str]:
+        self.calls += 1
+        return self.pattern.findall(text, pos, endpos)
+
+
+async def test_counting_stops_once_the_count_passes_the_window(
+    monkeypatch: pytest.MonkeyPatch, logs: Captured
+) -> None:
+    counting = _CountingPattern(tokenizer._TOKEN_RE)
+    monkeypatch.setattr(tokenizer, "_TOKEN_RE", counting)
+    text = "!" * (4 * 1024 * 1024)  # 4 Mi one-character tokens: 1,024 slices counted whole
+    provider = Recording()
+    request = StreamCompletionRequest(
+        model_id="reference-small", messages=[user(text)], call_context=CONTEXT
+    )
+    event = check_context_window(provider, request, small_spec(provider))
+    assert event is not None and event.error is not None
+    assert "the input is more than 32000 tokens, over the 32000-token" in event.error.message
+    slices = WINDOW // tokenizer.TOKEN_SLICE_CHARS + 1  # the first slice past the window
+    assert counting.calls <= slices + 2  # the message's header and trailer parts
+    counting.calls = 0
+    assert provider.count_input_tokens(request) == len(text) + 5  # "[user]\n" and "\n": 5
+    assert counting.calls >= len(text) // tokenizer.TOKEN_SLICE_CHARS
+    run = await serve(provider)
+    try:
+        counting.calls = 0
+        result = await acall(run.address, "StreamCompletion", bytes(request), stream=True)
+        events = [StreamEvent.parse(r) for r in result.replies]
+        assert len(events) == 1 and events[0].error is not None
+        assert events[0].error.kind == ErrorKind.CONTEXT_OVERFLOW
+        assert "more than 32000 tokens" in events[0].error.message
+        assert counting.calls <= slices + 2
+        assert provider.streamed == 0
+        assert logs.errors() == []
+        await still_serving(run)
+    finally:
+        await run.server.shutdown(grace_period=0)
 
 
 @pytest.mark.parametrize(("count", "refused"), [(WINDOW, False), (WINDOW + 1, True), (None, False)])
@@ -130,8 +195,8 @@ async def test_server_refuses_an_overflow_in_band_before_the_provider(logs: Capt
             bytes(CountTokensRequest(model_id="reference-small", messages=messages)),
         )
         exact = CountTokensResponse.parse(counted.replies[0]).input_tokens
-        assert exact > WINDOW
-        assert f"the input is {exact} tokens, over the 32000-token context window" in (
+        assert exact > WINDOW  # CountTokens counts to the end; the check stops past the window
+        assert "the input is more than 32000 tokens, over the 32000-token context window" in (
             error.message
         )
         record = next(r for r in logs.rpc_records() if r["rpc"] == "StreamCompletion")

@@ -306,7 +306,7 @@ async def test_a_large_configure_is_checked_and_freed_in_worker_threads(
     await still_serving(served)
 
 
-async def test_a_large_render_reply_is_encoded_on_the_loop_as_the_provider_returns_it(
+async def test_a_render_reply_under_a_mib_is_encoded_on_the_loop_as_the_provider_returns_it(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
@@ -322,8 +322,9 @@ async def test_a_large_render_reply_is_encoded_on_the_loop_as_the_provider_retur
     rendered = await acall(served.address, "Render", body, timeout=60)
     assert rendered.code == "OK", rendered
     assert RenderResponse.parse(rendered.replies[0]).text == "ab" * 100_000
-    # Not in a worker: meanwhile other calls would finish building replies the reply budget
-    # does not count yet (docs/performance.md, "Loop stalls").
+    # Under LARGE_REPLY_BYTES: not counted by the reply budget, so not left waiting for a
+    # worker thread (a larger one is counted first, then encoded in a worker:
+    # tests/reliability/test_reply_budget.py).
     assert threads == [threading.main_thread().name], threads
     describe = await acall(served.address, "Describe", b"")
     assert describe.code == "OK", describe

@@ -145,9 +145,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-insecure-socket-dir",
         action="store_true",
-        help="with --socket, listen even when the socket's directory is writable by other users "
-        "without the sticky bit (another user could replace the socket); logs one WARNING "
-        "(default: refused, exit 1)",
+        help="with --socket, listen even when the socket's directory or a directory above it "
+        "is writable by other users without the sticky bit (another user could replace the "
+        "socket); logs one WARNING per such directory (default: refused, exit 1)",
     )
     parser.add_argument(
         "--tls-cert", default=None, metavar="FILE", help="TLS certificate, PEM (default: plaintext)"

@@ -5,7 +5,8 @@ Before the provider is called, the request's input is counted with the provider'
 exactly, the vendor adapters use their documented estimate); a count above the model's
 ``context_window`` (ModelSpec, tokens) ends the stream with exactly one in-band
 ``ERROR_KIND_CONTEXT_OVERFLOW`` error naming the count and the window, and the provider never
-sees the request.
+sees the request. Counting stops once the count exceeds the window (the error then says "more
+than <window> tokens"): a 60 MiB text is not counted to its end.
 
 :func:`check_context_window` is synchronous and CPU-bound (counting walks every message), so
 the server may run it off the event loop.
@@ -39,19 +40,25 @@ def check_context_window(
     Returns:
         ``StreamEvent(error=ModelError(kind=CONTEXT_OVERFLOW, retryable=False, message=
         "context window exceeded: the input is <n> tokens, over the <w>-token context window
-        of model '<id>'"))`` or None.
+        of model '<id>'"))`` or None; "more than <w> tokens" in place of "<n> tokens" when
+        the count stopped early, once it exceeded the window
+        (:meth:`~protocol_py.provider.Provider.count_input_tokens_bounded`).
     """
     window = spec.context_window
     if window <= 0:
         return None
-    counted = provider.count_input_tokens(request)
-    if counted is None or counted <= window:
+    result = provider.count_input_tokens_bounded(request, window)
+    if result is None:
         return None
+    counted, whole = result
+    if counted <= window:
+        return None
+    size = f"{counted} tokens" if whole else f"more than {window} tokens"
     return StreamEvent(
         error=ModelError(
             kind=ErrorKind.CONTEXT_OVERFLOW,
             message=(
-                f"context window exceeded: the input is {counted} tokens, over the "
+                f"context window exceeded: the input is {size}, over the "
                 f"{window}-token context window of model {quote_value(spec.id)}"
             ),
             retryable=False,

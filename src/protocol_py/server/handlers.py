@@ -55,7 +55,10 @@ from protocol_py.server.grpc_layer.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
     decode_request,
     encode_reply,
+    reply_too_large,
     strict_request_classes,
+    top_level_text_is_ascii,
+    top_level_text_length,
 )
 from protocol_py.server.grpc_layer.memory_budget import (
     CallMemory,
@@ -64,7 +67,7 @@ from protocol_py.server.grpc_layer.memory_budget import (
     default_memory_budget,
 )
 from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
-from protocol_py.server.grpc_layer.reply_budget import ReplyBudget
+from protocol_py.server.grpc_layer.reply_budget import LARGE_REPLY_BYTES, ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.offload import (
     OFFLOAD_MIN_BYTES,
@@ -311,6 +314,41 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         precheck = _config_within_bound if kind is ConfigureRequest else None
         return await memory.decode(data, kind, strict, precheck=precheck)
 
+    async def _send_large(
+        self, stream: grpclib.server.Stream[Any, Any], box: list[betterproto2.Message]
+    ) -> None:
+        """Send the large reply taken out of ``box``: the length of its top-level text is
+        counted in the reply budget at once, then its exact encoded size (found without
+        copying ASCII text), then it is encoded in a worker
+        thread (a 60 MiB encoding held the event loop for about 0.1 s), sent, and its bytes
+        released as for any large reply (docs/decisions.md#d35).
+
+        Raises:
+            GRPCError: RESOURCE_EXHAUSTED when the reply exceeds the maximum message size or
+                the reply budget has no room for it, before it is encoded.
+        """
+        hint = top_level_text_length(box[0])
+        try:
+            # exact at once for ASCII text (nothing copied), else after a pass in a worker
+            exact = wire.encoded_size(box[0]) if top_level_text_is_ascii(box[0]) else None
+            if exact is not None and exact > self.max_message_size:
+                raise reply_too_large(exact, self.max_message_size)
+            # counted at once, on the loop: a finished reply never waits uncounted
+            reserved = hint if exact is None else exact
+            with self.reply_budget.reserve(reserved, exact=exact is not None) as reservation:
+                if exact is None:
+                    encoded = await run_cpu(hint, wire.encoded_size, box[0])
+                    if encoded > self.max_message_size:
+                        raise reply_too_large(encoded, self.max_message_size)
+                    reservation.grow(encoded)
+                else:
+                    encoded = exact
+                reply = [await run_cpu(encoded, encode_reply, box[0], self.max_message_size)]
+                box.clear()  # only the encoded reply is held while the client reads it
+                await self.reply_budget.send_reserved(stream, reply)
+        finally:
+            box.clear()  # a refused reply is freed before the error travels on
+
     def _unary(
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
@@ -344,14 +382,17 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         if not isinstance(exc, ValueError | NotImplementedRPC | ProviderError):
                             log_provider_exception(self.provider.name, rpc, exc)
                         raise error from None
-                    # Encoded on the loop, right after the provider returned: a reply encoded in
-                    # a worker thread let other calls finish building theirs meanwhile, and
-                    # replies being built are not counted by the reply budget (20 unread
-                    # 60 MiB Renders then held 1.5 GB); a 60 MiB encoding holds the loop for
-                    # about 0.1 s instead (docs/performance.md).
-                    reply = [encode_reply(response, self.max_message_size)]
-                    del response  # only the encoded reply is held while the client reads it
-                    await self.reply_budget.send(stream, reply)
+                    if top_level_text_length(response) >= LARGE_REPLY_BYTES:
+                        large = [response]
+                        del response  # held by ``large`` alone, cleared once encoded
+                        await self._send_large(stream, large)
+                    else:
+                        # Encoded on the loop, right after the provider returned: replies
+                        # being encoded in worker threads would not be counted by the reply
+                        # budget until encoded (20 unread 60 MiB replies held 1.5 GB).
+                        reply = [encode_reply(response, self.max_message_size)]
+                        del response  # only the encoded reply is held while the client reads
+                        await self.reply_budget.send(stream, reply)
                 await release_large(size, held)
             except GRPCError as exc:
                 error = bounded_status(exc)

@@ -104,35 +104,62 @@ def _someone_listens(path: str) -> bool:
     return True
 
 
+def _directories_above(directory: str) -> list[str]:
+    """``directory`` and each of its ancestors up to ``/``, for the path as written and, when
+    a symlink leads elsewhere, for its resolved path too (each directory once, nearest
+    first)."""
+    out: list[str] = []
+    for start in (directory, os.path.realpath(directory)):
+        current = start
+        while True:
+            if current not in out:
+                out.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return out
+
+
 def check_socket_directory(path: str, *, allow_shared_dir: bool = False) -> None:
-    """Refuse a socket path whose directory other users may write without the sticky bit.
+    """Refuse a socket path under a directory other users may write without the sticky bit.
 
     In such a directory any local user can unlink the socket file and bind an impostor in its
-    place, which the kernel would then connect to. A sticky directory (``/tmp``: mode 1777) only
-    lets a file's owner remove it, so it is accepted. With ``allow_shared_dir`` the path is used
-    anyway and a WARNING names the directory and its mode. A directory that cannot be
-    examined is left to ``bind`` to report.
+    place, which the kernel would then connect to; in such an ancestor they can rename the
+    directory below it and put one of their own, with an impostor, in its place. So the
+    socket's directory and every ancestor up to ``/`` are checked, as OpenSSH's
+    ``StrictModes`` checks each directory above a key file. A sticky directory (``/tmp``: mode
+    1777) only lets an entry's owner remove or rename it, so it is accepted. With
+    ``allow_shared_dir`` the path is used anyway and a WARNING names each offending directory
+    and its mode. A directory that cannot be examined is left to ``bind`` to report.
 
     Raises:
-        PermissionError: ``EPERM`` with a message naming the directory, its mode and the rule.
+        PermissionError: ``EPERM`` with a message naming the first offending directory (the
+            nearest), its mode and the rule.
     """
     directory = os.path.dirname(os.path.abspath(path))
-    try:
-        mode = os.stat(directory).st_mode
-    except OSError:
-        return
-    if not (mode & stat.S_IWOTH) or mode & stat.S_ISVTX:
-        return
-    problem = (
-        f"socket directory {_quote(directory)} (mode {stat.S_IMODE(mode):04o}) is writable by "
-        "other users without the sticky bit: another user could replace the socket"
-    )
-    if not allow_shared_dir:
-        raise PermissionError(
-            errno.EPERM,
-            f"{problem}; choose a private directory (or force it: --allow-insecure-socket-dir)",
+    for candidate in _directories_above(directory):
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            continue
+        if not (mode & stat.S_IWOTH) or mode & stat.S_ISVTX:
+            continue
+        where = (
+            f"socket directory {_quote(candidate)}"
+            if candidate == directory
+            else f"directory {_quote(candidate)} above the socket directory {_quote(directory)}"
         )
-    logging.getLogger("protocol_py.server").warning("%s (used anyway, as asked)", problem)
+        problem = (
+            f"{where} (mode {stat.S_IMODE(mode):04o}) is writable by other users without the "
+            "sticky bit: another user could replace the socket"
+        )
+        if not allow_shared_dir:
+            raise PermissionError(
+                errno.EPERM,
+                f"{problem}; choose a private directory (or force it: --allow-insecure-socket-dir)",
+            )
+        logging.getLogger("protocol_py.server").warning("%s (used anyway, as asked)", problem)
 
 
 def bind_unix_socket(path: str, *, allow_shared_dir: bool = False) -> socket.socket:

@@ -80,6 +80,7 @@ from protocol_py.providers.reference.tokenizer import (
     _spans_tokens,
     _strip_span,
     _utf8_pieces,
+    count_prompt_tokens,
     count_spans_tokens,
     count_text_tokens,
     prompt_segments,
@@ -420,6 +421,18 @@ class ReferenceProvider(Provider):
             list(request.messages), list(request.tools), list(request.assembled_context)
         )
         return sum(s.tokens for s in segments)
+
+    def count_input_tokens_bounded(
+        self, request: StreamCompletionRequest, bound: int
+    ) -> tuple[int, bool]:
+        """The exact count, stopped once it exceeds ``bound`` tokens
+        (:func:`~protocol_py.providers.reference.tokenizer.count_prompt_tokens`)."""
+        return count_prompt_tokens(
+            list(request.messages),
+            list(request.tools),
+            list(request.assembled_context),
+            stop_above=bound,
+        )
 
     async def count_tokens(self, request: CountTokensRequest) -> CountTokensResponse:
         """Exact reference-tokenizer count of the rendered prompt (method TOKENIZER)."""

@@ -100,16 +100,26 @@ def count_text_tokens(text: str) -> int:
     there and subtracted once, so the total equals ``len(tokenize(text))`` exactly. A
     cancelled worker step stops every :data:`TOKEN_COUNT_CHUNK_CHARS` characters
     (:func:`protocol_py.server.offload.checkpoint`)."""
+    return _count_text_tokens(text, None)[0]
+
+
+def _count_text_tokens(text: str, stop_above: int | None) -> tuple[int, bool]:
+    """``(count, whole)``: :func:`count_text_tokens` of ``text`` when ``whole``; else the
+    count stopped after the first slice that took it above ``stop_above`` (tokens), a lower
+    bound of the text's count (the tokens of a prefix, the last one perhaps continuing)."""
     if len(text) <= TOKEN_SLICE_CHARS:
-        return len(_TOKEN_RE.findall(text))
+        return len(_TOKEN_RE.findall(text)), True
     total = 0
-    for a in range(0, len(text), TOKEN_SLICE_CHARS):
+    size = len(text)
+    for a in range(0, size, TOKEN_SLICE_CHARS):
         if a % TOKEN_COUNT_CHUNK_CHARS == 0:
             checkpoint()  # a cancelled worker step stops here
         total += len(_TOKEN_RE.findall(text, a, a + TOKEN_SLICE_CHARS))
         if a > 0 and _joins(text[a - 1], text[a]):
             total -= 1
-    return total
+        if stop_above is not None and total > stop_above and a + TOKEN_SLICE_CHARS < size:
+            return total, False
+    return total, True
 
 
 def _count_words(text: str) -> int:
@@ -261,16 +271,27 @@ def count_parts_tokens(parts: Iterable[str]) -> int:
     """:func:`count_text_tokens` of ``"".join(parts)``, without joining: each part counted on
     its own, less one wherever a part's last character and the next part's first form one
     token (both word characters or both whitespace: the run continues across the seam)."""
+    return _count_parts_tokens(parts, None)[0]
+
+
+def _count_parts_tokens(parts: Iterable[str], stop_above: int | None) -> tuple[int, bool]:
+    """``(count, whole)`` of :func:`count_parts_tokens`, stopping inside a long part as
+    :func:`_count_text_tokens` does once the count exceeds ``stop_above`` (tokens); the
+    short parts of one message (its header, trailer, blocks) are counted whole."""
     total = 0
     last = ""
     for part in parts:
         if not part:
             continue
-        total += count_text_tokens(part)
+        left = None if stop_above is None else stop_above - total
+        counted, whole = _count_text_tokens(part, left)
+        total += counted
         if last and _joins(last, part[0]):
             total -= 1
+        if not whole:
+            return total, False
         last = part[-1]
-    return total
+    return total, True
 
 
 def _utf8_pieces(parts: Sequence[str]) -> Iterator[bytes]:
@@ -341,6 +362,46 @@ def prompt_segments(
     return segments
 
 
+def count_prompt_tokens(
+    messages: list[Message],
+    tools: list[ToolDeclaration],
+    assembled_context: list[ContextSection],
+    *,
+    stop_above: int | None = None,
+) -> tuple[int, bool]:
+    """``(count, whole)``: the sum of :func:`prompt_segments`' token counts, rendered and
+    counted segment by segment. With ``stop_above`` (tokens) the count stops once it exceeds
+    that bound (``whole`` False, the count a lower bound above it): a 60 MiB text is not
+    counted to the end when its first slices already pass a model's context window."""
+    count = len(assembled_context) + (1 if tools else 0) + len(messages)
+    total = 0
+    for n, parts in enumerate(_segment_parts(messages, tools, assembled_context), 1):
+        counted, whole = _count_parts_tokens(
+            parts, None if stop_above is None else stop_above - total
+        )
+        total += counted
+        if not whole:
+            return total, False
+        if stop_above is not None and total > stop_above:
+            return total, n == count
+    return total, True
+
+
+def _segment_parts(
+    messages: list[Message],
+    tools: list[ToolDeclaration],
+    assembled_context: list[ContextSection],
+) -> Iterator[tuple[str, ...]]:
+    """The parts of each prompt segment in :func:`prompt_segments`' order, rendered one at a
+    time."""
+    for section in assembled_context:
+        yield (_section_text(section),)
+    if tools:
+        yield (_tools_text(tools),)
+    for message in messages:
+        yield _message_parts(_checked(message))
+
+
 def _checked(item: Message) -> Message:
     checkpoint()
     return item
@@ -351,6 +412,7 @@ __all__ = [
     "TOKEN_SLICE_CHARS",
     "PromptSegment",
     "count_parts_tokens",
+    "count_prompt_tokens",
     "count_text_tokens",
     "iter_tokens",
     "prompt_segments",

@@ -8,13 +8,14 @@ betterproto2's lenient decoder.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import struct
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import betterproto2
 import grpclib.const
@@ -120,6 +121,35 @@ def encode_reply(message: betterproto2.Message, max_send: int) -> EncodedReply:
     if len(data) > max_send:
         raise _too_large("reply message", len(data), max_send)
     return EncodedReply(data)
+
+
+def reply_too_large(size: int, limit: int) -> GRPCError:
+    """The RESOURCE_EXHAUSTED error of a reply of ``size`` bytes over ``limit`` (bytes), as
+    :func:`encode_reply` raises it."""
+    return _too_large("reply message", size, limit)
+
+
+def top_level_text_length(message: betterproto2.Message) -> int:
+    """Characters and bytes of ``message``'s top-level ``string`` and ``bytes`` fields (a
+    Render reply's text), a lower bound of its encoded size found without walking nested
+    messages: a reply this large has its exact size taken before it is encoded
+    (:meth:`protocol_py.server.grpc_layer.reply_budget.ReplyBudget.reserve`)."""
+    total = 0
+    for field in dataclasses.fields(cast(Any, message)):
+        value = getattr(message, field.name, None)
+        if isinstance(value, str | bytes):
+            total += len(value)
+    return total
+
+
+def top_level_text_is_ascii(message: betterproto2.Message) -> bool:
+    """Whether every top-level ``string`` field of ``message`` is ASCII (a constant-time check
+    per string): then :func:`protocol_py.codec.wire.encoded_size` copies none of them."""
+    return all(
+        value.isascii()
+        for field in dataclasses.fields(cast(Any, message))
+        if isinstance(value := getattr(message, field.name, None), str)
+    )
 
 
 class LimitedCodec(wire.WireCodec):

@@ -15,16 +15,22 @@ attack of 4 clients x 5 unread 60 MiB Render replies, ``tests/reliability/test_r
 
 * A held reply is exactly :data:`HELD_COPIES` copies of its encoding (a 60 MiB reply: 120 MiB
   traced, 120 MiB counted); h2 and the socket add at most the peer's flow-control window.
-* A reply is counted only once it is encoded, since its size is not known before: until the
-  budget refuses it, a reply being built holds the provider's response (one copy) and, while
-  it is encoded, its encoding (a second copy). The reference provider builds large texts in at
-  most ``protocol_py.server.offload.MAX_CPU_JOBS`` worker threads (2 when measured), but
-  finished texts wait for the event loop, so in the attack about 5 replies were being built or
-  refused at the peak:
-  peak RSS 588-590 MiB over a 50 MiB baseline = 240 MiB held (2 replies, counted) + about
-  300 MiB of replies being built and refused (not counted). The bound on memory is therefore
-  :data:`REPLY_BUDGET_BYTES` plus the replies in the making, each at most 2 x its size
-  (at most ``DEFAULT_MAX_MESSAGE_SIZE``).
+* A reply whose top-level text and bytes fields reach :data:`LARGE_REPLY_BYTES` (a large
+  Render) is counted as soon as the provider returns it, before it is encoded
+  (:meth:`ReplyBudget.reserve`): by its exact encoded size when its text is ASCII
+  (:func:`protocol_py.codec.wire.encoded_size` copies no ASCII text), else by the text's length
+  (a lower bound) and then by the exact size found in a worker thread
+  (:meth:`Reservation.grow`). It is then encoded in a worker thread, so its encoding never
+  holds the event loop (a 60 MiB one held it for 96-140 ms). Not counted are only the replies
+  the provider is still building: the reference provider builds large texts in at most
+  ``protocol_py.server.offload.MAX_CPU_JOBS`` worker threads (2 when measured). In the attack:
+  peak RSS +292-297 MiB over a 55 MiB baseline = 240 MiB held (2 replies, counted) + about
+  55 MiB being built. (When a finished reply waited for the event loop to encode it before
+  being counted, about 5 replies were being built or refused at the peak: +540 MiB.)
+* Any other reply is counted only once it is encoded, on the event loop: until then it holds
+  the provider's response (one copy) and, while it is encoded, its encoding (a second copy).
+  The bound on memory is therefore :data:`REPLY_BUDGET_BYTES` plus the replies in the making,
+  each at most 2 x its size (at most ``DEFAULT_MAX_MESSAGE_SIZE``).
 
 The reply budget is a share of the server's one memory budget
 (:mod:`protocol_py.server.grpc_layer.memory_budget`, docs/decisions.md#d32), not a second
@@ -34,6 +40,8 @@ budget: a held large reply is charged to both, and is refused when either has no
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Final
 
 import grpclib.server
@@ -48,6 +56,7 @@ __all__ = [
     "LARGE_REPLY_BYTES",
     "REPLY_BUDGET_BYTES",
     "ReplyBudget",
+    "Reservation",
 ]
 
 REPLY_BUDGET_BYTES: Final = 256 * 1024 * 1024
@@ -77,6 +86,35 @@ class ReplyBudget:
         self.held = 0
         """Bytes of large replies held now."""
 
+    def _take(self, encoded: int, *, exact: bool = True) -> int:
+        """Count a reply of ``encoded`` bytes (``exact`` False: at least that many) as held;
+        the bytes counted (for :meth:`_give`).
+
+        Raises:
+            GRPCError: RESOURCE_EXHAUSTED, as :meth:`send` says.
+        """
+        size = HELD_COPIES * encoded
+        what = f"reply of {encoded} bytes" if exact else f"reply of at least {encoded} bytes"
+        if self.held and self.held + size > self.limit:
+            raise GRPCError(
+                Status.RESOURCE_EXHAUSTED,
+                f"{what}: the server already holds {self.held} bytes for large "
+                f"replies not yet read by their clients, and its reply budget is {self.limit} "
+                "bytes; retry later",
+            )
+        memory = self.memory
+        if memory is not None and not memory.fits(size):
+            raise memory.refusal(what)
+        self.held += size
+        if memory is not None:
+            memory.take(size)
+        return size
+
+    def _give(self, size: int) -> None:
+        self.held -= size
+        if self.memory is not None:
+            self.memory.give(size)
+
     async def send(self, stream: grpclib.server.Stream[Any, Any], box: list[EncodedReply]) -> None:
         """Send the reply taken out of ``box`` (so the caller holds no reference to it),
         counted as held until the client has taken it or the call ends.
@@ -92,27 +130,61 @@ class ReplyBudget:
         if len(reply.data) < LARGE_REPLY_BYTES:
             await stream.send_message(reply)
             return
-        size = HELD_COPIES * len(reply.data)
-        if self.held and self.held + size > self.limit:
-            encoded = len(reply.data)
+        try:
+            size = self._take(len(reply.data))
+        except GRPCError:
             del reply
-            raise GRPCError(
-                Status.RESOURCE_EXHAUSTED,
-                f"reply of {encoded} bytes: the server already holds {self.held} bytes for large "
-                f"replies not yet read by their clients, and its reply budget is {self.limit} "
-                "bytes; retry later",
-            )
-        memory = self.memory
-        if memory is not None and not memory.fits(size):
-            encoded = len(reply.data)
-            del reply
-            raise memory.refusal(f"reply of {encoded} bytes")
-        self.held += size
-        if memory is not None:
-            memory.take(size)
+            raise
         try:
             await stream.send_message(reply)
         finally:
-            self.held -= size
-            if memory is not None:
-                memory.give(size)
+            self._give(size)
+
+    @contextlib.contextmanager
+    def reserve(self, encoded: int, *, exact: bool = True) -> Iterator[Reservation]:
+        """Count a reply of at least ``encoded`` bytes (a lower bound of its encoded size,
+        known before it is encoded) as held for the block, refused at once when it does not
+        fit: the block finds the exact size (:meth:`Reservation.grow`), encodes the reply in
+        a worker thread and sends it with :meth:`send_reserved`; the bytes are released when
+        the block ends (the client has taken the reply, or the call ended). So a reply
+        waiting for a worker thread or being encoded there is counted too.
+
+        Args:
+            encoded: The reply's encoded size, bytes (``exact`` False: a lower bound of it; a
+                refusal then says "reply of at least <encoded> bytes").
+
+        Raises:
+            GRPCError: RESOURCE_EXHAUSTED as :meth:`send` says, before the block runs.
+        """
+        reservation = Reservation(self, self._take(encoded, exact=exact))
+        try:
+            yield reservation
+        finally:
+            self._give(reservation.size)
+
+    async def send_reserved(
+        self, stream: grpclib.server.Stream[Any, Any], box: list[EncodedReply]
+    ) -> None:
+        """Send the reply taken out of ``box``, already counted by :meth:`reserve`."""
+        reply = box.pop()
+        await stream.send_message(reply)
+
+
+class Reservation:
+    """Bytes of one reply counted by :meth:`ReplyBudget.reserve`."""
+
+    def __init__(self, budget: ReplyBudget, size: int) -> None:
+        self.budget = budget
+        self.size = size
+        """Bytes counted now (:data:`HELD_COPIES` x the encoded size)."""
+
+    def grow(self, encoded: int) -> None:
+        """Count the reply's exact encoded size (``encoded`` bytes) instead of its lower bound.
+
+        Raises:
+            GRPCError: RESOURCE_EXHAUSTED as :meth:`ReplyBudget.send` says, when the rest
+                does not fit; what was counted stays counted until the block ends.
+        """
+        more = encoded - self.size // HELD_COPIES
+        if more > 0:
+            self.size += self.budget._take(more)
