@@ -76,10 +76,13 @@ class Fixed(Recording):
     def count_input_tokens(self, request: StreamCompletionRequest) -> int | None:
         return self.count
 
-    def count_input_tokens_bounded(
-        self, request: StreamCompletionRequest, bound: int
-    ) -> tuple[int, bool] | None:
-        return Provider.count_input_tokens_bounded(self, request, bound)
+
+def test_a_reference_subclass_overriding_the_count_alone_keeps_its_own_whole_count() -> None:
+    request = StreamCompletionRequest(model_id="reference-small", messages=many_messages(10))
+    assert Fixed(7).count_input_tokens_bounded(request, 5) == (7, True)
+    assert Fixed(None).count_input_tokens_bounded(request, 5) is None
+    counted = ReferenceProvider().count_input_tokens_bounded(request, 10**9)
+    assert counted == (ReferenceProvider().count_input_tokens(request), True)
 
 
 def test_hundred_thousand_messages_to_a_32000_token_model_overflow() -> None:

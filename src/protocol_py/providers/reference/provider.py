@@ -424,9 +424,12 @@ class ReferenceProvider(Provider):
 
     def count_input_tokens_bounded(
         self, request: StreamCompletionRequest, bound: int
-    ) -> tuple[int, bool]:
+    ) -> tuple[int, bool] | None:
         """The exact count, stopped once it exceeds ``bound`` tokens
-        (:func:`~protocol_py.providers.reference.tokenizer.count_prompt_tokens`)."""
+        (:func:`~protocol_py.providers.reference.tokenizer.count_prompt_tokens`). A subclass
+        that overrides :meth:`count_input_tokens` alone gets its own count, whole."""
+        if type(self).count_input_tokens is not ReferenceProvider.count_input_tokens:
+            return super().count_input_tokens_bounded(request, bound)
         return count_prompt_tokens(
             list(request.messages),
             list(request.tools),
