@@ -146,6 +146,23 @@ def test_the_limits_line_gives_each_bound_in_force_with_its_flag() -> None:
     )
 
 
+def test_bounds_past_what_the_machine_allows_give_one_warning_each() -> None:
+    server = ModelServer(ReferenceProvider(), memory_budget=3 * 2**30, max_connections=1000)
+    assert serving.limit_warnings(server, memory=4 * 2**30, soft_nofile=1128) == []
+    assert serving.limit_warnings(server, memory=2 * 2**30, soft_nofile=1024) == [
+        "--memory-budget of 3,072 MiB is more than this machine's memory (2,048 MiB): it will "
+        "not bound the server's memory",
+        "--max-connections 1,000 is more than the descriptor limit leaves room for (soft "
+        "RLIMIT_NOFILE 1,024, less 128 kept for upstream connections and files): descriptors "
+        "run out before the bound is reached",
+    ]
+    unbounded = ModelServer(ReferenceProvider(), memory_budget=0, max_connections=10)
+    assert serving.limit_warnings(unbounded, memory=1, soft_nofile=1024) == []
+    # 100 is the default for a soft limit of 200 (half of it, docs/decisions.md#d33): no warning
+    default = ModelServer(ReferenceProvider(), max_connections=100)
+    assert serving.limit_warnings(default, memory=2**40, soft_nofile=200) == []
+
+
 def test_package_root_exports_a_typed_public_api() -> None:
     assert protocol_py.serve is serving.serve
     assert protocol_py.serve_async is serving.serve_async

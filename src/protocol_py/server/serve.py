@@ -41,6 +41,11 @@ from protocol_py.server import (
     ModelServer,
 )
 from protocol_py.server.go_plugin import GoPluginServices
+from protocol_py.server.grpc_layer.connection_limit import (
+    CONNECTION_FD_RESERVE,
+    default_max_connections,
+)
+from protocol_py.server.grpc_layer.memory_budget import machine_memory
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
 from protocol_py.server.offload import SERVE_SWITCH_INTERVAL_S
@@ -136,6 +141,43 @@ def limits_line(server: ModelServer) -> str:
         f"{server.connection_limit.maximum:,} connections (--max-connections), write timeout "
         f"{server.write_timeout:g} s (--write-timeout)"
     )
+
+
+def limit_warnings(
+    server: ModelServer, *, memory: int | None = None, soft_nofile: int | None = None
+) -> list[str]:
+    """Start-up WARNING lines for bounds set past what the machine allows: a memory budget
+    over the machine's memory (``memory``, bytes; default
+    :func:`~protocol_py.server.grpc_layer.memory_budget.machine_memory`), so it bounds
+    nothing, and a connection limit over the soft ``RLIMIT_NOFILE`` (``soft_nofile``; default
+    the process's, none when unlimited) less the descriptors kept for upstream connections
+    and files, so descriptors run out first (accepting then backs off, docs/decisions.md#d33).
+    Nothing is refused: the operator may know better."""
+    warnings: list[str] = []
+    budget = server.memory.limit
+    machine = machine_memory() if memory is None else memory
+    if budget is not None and machine is not None and budget > machine:
+        warnings.append(
+            f"--memory-budget of {budget / 2**20:,.0f} MiB is more than this machine's memory "
+            f"({machine / 2**20:,.0f} MiB): it will not bound the server's memory"
+        )
+    if soft_nofile is None:
+        try:
+            import resource  # noqa: PLC0415 (POSIX only)
+        except ImportError:
+            return warnings
+        soft_nofile, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft_nofile == resource.RLIM_INFINITY:
+            return warnings
+    room = soft_nofile - CONNECTION_FD_RESERVE
+    maximum = server.connection_limit.maximum
+    if maximum > room and maximum != default_max_connections(soft_nofile):  # set past it
+        warnings.append(
+            f"--max-connections {maximum:,} is more than the descriptor limit leaves room for "
+            f"(soft RLIMIT_NOFILE {soft_nofile:,}, less {CONNECTION_FD_RESERVE} kept for "
+            "upstream connections and files): descriptors run out before the bound is reached"
+        )
+    return warnings
 
 
 async def serve_async(
@@ -285,6 +327,8 @@ async def serve_async(
             ) from None
         log.info("serving %s on %s (protocol %s)", provider.name, server.address, PROTOCOL_VERSION)
         log.info("%s", limits_line(server))
+        for warning in limit_warnings(server):
+            log.warning("%s", warning)
         if on_started is not None:
             on_started(server)
         launched = handshake and os.environ.get(EXIT_ON_STDIN_EOF_ENV) == "1"
