@@ -145,7 +145,8 @@ def test_past_the_descriptor_limit_accepting_backs_off_with_one_warning(
         err = _stop(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "out of system resource" not in err
-    warnings = _warnings(err)
+    start_up, *warnings = _warnings(err)  # the limit set past the descriptors is warned of
+    assert "--max-connections 5,000 is more than the descriptor limit" in start_up, err
     assert 1 <= len(warnings) <= 3, err  # one per 10 s at most
     assert "cannot accept connections: Too many open files (EMFILE)" in warnings[0]
     assert "accepting paused for" in warnings[0]
