@@ -1,6 +1,6 @@
 """What the out-of-process benchmarks share: starting ``protocol-py serve`` as a subprocess and
 reading its handshake port, reading its RSS and CPU time from /proc, a one-message
-StreamCompletionRequest, and medians over runs.
+StreamCompletionRequest, repeated runs printed as they end, and medians over runs.
 
 Sizes are bytes unless a name says KiB or MiB; times are seconds.
 """
@@ -11,7 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from protocol_py_gen.common.v1 import CallContext
@@ -83,3 +83,16 @@ def user_request(model: str, prompt: str, *, session: str = "bench") -> StreamCo
 def medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Each key of the first run mapped to its median over ``runs``."""
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def print_runs(
+    count: int, measure: Callable[[], dict[str, Any]], line: Callable[[dict[str, Any]], str]
+) -> list[dict[str, Any]]:
+    """``count`` results of ``measure()``, each printed (indented, flushed) as ``line(result)``
+    as soon as it ends, so a long benchmark shows its progress."""
+    runs = []
+    for _ in range(count):
+        run = measure()
+        print(f"  {line(run)}", flush=True)
+        runs.append(run)
+    return runs

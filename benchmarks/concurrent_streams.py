@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
-from _harness import spawn_serve, user_request
+from _harness import print_runs, spawn_serve, user_request
 
 from protocol_py_gen.model.v1 import StreamEvent
 
@@ -102,16 +102,15 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    runs = []
-    for _ in range(args.runs):
-        run = measure(args.streams, args.waves)
-        print(
-            f"  Describe gap beyond {PROBE_PERIOD_S * 1000:.0f} ms: {run['gap_ms']:.1f} ms, "
+    runs = print_runs(
+        args.runs,
+        lambda: measure(args.streams, args.waves),
+        lambda run: (
+            f"Describe gap beyond {PROBE_PERIOD_S * 1000:.0f} ms: {run['gap_ms']:.1f} ms, "
             f"slowest Describe {run['describe_worst_ms']:.1f} ms, "
-            f"{run['stopped']}/{args.streams * args.waves} stopped, load {run['load']:.2f}",
-            flush=True,
-        )
-        runs.append(run)
+            f"{run['stopped']}/{args.streams * args.waves} stopped, load {run['load']:.2f}"
+        ),
+    )
     print(
         f"median of {args.runs} ({args.waves} x {args.streams} streams): Describe gap "
         f"{statistics.median(r['gap_ms'] for r in runs):.1f} ms (target <= 100 ms), slowest "

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
+from _harness import print_runs
 
 from protocol_py_gen.model.v1 import StreamEvent
 
@@ -127,16 +128,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    runs = []
-    for _ in range(args.runs):
-        run = measure(args.budget, args.calls)
-        print(
-            f"  Describe worst {run['describe_worst_ms']:.0f} ms, peak +{run['peak_over_mib']:.0f}"
+    runs = print_runs(
+        args.runs,
+        lambda: measure(args.budget, args.calls),
+        lambda run: (
+            f"Describe worst {run['describe_worst_ms']:.0f} ms, peak +{run['peak_over_mib']:.0f}"
             f" MiB, {run['outcomes']}, slowest refusal {run['slowest_refusal_s']:.1f} s, "
-            f"slowest call {run['slowest_call_s']:.1f} s",
-            flush=True,
-        )
-        runs.append(run)
+            f"slowest call {run['slowest_call_s']:.1f} s"
+        ),
+    )
     med = {
         k: statistics.median(r[k] for r in runs)
         for k in ("describe_worst_ms", "peak_over_mib", "slowest_refusal_s", "slowest_call_s")
