@@ -3,9 +3,9 @@ message count."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
+from ..support.proc import run_ok
 from ..support.servers import REPO
 
 
@@ -20,15 +20,7 @@ def test_turn_latency_flags_an_overhead_that_does_not_grow_with_size() -> None:
         "print(t.not_increasing({60: 9.0, 300: 8.0, 600: 27.1}, s))\n"
         "print(t.NOISY_WARNING)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_ok([sys.executable, "-c", code], cwd=REPO)
     growing, shrinking, dip, warning = done.stdout.splitlines()
     assert (growing, shrinking, dip) == ("False", "True", "True")
     assert warning.startswith("warning: the overhead does not grow with the message count")
@@ -48,13 +40,5 @@ def test_a_cold_turn_has_every_message_id_new_and_the_same_content() -> None:
         " == [wire.content_key(bytes(m)) for m in b.messages])\n"
         "print(a.call_context.turn_id, b.call_context.turn_id)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_ok([sys.executable, "-c", code], cwd=REPO)
     assert done.stdout.splitlines() == ["0", "10", "True", "t1 t2"]

@@ -5,10 +5,10 @@ with the client's files is answered, and without them is refused."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+from ..support.proc import run_ok
 from ..support.security import run_cli
 from ..support.servers import spawn_server
 
@@ -26,15 +26,7 @@ def _recipe() -> str:
 
 
 def test_test_certificate_recipe_gives_a_working_mutual_tls_pair(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _recipe()],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    run_ok([sys.executable, "-c", _recipe()], cwd=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == FILES
     f = {name: str(tmp_path / name) for name in FILES}
     sub = spawn_server(

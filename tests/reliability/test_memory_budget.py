@@ -233,16 +233,20 @@ def _many_elements_request(messages: int) -> bytes:
     )
 
 
+def _hold_every_worker(release: threading.Event) -> list[asyncio.Task[bool]]:
+    """Steps of other requests that hold every CPU worker until ``release`` is set."""
+    return [
+        asyncio.create_task(offload.run_cpu(offload.OFFLOAD_MIN_BYTES, release.wait))
+        for _ in range(offload.MAX_CPU_JOBS)
+    ]
+
+
 async def test_a_call_without_room_is_refused_while_the_worker_is_still_busy() -> None:
     served = await serve(memory_budget=16 * MiB)
     served.server.memory.wait = 0.3
     release = threading.Event()
     try:
-        # other requests' steps hold every CPU worker until released
-        busy = [
-            asyncio.create_task(offload.run_cpu(offload.OFFLOAD_MIN_BYTES, release.wait))
-            for _ in range(offload.MAX_CPU_JOBS)
-        ]
+        busy = _hold_every_worker(release)
         await asyncio.sleep(0)
         body = _many_elements_request(30_000)  # its worst case needs far more than 16 MiB
         result = await acall(served.address, "StreamCompletion", body, stream=True, timeout=20)
@@ -266,10 +270,7 @@ async def test_a_call_with_room_for_its_worst_case_waits_for_the_busy_worker() -
     served.server.memory.wait = 0.3
     release = threading.Event()
     try:
-        busy = [
-            asyncio.create_task(offload.run_cpu(offload.OFFLOAD_MIN_BYTES, release.wait))
-            for _ in range(offload.MAX_CPU_JOBS)
-        ]
+        busy = _hold_every_worker(release)
         await asyncio.sleep(0)
         body = _many_elements_request(30_000)  # its worst case fits in 1 GiB
         call = asyncio.create_task(

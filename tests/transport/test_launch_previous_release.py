@@ -21,6 +21,8 @@ from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 
+from ..support.proc import run_ok
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WHEEL = REPO_ROOT / "testdata" / "release-1.1.0" / "protocol_py-1.1.0-py3-none-any.whl"
 CONSOLE_SCRIPT = Path(sys.executable).parent / "protocol-py"
@@ -122,15 +124,11 @@ async def test_this_launch_uses_a_plugin_of_the_previous_release(
 def test_the_previous_releases_launch_uses_this_plugin(release: Path, auto_mtls: bool) -> None:
     argv = [str(CONSOLE_SCRIPT), "serve", "--handshake"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLUGIN_", "MODEL_PLUGIN_"))}
-    done = subprocess.run(
+    done = run_ok(
         [sys.executable, "-c", RELEASE_KERNEL, str(release), json.dumps([argv, auto_mtls])],
-        capture_output=True,
-        text=True,
         env=env,
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report == {
         "version": 1,

@@ -22,6 +22,15 @@ def _directory(tmp_path: Path, mode: int) -> Path:
     return directory
 
 
+def _assert_binds(directory: Path, *, allow_shared_dir: bool = False) -> None:
+    """A socket bound at ``directory/s.sock`` exists as a socket; it is closed again."""
+    sock = bind_unix_socket(str(directory / "s.sock"), allow_shared_dir=allow_shared_dir)
+    try:
+        assert stat.S_ISSOCK(os.lstat(directory / "s.sock").st_mode)
+    finally:
+        sock.close()
+
+
 def test_a_world_writable_directory_without_the_sticky_bit_is_refused(tmp_path: Path) -> None:
     directory = _directory(tmp_path, 0o777)
     with pytest.raises(PermissionError) as raised:
@@ -35,11 +44,7 @@ def test_a_world_writable_directory_without_the_sticky_bit_is_refused(tmp_path: 
 @pytest.mark.parametrize("mode", [0o1777, 0o755, 0o700])
 def test_sticky_or_private_directories_are_accepted(tmp_path: Path, mode: int) -> None:
     directory = _directory(tmp_path, mode)
-    sock = bind_unix_socket(str(directory / "s.sock"))
-    try:
-        assert stat.S_ISSOCK(os.lstat(directory / "s.sock").st_mode)
-    finally:
-        sock.close()
+    _assert_binds(directory)
 
 
 def test_forcing_a_shared_directory_binds_with_one_warning(
@@ -47,11 +52,7 @@ def test_forcing_a_shared_directory_binds_with_one_warning(
 ) -> None:
     directory = _directory(tmp_path, 0o777)
     with caplog.at_level(logging.WARNING, logger="protocol_py.server"):
-        sock = bind_unix_socket(str(directory / "s.sock"), allow_shared_dir=True)
-    try:
-        assert stat.S_ISSOCK(os.lstat(directory / "s.sock").st_mode)
-    finally:
-        sock.close()
+        _assert_binds(directory, allow_shared_dir=True)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "0777" in warnings[0].getMessage()
 
@@ -89,11 +90,7 @@ def test_an_ancestor_reached_through_a_symlink_is_checked(tmp_path: Path) -> Non
 
 def test_a_sticky_ancestor_is_accepted(tmp_path: Path) -> None:
     _, directory = _nested(tmp_path, 0o1777)
-    sock = bind_unix_socket(str(directory / "s.sock"))
-    try:
-        assert stat.S_ISSOCK(os.lstat(directory / "s.sock").st_mode)
-    finally:
-        sock.close()
+    _assert_binds(directory)
 
 
 def test_forcing_a_shared_ancestor_binds_with_one_warning_naming_it(
@@ -101,11 +98,7 @@ def test_forcing_a_shared_ancestor_binds_with_one_warning_naming_it(
 ) -> None:
     ancestor, directory = _nested(tmp_path, 0o777)
     with caplog.at_level(logging.WARNING, logger="protocol_py.server"):
-        sock = bind_unix_socket(str(directory / "s.sock"), allow_shared_dir=True)
-    try:
-        assert stat.S_ISSOCK(os.lstat(directory / "s.sock").st_mode)
-    finally:
-        sock.close()
+        _assert_binds(directory, allow_shared_dir=True)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert f"directory '{ancestor}' above the socket directory" in warnings[0]
