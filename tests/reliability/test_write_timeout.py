@@ -106,6 +106,12 @@ async def test_streams_whose_readers_never_open_their_window_are_reset_and_relea
             and r.getMessage().endswith(write_timeout_message(WRITE_TIMEOUT))
         ]
         assert len(resets) == streams and all(r.levelno == logging.INFO for r in resets)
+        ended = [
+            (r["outcome"], r.get("detail"))
+            for r in logs.rpc_records()
+            if r["rpc"] == "StreamCompletion"
+        ]
+        assert ended == [("cancelled", write_timeout_message(WRITE_TIMEOUT))] * streams, ended
         await asyncio.sleep(1.5)  # the memory trim after the aborted calls
         gc.collect()
         grown = (rss_bytes() - before) / MiB

@@ -880,6 +880,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = (record.events or 0) + 1
             else:
                 record.outcome = "deadline_exceeded" if expired else "cancelled"
+                record.detail = one.cancel_reason() if one is not None else None
             raise
         except GRPCError as exc:
             record.outcome = "error"

@@ -24,6 +24,7 @@ from grpclib.metadata import decode_timeout
 from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import quote_value
 from protocol_py.server.grpc_layer.connections import TransportHandler
+from protocol_py.server.grpc_layer.progress import cancel_reason
 from protocol_py.server.records import RpcRecord
 
 MIN_USABLE_DEADLINE: Final = 0.001
@@ -121,6 +122,7 @@ class AdmissionHandler(TransportHandler):
         ):
             record = RpcRecord(rpc=path.removeprefix(MODEL_SERVICE_PREFIX))
             record.outcome = "cancelled"
+            record.detail = cancel_reason(stream)
             record.emit()
 
 

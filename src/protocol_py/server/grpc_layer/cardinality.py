@@ -33,6 +33,7 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py._compat import grpclib_private
 from protocol_py.server.grpc_layer.limits import receive_message
+from protocol_py.server.grpc_layer.progress import cancel_reason
 
 __all__ = [
     "EXTRA_MESSAGE",
@@ -127,6 +128,11 @@ class SingleRequest:
         self._task: asyncio.Task[Any] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._working = False
+
+    def cancel_reason(self) -> str | None:
+        """The server's own reason for resetting the call's stream (the write timeout's
+        message), or None (:func:`~protocol_py.server.grpc_layer.progress.cancel_reason`)."""
+        return cancel_reason(grpclib_private.server_h2_stream(self._stream))
 
     async def start(self) -> None:
         """Check the request side right after the message was read.

@@ -78,6 +78,7 @@ from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
 from protocol_py.server.grpc_layer.progress import (
     DEFAULT_WRITE_TIMEOUT,
     ProgressWatch,
+    cancel_reason,
     over_queue_budget,
 )
 from protocol_py.server.offload import run_released
@@ -241,7 +242,8 @@ def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | 
     when its deadline or the receive timeout ended it (detail: the status message), or when the
     client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
     its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
-    DEADLINE_EXCEEDED), else ``cancelled``."""
+    DEADLINE_EXCEEDED), else ``cancelled`` (detail: the server's own reason for resetting the
+    stream, :func:`~protocol_py.server.grpc_layer.progress.cancel_reason`, or None)."""
     error = grpclib_private.wrapper_error(grpclib_private.server_h2_stream(stream).wrapper)
     if isinstance(error, GRPCError) and error.status is Status.DEADLINE_EXCEEDED:
         return "deadline_exceeded", error.message
@@ -250,7 +252,7 @@ def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | 
     deadline = stream.deadline
     if deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN:
         return "deadline_exceeded", None
-    return "cancelled", None
+    return "cancelled", cancel_reason(grpclib_private.server_h2_stream(stream))
 
 
 def _drop_traceback_cycle(error: BaseException | None) -> None:

@@ -33,10 +33,12 @@ from h2.errors import ErrorCodes
 from protocol_py._compat import grpclib_private
 
 __all__ = [
+    "CANCEL_REASON_ATTR",
     "CONNECTION_QUEUE_BYTES",
     "DEFAULT_WRITE_TIMEOUT",
     "MAX_CHECK_INTERVAL",
     "ProgressWatch",
+    "cancel_reason",
     "check_interval",
     "over_queue_budget",
     "write_timeout_message",
@@ -61,6 +63,18 @@ def check_interval(write_timeout: float) -> float:
     """Seconds between checks for ``write_timeout``: a quarter of it, at most
     :data:`MAX_CHECK_INTERVAL`."""
     return min(MAX_CHECK_INTERVAL, write_timeout / 4)
+
+
+CANCEL_REASON_ATTR: Final = "protocol_py_cancel_reason"
+"""Attribute set on grpclib's HTTP/2 stream when the server itself resets it (the write
+timeout): its reason, which the call's log record gives as ``detail``."""
+
+
+def cancel_reason(stream: Any) -> str | None:
+    """The server's own reason for resetting grpclib's HTTP/2 ``stream``, or None when the
+    server did not reset it (the client cancelled, the connection was lost)."""
+    reason = getattr(stream, CANCEL_REASON_ATTR, None)
+    return reason if isinstance(reason, str) else None
 
 
 def write_timeout_message(timeout: float) -> str:
@@ -169,6 +183,7 @@ class ProgressWatch:
 
     def _reset(self, stream_id: int, stream: Any) -> None:
         self.resets += 1
+        setattr(stream, CANCEL_REASON_ATTR, write_timeout_message(self.write_timeout))
         log.info(
             "reset stream %d (RST_STREAM CANCEL): %s",
             stream_id,
