@@ -4,9 +4,11 @@ A ``protocol-py serve`` subprocess (the ``reference`` provider, or the ``openai`
 front of a loopback stub upstream that streams a long answer slowly) gets ``--streams``
 StreamCompletions over ``--connections`` HTTP/2 connections from this process, all started at
 once, each cancelled by the client at a random point in its first ``--window`` seconds (default:
-twice the time a lone stream waits for its first event, so cancels land during the request's
-decode, validation and token count as well as while it streams). Printed, as medians of
-``--repeat`` runs:
+twice the median time 5 lone streams waited for their first event, so cancels land during the
+request's decode, validation and token count as well as while it streams). ``--client
+grpcio`` starts them from grpcio's C core, which writes all of them at once (the default
+``grpclib`` client of this process starts them one after another as its own loop runs).
+Printed, as medians of ``--repeat`` runs:
 
 * ``cpu_after_s``: CPU seconds the server process used from the last cancel until it was idle
   (no CPU tick in 100 ms), and ``idle_after_s``, the wall time until then;
@@ -15,13 +17,17 @@ decode, validation and token count as well as while it streams). Printed, as med
   the server was idle, and ``describe_worst_ms``, the slowest of those Describes;
 * ``describe_after_ms``: a Describe sent on a new connection right after the last cancel;
 * ``rss_over_baseline_mib``: the server's RSS once idle, minus its RSS before the storm (after
-  one warm-up stream);
-* ``upstream_open_after``: upstream connections still open once idle (``openai`` only).
+  the warm-up streams);
+* ``upstream_open_after``: upstream connections still open once idle, and
+  ``upstream_answering_after``, those of them in the middle of a response (``openai`` only;
+  the others carry no request: idle connections of the adapter's keep-alive pool, httpx's
+  default of at most 20).
 
 The load average (1 minute) at the end of each run is printed beside it.
 
 Usage: ``.venv/bin/python benchmarks/cancel_storm.py [--provider reference|openai]
-[--streams 1000] [--connections 50] [--window S] [--repeat 3] [--prompt-kib 4]``
+[--client grpclib|grpcio] [--streams 1000] [--connections 50] [--window S] [--repeat 3]
+[--prompt-kib 4]``
 (``--prompt-kib``: the size of each request's one user message; from 64 KiB a request's
 decode, validation and token count run in the server's worker threads).
 """
@@ -34,6 +40,7 @@ import contextlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -47,6 +54,9 @@ from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import StreamCompletionRequest
 
 MODEL = {"reference": "reference-large", "openai": "gpt-6-sol"}
+
+WARM_STREAMS = 5
+"""Lone streams whose median wait for their first event sets the default cancel window."""
 
 PROBE_PERIOD_S = 0.1
 """Pause between two Describe calls of the prober process, seconds."""
@@ -156,6 +166,7 @@ class Upstream:
 
     def __init__(self) -> None:
         self.open = 0
+        self.answering = 0  # connections in the middle of a response
         self.server: asyncio.Server | None = None
         self.port = 0
 
@@ -165,6 +176,7 @@ class Upstream:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open += 1
+        answering = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -173,6 +185,8 @@ class Upstream:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
                 await reader.readexactly(length)
+                answering = 1
+                self.answering += 1
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                     b"transfer-encoding: chunked\r\n\r\n"
@@ -189,9 +203,12 @@ class Upstream:
                 )
                 writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
                 await writer.drain()
+                answering = 0
+                self.answering -= 1
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
+            self.answering -= answering
             self.open -= 1
             writer.close()
 
@@ -204,13 +221,17 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
     prober: subprocess.Popen[str] | None = None
     try:
         warm = clients[0]
-        sent = time.monotonic()
-        first = 0.0
         async for _ in warm.stream(request(args.provider), timeout=60):
-            first = first or time.monotonic() - sent
+            pass  # one whole stream first: the caches are warm and RSS is its steady value
+        firsts = []
+        for _ in range(WARM_STREAMS):
+            sent = time.monotonic()
+            async for _ in warm.stream(request(args.provider), timeout=60):
+                firsts.append(time.monotonic() - sent)
+                break  # cancelled after its first event
         # cancel points cover the whole of a lone stream's wait for its first event (the
         # request's decode, validation and token count) and as long again of streaming
-        window = args.window or 2 * first
+        window = args.window or 2 * statistics.median(firsts)
         await asyncio.sleep(0.5)
         baseline = rss(proc.pid)
         prober = start_probe(address)
@@ -269,6 +290,7 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
         }
         if upstream is not None:
             result["upstream_open_after"] = upstream.open
+            result["upstream_answering_after"] = upstream.answering
         return result
     finally:
         for client in clients:
