@@ -50,6 +50,7 @@ from protocol_py.server.grpc_layer.connections import (
     DEFAULT_RECEIVE_TIMEOUT,
     cancel_outcome,
     send_events,
+    wait_for_start_turn,
 )
 from protocol_py.server.grpc_layer.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -663,6 +664,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         record = RpcRecord(rpc="StreamCompletion")
         try:
             self.check_accepting()
+            # the decode, validation and token count share the loop turn's budget with the
+            # other starts and the sends: a storm of new streams cannot hold the loop
+            await wait_for_start_turn()
             request, checked = await self._recv_completion(stream, memory)
             one = SingleRequest(stream)
             await one.start()

@@ -21,8 +21,8 @@ from ...support.servers import make_request, start_server
 async def test_a_stream_past_the_shared_turn_budget_yields_and_the_next_turn_gets_a_new_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    turn = connections._SendTurn()
-    monkeypatch.setattr(connections, "_send_turn", turn)
+    turn = connections._TurnBudget()
+    monkeypatch.setattr(connections, "_turn_budget", turn)
     ran: list[str] = []
     asyncio.get_running_loop().call_soon(ran.append, "other callback")
     await connections._yield_if_turn_over()  # due 0.0: the budget is spent
@@ -34,9 +34,9 @@ async def test_a_stream_past_the_shared_turn_budget_yields_and_the_next_turn_get
 async def test_a_stream_within_the_shared_turn_budget_sends_on_without_yielding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    turn = connections._SendTurn()
+    turn = connections._TurnBudget()
     turn.due = time.monotonic() + 60.0
-    monkeypatch.setattr(connections, "_send_turn", turn)
+    monkeypatch.setattr(connections, "_turn_budget", turn)
     ran: list[str] = []
     asyncio.get_running_loop().call_soon(ran.append, "other callback")
     await connections._yield_if_turn_over()

@@ -176,19 +176,29 @@ async def checkpoint() -> None:
     await asyncio.sleep(0)  # ... ran before we resume
 
 
-class _SendTurn:
-    """The sending time all streams share in one loop turn (see :func:`_yield_if_turn_over`)."""
+class _TurnBudget:
+    """The time all streams share in one loop turn for their sends and their starts (see
+    :func:`_yield_if_turn_over` and :func:`wait_for_start_turn`)."""
 
     def __init__(self) -> None:
         self.due = 0.0  # time.monotonic() past which every sending stream yields this turn
         self.reset_loop: asyncio.AbstractEventLoop | None = None  # a reset pending on it
+        self.starts = 0  # stream starts let through since the last reset
 
     def reset(self) -> None:
         self.due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
         self.reset_loop = None
+        self.starts = 0
+
+    def schedule_reset(self) -> None:
+        """Start a new budget at the beginning of the next loop turn (once per turn)."""
+        loop = asyncio.get_running_loop()
+        if self.reset_loop is not loop:  # the first stream over the budget in this turn
+            self.reset_loop = loop
+            loop.call_soon(self.reset)  # runs first in the next turn
 
 
-_send_turn = _SendTurn()
+_turn_budget = _TurnBudget()
 
 
 async def _yield_if_turn_over() -> None:
@@ -197,14 +207,34 @@ async def _yield_if_turn_over() -> None:
     then go out over several turns, each one polling the sockets first, instead of one turn
     running them all back to back (which held a Describe on another connection 300-570 ms
     behind 100 small streams)."""
-    turn = _send_turn
+    turn = _turn_budget
     if time.monotonic() < turn.due:
         return
-    loop = asyncio.get_running_loop()
-    if turn.reset_loop is not loop:  # the first stream over the budget in this turn
-        turn.reset_loop = loop
-        loop.call_soon(turn.reset)  # runs first in the next turn
+    turn.schedule_reset()
     await checkpoint()
+
+
+async def wait_for_start_turn() -> None:
+    """Wait until the loop turn's shared budget (:data:`SEND_CHECKPOINT_INTERVAL`, shared with
+    the sends of :func:`_yield_if_turn_over`) has room for one more stream start: a stream's
+    start (its request's decode, validation and token count; the provider's first event) runs
+    only while the turn's budget lasts, or as the first start after a new budget began (so
+    starts always progress, whatever else the turn runs). Past it, the start yields to the loop
+    (:func:`checkpoint`) and asks again, in the order the starts first asked, so 1,000 streams
+    ready at once start over many turns, each polling the sockets first, instead of running
+    their starts back to back before another connection's request is read. A start finding
+    the last budget spent long ago (a quiet server) waits one :func:`checkpoint` for a new
+    one, as a send does.
+
+    Raises:
+        asyncio.CancelledError: the call was cancelled (reset, deadline, lost connection)
+            while it waited; nothing of its start has run.
+    """
+    turn = _turn_budget
+    while time.monotonic() >= turn.due and turn.starts:
+        turn.schedule_reset()
+        await checkpoint()
+    turn.starts += 1
 
 
 async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIterator[Any]) -> None:
@@ -224,8 +254,8 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
     writer = EventWriter(stream)  # events ready at once go out in one write
     try:
         async with closing:
+            await wait_for_start_turn()  # the provider's start and first event: budgeted
             due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
-            await _yield_if_turn_over()
             async for event in events:
                 await _yield_if_turn_over()
                 if time.monotonic() >= due:

@@ -1,0 +1,149 @@
+"""Stream starts share the loop turn's budget (protocol_py.server.grpc_layer.connections:
+``wait_for_start_turn``): a start (the request's decode, validation and token count, then the
+provider's first event) runs only while the turn's SEND_CHECKPOINT_INTERVAL lasts, or as the
+first start after a new budget began; past it, it yields and asks again in order. So a
+Describe on another connection is answered while a storm of streams is still starting, every
+stream still ends whole, and the server serves on afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import AsyncIterator
+
+import grpc  # type: ignore[import-untyped]
+import pytest
+
+from protocol_py.client.client import ModelClient
+from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server.grpc_layer import connections
+from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
+
+from ..support.servers import make_request, start_server
+
+STREAMS = 200
+"""Streams started at once: with a budget of no time each needs its own loop turn to start."""
+
+
+class CountingStarts(ReferenceProvider):
+    """The reference provider, counting the streams it has begun (their first advance)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = 0
+        self.first = asyncio.Event()
+
+    async def stream(  # type: ignore[override]
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        self.started += 1
+        self.first.set()
+        async for event in super().stream(request, context):
+            yield event
+
+
+@pytest.fixture
+def fresh_budget(monkeypatch: pytest.MonkeyPatch) -> connections._TurnBudget:
+    turn = connections._TurnBudget()
+    monkeypatch.setattr(connections, "_turn_budget", turn)
+    return turn
+
+
+async def test_a_start_past_the_turn_budget_waits_for_a_new_one_then_counts(
+    fresh_budget: connections._TurnBudget,
+) -> None:
+    fresh_budget.starts = 1  # one start already ran on this (spent) budget
+    ran: list[str] = []
+    asyncio.get_running_loop().call_soon(ran.append, "other callback")
+    await connections.wait_for_start_turn()
+    assert ran == ["other callback"]  # the loop had a turn first
+    assert fresh_budget.due > time.monotonic() - connections.SEND_CHECKPOINT_INTERVAL
+    assert fresh_budget.starts == 1  # this start, on the new budget
+
+
+async def test_the_first_start_on_a_spent_budget_runs_at_once(
+    fresh_budget: connections._TurnBudget,
+) -> None:
+    ran: list[str] = []
+    asyncio.get_running_loop().call_soon(ran.append, "other callback")
+    await connections.wait_for_start_turn()  # due 0.0, but no start yet: starts progress
+    assert ran == []
+    assert fresh_budget.starts == 1
+
+
+async def test_starts_within_the_turn_budget_run_without_yielding(
+    fresh_budget: connections._TurnBudget,
+) -> None:
+    fresh_budget.due = time.monotonic() + 60.0
+    ran: list[str] = []
+    asyncio.get_running_loop().call_soon(ran.append, "other callback")
+    for _ in range(5):
+        await connections.wait_for_start_turn()
+    assert ran == []
+    assert fresh_budget.starts == 5
+
+
+async def test_a_start_cancelled_while_it_waits_never_runs_or_counts(
+    fresh_budget: connections._TurnBudget,
+) -> None:
+    fresh_budget.starts = 1
+    ran: list[str] = []
+
+    async def start() -> None:
+        await connections.wait_for_start_turn()
+        ran.append("start")
+
+    task = asyncio.create_task(start())
+    await asyncio.sleep(0)  # it is waiting for the next budget
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == []
+    assert fresh_budget.starts in (0, 1)  # the new budget (0) or the old one: not counted
+
+
+async def test_a_describe_is_answered_while_a_storm_of_streams_is_still_starting(
+    fresh_budget: connections._TurnBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a budget of no time: each new budget lets exactly one start through; grpcio's C core
+    # (another thread) writes all the requests at once, so they arrive in a few reads
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 0.0)
+    provider = CountingStarts()
+    run = await start_server(provider)
+    other = ModelClient.connect(run.address)
+    try:
+        await other.describe(timeout=30)  # its connection is open before the storm
+        body = bytes(make_request("hello"))
+        with grpc.insecure_channel(run.address) as channel:
+            call = channel.unary_stream("/model.v1.ModelService/StreamCompletion")
+            calls = await asyncio.to_thread(
+                lambda: [call(body, timeout=60) for _ in range(STREAMS)]
+            )
+            await provider.first.wait()
+            description = await other.describe(timeout=30)
+            started_at_describe = provider.started
+            # each reply read in its own thread: none waits behind another's window
+            with concurrent.futures.ThreadPoolExecutor(STREAMS) as pool:
+                replies = await asyncio.gather(
+                    *(
+                        asyncio.wrap_future(
+                            pool.submit(lambda c=c: [StreamEvent.parse(r) for r in c])
+                        )
+                        for c in calls
+                    )
+                )
+        again = [e async for e in other.stream(make_request("hello again"), timeout=60)]
+        await other.describe(timeout=30)  # still serving
+    finally:
+        other.close()
+        await run.server.shutdown(grace_period=0)
+    assert description.name  # a real answer
+    assert 0 < started_at_describe < STREAMS // 2  # answered while most were still to start
+    assert provider.started == STREAMS + 1
+    assert all(r[0].stream_start is not None and r[-1].stop is not None for r in replies)
+    assert [e.text_delta.text for e in replies[0] if e.text_delta] == [
+        e.text_delta.text for e in replies[-1] if e.text_delta
+    ]  # the same events, in the same order, on every stream
+    assert again[-1].stop is not None
