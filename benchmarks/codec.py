@@ -9,9 +9,11 @@ Two payloads, each encoded and decoded by both implementations:
 
 The upb classes are compiled from ``proto/`` into a temporary directory with
 ``grpc_tools.protoc`` (as the tests do). Before timing, both sides are checked to produce the
-same bytes. Each measurement is the median over ``--repeat`` runs of a timeit loop sized to take
-about 0.2 s; the ratio columns are betterproto2 time / upb time and :mod:`protocol_py.codec.wire`
-(the codec the server and client use) time / upb time. A third payload is the conversation of
+same bytes. The three implementations of an operation are timed in alternation, ``--repeat``
+rounds of about 0.05 s each (a busy machine's load then falls on all three alike); each time
+column is the median over the rounds, and the ratio columns (betterproto2 / upb and
+:mod:`protocol_py.codec.wire`, the codec the server and client use, / upb) the median of the
+ratios within each round. A third payload is the conversation of
 ``benchmarks/turn_latency.py`` (``--turn-messages`` after the first, default 600: 1.1 MB).
 
 Usage: ``.venv/bin/python benchmarks/codec.py [--messages 50] [--turn-messages 600] [--repeat 7]``
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import statistics
 import sys
 import tempfile
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,20 +165,49 @@ def completion_request(messages: int) -> StreamCompletionRequest:
     )
 
 
-def per_op_seconds(func: Callable[[], object], repeat: int) -> float:
-    """Median seconds per call over ``repeat`` timeit runs of ~0.2 s each."""
-    timer = timeit.Timer(func)
-    number, _ = timer.autorange()
-    number = max(1, number)
-    runs = timer.repeat(repeat=repeat, number=number)
-    return statistics.median(runs) / number
+ROUND_SECONDS = 0.05
+"""About how long each implementation is timed in each round, seconds."""
 
 
-Row = tuple[str, float, float, float]
+def interleaved(funcs: Sequence[Callable[[], object]], rounds: int) -> list[list[float]]:
+    """Seconds per call of each of ``funcs`` in each of ``rounds`` rounds.
+
+    A round times every function in turn for about :data:`ROUND_SECONDS` (a loop count sized
+    once, beforehand, with ``timeit``'s autorange), so a change of the machine's load during the
+    run falls on all of them alike and a ratio taken within a round compares like with like.
+    """
+    numbers = []
+    for func in funcs:
+        count, took = timeit.Timer(func).autorange()
+        numbers.append(max(1, round(count * ROUND_SECONDS / took)) if took > 0 else count)
+    times: list[list[float]] = [[] for _ in funcs]
+    for _ in range(rounds):
+        for func, number, runs in zip(funcs, numbers, times, strict=True):
+            runs.append(timeit.Timer(func).timeit(number) / number)
+    return times
+
+
+Row = tuple[str, float, float, float, float, float]
+"""Label; median seconds of betterproto2, wire and upb; medians of the per-round ratios
+betterproto2 / upb and wire / upb."""
+
+
+def row(label: str, funcs: Sequence[Callable[[], object]], rounds: int) -> Row:
+    """One table row: ``funcs`` are betterproto2's, wire's and upb's operation."""
+    bp2, ours, upb = interleaved(funcs, rounds)
+    return (
+        label,
+        statistics.median(bp2),
+        statistics.median(ours),
+        statistics.median(upb),
+        statistics.median(b / u for b, u in zip(bp2, upb, strict=True)),
+        statistics.median(w / u for w, u in zip(ours, upb, strict=True)),
+    )
 
 
 def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
-    """Time encode and decode of one payload with betterproto2, protocol_py.codec.wire and upb.
+    """Time encode and decode of one payload with betterproto2, protocol_py.codec.wire and upb,
+    in ``repeat`` interleaved rounds (:func:`interleaved`).
 
     Raises:
         AssertionError: the two implementations disagree on the payload (checked first; Struct
@@ -191,27 +223,30 @@ def bench_payload(name: str, ours: Any, upb_cls: Any, repeat: int) -> list[Row]:
     cls = type(ours)
     if wire.decode(cls, data) != ours or wire.encode(ours) != data:
         raise AssertionError(f"{name}: protocol_py.codec.wire differs from betterproto2")
-    rows = [
-        (
+    return [
+        row(
             f"{name} encode",
-            per_op_seconds(lambda: bytes(ours), repeat),
-            per_op_seconds(lambda: wire.encode(ours), repeat),
-            per_op_seconds(theirs.SerializeToString, repeat),
+            (lambda: bytes(ours), lambda: wire.encode(ours), theirs.SerializeToString),
+            repeat,
         ),
-        (
+        row(
             f"{name} decode",
-            per_op_seconds(lambda: cls.parse(data), repeat),
-            per_op_seconds(lambda: wire.decode(cls, data), repeat),
-            per_op_seconds(lambda: upb_cls.FromString(data), repeat),
+            (
+                lambda: cls.parse(data),
+                lambda: wire.decode(cls, data),
+                lambda: upb_cls.FromString(data),
+            ),
+            repeat,
         ),
     ]
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="betterproto2 vs upb codec benchmark")
     parser.add_argument("--messages", type=int, default=50, help="messages in the request")
-    parser.add_argument("--repeat", type=int, default=7, help="timeit runs per measurement")
+    parser.add_argument(
+        "--repeat", type=int, default=7, help="interleaved rounds per measurement (median)"
+    )
     parser.add_argument(
         "--turn-messages",
         type=int,
@@ -233,16 +268,19 @@ def main(argv: list[str] | None = None) -> int:
             f"turn ({args.turn_messages + 1} msgs)", turn, upb.StreamCompletionRequest, args.repeat
         )
 
-    print(f"python {sys.version.split()[0]}; median of {args.repeat} runs per measurement")
+    print(
+        f"python {sys.version.split()[0]}; median of {args.repeat} interleaved rounds per "
+        f"measurement; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores at the end"
+    )
     print(f"text_delta event: {len(bytes(event))} bytes; request: {len(bytes(request))} bytes")
     print(
         f"{'operation':<34}{'betterproto2':>14}{'wire':>12}{'upb':>12}"
         f"{'bp2/upb':>9}{'wire/upb':>10}"
     )
-    for label, ours_s, wire_s, upb_s in rows:
+    for label, ours_s, wire_s, upb_s, ours_ratio, wire_ratio in rows:
         print(
             f"{label:<34}{ours_s * 1e6:>12.1f}us{wire_s * 1e6:>10.1f}us{upb_s * 1e6:>10.1f}us"
-            f"{ours_s / upb_s:>8.1f}x{wire_s / upb_s:>9.1f}x"
+            f"{ours_ratio:>8.1f}x{wire_ratio:>9.1f}x"
         )
     return 0
 

@@ -29,6 +29,11 @@ INLINE_LEVELS: Final = 2
 """Sub-message levels decoded inline in their parent's generated function (no call per
 sub-message); deeper levels, and a class inside itself, call that class's decoder."""
 
+ENCODE_INLINE_LEVELS: Final = 3
+"""Sub-message levels encoded inline in their parent's generated encoder (no call per
+sub-message: a request's message, its content blocks and their blocks); deeper levels, and a
+class inside itself, call that class's encoder."""
+
 LARGE_STRING: Final = 1 << 20
 """Strings of this many bytes or more (1 MiB) are decoded from a memoryview, without the
 intermediate bytes copy."""
@@ -160,6 +165,16 @@ def length_prefix(data: bytes, pos: int) -> tuple[int, int]:
 
 
 SMALL: Final = [bytes([i]) for i in range(128)]
+
+TWO_BYTE_LENGTHS: Final = 4096
+"""Lengths below this (4 KiB) take their two-byte varint from :data:`TWO_BYTE` when encoding
+(a table of about 170 KB); longer ones are computed."""
+
+TWO_BYTE: Final = tuple(
+    bytes((n & 0x7F | 0x80, n >> 7)) if n >= 128 else b"" for n in range(TWO_BYTE_LENGTHS)
+)
+"""The varint of each length 128 to :data:`TWO_BYTE_LENGTHS` - 1, by length (empty below 128:
+those have one-byte heads of their own)."""
 
 
 def varint_bytes(value: int) -> bytes:
@@ -307,6 +322,7 @@ class _Generator:
             "varint": varint,
             "varint_bytes": varint_bytes,
             "SMALL": SMALL,
+            "TWO_BYTE": TWO_BYTE,
             "skip_field": skip_field,
             "decode_str": decode_str,
             "unpack_from": struct.unpack_from,
@@ -668,56 +684,101 @@ class _Generator:
             ], 0
         return [*check, f"b = SMALL[{var}] if 0 <= {var} < 128 else varint_bytes({var})"], 0
 
-    def _emit(  # noqa: PLR0917
+    def _length_head(self, tag: int, n: str, slot: str | None, size: str) -> list[str]:
+        """Lines writing the tag and the length ``n`` of a length-delimited field: into the
+        placeholder ``out[<slot>]`` (a sub-message, whose length is known after its parts),
+        else appended (a string or bytes value, written right after); its byte count (head
+        and payload) is added to the local ``size``. Lengths below 128 take the head from a
+        table (:meth:`_heads`), those below :data:`TWO_BYTE_LENGTHS` their two-byte varint
+        from :data:`TWO_BYTE`."""
+        heads, head = self._heads(tag), varint_bytes(tag)
+
+        def write(value: str) -> str:
+            return f"out[{slot}] = {value}" if slot is not None else f"put({value})"
+
+        return [
+            f"if {n} < 128:",
+            f"    {write(f'{heads}[{n}]')}",
+            f"    {size} += {n} + {len(head) + 1}",
+            f"elif {n} < {TWO_BYTE_LENGTHS}:",
+            f"    {write(f'{head!r} + TWO_BYTE[{n}]')}",
+            f"    {size} += {n} + {len(head) + 2}",
+            "else:",
+            f"    h = {head!r} + varint_bytes({n})",
+            f"    {write('h')}",
+            f"    {size} += {n} + len(h)",
+        ]
+
+    def _message_code(  # noqa: PLR0917
         self,
-        ptype: str,
-        unwrap: Any,
-        field_cls: Any,
+        field_cls: type[Any],
         number: int,
         var: str,
         size: str,
+        level: int,
+        stack: tuple[type[Any], ...],
         needs: list[Any],
     ) -> list[str]:
-        """Lines appending field ``number`` holding ``var`` (tag, length when delimited, value)
-        to ``out`` and adding its byte count to the local ``size``; FallbackError for a value
-        betterproto2 may treat otherwise."""
+        """Lines appending field ``number`` holding the sub-message ``var`` of class
+        ``field_cls``: a placeholder for its head, its parts, then the head. A sub-message of
+        exactly ``field_cls`` is encoded inline (:data:`ENCODE_INLINE_LEVELS` levels below the
+        function's own message, a class never inside itself) or by a call to its class's
+        encoder; one of a subclass by :func:`encode_into`; anything else falls back."""
+        slot = f"j{level}"
+        inner = level + 1
+        if field_cls in stack or len(stack) > ENCODE_INLINE_LEVELS:
+            needs.append(field_cls)
+            exact = [f"    n = {self._encoder_name(field_cls)}({var}, out)"]
+        else:
+            body = self._encode_body(field_cls, var, inner, (*stack, field_cls), needs)
+            exact = [*("    " + line for line in body), f"    n = s{inner}"]
+        return [
+            f"{slot} = len(out)",
+            "put(None)",
+            f"if type({var}) is {self.const(field_cls, 'cls')}:",
+            *exact,
+            f"elif isinstance({var}, Message):",
+            f"    n = encode_into({var}, out)",
+            "else:",
+            "    raise FallbackError",
+            *self._length_head((number << 3) | 2, "n", slot, size),
+        ]
+
+    def _emit(  # noqa: PLR0917
+        self,
+        meta: metadata.Field | None,
+        ptype: str,
+        number: int,
+        var: str,
+        size: str,
+        level: int,
+        stack: tuple[type[Any], ...],
+        needs: list[Any],
+        checked: bool = False,
+    ) -> list[str]:
+        """Lines appending field ``number`` (of proto type ``ptype``; ``meta`` gives the class
+        and wrapper of a message field) holding ``var`` (tag, length when delimited, value) to
+        ``out`` and adding its byte count to the local ``size``; FallbackError for a value
+        betterproto2 may treat otherwise (``checked``: the exact Python type of a string or
+        bytes value was checked already)."""
         if ptype in _LEN:
-            tag = (number << 3) | 2
-            heads, head = self._heads(tag), varint_bytes(tag)
-            length = [
-                "if n < 128:",
-                f"    out[i] = {heads}[n]",
-                f"    {size} += n + {len(head) + 1}",
-                "else:",
-                # a two-byte length (up to 16 KiB) without the call: 0.3 ms of a 601-message turn
-                f"    h = {head!r} + (bytes((n & 0x7F | 0x80, n >> 7)) if n < 0x4000"
-                " else varint_bytes(n))",
-                "    out[i] = h",
-                f"    {size} += n + len(h)",
-            ]
+            unwrap = meta.unwrap if meta is not None else None
             if ptype == betterproto2.TYPE_MESSAGE and unwrap is None:
-                needs.append(field_cls)
-                return [
-                    "i = len(out)",
-                    "put(None)",
-                    f"if type({var}) is {self.const(field_cls, 'cls')}:",
-                    f"    n = {self._encoder_name(field_cls)}({var}, out)",
-                    f"elif isinstance({var}, Message):",
-                    f"    n = encode_into({var}, out)",
-                    "else:",
-                    "    raise FallbackError",
-                    *length,
-                ]
+                assert meta is not None
+                return self._message_code(meta.cls, number, var, size, level, stack, needs)
+            check: list[str] = []
             if ptype == betterproto2.TYPE_STRING:
-                value = [f"if type({var}) is not str:", "    raise FallbackError"]
-                value.append(
-                    f"b = {var}.encode() if len({var}) < {LONG_TEXT_CHARS} else LongText({var})"
-                )
+                if not checked:
+                    check = [f"if type({var}) is not str:", "    raise FallbackError"]
+                value = f"b = {var}.encode() if len({var}) < {LONG_TEXT_CHARS} else LongText({var})"
             elif ptype == betterproto2.TYPE_BYTES:
-                value = [f"if type({var}) is not bytes:", "    raise FallbackError", f"b = {var}"]
+                if not checked:
+                    check = [f"if type({var}) is not bytes:", "    raise FallbackError"]
+                value = f"b = {var}"
             else:
-                value = [f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"]
-            return [*value, "n = len(b)", "i = len(out)", "put(None)", *length, "put(b)"]
+                value = f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"
+            tag = (number << 3) | 2
+            return [*check, value, "n = len(b)", *self._length_head(tag, "n", None, size), "put(b)"]
         code, wire = self._scalar_code(ptype, var)
         tag = (number << 3) | wire
         head = varint_bytes(tag)
@@ -736,100 +797,123 @@ class _Generator:
         return [*code, f"put({head!r})", "put(b)", f"{size} += {len(head)} + len(b)"]
 
     def _encoder_source(self, cls: type[Any]) -> tuple[str, list[type[Any]]]:
-        fname = self._encoder_name(cls)
+        """Source of the encoder function of ``cls`` (see :meth:`_encode_body`)."""
         needs: list[type[Any]] = []
-        lines = [f"def {fname}(msg, out):", "    put = out.append", "    size = 0"]
-        for name, meta in metadata.fields(cls).items():
-            field_cls = meta.cls
-            lines.append(f"    v = msg.{name}")
-            lines.append("    if v is not None:")
-            body: list[str] = []
-            if meta.map_key is not None and meta.map_value is not None:
-                key_meta, value_meta = meta.map_key, meta.map_value
-                value_cls = value_meta.cls
-                tag = (meta.number << 3) | 2
-                heads, head = self._heads(tag), varint_bytes(tag)
-                key = self._emit(key_meta.proto_type, None, None, 1, "k", "es", needs)
-                value = self._emit(
-                    value_meta.proto_type, value_meta.unwrap, value_cls, 2, "x", "es", needs
-                )
-                body += [
-                    "if type(v) is not dict:",
-                    "    raise FallbackError",
-                    "for k, x in v.items():",
-                    "    j = len(out)",
-                    "    put(None)",
-                    "    es = 0",
-                    *("    " + line for line in (*key, *value)),
-                    "    if es < 128:",
-                    f"        out[j] = {heads}[es]",
-                    f"        size += es + {len(head) + 1}",
-                    "    else:",
-                    f"        h = {head!r} + (bytes((es & 0x7F | 0x80, es >> 7))"
-                    " if es < 0x4000 else varint_bytes(es))",
-                    "        out[j] = h",
-                    "        size += es + len(h)",
-                ]
-                lines.extend("        " + line for line in body)
-                continue
-            if meta.repeated:
-                body += ["if type(v) is not list:", "    raise FallbackError", "if v:"]
-                if meta.proto_type not in _LEN:  # packed
-                    code_item, _ = self._scalar_code(meta.proto_type, "item")
-                    body += [
-                        "    parts = []",
-                        "    for item in v:",
-                        *("        " + line for line in code_item),
-                        "        parts.append(b)",
-                        "    packed = b''.join(parts)",
-                        *(
-                            "    " + line
-                            for line in self._emit(
-                                betterproto2.TYPE_BYTES,
-                                None,
-                                None,
-                                meta.number,
-                                "packed",
-                                "size",
-                                needs,
-                            )
-                        ),
-                    ]
-                else:
-                    emit = self._emit(
-                        meta.proto_type, meta.unwrap, field_cls, meta.number, "item", "size", needs
-                    )
-                    body += ["    for item in v:", *("        " + line for line in emit)]
-                lines.extend("        " + line for line in body)
-                continue
-            emit = self._emit(
-                meta.proto_type, meta.unwrap, field_cls, meta.number, "v", "size", needs
-            )
-            plain = (
-                not (meta.optional or meta.group) and meta.proto_type != betterproto2.TYPE_MESSAGE
-            )
-            if plain:
-                py = {
-                    betterproto2.TYPE_STRING: "str",
-                    betterproto2.TYPE_BYTES: "bytes",
-                    betterproto2.TYPE_BOOL: "bool",
-                }.get(meta.proto_type)
-                if py is not None:
-                    body += [f"if type(v) is not {py}:", "    raise FallbackError"]
-                default = self.const(meta.default(), "default")
-                body += [f"if v != {default}:", *("    " + line for line in emit)]
-            else:
-                body += emit
-            lines.extend("        " + line for line in body)
-        lines += [
-            f"    u = msg.{metadata.UNKNOWN_FIELDS}",
-            "    if u:",
-            "        put(u)",
-            "        size += len(u)",
-            "    return size",
+        body = self._encode_body(cls, "m", 0, (cls,), needs)
+        lines = [
+            f"def {self._encoder_name(cls)}(m, out):",
+            "    put = out.append",
+            *("    " + line for line in body),
+            "    return s0",
             "",
         ]
         return "\n".join(lines), needs
+
+    def _encode_body(
+        self,
+        cls: type[Any],
+        var: str,
+        level: int,
+        stack: tuple[type[Any], ...],
+        needs: list[type[Any]],
+    ) -> list[str]:
+        """Lines appending the fields of the ``cls`` message ``var`` (exactly of that class)
+        to ``out`` in field order, then its unknown fields, their byte count in the local
+        ``s<level>``. The locals of a message ``level`` levels below the function's own end in
+        that number, so an inline sub-message's lines never overwrite its parent's."""
+        size = f"s{level}"
+        v, item = f"v{level}", f"t{level}"
+        lines = [f"{size} = 0"]
+        for name, meta in metadata.fields(cls).items():
+            lines.append(f"{v} = {var}.{name}")
+            body: list[str] = []
+            ptype = meta.proto_type
+            if meta.map_key is not None and meta.map_value is not None:
+                key_meta, value_meta = meta.map_key, meta.map_value
+                key, value, entry, slot = f"k{level}", f"x{level}", f"es{level}", f"q{level}"
+                key_code = self._emit(None, key_meta.proto_type, 1, key, entry, level, stack, needs)
+                value_code = self._emit(
+                    value_meta, value_meta.proto_type, 2, value, entry, level, stack, needs
+                )
+                lines += [
+                    f"if type({v}) is dict:",
+                    f"    for {key}, {value} in {v}.items():",
+                    f"        {slot} = len(out)",
+                    "        put(None)",
+                    f"        {entry} = 0",
+                    *("        " + line for line in (*key_code, *value_code)),
+                    *(
+                        "        " + line
+                        for line in self._length_head((meta.number << 3) | 2, entry, slot, size)
+                    ),
+                    f"elif {v} is not None:",
+                    "    raise FallbackError",
+                ]
+                continue
+            if meta.repeated:
+                if ptype not in _LEN:  # packed
+                    code_item, _ = self._scalar_code(ptype, item)
+                    packed = self._emit(
+                        None,
+                        betterproto2.TYPE_BYTES,
+                        meta.number,
+                        "pk",
+                        size,
+                        level,
+                        stack,
+                        needs,
+                        checked=True,
+                    )
+                    body += [
+                        "parts = []",
+                        f"for {item} in {v}:",
+                        *("    " + line for line in code_item),
+                        "    parts.append(b)",
+                        "pk = b''.join(parts)",
+                        *packed,
+                    ]
+                else:
+                    emit = self._emit(meta, ptype, meta.number, item, size, level, stack, needs)
+                    body += [f"for {item} in {v}:", *("    " + line for line in emit)]
+                lines += [
+                    f"if type({v}) is list:",
+                    f"    if {v}:",
+                    *("        " + line for line in body),
+                    f"elif {v} is not None:",
+                    "    raise FallbackError",
+                ]
+                continue
+            plain = not (meta.optional or meta.group) and ptype != betterproto2.TYPE_MESSAGE
+            py = {
+                betterproto2.TYPE_STRING: "str",
+                betterproto2.TYPE_BYTES: "bytes",
+                betterproto2.TYPE_BOOL: "bool",
+            }.get(ptype)
+            if plain and py is not None:
+                # exactly str, bytes or bool: only the default ("", b"", False) is false
+                emit = self._emit(
+                    meta, ptype, meta.number, v, size, level, stack, needs, checked=True
+                )
+                lines += [
+                    f"if type({v}) is {py}:",
+                    f"    if {v}:",
+                    *("        " + line for line in emit),
+                    f"elif {v} is not None:",
+                    "    raise FallbackError",
+                ]
+                continue
+            emit = self._emit(meta, ptype, meta.number, v, size, level, stack, needs)
+            if plain:
+                default = self.const(meta.default(), "default")
+                emit = [f"if {v} != {default}:", *("    " + line for line in emit)]
+            lines += [f"if {v} is not None:", *("    " + line for line in emit)]
+        lines += [
+            f"u = {var}.{metadata.UNKNOWN_FIELDS}",
+            "if u:",
+            "    put(u)",
+            f"    {size} += len(u)",
+        ]
+        return lines
 
 
 GENERATOR: Final = _Generator()
