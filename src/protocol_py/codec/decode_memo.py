@@ -182,6 +182,7 @@ def decode_messages_memo(
     *,
     keys: list[bytes] | None = None,
     state: State | None = None,
+    rest: bytes | None = None,
 ) -> tuple[M, bool, bool]:
     """:func:`protocol_py.codec.wire.decode_report` of ``data`` as ``cls`` (``fallback=False``),
     the elements of its repeated ``Message`` field ``field`` taken from ``memo`` where their
@@ -200,6 +201,9 @@ def decode_messages_memo(
         state: The decode's :class:`~protocol_py.codec.wire_gen.State` (its element budget,
             and afterwards what was decoded), as for
             :func:`protocol_py.codec.wire.decode_report`; memo hits count against it too.
+        rest: :func:`protocol_py.codec.wire.without_field` of ``data`` for that field, when
+            the caller has it with ``images`` (from the same scan: the ``rest`` pieces of
+            :func:`protocol_py.codec.wire.field_images`); else computed here.
 
     Returns:
         ``(message, clean, exact)`` as :func:`protocol_py.codec.wire.decode_report`.
@@ -210,7 +214,8 @@ def decode_messages_memo(
     number = metadata.field_number(cls, field)
     if images is None:
         images = wire.field_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
-    rest = wire.without_field(data, number) if images else None
+    if rest is None and images:
+        rest = wire.without_field(data, number)
     if images is None or rest is None or not _canonical(data, rest, number, images):
         return wire.decode_report(cls, data, fallback=False, state=state)
     limit = state.limit if state is not None else wire.MAX_DECODED_OBJECTS

@@ -444,11 +444,15 @@ def decode_request(
         if kind is StreamCompletionRequest and (
             state is None or state.limit >= wire.MAX_DECODED_OBJECTS
         ):
-            images = request_images(data)
+            pieces: list[bytes] = []  # the body outside its messages, from the same scan
+            images = request_images(data, pieces)
+            rest = b"".join(pieces) if images else None
+            del pieces
             keys: list[bytes] = []
             message, clean, exact = decode_messages_memo(
-                kind, data, "messages", MESSAGE_MEMO, images, keys=keys, state=state
+                kind, data, "messages", MESSAGE_MEMO, images, keys=keys, state=state, rest=rest
             )
+            del rest
             if images is not None:  # the content keys go along for the translation cache
                 images = wire.MessageImages(images, keys)
         else:
