@@ -342,38 +342,43 @@ def _decode(
     new = object.__new__
     if None in images:
         return None
-    splits = memo.splits.splits(cast("Sequence[bytes]", images))
-    if None in splits:
+    found_splits = memo.splits.splits(cast("Sequence[bytes]", images))
+    if None in found_splits:
         return None
-    found_all = memo.lookup_many([split[0] for split in splits])  # type: ignore[index]
-    for image, split, found in zip(images, splits, found_all, strict=True):
-        assert image is not None and split is not None
-        key, start, stop = split
-        if keys is not None:
-            keys.append(key)
-        st.left -= 1  # the element itself, as the whole decode counts it
-        if st.left < 0:
-            over_budget(st)
-        if found is not None:
+    splits = cast("list[_Split]", found_splits)
+    found_all = memo.lookup_many([split[0] for split in splits])
+    if keys is not None:
+        keys.extend(split[0] for split in splits)
+    append = elements.append
+    left = st.left
+    whole = cast("Sequence[bytes]", images)  # none is None (checked above)
+    for image, split, found in zip(whole, splits, found_all, strict=True):
+        if found is not None:  # a hit: a new message with its own content list and new id
             cached, objects = found
-            st.left -= objects
-            if st.left < 0:
+            left -= 1 + objects  # the element itself and what it holds, as if decoded
+            if left < 0:
                 over_budget(st)
             element = new(element_cls)
-            element.__dict__.update(cached.__dict__)
-            element.content = list(element.content)
-            element.id = image[start:stop].decode() if start >= 0 else ""
-            elements.append(element)
+            fields = element.__dict__
+            fields.update(cached.__dict__)
+            fields["content"] = list(fields["content"])
+            start = split[1]
+            fields["id"] = image[start : split[2]].decode() if start >= 0 else ""
+            append(element)
             continue
-        own = State(st.left)  # this element's own flags, the request's budget
+        left -= 1  # the element itself, as the whole decode counts it
+        if left < 0:
+            over_budget(st)
+        own = State(left)  # this element's own flags, the request's budget
         element = decode_element(image, 0, len(image), own, 2)
-        elements.append(element)
+        append(element)
         if own.clean and not own.unknown:
             kept = new(element_cls)
             kept.__dict__.update(element.__dict__)
             kept.content = list(element.content)  # the request's list is its own
-            memo.store(key, kept, st.left - own.left)
-        st.left = own.left
+            memo.store(split[0], kept, left - own.left)
+        left = own.left
         st.clean = st.clean and own.clean
         st.unknown = st.unknown or own.unknown
+    st.left = left
     return message, st.clean, not st.unknown, st
