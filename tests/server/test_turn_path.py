@@ -213,6 +213,29 @@ def test_the_same_conversation_under_new_ids_resumes_the_repairs_memo(
     assert (memo._lists.hits, memo._lists.misses) == (2, 1)
 
 
+async def test_the_server_decodes_a_resent_conversation_from_the_memo() -> None:
+    """Through the server's memory budget (whose element budget for a body under 2 MB is the
+    most the body can hold, not a cut) a resent conversation takes its messages from the
+    decode memo, and is answered as the first time."""
+    running = await start_server()
+    client = ModelClient.connect(running.address)
+    try:
+        request = conversation(40)
+        request.model_id = "reference-large"
+        assert len(wire.encode(request)) >= OFFLOAD_MIN_BYTES // 8
+        first = [e async for e in client.stream(request, timeout=30)]
+        hits = limits.MESSAGE_MEMO.hits
+        again = [e async for e in client.stream(request, timeout=30)]
+        assert limits.MESSAGE_MEMO.hits == hits + len(request.messages)
+        # the same answer (the reference provider's simulated prompt cache aside)
+        assert [e.text_delta for e in again] == [e.text_delta for e in first]
+        assert again[-1] == first[-1] and first[-1].stop is not None
+        assert (await client.describe()).name  # still serving
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)
+
+
 async def test_a_large_request_is_decoded_validated_and_counted_in_one_worker_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
