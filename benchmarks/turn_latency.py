@@ -17,7 +17,9 @@ The stub and the server each run in their own process (spawned); the client runs
 Overhead = plugin - direct, per size, as the median of ``--repeat`` runs of ``--samples``
 turns each (the median of each run's samples; warm-up turns are discarded). Also printed: how
 the overhead grows per message (it must be no worse than linear: the 600-message overhead at
-most 10x the 60-message one plus the fixed part).
+most 10x the 60-message one plus the fixed part). Then, unless ``--no-profile``, the per-stage
+profile of the largest size (``turn_stages.py``) and its warm and cold timeline across the
+three processes (``turn_timeline.py``: where each millisecond of a plugin turn goes).
 
 Usage: ``.venv/bin/python benchmarks/turn_latency.py [--sizes 60,300,600] [--samples 15]
 [--repeat 5]``
@@ -343,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         from turn_stages import print_profile  # noqa: PLC0415 (turn_stages imports this module)
 
         print_profile(hi, turns=max(3, args.samples // 2), repeat=args.repeat)
+        from turn_timeline import print_timeline  # noqa: PLC0415 (it imports this module)
+
+        print_timeline(hi, turns=max(3, args.samples))
     return 0
 
 

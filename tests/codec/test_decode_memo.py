@@ -186,3 +186,48 @@ def test_over_long_tags_and_other_wire_types_are_judged_by_the_whole_decode() ->
             same(found[0], whole[0])
             assert found[1:] == whole[1:]
     assert memo.hits == 0
+
+
+def test_a_resent_image_is_split_from_the_index_with_the_same_key_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The split of an image seen before (same id, same content) comes from the memo's
+    index, not a scan, and its content key is the same object every turn; a new id is an
+    image never seen: scanned. The decode equals the whole-body decode either way."""
+    scans: list[bytes] = []
+    split = decode_memo.split_message_id
+
+    def counting(image: bytes) -> tuple[bytes, int, int] | None:
+        scans.append(image)
+        return split(image)
+
+    monkeypatch.setattr(decode_memo, "split_message_id", counting)
+    memo = DecodeMemo()
+    data = wire.encode(conversation(3))
+    first_keys: list[bytes] = []
+    decode_messages_memo(StreamCompletionRequest, data, "messages", memo, keys=first_keys)
+    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (0, 7)
+    again_keys: list[bytes] = []
+    found = decode_messages_memo(StreamCompletionRequest, data, "messages", memo, keys=again_keys)
+    assert len(scans) == 7 and memo.splits.hits == 7
+    assert all(a is b for a, b in zip(first_keys, again_keys, strict=True))
+    same(found[0], wire.decode(StreamCompletionRequest, data))
+    renamed = wire.encode(renumbered(conversation(3), "r-"))
+    found = decode(renamed, memo)
+    assert len(scans) == 14 and memo.hits == 14  # scanned, then decoded from the memo
+    same(found[0], wire.decode(StreamCompletionRequest, renamed))
+    assert [m.id for m in found[0].messages] == [f"r-{i}" for i in range(7)]
+
+
+def test_the_split_index_keeps_within_its_bounds() -> None:
+    index = decode_memo.SplitIndex(max_entries=2, max_bytes=10_000)
+    images = [wire.encode(m) for m in conversation(3).messages]
+    assert index.splits(images) == [split_message_id(i) for i in images]
+    assert len(index) == 2
+    small = decode_memo.SplitIndex(max_bytes=1000)
+    small.splits(images)
+    assert small.size_bytes <= 1000
+    one = decode_memo.SplitIndex()
+    one.splits(images[:1])
+    assert one.size_bytes == 2 * len(images[0]) + decode_memo.SPLIT_ENTRY_BYTES
+    assert one.splits([b"\x18\x01"]) == [None] and len(one) == 1  # no split: not kept

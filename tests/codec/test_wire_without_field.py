@@ -50,3 +50,27 @@ def test_fields_of_every_length_encoding_are_skipped_exactly() -> None:
         assert wire.without_field(bytes(with_id), ID) == bytes(without)
         assert wire.content_key(bytes(with_id)) == bytes(without)
     assert wire.content_key(b"\x0b") == b"\x0b"  # does not scan: the bytes themselves
+
+
+def test_the_rest_of_field_images_joins_to_the_body_without_the_field() -> None:
+    """``field_images(..., rest=...)``: one scan gives the images and, joined, exactly
+    ``without_field`` of the body, wherever and however the field occurs."""
+    content = metadata.field_number(Message, "content")
+    block = bytes(ContentBlock(text=TextBlock(text="z" * 300)))
+    element = varint_bytes(content << 3 | 2) + varint_bytes(len(block)) + block
+    role = b"\x08\x01"
+    as_varint = varint_bytes(content << 3) + b"\x05"  # the same number, another wire type
+    bodies = [
+        role + element + element + b"\x1a\x02id",
+        element + role + element,
+        role + b"\x1a\x02id",  # the field absent
+        element,
+        element + as_varint + role,
+        b"",
+    ]
+    for body in bodies:
+        pieces: list[bytes] = []
+        images = wire.field_images(body, content, None, pieces)
+        assert images == wire.field_images(body, content)
+        assert b"".join(pieces) == wire.without_field(body, content)
+    assert wire.field_images(element[:-1], content, None, []) is None  # truncated

@@ -81,9 +81,11 @@ def test_message_images_are_scanned_once_and_a_large_one_is_not_copied(
     scans: list[int] = []
     real = wire.field_images
 
-    def counted(data: bytes, number: int, max_bytes: int | None = None) -> Any:
+    def counted(
+        data: bytes, number: int, max_bytes: int | None = None, rest: list[bytes] | None = None
+    ) -> Any:
         scans.append(number)
-        return real(data, number, max_bytes)
+        return real(data, number, max_bytes, rest)
 
     monkeypatch.setattr(wire, "field_images", counted)
     data = wire.encode(conversation("x" * (MAX_IMAGE_BYTES + 10)))

@@ -288,3 +288,35 @@ def test_bounds_evict_the_least_recently_used_and_content_is_the_key() -> None:
     large = ValidatedMessages()
     large.put("s", b"z" * (MAX_IMAGE_BYTES + 1), entry)
     assert len(large) == 0
+
+
+def test_the_decodes_content_keys_serve_the_memo_without_a_scan_of_its_own(
+    strict: Any,
+    memo: ValidatedMessages,
+    spec: ModelSpec,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request the server's decode memo decoded carries each message's content key: the
+    memo looks them up (a new id each turn still hits) and computes none of its own."""
+    scans: list[bytes] = []
+    content_key = wire.content_key
+
+    def counting(image: bytes) -> bytes:
+        scans.append(image)
+        return content_key(image)
+
+    first = decoded(conversation(3), strict)
+    monkeypatch.setattr(wire, "content_key", counting)
+    assert validate_request(first, spec) == []
+    renamed = conversation(3)
+    for i, message in enumerate(renamed.messages):
+        message.id = f"01JKEYS{i:019d}"
+    renamed.messages[3].content[0].text = TextBlock(text="a changed message")
+    assert validate_request(decoded(renamed, strict), spec) == full_walk(renamed, spec) == []
+    assert scans == []
+    assert (memo.hits, memo.misses) == (len(renamed.messages) - 1, len(renamed.messages) + 1)
+    # a request whose images carry no keys still computes them
+    plain = StreamCompletionRequest.parse(wire.encode(renamed))
+    images = [wire.encode(m) for m in plain.messages]
+    assert memo.get(request_rules.settings_of(spec), images[0]) is not None
+    assert len(scans) == 1

@@ -21,8 +21,10 @@ from grpclib.exceptions import GRPCError
 from protocol_py.client.client import ModelClient
 from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
+from protocol_py.providers.http.history import NOT_EXECUTED, HistoryMemo
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.translation_cache import TranslationCache
+from protocol_py.providers.openai import request as openai_request
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.providers.openai.request import (
     OpenAICompat,
@@ -33,7 +35,7 @@ from protocol_py.server import handlers
 from protocol_py.server.grpc_layer import limits, memory_budget
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES
 from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py_gen.content.v1 import Message, TextBlock
+from protocol_py_gen.content.v1 import Message, Role, TextBlock
 from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest
 
 from ..codec.test_wire import conversation as wire_conversation
@@ -181,6 +183,57 @@ def test_decode_request_takes_seen_messages_from_the_memo_and_hands_their_keys_a
     assert isinstance(images, wire.MessageImages)
     assert images == [wire.encode(m) for m in renamed.messages]
     assert images.content_keys == [wire.content_key(i) for i in images if i is not None]
+
+
+def test_the_same_conversation_under_new_ids_resumes_the_repairs_memo(
+    strict: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repairs read the messages' content only: with the decode's content keys, the same
+    conversation under new message ids (a dangling call among them) resumes from the kept
+    list and the body is byte for byte a fresh translation."""
+    memo = HistoryMemo()
+    monkeypatch.setattr(openai_request, "HISTORY", memo)
+    provider = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9")
+    spec = provider.spec_for(MODEL)
+    assert spec is not None
+    compat = OpenAICompat()
+    first = conversation(3)
+    first.messages.insert(2, Message(role=Role.USER, id="extra", content=first.messages[0].content))
+    for epoch in range(3):
+        renamed = StreamCompletionRequest.parse(bytes(first))
+        for i, message in enumerate(renamed.messages):
+            message.id = f"epoch{epoch}-{i}"
+        request = limits.decode_request(wire.encode(renamed), StreamCompletionRequest, strict)
+        images = wire.take_images(request, "messages")
+        assert isinstance(images, wire.MessageImages) and images.content_keys is not None
+        body = build_openai_content(request, spec, compat, TranslationCache(), images)
+        fresh = dump_body(build_openai_body(renamed, spec, compat))
+        assert body == fresh
+        assert NOT_EXECUTED.encode() in fresh  # the dangling call was answered
+    assert (memo._lists.hits, memo._lists.misses) == (2, 1)
+
+
+async def test_the_server_decodes_a_resent_conversation_from_the_memo() -> None:
+    """Through the server's memory budget (whose element budget for a body under 2 MB is the
+    most the body can hold, not a cut) a resent conversation takes its messages from the
+    decode memo, and is answered as the first time."""
+    running = await start_server()
+    client = ModelClient.connect(running.address)
+    try:
+        request = conversation(40)
+        request.model_id = "reference-large"
+        assert len(wire.encode(request)) >= OFFLOAD_MIN_BYTES // 8
+        first = [e async for e in client.stream(request, timeout=30)]
+        hits = limits.MESSAGE_MEMO.hits
+        again = [e async for e in client.stream(request, timeout=30)]
+        assert limits.MESSAGE_MEMO.hits == hits + len(request.messages)
+        # the same answer (the reference provider's simulated prompt cache aside)
+        assert [e.text_delta for e in again] == [e.text_delta for e in first]
+        assert again[-1] == first[-1] and first[-1].stop is not None
+        assert (await client.describe()).name  # still serving
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)
 
 
 async def test_a_large_request_is_decoded_validated_and_counted_in_one_worker_step(

@@ -26,14 +26,17 @@ Bounds: :data:`MAX_ENTRIES` messages and :data:`MAX_BYTES` of accounted bytes (e
 counts twice its key's bytes, the key and the decoded strings, plus :data:`ENTRY_BYTES`, plus
 :data:`OBJECT_BYTES` per repeated element and map entry it holds), the least recently used
 dropped first; a message whose image is larger than
-:data:`~protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES` is never stored.
+:data:`~protocol_py.codec.wire.MAX_KEPT_IMAGE_BYTES` is never stored. The memo's
+:class:`SplitIndex` (the content key and id span of each whole image seen, so a message resent
+under the same id is not scanned again): :data:`MAX_SPLIT_ENTRIES` images and
+:data:`MAX_SPLIT_BYTES` accounted bytes, likewise.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 import betterproto2
 
@@ -53,8 +56,12 @@ __all__ = [
     "ENTRY_BYTES",
     "MAX_BYTES",
     "MAX_ENTRIES",
+    "MAX_SPLIT_BYTES",
+    "MAX_SPLIT_ENTRIES",
     "OBJECT_BYTES",
+    "SPLIT_ENTRY_BYTES",
     "DecodeMemo",
+    "SplitIndex",
     "decode_messages_memo",
     "split_message_id",
 ]
@@ -78,6 +85,16 @@ OBJECT_BYTES: Final = 384
 """Bytes counted per repeated element and map entry the entry's decode created (a content
 block with its one set member, a Struct entry with its Value; tracemalloc measures 280-370
 bytes each on CPython 3.11)."""
+
+MAX_SPLIT_ENTRIES: Final = MAX_ENTRIES
+"""Most images whose split (content key, id span) a :class:`SplitIndex` keeps."""
+
+MAX_SPLIT_BYTES: Final = 64 * 1024 * 1024
+"""Most accounted bytes a :class:`SplitIndex` holds (64 MiB; see :data:`SPLIT_ENTRY_BYTES`)."""
+
+SPLIT_ENTRY_BYTES: Final = 200
+"""Bytes counted per :class:`SplitIndex` entry on top of twice its image's bytes (the image
+and its content key): the entry's tuple and the index's bookkeeping."""
 
 _ID_FIELD: Final = 3
 """Field number of ``Message.id`` (proto/content/v1/types.proto)."""
@@ -136,14 +153,62 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
     return b"".join(parts), start, stop
 
 
+_Split = tuple[bytes, int, int]
+"""What :func:`split_message_id` finds in an image: ``(content key, id start, id end)``."""
+
+
+class SplitIndex(BoundedLRU[bytes, _Split]):
+    """:func:`split_message_id` of the images seen before, keyed by the whole image (compared
+    byte for byte by the dictionary: the split is a function of those bytes alone), so a
+    message resent under the same id is not scanned again and its content key is the same
+    ``bytes`` object turn after turn (its hash computed once, for every cache keyed by it);
+    at most ``max_entries`` images and ``max_bytes`` accounted bytes
+    (:data:`MAX_SPLIT_ENTRIES`, :data:`MAX_SPLIT_BYTES`; each entry counts twice its image,
+    the image and its key, plus :data:`SPLIT_ENTRY_BYTES`), the least recently used dropped
+    first. Safe to use from several threads at once."""
+
+    def __init__(
+        self, max_entries: int = MAX_SPLIT_ENTRIES, max_bytes: int = MAX_SPLIT_BYTES
+    ) -> None:
+        super().__init__(max_entries, max_bytes)
+
+    def splits(self, images: Sequence[bytes]) -> list[_Split | None]:
+        """:func:`split_message_id` of each of ``images``, in order: those seen before from
+        the index (one taking of the lock), the others scanned and kept (another)."""
+        with self._lock:
+            entries = self._entries
+            out: list[_Split | None] = []
+            for image in images:
+                found = entries.get(image)
+                if found is None:
+                    self.misses += 1
+                    out.append(None)
+                else:
+                    entries.move_to_end(image)
+                    self.hits += 1
+                    out.append(found[0])
+        new: list[tuple[bytes, _Split]] = []
+        for i, image in enumerate(images):
+            if out[i] is None:
+                split = out[i] = split_message_id(image)
+                if split is not None:
+                    new.append((image, split))
+        for image, split in new:
+            self._put(image, split, 2 * len(image) + SPLIT_ENTRY_BYTES)
+        return out
+
+
 class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
     """Decoded messages keyed by their content key (:func:`split_message_id`), each with the
     count of repeated elements and map entries its decode created; at most ``max_entries``
     messages and ``max_bytes`` accounted bytes (:data:`MAX_ENTRIES`, :data:`MAX_BYTES`), the
-    least recently used dropped first. Safe to use from several threads at once."""
+    least recently used dropped first; the splits of the images it was asked about in
+    :attr:`splits` (a :class:`SplitIndex`). Safe to use from several threads at once."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
         super().__init__(max_entries, max_bytes)
+        self.splits = SplitIndex(max_entries)
+        """The content key and id span of each image seen (:class:`SplitIndex`)."""
 
     def lookup(self, key: bytes) -> tuple[betterproto2.Message, int] | None:
         """The decoded message and its object count under ``key``, or None."""
@@ -182,6 +247,7 @@ def decode_messages_memo(
     *,
     keys: list[bytes] | None = None,
     state: State | None = None,
+    rest: bytes | None = None,
 ) -> tuple[M, bool, bool]:
     """:func:`protocol_py.codec.wire.decode_report` of ``data`` as ``cls`` (``fallback=False``),
     the elements of its repeated ``Message`` field ``field`` taken from ``memo`` where their
@@ -200,6 +266,9 @@ def decode_messages_memo(
         state: The decode's :class:`~protocol_py.codec.wire_gen.State` (its element budget,
             and afterwards what was decoded), as for
             :func:`protocol_py.codec.wire.decode_report`; memo hits count against it too.
+        rest: :func:`protocol_py.codec.wire.without_field` of ``data`` for that field, when
+            the caller has it with ``images`` (from the same scan: the ``rest`` pieces of
+            :func:`protocol_py.codec.wire.field_images`); else computed here.
 
     Returns:
         ``(message, clean, exact)`` as :func:`protocol_py.codec.wire.decode_report`.
@@ -210,7 +279,8 @@ def decode_messages_memo(
     number = metadata.field_number(cls, field)
     if images is None:
         images = wire.field_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
-    rest = wire.without_field(data, number) if images else None
+    if rest is None and images:
+        rest = wire.without_field(data, number)
     if images is None or rest is None or not _canonical(data, rest, number, images):
         return wire.decode_report(cls, data, fallback=False, state=state)
     limit = state.limit if state is not None else wire.MAX_DECODED_OBJECTS
@@ -270,38 +340,45 @@ def _decode(
     element_cls = metadata.fields(cls)[field].cls
     decode_element = GENERATOR.decoder(element_cls)
     new = object.__new__
-    splits = [split_message_id(image) for image in images if image is not None]
-    if len(splits) != len(images) or None in splits:
+    if None in images:
         return None
-    found_all = memo.lookup_many([split[0] for split in splits])  # type: ignore[index]
-    for image, split, found in zip(images, splits, found_all, strict=True):
-        assert image is not None and split is not None
-        key, start, stop = split
-        if keys is not None:
-            keys.append(key)
-        st.left -= 1  # the element itself, as the whole decode counts it
-        if st.left < 0:
-            over_budget(st)
-        if found is not None:
+    found_splits = memo.splits.splits(cast("Sequence[bytes]", images))
+    if None in found_splits:
+        return None
+    splits = cast("list[_Split]", found_splits)
+    found_all = memo.lookup_many([split[0] for split in splits])
+    if keys is not None:
+        keys.extend(split[0] for split in splits)
+    append = elements.append
+    left = st.left
+    whole = cast("Sequence[bytes]", images)  # none is None (checked above)
+    for image, split, found in zip(whole, splits, found_all, strict=True):
+        if found is not None:  # a hit: a new message with its own content list and new id
             cached, objects = found
-            st.left -= objects
-            if st.left < 0:
+            left -= 1 + objects  # the element itself and what it holds, as if decoded
+            if left < 0:
                 over_budget(st)
             element = new(element_cls)
-            element.__dict__.update(cached.__dict__)
-            element.content = list(element.content)
-            element.id = image[start:stop].decode() if start >= 0 else ""
-            elements.append(element)
+            fields = element.__dict__
+            fields.update(cached.__dict__)
+            fields["content"] = list(fields["content"])
+            start = split[1]
+            fields["id"] = image[start : split[2]].decode() if start >= 0 else ""
+            append(element)
             continue
-        own = State(st.left)  # this element's own flags, the request's budget
+        left -= 1  # the element itself, as the whole decode counts it
+        if left < 0:
+            over_budget(st)
+        own = State(left)  # this element's own flags, the request's budget
         element = decode_element(image, 0, len(image), own, 2)
-        elements.append(element)
+        append(element)
         if own.clean and not own.unknown:
             kept = new(element_cls)
             kept.__dict__.update(element.__dict__)
             kept.content = list(element.content)  # the request's list is its own
-            memo.store(key, kept, st.left - own.left)
-        st.left = own.left
+            memo.store(split[0], kept, left - own.left)
+        left = own.left
         st.clean = st.clean and own.clean
         st.unknown = st.unknown or own.unknown
+    st.left = left
     return message, st.clean, not st.unknown, st

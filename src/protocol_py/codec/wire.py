@@ -228,17 +228,24 @@ _images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes | No
 
 
 def field_images(
-    data: bytes, number: int, max_bytes: int | None = None
+    data: bytes, number: int, max_bytes: int | None = None, rest: list[bytes] | None = None
 ) -> list[bytes | None] | None:
     """The raw bytes of every top-level length-delimited field ``number`` of ``data``, in wire
     order (for a repeated message field: each element's own serialization); None when
     ``data`` does not scan as protobuf (never raised). An element larger than ``max_bytes``
-    bytes (when given, e.g. :data:`MAX_KEPT_IMAGE_BYTES`) is None: not copied."""
+    bytes (when given, e.g. :data:`MAX_KEPT_IMAGE_BYTES`) is None: not copied.
+
+    ``rest``: when given, an empty list that receives, in the same scan, the pieces of
+    ``data`` outside every occurrence of field ``number`` (tags and lengths included), in
+    order: joined, they are :func:`without_field` of ``data`` (one scan for both); left
+    unspecified when None is returned."""
     out: list[bytes | None] = []
     pos, end = 0, len(data)
     limit = end if max_bytes is None else max_bytes
+    kept = 0  # start of the bytes of ``data`` not yet given to ``rest``
     try:
         while pos < end:
+            at = pos
             tag = data[pos]  # one byte for fields 1-15, the usual case
             if tag < 0x80:
                 pos += 1
@@ -259,12 +266,24 @@ def field_images(
                     size, pos = length_prefix(data, pos)
                 if tag >> 3 == number:
                     out.append(data[pos : pos + size] if size <= limit else None)
+                    if rest is not None:
+                        if at > kept:
+                            rest.append(data[kept:at])
+                        kept = pos + size
                 pos += size
             else:
                 return None
+            if tag >> 3 == number and kind != 2 and rest is not None:
+                if at > kept:
+                    rest.append(data[kept:at])
+                kept = pos
     except (FallbackError, IndexError):
         return None
-    return out if pos == end else None
+    if pos != end:
+        return None
+    if rest is not None and kept < end:
+        rest.append(data[kept:] if kept else data)
+    return out
 
 
 def without_field(data: bytes, number: int) -> bytes | None:

@@ -382,6 +382,13 @@ class _RequestChecker:
                 earlier_ids = set(state.answered)
         first = len(self.out)
         uncached = False  # a message without its image: the list is not kept as a prefix
+        # the content keys the server's decode memo computed (the same bytes objects, their
+        # hash computed once), so the memo below scans and copies no image of its own
+        keys = images.content_keys if isinstance(images, wire.MessageImages) else None
+        if keys is not None and images is not None and len(keys) != len(images):
+            keys = None
+        # with the keys, the messages after the prefix are looked up at once (one lock)
+        known_all = VALIDATED.get_many(settings, keys[start:]) if keys is not None else None
         for i in range(start, len(messages)):
             message = messages[i]
             mpath = f"messages[{i}]"
@@ -404,7 +411,11 @@ class _RequestChecker:
             if image is None:
                 uncached = True
             else:
-                known = VALIDATED.get(settings, image)
+                known = (
+                    known_all[i - start]
+                    if known_all is not None
+                    else VALIDATED.get(settings, image)
+                )
                 if known is not None and self._reuse(known, mpath, earlier_ids):
                     continue
             before = len(self.out)
@@ -425,7 +436,8 @@ class _RequestChecker:
                 self._role_fits(message.role, block, bpath)
                 self.block(block, bpath, "message", earlier_ids)
             if image is not None and len(self.out) == before:
-                VALIDATED.put(settings, image, clean_message(message))
+                key = keys[i] if keys is not None else None
+                VALIDATED.put(settings, image, clean_message(message), key)
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
         if (

@@ -159,18 +159,45 @@ class ValidatedMessages(BoundedLRU[tuple[Hashable, bytes], CleanMessage]):
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
         super().__init__(max_entries, max_bytes)
 
-    def get(self, settings: Hashable, image: bytes) -> CleanMessage | None:
+    def get(
+        self, settings: Hashable, image: bytes, key: bytes | None = None
+    ) -> CleanMessage | None:
         """The entry of the message of wire image ``image`` under ``settings``, or None
-        (counted as a miss)."""
-        found = self._get((settings, wire.content_key(image)))
+        (counted as a miss). ``key``: the image's content key
+        (:func:`protocol_py.codec.wire.content_key`) when the caller has it (the server's
+        decode computed it: :class:`protocol_py.codec.wire.MessageImages`), else computed
+        here."""
+        found = self._get((settings, wire.content_key(image) if key is None else key))
         self._count(found is not None)
         return found
 
-    def put(self, settings: Hashable, image: bytes, entry: CleanMessage) -> None:
-        """Remember that the message of wire image ``image`` passed every message-local rule
-        under ``settings``; an image over :data:`MAX_IMAGE_BYTES` is not kept."""
+    def get_many(self, settings: Hashable, keys: Sequence[bytes]) -> list[CleanMessage | None]:
+        """:meth:`get` of each content key of ``keys`` under ``settings``, in order, under one
+        taking of the lock (each counted as a hit or a miss)."""
+        out: list[CleanMessage | None] = []
+        with self._lock:
+            entries = self._entries
+            for key in keys:
+                full = (settings, key)
+                found = entries.get(full)
+                if found is None:
+                    self.misses += 1
+                    out.append(None)
+                else:
+                    entries.move_to_end(full)
+                    self.hits += 1
+                    out.append(found[0])
+        return out
+
+    def put(
+        self, settings: Hashable, image: bytes, entry: CleanMessage, key: bytes | None = None
+    ) -> None:
+        """Remember that the message of wire image ``image`` (content key ``key``, computed
+        here when None) passed every message-local rule under ``settings``; an image over
+        :data:`MAX_IMAGE_BYTES` is not kept."""
         if len(image) <= MAX_IMAGE_BYTES:
-            key = wire.content_key(image)
+            if key is None:
+                key = wire.content_key(image)
             self._put((settings, key), entry, len(key))
 
 
@@ -183,11 +210,12 @@ _images_lock = threading.RLock()  # re-entered by a weakref callback run by GC
 _MESSAGES_FIELD: Final = metadata.field_number(StreamCompletionRequest, "messages")
 
 
-def request_images(data: bytes) -> list[bytes | None] | None:
+def request_images(data: bytes, rest: list[bytes] | None = None) -> list[bytes | None] | None:
     """The wire image of each message of the StreamCompletionRequest body ``data``
     (:func:`protocol_py.codec.wire.field_images`; one larger than :data:`MAX_IMAGE_BYTES` is None,
-    not copied), or None when ``data`` does not scan."""
-    return wire.field_images(data, _MESSAGES_FIELD, MAX_IMAGE_BYTES)
+    not copied), or None when ``data`` does not scan. ``rest``: as for
+    :func:`~protocol_py.codec.wire.field_images` (the body's pieces outside its messages)."""
+    return wire.field_images(data, _MESSAGES_FIELD, MAX_IMAGE_BYTES, rest)
 
 
 def keep_request_images(

@@ -48,7 +48,7 @@ import re
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import httpx
 
@@ -921,6 +921,7 @@ class HTTPProvider(Provider, abc.ABC):
                         deadline = loop.time() + self.timeouts.idle_timeout_s
                     yield event
                 if translator.finished:
+                    await _finish_body(chunks)
                     return
 
     def _invalid_utf8(self, translator: Translator) -> list[StreamEvent]:
@@ -962,6 +963,29 @@ class HTTPProvider(Provider, abc.ABC):
 
 async def _close_response(response: httpx.Response) -> None:
     await response.aclose()
+
+
+FINISH_BODY_BYTES: Final = 64 * 1024
+"""Most bytes of a finished stream's body read after its last event (``data: [DONE]``, the
+end of a chunked body), so that its connection goes back to httpx's pool: a response closed
+before its end closes its connection, and every turn then opened a new one (a TCP and, for a
+vendor, a TLS handshake, and a send buffer grown anew for a 1 MB body;
+docs/decisions.md#d39)."""
+
+FINISH_BODY_TIMEOUT_S: Final = 0.01
+"""Longest wait for the end of a finished stream's body, seconds (10 ms, below the server's
+``FINAL_EVENT_PROBE``): an upstream that keeps the body open longer or sends more than
+:data:`FINISH_BODY_BYTES` has its connection closed, as before."""
+
+
+async def _finish_body(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a finished stream's body (at most :data:`FINISH_BODY_BYTES` within
+    :data:`FINISH_BODY_TIMEOUT_S`) and drop it; never raises but cancellation."""
+    left = FINISH_BODY_BYTES
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, StopAsyncIteration):
+        async with asyncio.timeout(FINISH_BODY_TIMEOUT_S):
+            while left >= 0:
+                left -= len(await cancel_once(chunks.__anext__()))
 
 
 INVALID_UTF8_MESSAGE = "upstream sent invalid UTF-8 in an event (RFC 8259 section 8.1)"

@@ -26,6 +26,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, NamedTuple, cast
 
+from protocol_py.codec import wire
 from protocol_py.codec.prefixes import ConversationPrefixes
 from protocol_py.providers.http.call_ids import replay_ids
 from protocol_py_gen.content.v1 import (
@@ -208,14 +209,19 @@ MAX_MEMO_LISTS: Final = 64
 """Conversations whose last message list :class:`HistoryMemo` keeps."""
 
 MAX_MEMO_BYTES: Final = 64 * 1024 * 1024
-"""Bytes those lists hold (their wire images, shared with the translation cache's)."""
+"""Bytes those lists hold (their content keys or wire images, shared with the decode memo's
+and the translation cache's)."""
 
 
 class HistoryMemo:
     """The repairs' view of each conversation's last message list, so that a turn that extends
     it looks only at the new messages (an agent kernel resends the whole conversation every
-    turn). Keyed by the VendorData location and the first message's id; reused only when the
-    new list starts with exactly the kept wire images (:class:`ConversationPrefixes`).
+    turn). Keyed by the VendorData location and the first message's content key (its wire
+    image without the id, when the server's decode computed the content keys:
+    :class:`protocol_py.codec.wire.MessageImages`; else its id); reused only when the new list
+    starts with exactly the kept content keys (else wire images), compared byte for byte
+    (:class:`ConversationPrefixes`): the repairs read no message id, so the same conversation
+    under new ids (a kernel restarted) is not walked again.
     Bounds: :data:`MAX_MEMO_LISTS` lists, :data:`MAX_MEMO_BYTES` bytes. Thread-safe.
     """
 
@@ -237,7 +243,14 @@ class HistoryMemo:
         wire image of each message, as the server decoded them; None: unknown) let the memo
         skip the messages of the conversation's last list."""
         start, facts = 0, _Facts(False, (), {})
-        key = (location, messages[0].id) if messages else None
+        # the repairs read the messages' content, never their ids: with the content keys of
+        # the server's decode the same conversation under new message ids still matches
+        keys = _content_keys(images, len(messages))
+        if keys is not None:
+            images = keys
+        key: tuple[str, str | bytes] | None = None
+        if messages and images is not None:
+            key = (location, keys[0] if keys is not None else messages[0].id)
         if images is not None and key is not None:
             found = self._lists.match(key, images)
             if found is not None:
@@ -253,6 +266,17 @@ class HistoryMemo:
         ids = WireIds((), location=location, prefix=prefix, valid=valid)
         ids._mapping = facts.kept  # read-only from here on
         return (answer_dangling_calls(messages) if facts.dangling else None), ids
+
+
+def _content_keys(images: Sequence[bytes | None] | None, count: int) -> list[bytes] | None:
+    """The content key of each of ``count`` messages (their wire image without the id), when
+    the server's decode computed them along with ``images``
+    (:class:`protocol_py.codec.wire.MessageImages`), else None."""
+    if isinstance(images, wire.MessageImages) and len(images) == count:
+        keys = images.content_keys
+        if keys is not None and len(keys) == count:
+            return keys
+    return None
 
 
 class WireIds:

@@ -428,4 +428,12 @@ def build_openai_content(
 
     found = cache.fragments(settings, messages, translate, images or None)
     fragments.extend(fragment for fragment in found if fragment)
-    return b"".join((head[:-2], b",".join(fragments), b"]}"))
+    # one join of the whole body (a join of the fragments, then of the body, copied the
+    # conversation twice): head, fragment, ",", fragment, ..., "]}"
+    parts = [b","] * (2 * len(fragments) + 1)
+    parts[0] = head[:-2]
+    parts[1:-1:2] = fragments
+    parts[-1] = b"]}"
+    if not fragments:
+        parts = [head[:-2], b"]}"]
+    return b"".join(parts)

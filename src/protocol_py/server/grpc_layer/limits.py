@@ -440,15 +440,21 @@ def decode_request(
     try:  # first: the budget bounds upb's parse too (about 40 bytes per tiny message)
         # messages seen before are not decoded again; under a reduced element budget (the
         # server's memory budget is short of room) the body is decoded whole, which stops at
-        # the budget without first splitting every message out of it
+        # the budget without first splitting every message out of it. A budget of at least
+        # what the body can hold (an element takes 2 bytes or more: the memory budget's own
+        # bound for a body under 2 MB) is not reduced.
         if kind is StreamCompletionRequest and (
-            state is None or state.limit >= wire.MAX_DECODED_OBJECTS
+            state is None or state.limit >= min(wire.MAX_DECODED_OBJECTS, len(data) // 2 + 1)
         ):
-            images = request_images(data)
+            pieces: list[bytes] = []  # the body outside its messages, from the same scan
+            images = request_images(data, pieces)
+            rest = b"".join(pieces) if images else None
+            del pieces
             keys: list[bytes] = []
             message, clean, exact = decode_messages_memo(
-                kind, data, "messages", MESSAGE_MEMO, images, keys=keys, state=state
+                kind, data, "messages", MESSAGE_MEMO, images, keys=keys, state=state, rest=rest
             )
+            del rest
             if images is not None:  # the content keys go along for the translation cache
                 images = wire.MessageImages(images, keys)
         else:
