@@ -12,8 +12,9 @@ Two modes:
   ``provider_options`` has just under a million entries, one holding a 60 MiB text block and a
   Render whose reply is 60 MiB (``benchmarks/loop_stall.py``'s ``config1m``, ``options1m``,
   ``60mib``, ``render60mib``). RSS (from /proc, sampled every 50 ms) is read after a warm-up
-  call (baseline), at its highest during the calls (peak) and 3 s after the last call ended
-  (after); the medians of ``--runs`` runs are printed with the load average.
+  call (baseline), at its highest during the calls (peak) and once idle, from 3 s after the last
+  call ended (after: ``settled_rss`` of the test, not going down for 2 s); the medians of
+  ``--runs`` runs are printed with the load average.
 * otherwise, ``--calls`` sequential calls of a conversation of ``--messages`` messages (about
   1.5 MiB for 20,000) through google's grpcio client; baseline, peak and final as above.
 
@@ -129,7 +130,7 @@ def singles(address: str, pid: int) -> tuple[int, int, int, list[str]]:
         done.set()
         sampler.join()
     peak = max(peaks)
-    return baseline, peak, rss(pid), outcomes
+    return baseline, peak, _SHAPES.settled_rss(pid), outcomes
 
 
 def flood_run(shape: str, budget: str) -> tuple[float, float, float, str]:
