@@ -203,6 +203,7 @@ async def test_cycles_a_large_job_left_are_collected_once_no_job_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(offload, "RECLAIM_DELAY_S", 0.05)
+    monkeypatch.setattr(offload, "RECLAIM_MAX_FROZEN", 10**9)  # the test process holds more
     loop = asyncio.get_running_loop()
     # a job of a large request: the collector is paused during it and what lives is frozen
     left = await offload.run_cpu(offload.GC_QUIET_MIN_BYTES, _cycle)
@@ -224,6 +225,7 @@ async def test_cycles_a_large_job_left_are_collected_once_no_job_runs(
 
 async def test_the_reclaim_waits_while_a_job_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(offload, "RECLAIM_DELAY_S", 0.05)
+    monkeypatch.setattr(offload, "RECLAIM_MAX_FROZEN", 10**9)
     loop = asyncio.get_running_loop()
     left = await offload.run_cpu(offload.GC_QUIET_MIN_BYTES, _cycle)
     release = threading.Event()
@@ -234,6 +236,27 @@ async def test_the_reclaim_waits_while_a_job_runs(monkeypatch: pytest.MonkeyPatc
     assert loop in offload._reclaims  # tried again later
     release.set()
     assert await running is True
+    for _ in range(200):
+        if left() is None and loop not in offload._reclaims:
+            break
+        await asyncio.sleep(0.05)
+    assert left() is None
+    assert gc.get_freeze_count() == 0
+
+
+async def test_the_reclaim_waits_while_more_than_its_bound_is_frozen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(offload, "RECLAIM_DELAY_S", 0.05)
+    loop = asyncio.get_running_loop()
+    left = await offload.run_cpu(offload.GC_QUIET_MIN_BYTES, _cycle)
+    monkeypatch.setattr(offload, "RECLAIM_MAX_FROZEN", 0)  # as if a large request were held
+    for _ in range(10):
+        await asyncio.sleep(0.05)
+    assert left() is not None
+    assert gc.get_freeze_count() > 0
+    assert loop in offload._reclaims  # tried again later
+    monkeypatch.setattr(offload, "RECLAIM_MAX_FROZEN", 10**9)  # the request ended
     for _ in range(200):
         if left() is None and loop not in offload._reclaims:
             break
