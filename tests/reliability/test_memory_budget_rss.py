@@ -39,12 +39,13 @@ RSS_ALLOWANCE = 160 * MiB
 still alive, and the worker threads' decodes finishing after their call was refused."""
 RSS_RETURN = 96 * MiB
 """Documented bound on RSS left above baseline once the server is idle after the calls
-(docs/server.md), whatever the budget: the caches hold next to nothing of these calls (their
+(docs/server.md), tested with :data:`BUDGET`: the caches hold next to nothing of these calls (their
 messages are refused or over the caches' size bounds), and the idle reclaim frees what the
 calls left in reference cycles (``offload.RECLAIM_DELAY_S``). What stays is freed memory in
 pymalloc arenas (1 MiB each) that a few objects allocated during the calls keep mapped:
-measured +18 to +66 MiB after 32 near-limit requests with a 1 GiB budget, at most +2 MiB after
-8 large texts (``benchmarks/rss_creep.py --flood``)."""
+measured +23 MiB after 32 near-limit requests and -2 MiB after 8 large texts with this budget;
+with a 1 GiB one medians +17 and -2 MiB, one near-limit run of 3 +115 MiB
+(``benchmarks/rss_creep.py --flood``)."""
 STREAM = "/model.v1.ModelService/StreamCompletion"
 DESCRIBE = "/model.v1.ModelService/Describe"
 
