@@ -4,8 +4,9 @@ StreamCompletions (a million repeated elements each, 5.2 MiB) and 8 concurrent 1
 one-block texts, RSS sampled every 50 ms and a Describe every 100 ms from another client.
 
 For each shape and run it prints the baseline, the peak, ``(peak - baseline) / budget``, the RSS
-3 s after the calls, the outcomes (STOP, OVERLOADED, ...) and the worst Describe; then the
-medians over ``--runs``. ``--compare-off N`` also runs N calls of each shape with the budget off
+once idle after the calls (from 3 s after them, the test's ``settled_rss``), the outcomes
+(STOP, OVERLOADED, ...) and the worst Describe; then the medians over ``--runs``.
+``--compare-off N`` also runs N calls of each shape with the budget off
 (the same run's reference for what the budget saves; keep N small: a near-limit call costs about
 500 MB without a budget).
 

@@ -34,11 +34,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, ParamSpec, TypeVar
 
+from protocol_py.server.malloc_arenas import trim_heap
+
 __all__ = [
     "GC_QUIET_MIN_BYTES",
     "MAX_CPU_JOBS",
     "OFFLOAD_MIN_BYTES",
     "POOL_START_TIMEOUT_S",
+    "RECLAIM_DELAY_S",
+    "RECLAIM_MAX_FROZEN",
     "RELEASE_STEP_ITEMS",
     "SERVE_SWITCH_INTERVAL_S",
     "SWITCH_INTERVAL_S",
@@ -85,7 +89,28 @@ GC_QUIET_MIN_BYTES: Final = 1024 * 1024
 """Inputs of at least this many bytes (1 MiB) run with the cyclic garbage collector paused,
 and the objects alive at the end are frozen (``gc.freeze``) until :func:`release_large` frees
 them: a collection over the hundreds of thousands of objects of a large request is one C call
-that would hold the interpreter (and so the event loop) for hundreds of milliseconds."""
+that would hold the interpreter (and so the event loop) for hundreds of milliseconds. Once no
+such job runs, the idle reclaim (:data:`RECLAIM_DELAY_S`) gives what stays frozen back to the
+collector."""
+
+RECLAIM_DELAY_S: Final = 1.0
+"""Seconds after the last :data:`GC_QUIET_MIN_BYTES` job ended before the idle reclaim runs (and
+between its later tries while CPU jobs run or too much is frozen): with no CPU job running and
+at most :data:`RECLAIM_MAX_FROZEN` objects frozen, it unfreezes them, runs one full collection
+and returns the C heap's free pages to the operating system
+(:func:`protocol_py.server.malloc_arenas.trim_heap`). The objects a refused or failed large
+call left in reference cycles (its exception, traceback and frames, its stream) are frozen
+with everything else by the next large job and are otherwise never collected: scattered over
+the pymalloc arenas of the flood, 31 such cycles kept 130 MiB of arenas mapped after 32
+refused near-limit requests (``benchmarks/rss_creep.py --flood``); after 8 concurrent 18.6 MiB
+texts, cycles not frozen but waiting for a full collection held five request bodies and three
+decoded texts (190 MiB)."""
+
+RECLAIM_MAX_FROZEN: Final = 100_000
+"""Most frozen objects the idle reclaim (:data:`RECLAIM_DELAY_S`) collects over, on the event
+loop, in one full collection (about 0.4 microseconds each on CPython 3.11: at most about 40 ms;
+an idle server has about 55,000). More frozen means a large request is still held: the reclaim
+tries again :data:`RECLAIM_DELAY_S` later, until it ends."""
 
 
 class JobCancelled(Exception):  # noqa: N818 (a signal, like asyncio.CancelledError)
@@ -127,6 +152,7 @@ _gc_lock = threading.Lock()
 _gc_quiet = [0, True]  # [large jobs running, collector enabled before the first]
 
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+_reclaims: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 
 POOL_START_TIMEOUT_S: Final = 5.0
 """Longest wait for a worker thread to start when the pool is made, seconds (a thread starts
@@ -363,6 +389,41 @@ def run_released(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Fut
     return _pool().submit(lambda: func(*args, **kwargs))
 
 
+def _schedule_reclaim(loop: asyncio.AbstractEventLoop, *, restart: bool = False) -> None:
+    """Run :func:`_reclaim` on ``loop`` :data:`RECLAIM_DELAY_S` from now: one already
+    scheduled stands, or with ``restart`` is put off to then. Call on ``loop``'s thread."""
+    if loop.is_closed():
+        return
+    scheduled = _reclaims.get(loop)
+    if scheduled is not None:
+        if not restart:
+            return
+        scheduled.cancel()
+    for old in [lp for lp in _reclaims if lp.is_closed()]:
+        del _reclaims[old]
+    _reclaims[loop] = loop.call_later(RECLAIM_DELAY_S, _reclaim, loop)
+
+
+def _reclaim(loop: asyncio.AbstractEventLoop) -> None:
+    """The idle reclaim (:data:`RECLAIM_DELAY_S`): unfreeze, collect and trim when no CPU job
+    runs on ``loop`` and at most :data:`RECLAIM_MAX_FROZEN` objects are frozen; otherwise
+    scheduled again. The collection runs even with nothing frozen: cycles holding large
+    requests survived the young generations while their jobs ran, and an idle server allocates
+    too little to reach the next full collection."""
+    _reclaims.pop(loop, None)
+    with _gc_lock:
+        if _gc_quiet[0] or _slot(loop).locked() or gc.get_freeze_count() > RECLAIM_MAX_FROZEN:
+            retry = True
+        else:
+            retry = False
+            gc.unfreeze()
+            gc.collect()
+    if retry:
+        _schedule_reclaim(loop)
+    else:
+        run_released(trim_heap)  # releases the interpreter while it runs
+
+
 async def release_large(size: int, held: list[Any]) -> None:
     """Free the objects in ``held`` (a request of ``size`` bytes) in a worker thread when
     ``size`` is at least :data:`OFFLOAD_MIN_BYTES`, a step at a time
@@ -422,8 +483,9 @@ async def _run(
         except TimeoutError:
             raise JobNotStarted from None
     stop = threading.Event()
+    quiet = size >= GC_QUIET_MIN_BYTES
     try:
-        if size >= GC_QUIET_MIN_BYTES:
+        if quiet:
             job = _pool().submit(
                 lambda: _stoppable(stop, lambda: _quiet(lambda: func(*args, **kwargs)))
             )
@@ -433,9 +495,14 @@ async def _run(
         slot.release()
         raise
 
+    def ended() -> None:
+        slot.release()
+        if quiet:  # the reclaim comes RECLAIM_DELAY_S after the last large job
+            _schedule_reclaim(loop, restart=True)
+
     def release(_: object) -> None:  # when the step really ends, even after a cancel
         with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits
-            loop.call_soon_threadsafe(slot.release)
+            loop.call_soon_threadsafe(ended)
 
     job.add_done_callback(release)
     try:
