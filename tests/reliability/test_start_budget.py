@@ -1,7 +1,8 @@
 """Stream starts share the loop turn's budget (protocol_py.server.grpc_layer.connections:
 ``wait_for_start_turn``): a start (the request's decode, validation and token count, then the
 provider's first event) runs only while the turn's SEND_CHECKPOINT_INTERVAL lasts, or as the
-first start after a new budget began; past it, it yields and asks again in order. So a
+first start after a new budget began; past it, it waits in a first-in first-out queue, woken
+once, in order, when a budget has room for it. So a
 Describe on another connection is answered while a storm of streams is still starting, every
 stream still ends whole, and the server serves on afterwards."""
 
@@ -102,6 +103,111 @@ async def test_a_start_cancelled_while_it_waits_never_runs_or_counts(
         await task
     assert ran == []
     assert fresh_budget.starts in (0, 1)  # the new budget (0) or the old one: not counted
+
+
+class CountingWakes(connections._TurnBudget):
+    """The turn budget, counting the waiting starts it woke."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+
+    def wake_next(self) -> None:
+        before = len(self.waiting)
+        super().wake_next()
+        self.wakes += 1 if len(self.waiting) < before else 0
+
+
+@pytest.fixture
+def counting_budget(monkeypatch: pytest.MonkeyPatch) -> CountingWakes:
+    turn = CountingWakes()
+    monkeypatch.setattr(connections, "_turn_budget", turn)
+    return turn
+
+
+async def _queued_starts(
+    turn: connections._TurnBudget, count: int
+) -> tuple[list[asyncio.Task[None]], list[int]]:
+    """``count`` starts queued behind a spent budget (in the order they were created), each
+    appending its number to the list returned once it is let through."""
+    turn.starts = 1  # one start already ran on this (spent) budget
+    order: list[int] = []
+
+    async def start(number: int) -> None:
+        await connections.wait_for_start_turn()
+        order.append(number)
+
+    tasks = [asyncio.create_task(start(n)) for n in range(count)]
+    await asyncio.sleep(0)  # each has asked once and is queued
+    assert len(turn.waiting) == count
+    return tasks, order
+
+
+async def test_waiting_starts_are_woken_once_each_in_the_order_they_came(
+    counting_budget: CountingWakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a budget of no time: each new budget lets exactly one start through
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 0.0)
+    tasks, order = await _queued_starts(counting_budget, 50)
+    await asyncio.gather(*tasks)
+    assert order == list(range(50))
+    # each woken by its budget, and at most once more by the start before it (finding that
+    # budget spent); waiters that re-checked the budget every turn took 50 * 49 / 2 steps
+    assert counting_budget.wakes <= 2 * 50
+    assert not counting_budget.waiting
+    await connections.wait_for_start_turn()  # later starts still get through
+    assert counting_budget.starts >= 1
+
+
+async def test_a_new_budget_lets_through_in_order_the_waiting_starts_that_fit_in_it(
+    counting_budget: CountingWakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 60.0)  # room for all
+    tasks, order = await _queued_starts(counting_budget, 5)
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 3, 4]
+    assert counting_budget.starts == 5  # all on the one new budget
+    assert counting_budget.wakes == 5
+
+
+async def test_a_new_start_queues_behind_those_already_waiting(
+    fresh_budget: connections._TurnBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 60.0)
+    tasks, order = await _queued_starts(fresh_budget, 3)
+    fresh_budget.due = time.monotonic() + 60.0  # the budget has room again, but others wait
+
+    async def late() -> None:
+        await connections.wait_for_start_turn()
+        order.append(99)
+
+    tasks.append(asyncio.create_task(late()))
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 99]
+
+
+async def test_a_start_woken_then_cancelled_before_it_runs_wakes_the_next_one(
+    fresh_budget: connections._TurnBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 60.0)
+    tasks, order = await _queued_starts(fresh_budget, 3)
+    fresh_budget.reset()  # wakes the first waiter; its task has not run yet
+    tasks[0].cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert order == [1, 2]  # the cancelled start never ran; the others did, in order
+    assert not fresh_budget.waiting
+
+
+async def test_a_start_cancelled_while_queued_is_skipped(
+    fresh_budget: connections._TurnBudget,
+) -> None:
+    tasks, order = await _queued_starts(fresh_budget, 3)
+    tasks[1].cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[1], asyncio.CancelledError)
+    assert order == [0, 2]
+    assert not fresh_budget.waiting
 
 
 async def test_a_describe_is_answered_while_a_storm_of_streams_is_still_starting(

@@ -52,6 +52,7 @@ protocol"):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import logging
@@ -178,17 +179,20 @@ async def checkpoint() -> None:
 
 class _TurnBudget:
     """The time all streams share in one loop turn for their sends and their starts (see
-    :func:`_yield_if_turn_over` and :func:`wait_for_start_turn`)."""
+    :func:`_yield_if_turn_over` and :func:`wait_for_start_turn`), and the starts waiting for a
+    later turn, first come first woken."""
 
     def __init__(self) -> None:
         self.due = 0.0  # time.monotonic() past which every sending stream yields this turn
         self.reset_loop: asyncio.AbstractEventLoop | None = None  # a reset pending on it
         self.starts = 0  # stream starts let through since the last reset
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def reset(self) -> None:
         self.due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
         self.reset_loop = None
         self.starts = 0
+        self.wake_next()
 
     def schedule_reset(self) -> None:
         """Start a new budget at the beginning of the next loop turn (once per turn)."""
@@ -196,6 +200,15 @@ class _TurnBudget:
         if self.reset_loop is not loop:  # the first stream over the budget in this turn
             self.reset_loop = loop
             loop.call_soon(self.reset)  # runs first in the next turn
+
+    def wake_next(self) -> None:
+        """Wake the first waiting start that is still waiting (one only: it checks the budget
+        when it runs and wakes the next one if the budget still has room)."""
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
+                return
 
 
 _turn_budget = _TurnBudget()
@@ -219,22 +232,43 @@ async def wait_for_start_turn() -> None:
     the sends of :func:`_yield_if_turn_over`) has room for one more stream start: a stream's
     start (its request's decode, validation and token count; the provider's first event) runs
     only while the turn's budget lasts, or as the first start after a new budget began (so
-    starts always progress, whatever else the turn runs). Past it, the start yields to the loop
-    (:func:`checkpoint`) and asks again, in the order the starts first asked, so 1,000 streams
-    ready at once start over many turns, each polling the sockets first, instead of running
-    their starts back to back before another connection's request is read. A start finding
-    the last budget spent long ago (a quiet server) waits one :func:`checkpoint` for a new
-    one, as a send does.
+    starts always progress, whatever else the turn runs). Past it, or while other starts wait,
+    the start joins a first-in first-out queue: each new budget wakes the first waiter, and a
+    start let through wakes the next one, which runs after it and checks the budget again, so
+    a turn wakes only the starts that fit in it (plus one) however many wait, and 1,000
+    streams ready at once start over many turns, in the order they came, each turn polling
+    the sockets first. A start finding the last budget spent long ago (a quiet server) waits
+    one loop turn for a new one, as a send does.
 
     Raises:
         asyncio.CancelledError: the call was cancelled (reset, deadline, lost connection)
-            while it waited; nothing of its start has run.
+            while it waited; nothing of its start has run (a start woken and cancelled
+            before it ran wakes the next waiter in its place).
     """
     turn = _turn_budget
-    while time.monotonic() >= turn.due and turn.starts:
+    if not turn.waiting and (not turn.starts or time.monotonic() < turn.due):
+        turn.starts += 1
+        return
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    turn.waiting.append(waiter)
+    turn.schedule_reset()
+    while True:
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # woken, then cancelled: pass it on
+                turn.wake_next()
+            raise
+        if not turn.starts or time.monotonic() < turn.due:
+            break
+        # woken by the start before it, but the budget ran out meanwhile: first again
+        waiter = loop.create_future()
+        turn.waiting.appendleft(waiter)
         turn.schedule_reset()
-        await checkpoint()
     turn.starts += 1
+    if turn.waiting:
+        turn.wake_next()  # runs after this start's step, and checks the budget again
 
 
 async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIterator[Any]) -> None:
