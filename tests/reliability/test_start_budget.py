@@ -253,3 +253,61 @@ async def test_a_describe_is_answered_while_a_storm_of_streams_is_still_starting
         e.text_delta.text for e in replies[-1] if e.text_delta
     ]  # the same events, in the same order, on every stream
     assert again[-1].stop is not None
+
+
+async def test_a_read_is_fed_to_h2_in_slices_in_order_across_turns_and_every_stream_ends_whole(
+    fresh_budget: connections._TurnBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a budget of no time: each new budget feeds one slice of 512 bytes, of all connections
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 0.0)
+    monkeypatch.setattr(connections, "FEED_SLICE_BYTES", 512)
+    received: dict[int, list[bytes]] = {}
+    fed: dict[int, list[bytes]] = {}
+    real_received = connections.TransportProtocol.data_received
+    real_feed = connections.TransportProtocol._feed
+
+    def data_received(self: connections.TransportProtocol, data: bytes) -> None:
+        received.setdefault(id(self), []).append(data)
+        real_received(self, data)
+
+    def feed(self: connections.TransportProtocol, data: bytes) -> None:
+        fed.setdefault(id(self), []).append(data)
+        real_feed(self, data)
+
+    monkeypatch.setattr(connections.TransportProtocol, "data_received", data_received)
+    monkeypatch.setattr(connections.TransportProtocol, "_feed", feed)
+    provider = CountingStarts()
+    run = await start_server(provider)
+    try:
+        body = bytes(make_request("a long prompt " * 300))  # 4 KiB: several slices each
+        with grpc.insecure_channel(run.address) as channel:
+            call = channel.unary_stream("/model.v1.ModelService/StreamCompletion")
+            calls = await asyncio.to_thread(lambda: [call(body, timeout=60) for _ in range(20)])
+            with concurrent.futures.ThreadPoolExecutor(20) as pool:
+                replies = await asyncio.gather(
+                    *(
+                        asyncio.wrap_future(
+                            pool.submit(lambda c=c: [StreamEvent.parse(r) for r in c])
+                        )
+                        for c in calls
+                    )
+                )
+        other = ModelClient.connect(run.address)
+        try:
+            description = await other.describe(timeout=30)  # still serving, a new connection
+            again = [e async for e in other.stream(make_request("hello"), timeout=60)]
+        finally:
+            other.close()
+    finally:
+        await run.server.shutdown(grace_period=0)
+    slices = [piece for pieces in fed.values() for piece in pieces]
+    assert max(len(piece) for piece in slices) <= 512
+    assert len(slices) > sum(len(reads) for reads in received.values())  # reads were cut
+    for key, reads in received.items():
+        assert b"".join(fed[key]) == b"".join(reads)  # every byte, in the order it came
+    assert all(r[0].stream_start is not None and r[-1].stop is not None for r in replies)
+    assert [e.text_delta.text for e in replies[0] if e.text_delta] == [
+        e.text_delta.text for e in replies[-1] if e.text_delta
+    ]
+    assert description.name
+    assert again[-1].stop is not None
