@@ -91,14 +91,14 @@ SEND_CHECKPOINT_INTERVAL: Final = 0.01
 loop a turn (so a cancel, a lost connection or the deadline reaches it); also the sending time
 all streams share in one loop turn (:func:`_yield_if_turn_over`)."""
 
-FEED_SLICE_BYTES: Final = 16 * 1024
-"""Most bytes of a connection's read handed to the HTTP/2 parser at once, bytes (16 KiB:
-about 2 ms of h2's parsing of small requests' HEADERS and DATA, and of grpclib's set-up of the
+FEED_SLICE_BYTES: Final = 8 * 1024
+"""Most bytes of a connection's read handed to the HTTP/2 parser at once, bytes (8 KiB: about
+1 ms of h2's parsing of small requests' HEADERS and DATA and of grpclib's set-up of the
 streams they start, on this project's test machine). A read of up to 256 KiB (asyncio's read
 size) is fed slice by slice while the loop turn's shared budget
 (:data:`SEND_CHECKPOINT_INTERVAL`) lasts, and at least one slice per new budget; the rest
-waits, in order, for a later turn, the connection's reading paused meanwhile
-(:class:`TransportProtocol`)."""
+waits, the connection's reading paused, for later turns, which feed the waiting connections
+one slice each in turn (:class:`_FeedQueue`)."""
 
 DEFAULT_RECEIVE_TIMEOUT: Final = 60.0
 """Default receive timeout, in seconds: the time allowed between the start of a unary-request
@@ -223,6 +223,48 @@ class _TurnBudget:
 
 
 _turn_budget = _TurnBudget()
+
+
+class _FeedQueue:
+    """Connections whose received bytes wait for h2 (their reading paused), first come first
+    fed: each new loop turn feeds them one slice (:data:`FEED_SLICE_BYTES`) each in turn while
+    the turn's budget lasts (at least one slice), a connection with more left going to the
+    back, so a small read (a Describe) waits at most one round of slices behind large ones,
+    not until they are all parsed."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[TransportProtocol] = collections.deque()
+        self.scheduled_loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, protocol: TransportProtocol) -> None:
+        self.queue.append(protocol)
+        self.schedule()
+
+    def schedule(self) -> None:
+        """Run the queue in the next loop turn, after its new budget (once per turn)."""
+        loop = asyncio.get_running_loop()
+        if self.scheduled_loop is not loop:
+            _turn_budget.schedule_reset()  # scheduled first: the new budget comes first
+            self.scheduled_loop = loop
+            loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self.scheduled_loop = None
+        turn = _turn_budget
+        queue = self.queue
+        while queue and (not turn.feeds or time.monotonic() < turn.due):
+            protocol = queue.popleft()
+            if protocol._unfed is None:  # its connection was lost meanwhile
+                continue
+            if protocol._feed_slice():
+                queue.append(protocol)
+            else:
+                protocol._fed_all()
+        if queue:
+            self.schedule()
+
+
+_feed_queue = _FeedQueue()
 
 
 async def _yield_if_turn_over() -> None:
@@ -725,39 +767,45 @@ class TransportProtocol(H2Protocol):
     def _feed_within_budget(self) -> None:
         """Hand the unfed bytes to h2 in slices of at most :data:`FEED_SLICE_BYTES`, in order,
         while the loop turn's shared budget lasts (and one slice in any case when none ran on
-        this budget yet); when it is spent, pause reading and go on in a later turn, so 50
-        connections' reads arriving in one poll are parsed over several turns, each polling
-        the sockets first, instead of one turn parsing them all (10-40 ms each)."""
+        this budget yet); when it is spent, pause reading and queue the connection
+        (:class:`_FeedQueue`), so 50 connections' reads arriving in one poll are parsed over
+        several turns, each polling the sockets first, instead of one turn parsing them all
+        (10-40 ms each)."""
         turn = _turn_budget
-        unfed = self._unfed
-        while unfed:
+        while self._unfed:
             if turn.feeds and time.monotonic() >= turn.due:
-                turn.schedule_reset()
                 transport = grpclib_private.connection_transport(self.connection)
-                if not transport.is_closing():
-                    transport.pause_reading()
-                    asyncio.get_running_loop().call_soon(self._resume_feed)
-                    return
-                break  # closing: nothing more is read
-            data, position = unfed[0], self._unfed_position
-            piece = data[position : position + FEED_SLICE_BYTES]
-            if position + len(piece) >= len(data):
-                unfed.pop(0)
-                self._unfed_position = 0
-            else:
-                self._unfed_position = position + len(piece)
-            turn.feeds += 1
-            self._feed(piece)
-            if self._feed_failed or self._closed_for_flood:
-                break  # the connection is closing: h2 raised once, the rest is dropped
+                if transport.is_closing():
+                    break  # nothing more is read
+                transport.pause_reading()
+                _feed_queue.add(self)
+                return
+            self._feed_slice()
         self._unfed = None
 
-    def _resume_feed(self) -> None:
-        """Feed on in a new turn; reading resumes once every received byte is fed."""
-        if self._unfed is None:
-            return
-        self._feed_within_budget()
-        if self._unfed is None and not self._feed_failed:
+    def _feed_slice(self) -> bool:
+        """Feed the next slice of the unfed bytes; False once none is left (or the connection
+        is closing: h2 raised once, the rest is dropped)."""
+        unfed = self._unfed
+        if not unfed:
+            return False
+        data, position = unfed[0], self._unfed_position
+        piece = data[position : position + FEED_SLICE_BYTES]
+        if position + len(piece) >= len(data):
+            unfed.pop(0)
+            self._unfed_position = 0
+        else:
+            self._unfed_position = position + len(piece)
+        _turn_budget.feeds += 1
+        self._feed(piece)
+        if self._feed_failed or self._closed_for_flood:
+            unfed.clear()
+        return bool(unfed)
+
+    def _fed_all(self) -> None:
+        """The queued bytes are all fed: reading resumes."""
+        self._unfed = None
+        if not self._feed_failed:
             transport = grpclib_private.connection_transport(self.connection)
             if not transport.is_closing():
                 transport.resume_reading()
