@@ -311,3 +311,58 @@ async def test_a_read_is_fed_to_h2_in_slices_in_order_across_turns_and_every_str
     ]
     assert description.name
     assert again[-1].stop is not None
+
+
+class QueuedReads:
+    """A connection's side of the feed queue: ``slices`` slices left, each fed one logged."""
+
+    def __init__(self, name: str, slices: int, log: list[str]) -> None:
+        self.name = name
+        self.left = slices
+        self.log = log
+        self._unfed: list[bytes] | None = [b"x"]
+        self.resumed = False
+
+    def _feed_slice(self) -> bool:
+        self.log.append(f"{self.name}{self.left}")
+        connections._turn_budget.feeds += 1  # as a real slice counts itself
+        self.left -= 1
+        return self.left > 0
+
+    def _fed_all(self) -> None:
+        self._unfed = None
+        self.resumed = True
+
+
+async def test_queued_connections_are_fed_one_slice_each_in_turn_and_resume_reading(
+    fresh_budget: connections._TurnBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a budget of no time: each new turn feeds one slice
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 0.0)
+    queue = connections._FeedQueue()
+    log: list[str] = []
+    large, medium, small = (QueuedReads(n, k, log) for n, k in (("a", 3), ("b", 2), ("c", 1)))
+    for reads in (large, medium, small):
+        queue.add(reads)  # type: ignore[arg-type]
+    turns = 0
+    while queue.queue:
+        await asyncio.sleep(0)
+        turns += 1
+    assert log == ["a3", "b2", "c1", "a2", "b1", "a1"]  # one slice each, in turn
+    assert turns == 6  # one slice per turn (each turn's budget spent at once)
+    assert large.resumed and medium.resumed and small.resumed
+
+
+async def test_a_queued_connection_lost_meanwhile_is_skipped(
+    fresh_budget: connections._TurnBudget,
+) -> None:
+    queue = connections._FeedQueue()
+    log: list[str] = []
+    lost, other = QueuedReads("a", 2, log), QueuedReads("b", 1, log)
+    queue.add(lost)  # type: ignore[arg-type]
+    queue.add(other)  # type: ignore[arg-type]
+    lost._unfed = None  # connection_lost drops the unfed bytes
+    while queue.queue:
+        await connections.checkpoint()
+    assert log == ["b1"]
+    assert other.resumed and not lost.resumed
