@@ -10,6 +10,10 @@ protocol"):
   :data:`SEND_CHECKPOINT_INTERVAL` seconds, so a cancel or deadline stops the provider at its
   next yield. A provider that blocks in CPU work between yields can only be interrupted at its
   next ``yield`` or ``await``: its generator is then closed before it is advanced again.
+* **Bounded parsing** (:class:`TransportProtocol`): a connection's read is handed to h2 in
+  slices of :data:`FEED_SLICE_BYTES` while the loop turn's shared budget lasts; the rest
+  waits, the connection's reading paused, and waiting connections get one slice each per
+  turn in turn (the bytes stay in order, so HPACK and flow control are as before).
 * **Flow control**: replies are written only as far as the peer's HTTP/2 window allows
   (grpclib's ``send_data``), and the next event is pulled from the provider only after the
   previous one was handed to the connection, so a peer that reads nothing pauses the provider
