@@ -10,6 +10,10 @@ protocol"):
   :data:`SEND_CHECKPOINT_INTERVAL` seconds, so a cancel or deadline stops the provider at its
   next yield. A provider that blocks in CPU work between yields can only be interrupted at its
   next ``yield`` or ``await``: its generator is then closed before it is advanced again.
+* **Bounded parsing** (:class:`TransportProtocol`): a connection's read is handed to h2 in
+  slices of :data:`FEED_SLICE_BYTES` while the loop turn's shared budget lasts; the rest
+  waits, the connection's reading paused, and waiting connections get one slice each per
+  turn in turn (the bytes stay in order, so HPACK and flow control are as before).
 * **Flow control**: replies are written only as far as the peer's HTTP/2 window allows
   (grpclib's ``send_data``), and the next event is pulled from the provider only after the
   previous one was handed to the connection, so a peer that reads nothing pauses the provider
@@ -52,6 +56,7 @@ protocol"):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import logging
@@ -89,6 +94,15 @@ SEND_CHECKPOINT_INTERVAL: Final = 0.01
 """Longest time, in seconds, a server-streaming handler sends events without giving the event
 loop a turn (so a cancel, a lost connection or the deadline reaches it); also the sending time
 all streams share in one loop turn (:func:`_yield_if_turn_over`)."""
+
+FEED_SLICE_BYTES: Final = 8 * 1024
+"""Most bytes of a connection's read handed to the HTTP/2 parser at once, bytes (8 KiB: about
+1 ms of h2's parsing of small requests' HEADERS and DATA and of grpclib's set-up of the
+streams they start, on this project's test machine). A read of up to 256 KiB (asyncio's read
+size) is fed slice by slice while the loop turn's shared budget
+(:data:`SEND_CHECKPOINT_INTERVAL`) lasts, and at least one slice per new budget; the rest
+waits, the connection's reading paused, for later turns, which feed the waiting connections
+one slice each in turn (:class:`_FeedQueue`)."""
 
 DEFAULT_RECEIVE_TIMEOUT: Final = 60.0
 """Default receive timeout, in seconds: the time allowed between the start of a unary-request
@@ -178,17 +192,22 @@ async def checkpoint() -> None:
 
 class _TurnBudget:
     """The time all streams share in one loop turn for their sends and their starts (see
-    :func:`_yield_if_turn_over` and :func:`wait_for_start_turn`)."""
+    :func:`_yield_if_turn_over` and :func:`wait_for_start_turn`), and the starts waiting for a
+    later turn, first come first woken."""
 
     def __init__(self) -> None:
         self.due = 0.0  # time.monotonic() past which every sending stream yields this turn
         self.reset_loop: asyncio.AbstractEventLoop | None = None  # a reset pending on it
         self.starts = 0  # stream starts let through since the last reset
+        self.feeds = 0  # slices of connections' reads handed to h2 since the last reset
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def reset(self) -> None:
         self.due = time.monotonic() + SEND_CHECKPOINT_INTERVAL
         self.reset_loop = None
         self.starts = 0
+        self.feeds = 0
+        self.wake_next()
 
     def schedule_reset(self) -> None:
         """Start a new budget at the beginning of the next loop turn (once per turn)."""
@@ -197,8 +216,59 @@ class _TurnBudget:
             self.reset_loop = loop
             loop.call_soon(self.reset)  # runs first in the next turn
 
+    def wake_next(self) -> None:
+        """Wake the first waiting start that is still waiting (one only: it checks the budget
+        when it runs and wakes the next one if the budget still has room)."""
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
+                return
+
 
 _turn_budget = _TurnBudget()
+
+
+class _FeedQueue:
+    """Connections whose received bytes wait for h2 (their reading paused), first come first
+    fed: each new loop turn feeds them one slice (:data:`FEED_SLICE_BYTES`) each in turn while
+    the turn's budget lasts (at least one slice), a connection with more left going to the
+    back, so a small read (a Describe) waits at most one round of slices behind large ones,
+    not until they are all parsed."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[TransportProtocol] = collections.deque()
+        self.scheduled_loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, protocol: TransportProtocol) -> None:
+        self.queue.append(protocol)
+        self.schedule()
+
+    def schedule(self) -> None:
+        """Run the queue in the next loop turn, after its new budget (once per turn)."""
+        loop = asyncio.get_running_loop()
+        if self.scheduled_loop is not loop:
+            _turn_budget.schedule_reset()  # scheduled first: the new budget comes first
+            self.scheduled_loop = loop
+            loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self.scheduled_loop = None
+        turn = _turn_budget
+        queue = self.queue
+        while queue and (not turn.feeds or time.monotonic() < turn.due):
+            protocol = queue.popleft()
+            if protocol._unfed is None:  # its connection was lost meanwhile
+                continue
+            if protocol._feed_slice():
+                queue.append(protocol)
+            else:
+                protocol._fed_all()
+        if queue:
+            self.schedule()
+
+
+_feed_queue = _FeedQueue()
 
 
 async def _yield_if_turn_over() -> None:
@@ -219,22 +289,43 @@ async def wait_for_start_turn() -> None:
     the sends of :func:`_yield_if_turn_over`) has room for one more stream start: a stream's
     start (its request's decode, validation and token count; the provider's first event) runs
     only while the turn's budget lasts, or as the first start after a new budget began (so
-    starts always progress, whatever else the turn runs). Past it, the start yields to the loop
-    (:func:`checkpoint`) and asks again, in the order the starts first asked, so 1,000 streams
-    ready at once start over many turns, each polling the sockets first, instead of running
-    their starts back to back before another connection's request is read. A start finding
-    the last budget spent long ago (a quiet server) waits one :func:`checkpoint` for a new
-    one, as a send does.
+    starts always progress, whatever else the turn runs). Past it, or while other starts wait,
+    the start joins a first-in first-out queue: each new budget wakes the first waiter, and a
+    start let through wakes the next one, which runs after it and checks the budget again, so
+    a turn wakes only the starts that fit in it (plus one) however many wait, and 1,000
+    streams ready at once start over many turns, in the order they came, each turn polling
+    the sockets first. A start finding the last budget spent long ago (a quiet server) waits
+    one loop turn for a new one, as a send does.
 
     Raises:
         asyncio.CancelledError: the call was cancelled (reset, deadline, lost connection)
-            while it waited; nothing of its start has run.
+            while it waited; nothing of its start has run (a start woken and cancelled
+            before it ran wakes the next waiter in its place).
     """
     turn = _turn_budget
-    while time.monotonic() >= turn.due and turn.starts:
+    if not turn.waiting and (not turn.starts or time.monotonic() < turn.due):
+        turn.starts += 1
+        return
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    turn.waiting.append(waiter)
+    turn.schedule_reset()
+    while True:
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # woken, then cancelled: pass it on
+                turn.wake_next()
+            raise
+        if not turn.starts or time.monotonic() < turn.due:
+            break
+        # woken by the start before it, but the budget ran out meanwhile: first again
+        waiter = loop.create_future()
+        turn.waiting.appendleft(waiter)
         turn.schedule_reset()
-        await checkpoint()
     turn.starts += 1
+    if turn.waiting:
+        turn.wake_next()  # runs after this start's step, and checks the budget again
 
 
 async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIterator[Any]) -> None:
@@ -624,6 +715,9 @@ class TransportProtocol(H2Protocol):
     _control_allowance: float = float(CONTROL_FRAME_BURST)
     _control_checked: float = 0.0
     _window_update_credit: int = 0
+    _unfed: list[bytes] | None = None  # bytes received and not yet given to h2, in order
+    _unfed_position = 0  # bytes of _unfed[0] already given
+    _feed_failed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Set up the connection over the quiet transport and start the preface timer."""
@@ -668,7 +762,57 @@ class TransportProtocol(H2Protocol):
             frames.window_updates = 0
         if self._over_control_allowance(control):
             return
-        self._feed(data)
+        if self._unfed is not None:  # an earlier read is still being fed: after it
+            self._unfed.append(data)
+            return
+        self._unfed, self._unfed_position = [data], 0
+        self._feed_within_budget()
+
+    def _feed_within_budget(self) -> None:
+        """Hand the unfed bytes to h2 in slices of at most :data:`FEED_SLICE_BYTES`, in order,
+        while the loop turn's shared budget lasts (and one slice in any case when none ran on
+        this budget yet); when it is spent, pause reading and queue the connection
+        (:class:`_FeedQueue`), so 50 connections' reads arriving in one poll are parsed over
+        several turns, each polling the sockets first, instead of one turn parsing them all
+        (10-40 ms each)."""
+        turn = _turn_budget
+        while self._unfed:
+            if turn.feeds and time.monotonic() >= turn.due:
+                transport = grpclib_private.connection_transport(self.connection)
+                if transport.is_closing():
+                    break  # nothing more is read
+                transport.pause_reading()
+                _feed_queue.add(self)
+                return
+            self._feed_slice()
+        self._unfed = None
+
+    def _feed_slice(self) -> bool:
+        """Feed the next slice of the unfed bytes; False once none is left (or the connection
+        is closing: h2 raised once, the rest is dropped)."""
+        unfed = self._unfed
+        if not unfed:
+            return False
+        data, position = unfed[0], self._unfed_position
+        piece = data[position : position + FEED_SLICE_BYTES]
+        if position + len(piece) >= len(data):
+            unfed.pop(0)
+            self._unfed_position = 0
+        else:
+            self._unfed_position = position + len(piece)
+        _turn_budget.feeds += 1
+        self._feed(piece)
+        if self._feed_failed or self._closed_for_flood:
+            unfed.clear()
+        return bool(unfed)
+
+    def _fed_all(self) -> None:
+        """The queued bytes are all fed: reading resumes."""
+        self._unfed = None
+        if not self._feed_failed:
+            transport = grpclib_private.connection_transport(self.connection)
+            if not transport.is_closing():
+                transport.resume_reading()
 
     def _data_frames_sent(self, count: int) -> None:
         """``count`` DATA frames written: each earns the peer
@@ -695,6 +839,7 @@ class TransportProtocol(H2Protocol):
             self.connection_limit.release(self)
         if self._progress is not None:
             self._progress.stop()
+        self._unfed = None  # the calls are cancelled: their unparsed bytes are not needed
         super().connection_lost(exc)
         self.connection.write_ready.set()
 
@@ -708,6 +853,7 @@ class TransportProtocol(H2Protocol):
         try:
             events = self.connection.feed(data)
         except ProtocolError as exc:
+            self._feed_failed = True
             # the GOAWAY h2 queued, with its error code
             self._close_with_goaway(
                 getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR),
@@ -719,6 +865,7 @@ class TransportProtocol(H2Protocol):
             # h2 decodes header names and values as ASCII and raises the codec's error, not a
             # ProtocolError: a header that is not ASCII (RFC 9113 section 8.2.1) ends the
             # connection with GOAWAY PROTOCOL_ERROR and one WARNING, never a traceback.
+            self._feed_failed = True
             self._close_with_goaway(
                 ErrorCodes.PROTOCOL_ERROR,
                 f"a header that is not ASCII ({bounded_message(str(exc))})",
