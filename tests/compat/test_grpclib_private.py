@@ -100,6 +100,8 @@ class _Service:
         seen["transport"] = private.h2_transport(raw)
         seen["connection_h2"] = private.connection_h2(raw.connection)
         seen["connection_transport"] = private.connection_transport(raw.connection)
+        seen["closed_while_open"] = private.connection_closed(raw.connection)
+        seen["connection"] = raw.connection
         await stream.recv_message()
         seen["ended"] = private.buffer_ended(raw.buffer)
         seen["sent_before"] = private.server_initial_metadata_sent(stream)
@@ -181,6 +183,7 @@ async def test_server_and_client_accessors_read_a_live_call(tmp_path: Path) -> N
         assert seen["connection_h2"] is seen["h2"]
         assert hasattr(seen["transport"], "write")
         assert seen["connection_transport"].get_extra_info("sockname") == path
+        assert seen["closed_while_open"] is False
         assert seen["ended"] is True
         assert (seen["sent_before"], seen["sent_after"], seen["counted"]) == (False, True, 1)
 
@@ -199,6 +202,9 @@ async def test_server_and_client_accessors_read_a_live_call(tmp_path: Path) -> N
             "grpc-status": str(Status.UNAVAILABLE.value),
             "grpc-message": "refused here",
         }
+        seen["connection"].close()  # what a GOAWAY, the write timeout or an eviction runs
+        assert private.connection_closed(seen["connection"]) is True
+        assert not hasattr(private.connection_h2(seen["connection"]), "_frame_dispatch_table")
     finally:
         channel.close()
         server.close()

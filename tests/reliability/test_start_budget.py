@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import grpc  # type: ignore[import-untyped]
 import pytest
 
+from protocol_py._compat import grpclib_private
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server.grpc_layer import connections
@@ -366,3 +367,57 @@ async def test_a_queued_connection_lost_meanwhile_is_skipped(
         await connections.checkpoint()
     assert log == ["b1"]
     assert other.resumed and not lost.resumed
+
+
+async def test_bytes_still_queued_when_the_server_closes_the_connection_are_dropped(
+    fresh_budget: connections._TurnBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a budget of no time: a read waits in the feed queue slice after slice; the server closes
+    # the connection (as a GOAWAY, the write timeout or an eviction does) after its first slice
+    monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 0.0)
+    monkeypatch.setattr(connections, "FEED_SLICE_BYTES", 512)
+    fed: list[int] = []
+    closed: list[asyncio.Transport] = []
+    real_feed = connections.TransportProtocol._feed
+
+    def feed(self: connections.TransportProtocol, data: bytes) -> None:
+        real_feed(self, data)
+        fed.append(len(data))
+        if len(fed) == 3:  # preface and SETTINGS fed: the request's bytes wait behind
+            # a peer that reads nothing keeps its transport open after the close (its write
+            # buffer never drains): the connection is closed but not lost
+            transport = grpclib_private.connection_transport(self.connection)
+            monkeypatch.setattr(transport, "close", lambda: None)
+            self.processor.close("closed by the server")
+            closed.append(transport)
+
+    monkeypatch.setattr(connections.TransportProtocol, "_feed", feed)
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    run = await start_server(CountingStarts())
+    try:
+        body = bytes(make_request("a long prompt " * 300))  # 4 KiB: several slices
+        with grpc.insecure_channel(run.address) as channel:
+            call = channel.unary_stream("/model.v1.ModelService/StreamCompletion")
+            with pytest.raises(grpc.RpcError):
+                await asyncio.to_thread(lambda: list(call(body, timeout=30)))
+        for _ in range(20):  # the queue's later turns
+            await asyncio.sleep(0)
+        monkeypatch.setattr(connections.TransportProtocol, "_feed", real_feed)
+        monkeypatch.setattr(connections, "SEND_CHECKPOINT_INTERVAL", 0.01)
+        other = ModelClient.connect(run.address)
+        try:
+            description = await other.describe(timeout=30)  # still serving
+            again = [e async for e in other.stream(make_request("hello"), timeout=60)]
+        finally:
+            other.close()
+    finally:
+        loop.set_exception_handler(None)
+        for transport in closed:
+            transport.abort()
+        await run.server.shutdown(grace_period=0)
+    assert errors == []  # no callback raised (h2 was never fed after the close)
+    assert len(fed) == 3
+    assert description.name
+    assert again[-1].stop is not None

@@ -243,6 +243,13 @@ def connection_transport(connection: Any) -> Any:
     return connection._transport
 
 
+@_checked(GRPCLIB_WINDOW)
+def connection_closed(connection: Any) -> bool:
+    """True once grpclib closed the connection: ``Connection.close`` drops its transport and
+    the h2 state machine's frame dispatch table, so no byte may be fed to h2 any more."""
+    return not hasattr(connection, "_transport")
+
+
 # -- a server (grpclib.server.Server) and its per-connection handler ----------------------------
 
 
@@ -325,6 +332,7 @@ __all__ = [
     "call_recv_dispatch",
     "call_recv_type",
     "call_wrapper",
+    "connection_closed",
     "connection_h2",
     "connection_transport",
     "count_message_sent",

@@ -169,8 +169,10 @@ MAX_WINDOW_UPDATE_CREDIT: Final = 1_000_000
 """Most uncharged WINDOW_UPDATE frames a connection may have earned and not yet used."""
 
 FLOOD_CLOSE_WAIT: Final = 1.0
-"""Seconds a connection closed for a control frame flood gets to take its GOAWAY before it is
-aborted (its unsent bytes dropped)."""
+"""Seconds a connection the server closes (for a control frame flood, or idle, evicted or at
+shutdown: :func:`close_connection`) gets to take its GOAWAY before it is aborted (its unsent
+bytes dropped): a peer that reads nothing would otherwise keep the socket and its descriptor
+open for as long as it likes."""
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Default idle-connection timeout, in seconds: a connection with no open stream for this long
@@ -604,15 +606,22 @@ class TransportHandler(grpclib.server.Handler):
 
 def close_connection(protocol: H2Protocol, reason: str = "server shutting down") -> None:
     """Send GOAWAY (NO_ERROR, best effort) and close the transport of one connection; its
-    calls are cancelled with ``reason``."""
+    calls are cancelled with ``reason``. A transport still open :data:`FLOOD_CLOSE_WAIT`
+    seconds later (a peer that reads nothing) is aborted."""
     connection = getattr(protocol, "connection", None)
     if connection is None or connection.is_closing():
         return
+    transport = None  # grpclib's close drops the connection's transport: take it first
+    with contextlib.suppress(Exception):
+        transport = grpclib_private.connection_transport(connection)
     with contextlib.suppress(Exception):
         grpclib_private.connection_h2(connection).close_connection()
         connection.flush()
     with contextlib.suppress(Exception):
         protocol.processor.close(reason)
+    if transport is not None:
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing more is written
+            asyncio.get_running_loop().call_later(FLOOD_CLOSE_WAIT, transport.abort)
 
 
 def protocol_factory(
@@ -778,6 +787,8 @@ class TransportProtocol(H2Protocol):
         turn = _turn_budget
         while self._unfed:
             if turn.feeds and time.monotonic() >= turn.due:
+                if grpclib_private.connection_closed(self.connection):
+                    break  # closed (flood, write timeout, eviction): the rest is dropped
                 transport = grpclib_private.connection_transport(self.connection)
                 if transport.is_closing():
                     break  # nothing more is read
@@ -789,9 +800,13 @@ class TransportProtocol(H2Protocol):
 
     def _feed_slice(self) -> bool:
         """Feed the next slice of the unfed bytes; False once none is left (or the connection
-        is closing: h2 raised once, the rest is dropped)."""
+        is closing: h2 raised once, or the server closed the connection while its bytes waited;
+        the rest is dropped)."""
         unfed = self._unfed
         if not unfed:
+            return False
+        if grpclib_private.connection_closed(self.connection):
+            unfed.clear()
             return False
         data, position = unfed[0], self._unfed_position
         piece = data[position : position + FEED_SLICE_BYTES]
@@ -809,7 +824,7 @@ class TransportProtocol(H2Protocol):
     def _fed_all(self) -> None:
         """The queued bytes are all fed: reading resumes."""
         self._unfed = None
-        if not self._feed_failed:
+        if not self._feed_failed and not grpclib_private.connection_closed(self.connection):
             transport = grpclib_private.connection_transport(self.connection)
             if not transport.is_closing():
                 transport.resume_reading()
@@ -925,9 +940,10 @@ class TransportProtocol(H2Protocol):
             CONTROL_FRAME_BURST,
             CONTROL_FRAME_RATE,
         )
+        # grpclib's close drops the connection's transport: take it first
+        transport = grpclib_private.connection_transport(self.connection)
         self.processor.close("Control frame flood")
         with contextlib.suppress(Exception):
-            transport = grpclib_private.connection_transport(self.connection)
             transport.close()
             # A flooder that never reads keeps the GOAWAY (and any ACKs) unsent and the socket
             # open: drop it after FLOOD_CLOSE_WAIT seconds.

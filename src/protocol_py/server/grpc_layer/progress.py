@@ -203,7 +203,10 @@ class ProgressWatch:
             "closed a connection whose peer read nothing for the write timeout of %g s",
             self.write_timeout,
         )
+        transport = None  # grpclib's close drops the connection's transport: take it first
+        with contextlib.suppress(Exception):
+            transport = grpclib_private.connection_transport(self.protocol.connection)
         with contextlib.suppress(Exception):
             self.protocol.processor.close("write timeout")
-        with contextlib.suppress(Exception):
-            grpclib_private.connection_transport(self.protocol.connection).abort()
+        if transport is not None:
+            transport.abort()
