@@ -14,7 +14,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Final, cast
 
-__all__ = ["MALLOC_ARENAS", "limit_malloc_arenas", "trim_heap"]
+__all__ = ["MALLOC_ARENAS", "find_malloc_trim", "limit_malloc_arenas", "trim_heap"]
 
 MALLOC_ARENAS: Final = 1
 """glibc malloc arenas of a ``protocol-py serve`` process (``mallopt(M_ARENA_MAX, 1)``): every
@@ -38,7 +38,8 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     return bool(mallopt(_M_ARENA_MAX, arenas))
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
+def find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, typed for ctypes, or None where the C library is not glibc."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (AttributeError, OSError):  # not glibc
@@ -56,6 +57,6 @@ def trim_heap() -> bool:
     releases the interpreter while it runs). True when memory was released; False when none
     was, or where the C library is not glibc."""
     if not _malloc_trim:
-        _malloc_trim.append(_find_malloc_trim())
+        _malloc_trim.append(find_malloc_trim())
     trim = _malloc_trim[0]
     return trim is not None and bool(trim(0))

@@ -58,7 +58,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
 import logging
 import time
 import traceback
@@ -86,6 +85,7 @@ from protocol_py.server.grpc_layer.progress import (
     cancel_reason,
     over_queue_budget,
 )
+from protocol_py.server.malloc_arenas import find_malloc_trim
 from protocol_py.server.offload import run_released
 
 log = logging.getLogger("protocol_py.server")
@@ -389,16 +389,6 @@ def _drop_traceback_cycle(error: BaseException | None) -> None:
         error = error.__cause__ or error.__context__
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):  # not glibc
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return cast("Callable[[int], int]", trim)
-
-
 class MemoryTrimmer:
     """Returns memory freed by large or aborted calls to the operating system.
 
@@ -410,7 +400,7 @@ class MemoryTrimmer:
     """
 
     def __init__(self) -> None:
-        self._trim = _find_malloc_trim()
+        self._trim = find_malloc_trim()
         self._scheduled: asyncio.TimerHandle | None = None
         self._last = 0.0
 
