@@ -54,7 +54,9 @@ wire protocol"; docs/decisions.md#d10 to docs/decisions.md#d16):
 * one structured log record (a JSON object) per RPC on the ``protocol_py.server`` logger: rpc,
   session_id, turn_id, model, duration_s, events, stop reason or error kind, outcome, detail
   (an error's message), and for Configure ``config_keys`` (the top-level keys set, never their
-  values). :class:`LogFormatter` prints such a record as the bare JSON object.
+  values). :class:`LogFormatter` prints such a record as the bare JSON object;
+  :class:`RecordLimit` bounds the records of calls that did not end ``ok`` (at most
+  ``RPC_RECORD_BURST`` per ``RPC_RECORD_INTERVAL`` seconds, the rest counted in a summary).
 
 The package is split by concept, each rule in one place:
 :mod:`~protocol_py.server.grpc_layer.limits`
@@ -128,7 +130,10 @@ from protocol_py.server.lifecycle import (
 )
 from protocol_py.server.records import (
     RPC_RECORD_ATTR,
+    RPC_RECORD_BURST,
+    RPC_RECORD_INTERVAL,
     LogFormatter,
+    RecordLimit,
     RpcRecord,
 )
 from protocol_py.server.reflection import (
@@ -161,6 +166,8 @@ __all__ = [
     "REPLY_BUDGET_BYTES",
     "REQUEST_TYPES",
     "RPC_RECORD_ATTR",
+    "RPC_RECORD_BURST",
+    "RPC_RECORD_INTERVAL",
     "SECRET_KEY_RE",
     "SEND_CHECKPOINT_INTERVAL",
     "SERVICE_NAME",
@@ -171,6 +178,7 @@ __all__ = [
     "LogFormatter",
     "MemoryTrimmer",
     "ModelServer",
+    "RecordLimit",
     "ReplyBudget",
     "RpcRecord",
     "ServerLifecycle",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -67,7 +70,10 @@ class RpcRecord:
             ),
             "config_keys_total": _keys_total(keys, self.config_keys_count),
         }
-        log.info(_bounded_line(line, keys), extra={RPC_RECORD_ATTR: True})
+        log.info(
+            _bounded_line(line, keys),
+            extra={RPC_RECORD_ATTR: True, RPC_OUTCOME_ATTR: self.outcome},
+        )
 
 
 MAX_LOG_LINE_BYTES: Final = 4096
@@ -109,6 +115,96 @@ def _logged(text: str | None) -> str | None:
 
 RPC_RECORD_ATTR: Final = "protocol_py_rpc"
 """LogRecord attribute set on the per-RPC JSON records of the ``protocol_py.server`` logger."""
+
+
+RPC_OUTCOME_ATTR: Final = "protocol_py_rpc_outcome"
+"""LogRecord attribute holding a per-RPC record's ``outcome`` (read by :class:`RecordLimit`)."""
+
+RPC_RECORD_BURST: Final = 200
+"""Most per-RPC records of calls that did not end ``ok`` written in one
+:data:`RPC_RECORD_INTERVAL` window (:class:`RecordLimit`)."""
+
+RPC_RECORD_INTERVAL: Final = 1.0
+"""The window of :data:`RPC_RECORD_BURST`, in seconds."""
+
+
+class RecordLimit(logging.Filter):
+    """A log filter bounding the per-RPC records of calls that did not end ``ok`` (cancelled,
+    refused, invalid, failed, past their deadline): at most ``burst`` of them per ``interval``
+    seconds, in fixed windows starting at the first such record, so a client resetting streams
+    as fast as it can (reconnecting after each GOAWAY) cannot flood the log. Records of calls
+    that ended ``ok`` and every other log record always pass.
+
+    The records past the bound are counted by outcome; when their window ends one summary
+    record is written (a JSON object on its own line, like the per-RPC ones, with no ``rpc``
+    key): ``{"records_suppressed": N, "outcomes": {"cancelled": N}, "interval_s": 1.0}``.
+    ``protocol-py serve`` installs it on its log handler (:func:`protocol_py.server.serve.\
+configure_logging`); an application with its own logging may add it to its handler.
+
+    Args:
+        burst: Records of calls not ended ``ok`` written per window (default
+            :data:`RPC_RECORD_BURST`).
+        interval: The window, seconds (default :data:`RPC_RECORD_INTERVAL`).
+        clock: Monotonic time, seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        burst: int = RPC_RECORD_BURST,
+        interval: float = RPC_RECORD_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.burst = burst
+        self.interval = interval
+        self._clock = clock
+        self._window_start: float | None = None
+        self._written = 0
+        self.suppressed: dict[str, int] = {}
+        """Records not written in the current window, by outcome."""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for a per-RPC record of a call not ended ``ok`` past the window's bound (it
+        is counted), else True."""
+        outcome = getattr(record, RPC_OUTCOME_ATTR, None)
+        if outcome is None or outcome == "ok" or not getattr(record, RPC_RECORD_ATTR, False):
+            return True
+        now = self._clock()
+        if self._window_start is None or now - self._window_start >= self.interval:
+            self.flush()
+            self._window_start = now
+            self._written = 0
+        if self._written < self.burst:
+            self._written += 1
+            return True
+        self.suppressed[outcome] = self.suppressed.get(outcome, 0) + 1
+        if self._timer is None:
+            with contextlib.suppress(RuntimeError):  # no running loop: summed up on the next
+                remaining = max(0.0, self._window_start + self.interval - now)
+                self._timer = asyncio.get_running_loop().call_later(remaining, self._expired)
+        return False
+
+    def _expired(self) -> None:
+        self._timer = None
+        self.flush()
+        self._window_start = None
+
+    def flush(self) -> None:
+        """Write the summary record of the records suppressed so far, if any."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.suppressed:
+            return
+        total = sum(self.suppressed.values())
+        summary = {
+            "records_suppressed": total,
+            "outcomes": dict(sorted(self.suppressed.items())),
+            "interval_s": self.interval,
+        }
+        self.suppressed = {}
+        log.info(json.dumps(summary), extra={RPC_RECORD_ATTR: True})
 
 
 class LogFormatter(logging.Formatter):

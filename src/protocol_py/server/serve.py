@@ -39,6 +39,7 @@ from protocol_py.server import (
     DEFAULT_MAX_MESSAGE_SIZE,
     LogFormatter,
     ModelServer,
+    RecordLimit,
 )
 from protocol_py.server.go_plugin import GoPluginServices
 from protocol_py.server.grpc_layer.connection_limit import (
@@ -97,7 +98,8 @@ per RPC); :func:`configure_logging` holds them at WARNING unless asked for them.
 def configure_logging(
     level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None, *, frame_logs: bool = False
 ) -> None:
-    """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON.
+    """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON,
+    those of calls not ended ``ok`` bounded by a :class:`~protocol_py.server.RecordLimit`.
 
     Like :func:`logging.basicConfig`, it does nothing when the root logger already has
     handlers (an application that configured logging keeps its own setup). The loggers of
@@ -116,6 +118,7 @@ def configure_logging(
         )
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(LogFormatter())
+    handler.addFilter(RecordLimit())
     logging.basicConfig(level=name, handlers=[handler])
     for logger in FRAME_LOGGERS:
         logging.getLogger(logger).setLevel(logging.NOTSET if frame_logs else logging.WARNING)

@@ -1,0 +1,109 @@
+"""The per-RPC record limit (``server.records.RecordLimit``, docs/decisions.md#d41): records of
+calls that did not end ``ok`` are written up to the burst per window, the rest counted by
+outcome and summed up in one line; ``ok`` records and other lines always pass."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from protocol_py.server import RPC_RECORD_BURST, LogFormatter, RecordLimit, RpcRecord
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def captured() -> Iterator[tuple[io.StringIO, logging.Handler]]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(LogFormatter())
+    logger = logging.getLogger("protocol_py.server")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield stream, handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.startswith("{")]
+
+
+def test_records_past_the_burst_are_counted_and_summed_up_when_the_window_ends(
+    captured: tuple[io.StringIO, logging.Handler],
+) -> None:
+    stream, handler = captured
+    clock = Clock()
+    limit = RecordLimit(burst=3, interval=1.0, clock=clock)
+    handler.addFilter(limit)
+    for outcome in ["cancelled"] * 5 + ["invalid_request"] * 2:
+        RpcRecord(rpc="StreamCompletion", outcome=outcome).emit()
+    RpcRecord(rpc="GetCapabilities").emit()  # ok: never held back
+    assert [r["outcome"] for r in lines(stream)] == ["cancelled"] * 3 + ["ok"]
+    assert limit.suppressed == {"cancelled": 2, "invalid_request": 2}
+    clock.now += 1.0  # the next window: its first record comes after the summary
+    RpcRecord(rpc="StreamCompletion", outcome="error").emit()
+    written = lines(stream)
+    assert written[4] == {
+        "records_suppressed": 4,
+        "outcomes": {"cancelled": 2, "invalid_request": 2},
+        "interval_s": 1.0,
+    }
+    assert written[5]["outcome"] == "error"
+    assert limit.suppressed == {}
+
+
+def test_a_window_under_the_burst_writes_every_record_and_no_summary(
+    captured: tuple[io.StringIO, logging.Handler],
+) -> None:
+    stream, handler = captured
+    clock = Clock()
+    handler.addFilter(RecordLimit(clock=clock))
+    for _ in range(RPC_RECORD_BURST):
+        RpcRecord(rpc="StreamCompletion", outcome="cancelled").emit()
+    clock.now += 5.0
+    RpcRecord(rpc="StreamCompletion", outcome="cancelled").emit()
+    written = lines(stream)
+    assert len(written) == RPC_RECORD_BURST + 1
+    assert all("records_suppressed" not in r for r in written)
+
+
+def test_other_log_lines_pass_the_filter(captured: tuple[io.StringIO, logging.Handler]) -> None:
+    stream, handler = captured
+    handler.addFilter(RecordLimit(burst=0, clock=Clock()))
+    logging.getLogger("protocol_py.server").info("listening on 127.0.0.1:1")
+    RpcRecord(rpc="StreamCompletion", outcome="cancelled").emit()
+    written = stream.getvalue().splitlines()
+    assert len(written) == 1 and written[0].endswith(
+        " INFO protocol_py.server listening on 127.0.0.1:1"
+    )
+
+
+async def test_the_summary_is_written_when_the_window_ends_without_another_record(
+    captured: tuple[io.StringIO, logging.Handler],
+) -> None:
+    stream, handler = captured
+    handler.addFilter(RecordLimit(burst=1, interval=0.05))
+    for _ in range(4):
+        RpcRecord(rpc="StreamCompletion", outcome="deadline_exceeded").emit()
+    assert len(lines(stream)) == 1
+    await asyncio.sleep(0.3)
+    assert lines(stream)[1] == {
+        "records_suppressed": 3,
+        "outcomes": {"deadline_exceeded": 3},
+        "interval_s": 0.05,
+    }
