@@ -12,7 +12,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol_py.server import RPC_RECORD_BURST, LogFormatter, RecordLimit, RpcRecord
+from protocol_py.client.client import ModelClient
+from protocol_py.server import (
+    RPC_RECORD_ATTR,
+    RPC_RECORD_BURST,
+    LogFormatter,
+    RecordLimit,
+    RpcRecord,
+)
+
+from ..support.servers import make_request, start_server
 
 
 class Clock:
@@ -107,3 +116,31 @@ async def test_the_summary_is_written_when_the_window_ends_without_another_recor
         "outcomes": {"deadline_exceeded": 3},
         "interval_s": 0.05,
     }
+
+
+async def test_an_invalid_request_record_carries_the_violations_and_omits_unset_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = await start_server()
+    try:
+        request = make_request(model="no-such-model")
+        request.call_context = None
+        with caplog.at_level(logging.INFO, logger="protocol_py.server"):
+            async with ModelClient.connect(run.address) as client:
+                events = [e async for e in client.stream(request, timeout=10)]
+                assert (await client.describe(timeout=10)).name  # still serving
+    finally:
+        await run.server.shutdown(grace_period=0)
+    assert events[-1].error is not None
+    records = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if getattr(r, RPC_RECORD_ATTR, False) and "StreamCompletion" in r.getMessage()
+    ]
+    assert len(records) == 1
+    record = records[0]
+    assert record["outcome"] == "invalid_request"
+    assert record["error_kind"] == "INVALID_REQUEST"
+    assert "model_id" in record["detail"] and "no-such-model" in record["detail"]
+    assert record["detail"] == events[-1].error.message
+    assert "session_id" not in record and "turn_id" not in record

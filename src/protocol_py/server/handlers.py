@@ -772,8 +772,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         context = request.call_context or CallContext()
         record = RpcRecord(
             rpc="StreamCompletion",
-            session_id=context.session_id,
-            turn_id=context.turn_id,
+            session_id=context.session_id or None,  # unset: omitted from the record
+            turn_id=context.turn_id or None,
             model=request.model_id,
             events=0,
         )
@@ -798,12 +798,14 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 event = invalid_request_event(violations)
                 record.error_kind = ErrorKind.INVALID_REQUEST.name
                 record.outcome = "invalid_request"
+                record.detail = capped(event.error.message) if event.error else None
                 record.events = 1
                 yield event
                 return
             if overflow is not None:
                 record.error_kind = ErrorKind.CONTEXT_OVERFLOW.name
                 record.outcome = "error"
+                record.detail = capped(overflow.error.message) if overflow.error else None
                 record.events = 1
                 yield overflow
                 return
