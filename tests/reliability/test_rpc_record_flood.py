@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 
 from protocol_py.client.client import ModelClient
@@ -39,12 +38,7 @@ async def test_a_rapid_reset_flood_writes_bounded_records_and_a_summary() -> Non
         await asyncio.sleep(RPC_RECORD_INTERVAL + 0.5)
         elapsed = time.monotonic() - started
     finally:
-        sub.proc.terminate()
-        try:
-            _, err = sub.proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            sub.proc.kill()
-            _, err = sub.proc.communicate()
+        err = sub.stop()
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     cancelled = [r for r in records if r.get("outcome") == "cancelled"]
     summaries = [r for r in records if "records_suppressed" in r]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 from protocol_py.client.client import ModelClient
 from protocol_py_gen.model.v1 import StopReason
@@ -24,12 +23,7 @@ async def test_serve_logs_each_rpc_as_one_bare_json_line() -> None:
             done = await client.complete(make_request("Hello there"), timeout=10)
             assert done.stop is not None and done.stop.reason == StopReason.END_TURN
     finally:
-        sub.proc.terminate()
-        try:
-            _, err = sub.proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            sub.proc.kill()
-            _, err = sub.proc.communicate()
+        err = sub.stop()
     assert "sk-SECRET-123" not in err
     records = []
     for line in err.splitlines():

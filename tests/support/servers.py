@@ -118,6 +118,16 @@ class Subprocess:
         assert self.proc.stderr is not None
         return self.proc.stderr.read()
 
+    def stop(self) -> str:
+        """SIGTERM (SIGKILL after 10 s), then all the server wrote to stderr."""
+        self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err
+
 
 def spawn_server(*extra: str, timeout: float = 15.0) -> Subprocess:
     """Start ``protocol-py serve --handshake --port 0`` (the real console script) and wait for

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -17,6 +15,7 @@ from protocol_py.bounded_text import (
     bounded_message,
     quote_value,
 )
+from protocol_py.log_window import LogWindow
 
 log = logging.getLogger("protocol_py.server")
 
@@ -155,14 +154,9 @@ configure_logging`); an application with its own logging may add it to its handl
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
-        self.burst = burst
-        self.interval = interval
-        self._clock = clock
-        self._window_start: float | None = None
-        self._written = 0
+        self._window = LogWindow(burst, interval, self._write_summary, clock)
         self.suppressed: dict[str, int] = {}
         """Records not written in the current window, by outcome."""
-        self._timer: asyncio.TimerHandle | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         """False for a per-RPC record of a call not ended ``ok`` past the window's bound (it
@@ -170,38 +164,22 @@ configure_logging`); an application with its own logging may add it to its handl
         outcome = getattr(record, RPC_OUTCOME_ATTR, None)
         if outcome is None or outcome == "ok" or not getattr(record, RPC_RECORD_ATTR, False):
             return True
-        now = self._clock()
-        if self._window_start is None or now - self._window_start >= self.interval:
-            self.flush()
-            self._window_start = now
-            self._written = 0
-        if self._written < self.burst:
-            self._written += 1
+        if self._window.admit():
             return True
         self.suppressed[outcome] = self.suppressed.get(outcome, 0) + 1
-        if self._timer is None:
-            with contextlib.suppress(RuntimeError):  # no running loop: summed up on the next
-                remaining = max(0.0, self._window_start + self.interval - now)
-                self._timer = asyncio.get_running_loop().call_later(remaining, self._expired)
         return False
-
-    def _expired(self) -> None:
-        self._timer = None
-        self.flush()
-        self._window_start = None
 
     def flush(self) -> None:
         """Write the summary record of the records suppressed so far, if any."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._window.flush()
+
+    def _write_summary(self) -> None:
         if not self.suppressed:
             return
-        total = sum(self.suppressed.values())
         summary = {
-            "records_suppressed": total,
+            "records_suppressed": sum(self.suppressed.values()),
             "outcomes": dict(sorted(self.suppressed.items())),
-            "interval_s": self.interval,
+            "interval_s": self._window.interval,
         }
         self.suppressed = {}
         log.info(json.dumps(summary), extra={RPC_RECORD_ATTR: True})

@@ -20,12 +20,13 @@ before). The handshake is bounded by the server's handshake timeout.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Final, cast
+
+from protocol_py.log_window import LogWindow
 
 log = logging.getLogger("protocol_py.server")
 
@@ -136,45 +137,35 @@ class RefusalLog:
         interval: float = TLS_REFUSAL_LOG_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.burst = burst
-        self.interval = interval
-        self._clock = clock
-        self._window_start: float | None = None
-        self._logged = 0
+        self._window = LogWindow(burst, interval, self._write_summary, clock)
         self.suppressed = 0
         """Refusals not logged in the current window."""
         self.total = 0
         """Refusals seen since this log was made."""
-        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def burst(self) -> int:
+        """Lines per window."""
+        return self._window.burst
+
+    @property
+    def interval(self) -> float:
+        """The window, seconds."""
+        return self._window.interval
 
     def refused(self, peer: str, reason: str) -> None:
         """Log (or count) one refused handshake from ``peer`` for ``reason``."""
         self.total += 1
-        now = self._clock()
-        if self._window_start is None or now - self._window_start >= self.interval:
-            self.flush()
-            self._window_start = now
-            self._logged = 0
-        if self._logged < self.burst:
-            self._logged += 1
+        if self._window.admit():
             log.warning("refused a TLS handshake from %s: %s", peer, reason)
-            return
-        self.suppressed += 1
-        if self._timer is None:
-            with contextlib.suppress(RuntimeError):  # no running loop: summed up on the next
-                remaining = max(0.0, self._window_start + self.interval - now)
-                self._timer = asyncio.get_running_loop().call_later(remaining, self._expired)
-
-    def _expired(self) -> None:
-        self._timer = None
-        self.flush()
-        self._window_start = None
+        else:
+            self.suppressed += 1
 
     def flush(self) -> None:
         """Write the summary line of the refusals suppressed so far, if any."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._window.flush()
+
+    def _write_summary(self) -> None:
         if self.suppressed:
             log.warning(
                 "suppressed %d more refused TLS handshakes in the last %g s (at most %d lines "
