@@ -25,6 +25,8 @@ take). Errors go to stderr as one clear line, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -93,18 +95,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handlers[args.command](args)
     except CliError as exc:
-        print(f"protocol-py {args.command}: {exc}", file=sys.stderr)
+        _say(f"protocol-py {args.command}: {exc}")
         return exc.status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return EXIT_FAILURE
     except Exception as exc:  # never a traceback on the terminal
-        print(
-            f"protocol-py {args.command}: internal error: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
+        _say(f"protocol-py {args.command}: internal error: {type(exc).__name__}: {exc}")
         return EXIT_FAILURE
+
+
+def _say(line: str) -> None:
+    """Print ``line`` on stderr after the log lines still queued for it (each handler's flush
+    waits a bounded time: :data:`protocol_py.server.log_writer.FLUSH_TIMEOUT`)."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr)
 
 
 __all__ = [

@@ -48,6 +48,7 @@ from protocol_py.server.grpc_layer.connection_limit import (
 )
 from protocol_py.server.grpc_layer.memory_budget import machine_memory
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
+from protocol_py.server.log_writer import LogWriter
 from protocol_py.server.malloc_arenas import limit_malloc_arenas
 from protocol_py.server.offload import SERVE_SWITCH_INTERVAL_S
 from protocol_py.server.parent_watch import ParentWatch, watch_parent
@@ -99,7 +100,9 @@ def configure_logging(
     level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None, *, frame_logs: bool = False
 ) -> None:
     """Send log records to ``stream`` (default stderr) at ``level``, RPC records as bare JSON,
-    those of calls not ended ``ok`` bounded by a :class:`~protocol_py.server.RecordLimit`.
+    those of calls not ended ``ok`` bounded by a :class:`~protocol_py.server.RecordLimit`,
+    written by a :class:`~protocol_py.server.log_writer.LogWriter` thread (a stream nobody
+    reads never blocks the server: lines past a bounded queue are dropped and counted).
 
     Like :func:`logging.basicConfig`, it does nothing when the root logger already has
     handlers (an application that configured logging keeps its own setup). The loggers of
@@ -116,10 +119,11 @@ def configure_logging(
             path="log_level",
             rule="serve.log_level",
         )
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(LogFormatter())
-    handler.addFilter(RecordLimit())
-    logging.basicConfig(level=name, handlers=[handler])
+    if not logging.getLogger().handlers:
+        handler = LogWriter(stream or sys.stderr)
+        handler.setFormatter(LogFormatter())
+        handler.addFilter(RecordLimit())
+        logging.basicConfig(level=name, handlers=[handler])
     for logger in FRAME_LOGGERS:
         logging.getLogger(logger).setLevel(logging.NOTSET if frame_logs else logging.WARNING)
 
