@@ -11,26 +11,32 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]
 import h2.errors
 import pytest
 from hyperframe.frame import (
     DataFrame,
+    HeadersFrame,
     PingFrame,
     PriorityFrame,
     SettingsFrame,
     WindowUpdateFrame,
 )
 
+from protocol_py.codec.structs import to_struct
 from protocol_py.server.grpc_layer.connections import (
     CONTROL_FRAME_BURST,
+    CONTROL_FRAME_RATE,
     EMPTY_DATA_FRAME_WEIGHT,
     SETTINGS_FRAME_WEIGHT,
+    WINDOW_UPDATE_FRAME_WEIGHT,
     ControlFrameCounter,
     DataFrameCounter,
 )
+from protocol_py_gen.model.v1 import ConfigureRequest
 
 from ..support.h2_client import RawH2, grpc_frame
-from .conftest import Served, acall, still_serving
+from .conftest import SERVICE, Served, acall, still_serving
 from .test_reply_budget import render_body
 
 
@@ -139,14 +145,15 @@ def test_the_frame_counter_reads_headers_across_any_split() -> None:
         + priority(0, 5)  # counted
     )
     stream += window_update(1, 1) + window_update(2, 1)  # counted apart
+    stream += HeadersFrame(7, data=b"\x82", flags=["END_HEADERS"]).serialize()  # counted apart
     whole = ControlFrameCounter()
     assert whole.feed(stream) == 2 + SETTINGS_FRAME_WEIGHT + EMPTY_DATA_FRAME_WEIGHT
-    assert whole.window_updates == 2
+    assert (whole.window_updates, whole.headers) == (2, 1)
     for size in (1, 2, 5, 9, 10, 17):
         counter = ControlFrameCounter()
         total = sum(counter.feed(stream[i : i + size]) for i in range(0, len(stream), size))
         assert total == 2 + SETTINGS_FRAME_WEIGHT + EMPTY_DATA_FRAME_WEIGHT, size
-        assert counter.window_updates == 2, size
+        assert (counter.window_updates, counter.headers) == (2, 1), size
 
 
 def test_the_counter_stops_counting_past_its_limit() -> None:
@@ -199,4 +206,37 @@ async def test_many_flooding_connections_log_one_warning(served: Served, logs: A
     assert await asyncio.to_thread(flood_many, 20) == 20
     found = [r.getMessage() for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
     assert len(found) == 1, found  # server-wide: one line per 10 s for all 20 connections
+    await still_serving(served)
+
+
+FAILING_CALLS = 4 * CONTROL_FRAME_BURST // WINDOW_UPDATE_FRAME_WEIGHT
+"""Unary calls answered trailers-only, back to back on one grpcio channel: charged a
+WINDOW_UPDATE each, four times what the allowance holds (plus its refill over about 3 s)."""
+
+
+async def test_failing_unary_calls_from_grpcio_are_not_a_window_update_flood(
+    served: Served, logs: Any
+) -> None:
+    # grpcio raises each new stream's window with a WINDOW_UPDATE; a trailers-only error reply
+    # sends no DATA to earn it: each stream the client opens earns it instead
+    body = bytes(ConfigureRequest(config=to_struct({"no_such_key": 1})))
+    assert FAILING_CALLS * WINDOW_UPDATE_FRAME_WEIGHT > 2 * CONTROL_FRAME_BURST + 3 * (
+        CONTROL_FRAME_RATE
+    )
+
+    def calls() -> dict[str, int]:
+        codes: dict[str, int] = {}
+        with grpc.insecure_channel(served.address) as channel:
+            configure = channel.unary_unary(SERVICE + "Configure")
+            for _ in range(FAILING_CALLS):
+                try:
+                    configure(body, timeout=10)
+                    code = "OK"
+                except grpc.RpcError as exc:
+                    code = exc.code().name
+                codes[code] = codes.get(code, 0) + 1
+        return codes
+
+    assert await asyncio.to_thread(calls) == {"INVALID_ARGUMENT": FAILING_CALLS}
+    assert not [r for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
     await still_serving(served)

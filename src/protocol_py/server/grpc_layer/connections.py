@@ -36,7 +36,8 @@ protocol"):
   (NO_ERROR).
 * **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS (weighing
   :data:`SETTINGS_FRAME_WEIGHT`), PRIORITY, RST_STREAM, empty DATA frames and WINDOW_UPDATE
-  frames not earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`), counted
+  frames not earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`) or by a
+  stream the peer opened (:data:`WINDOW_UPDATES_PER_STREAM`), counted
   from their 9-byte headers before h2 parses a read (so a flood costs the loop at most one
   read, and counting stops at :data:`CONTROL_FRAME_BURST`), are charged to a per-connection
   allowance of :data:`CONTROL_FRAME_BURST` frames refilled at :data:`CONTROL_FRAME_RATE` per
@@ -138,8 +139,9 @@ CONTROL_FRAME_RATE: Final = 200.0
 its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, PRIORITY,
 RST_STREAM (one each), SETTINGS (:data:`SETTINGS_FRAME_WEIGHT` each), DATA frames with no
 payload and no END_STREAM (:data:`EMPTY_DATA_FRAME_WEIGHT` each), and WINDOW_UPDATE frames
-beyond those earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`;
-:data:`WINDOW_UPDATE_FRAME_WEIGHT` each). A connection over its allowance gets GOAWAY
+beyond those earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`) and by
+streams the peer opened (:data:`WINDOW_UPDATES_PER_STREAM`; :data:`WINDOW_UPDATE_FRAME_WEIGHT`
+each). A connection over its allowance gets GOAWAY
 ENHANCE_YOUR_CALM and is closed."""
 
 CONTROL_FRAME_BURST: Final = 2000
@@ -156,9 +158,16 @@ EMPTY_DATA_FRAME_WEIGHT: Final = 10
 nothing, no gRPC client sends one, and h2 and grpclib handle each as a data event."""
 
 WINDOW_UPDATE_FRAME_WEIGHT: Final = 10
-"""Control frames one WINDOW_UPDATE frame not earned by DATA the server sent
-(:data:`WINDOW_UPDATES_PER_DATA_FRAME`) is charged as: a client gives window back only after
-data arrived, so unearned ones are a handful per connection."""
+"""Control frames one WINDOW_UPDATE frame not earned (by DATA the server sent,
+:data:`WINDOW_UPDATES_PER_DATA_FRAME`, or by a stream the peer opened,
+:data:`WINDOW_UPDATES_PER_STREAM`) is charged as: a client gives window back after data arrived
+or when it opens a stream, so unearned ones are a handful per connection."""
+
+WINDOW_UPDATES_PER_STREAM: Final = 1
+"""WINDOW_UPDATE frames each HEADERS frame the peer sends earns it free of charge: grpcio
+raises every new stream's window with one WINDOW_UPDATE before any DATA has come back, so a
+call answered trailers-only (a unary error) earns nothing by DATA; charged, 20 such calls a
+second on one connection exhausted its allowance."""
 
 WINDOW_UPDATES_PER_DATA_FRAME: Final = 2
 """WINDOW_UPDATE frames each DATA frame the server sends earns its peer free of charge (one
@@ -754,6 +763,9 @@ class TransportProtocol(H2Protocol):
             return
         frames = self._frames
         control = frames.feed(data, CONTROL_FRAME_BURST)  # past it: over any allowance
+        if frames.headers:  # each stream the peer opens earns its WINDOW_UPDATE
+            self._earn_window_updates(frames.headers * WINDOW_UPDATES_PER_STREAM)
+            frames.headers = 0
         if frames.window_updates:  # those earned by DATA the server sent are free
             free = min(frames.window_updates, self._window_update_credit)
             self._window_update_credit -= free
@@ -822,9 +834,12 @@ class TransportProtocol(H2Protocol):
     def _data_frames_sent(self, count: int) -> None:
         """``count`` DATA frames written: each earns the peer
         :data:`WINDOW_UPDATES_PER_DATA_FRAME` uncharged WINDOW_UPDATE frames."""
+        self._earn_window_updates(count * WINDOW_UPDATES_PER_DATA_FRAME)
+
+    def _earn_window_updates(self, count: int) -> None:
+        """``count`` more uncharged WINDOW_UPDATE frames, up to :data:`MAX_WINDOW_UPDATE_CREDIT`."""
         self._window_update_credit = min(
-            MAX_WINDOW_UPDATE_CREDIT,
-            self._window_update_credit + count * WINDOW_UPDATES_PER_DATA_FRAME,
+            MAX_WINDOW_UPDATE_CREDIT, self._window_update_credit + count
         )
 
     def _preface_expired(self, transport: asyncio.BaseTransport) -> None:
@@ -947,17 +962,20 @@ class ControlFrameCounter:
     read instead of after h2 has handled every frame in it. Counted (:meth:`feed`'s result):
     PING, PRIORITY and RST_STREAM, one each; DATA with an empty payload and no END_STREAM flag,
     :data:`EMPTY_DATA_FRAME_WEIGHT` each; SETTINGS (not its ACK), :data:`SETTINGS_FRAME_WEIGHT`
-    each. WINDOW_UPDATE frames are counted apart (:attr:`window_updates`): those that follow
-    DATA the server sent are free, the others weigh :data:`WINDOW_UPDATE_FRAME_WEIGHT`
+    each. WINDOW_UPDATE frames are counted apart (:attr:`window_updates`), and so are HEADERS
+    frames (:attr:`headers`): WINDOW_UPDATEs earned by DATA the server sent or by a stream the
+    peer opened are free, the others weigh :data:`WINDOW_UPDATE_FRAME_WEIGHT`
     (:class:`TransportProtocol`). The client connection preface (24 bytes) is skipped."""
 
-    __slots__ = ("_header", "_skip", "window_updates")
+    __slots__ = ("_header", "_skip", "headers", "window_updates")
 
     def __init__(self) -> None:
         self._skip = 24  # bytes of the current frame's payload (first: the preface) still due
         self._header = b""
         self.window_updates = 0
         """WINDOW_UPDATE frames seen so far (the caller resets it after charging them)."""
+        self.headers = 0
+        """HEADERS frames seen so far (the caller resets it after crediting them)."""
 
     def feed(self, data: bytes, limit: float = float("inf")) -> int:
         """Control frames (weighted, see the class) whose header is complete in ``data`` (with
@@ -990,6 +1008,8 @@ class ControlFrameCounter:
                     count += SETTINGS_FRAME_WEIGHT
             elif kind == 8:  # WINDOW_UPDATE
                 self.window_updates += 1
+            elif kind == 1:  # HEADERS
+                self.headers += 1
             elif kind in (2, 3, 6):  # PRIORITY, RST_STREAM, PING
                 count += 1
             elif kind == 0 and not length and not header[4] & 1:  # empty DATA, no END_STREAM
