@@ -479,7 +479,11 @@ async def _run(
         await slot.acquire()
     else:
         try:
-            await asyncio.wait_for(slot.acquire(), max(0.0, until - time.monotonic()))
+            # not asyncio.wait_for: on Python 3.11 it returns normally when cancelled just as
+            # the slot is granted, so a cancelled call would run its step
+            # (https://github.com/python/cpython/issues/86296)
+            async with asyncio.timeout(max(0.0, until - time.monotonic())):
+                await slot.acquire()
         except TimeoutError:
             raise JobNotStarted from None
     stop = threading.Event()

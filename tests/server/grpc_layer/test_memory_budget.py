@@ -167,3 +167,20 @@ async def test_an_unlimited_budget_counts_without_refusing() -> None:
         assert memory.held == in_flight_estimate(len(body), 1000)
         assert budget.held == 2 * (len(body) + OBJECT_BYTES * 1000)
     assert budget.held == 0 and budget.peak > 0
+
+
+async def test_a_call_cancelled_just_as_room_is_made_stays_cancelled_and_holds_nothing() -> None:
+    # room is made and the waiting call is cancelled in one loop turn: the cancel wins (on
+    # Python 3.11, asyncio.wait_for returned normally here and the call went on, charged)
+    budget = MemoryBudget(10 * MiB, wait=5.0)
+    first = CallMemory(budget)
+    await first.reserve_body(4 * MiB)
+    second = CallMemory(budget)
+    waiting = asyncio.create_task(second.reserve_body(2 * MiB))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    first.release()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert second.held == 0 and budget.held == 0 and budget.calls == 0

@@ -250,8 +250,12 @@ class MemoryBudget:
                 return False
             if self._room is None:
                 self._room = asyncio.Event()
+            # asyncio.timeout, not asyncio.wait_for: on Python 3.11, wait_for returns normally
+            # when it is cancelled just as the wait ends, and the cancel is lost
+            # (https://github.com/python/cpython/issues/86296)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._room.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._room.wait()
         return True
 
     def available(self) -> int:
