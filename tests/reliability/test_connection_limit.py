@@ -22,7 +22,7 @@ from protocol_py.server.grpc_layer.connection_limit import (
 from protocol_py.server.grpc_layer.log_limit import WARNING_INTERVAL
 
 from ..cli._console import cli
-from ..support.h2_client import RawH2
+from ..support.h2_client import RawH2, grpc_frame
 from ..support.servers import CONSOLE_SCRIPT
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize()
@@ -174,6 +174,47 @@ def test_busy_connections_at_the_limit_refuse_the_new_one_with_one_warning() -> 
     assert not any(limit.admit(each) for each in refused)
     assert len(closed) == 51 and limit.refused == 50 and len(limit) == 2
     assert limit._refusals.suppressed == 49  # one WARNING for the 50
+
+
+def test_the_connection_idle_longest_is_closed_first_not_the_one_opened_first() -> None:
+    closed: list[object] = []
+
+    class Idle:
+        class handler:  # noqa: N801 - the attribute a protocol has
+            open_streams = 0
+
+    limit = ConnectionLimit(3, lambda protocol, reason: closed.append(protocol))
+    active, second, third = Idle(), Idle(), Idle()
+    for each in (active, second, third):
+        assert limit.admit(each)
+    limit.touch(active)  # a stream of the first connection just ended
+    limit.touch(Idle())  # one not counted: nothing changes
+    assert limit.admit(Idle()) and limit.admit(Idle())
+    assert closed == [second, third]  # idle longest first; the active one stays
+    limit.accept_exhausted(OSError(24, "Too many open files"), 0.05)
+    assert closed[2] is active and len(limit) == 0
+
+
+def test_a_client_calling_every_100_ms_keeps_its_connection_beside_idle_floods(
+    idle_connections: list[socket.socket],
+) -> None:
+    proc, port = _serve("--max-connections", "20")
+    try:
+        active = RawH2(port)  # opened before any of the idle ones
+        try:
+            for _ in range(4):  # 4 x 15 idle connections: the limit is passed 3 times
+                _open_idle(port, 15, idle_connections)
+                time.sleep(0.1)
+                state = active.outcome(active.open("Describe", grpc_frame(b"")))
+                assert state["trailers"].get("grpc-status") == "0", state
+            assert active.terminated is None and not active.closed  # never closed for room
+        finally:
+            active.close()
+        assert _closed_by_server(idle_connections) >= 60 - 20
+        _describe(port)
+    finally:
+        err = _stop(proc)
+    assert proc.returncode == 0, err
 
 
 def test_a_busy_server_at_the_limit_refuses_newcomers_and_keeps_serving() -> None:

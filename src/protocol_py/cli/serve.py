@@ -147,7 +147,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         type=positive_int,
         default=None,
         metavar="NUMBER",
-        help="most connections open at once; at the limit the oldest idle one is closed, or, "
+        help="most connections open at once; at the limit the one idle longest is closed, or, "
         "with none idle, the new one (default: the soft RLIMIT_NOFILE minus "
         f"{CONNECTION_FD_RESERVE}, at least half of it, at most {MAX_CONNECTIONS_CAP}; "
         f"now {default_max_connections()})",

@@ -4,7 +4,8 @@ Each open connection costs a file descriptor; a server whose descriptors run out
 one, so idle connections (``RLIMIT_NOFILE`` 1024, 1,100 idle HTTP/2 connections) locked every
 new client out. :class:`ConnectionLimit` admits at most ``maximum`` connections (default
 :func:`default_max_connections`, from the soft ``RLIMIT_NOFILE``). A connection over it first
-closes the oldest idle connection (no open stream) with GOAWAY (NO_ERROR); when every
+closes the idle connection (no open stream) idle longest (its last stream ended, or it opened,
+before any other's) with GOAWAY (NO_ERROR); when every
 connection has a stream open, the new one is closed at once (GOAWAY NO_ERROR, before any of
 its streams run) and a WARNING is logged, at most one per
 :data:`~protocol_py.server.grpc_layer.log_limit.WARNING_INTERVAL` seconds with a count of the
@@ -13,7 +14,7 @@ suppressed ones.
 When ``accept()`` itself fails for lack of descriptors or memory (other files, upstream
 sockets), :meth:`ConnectionLimit.accept_exhausted` (called by
 :mod:`protocol_py._compat.asyncio_accept_backoff`, which pauses accepting with a growing
-delay) closes the :data:`ACCEPT_EVICTIONS` oldest idle connections, so the next accepts can
+delay) closes the :data:`ACCEPT_EVICTIONS` connections idle longest, so the next accepts can
 succeed, and logs one rate-limited WARNING.
 """
 
@@ -43,7 +44,7 @@ CONNECTION_FD_RESERVE: Final = 128
 HTTP connections, files, the event loop's own, worker threads), descriptors."""
 
 ACCEPT_EVICTIONS: Final = 8
-"""Idle connections closed, oldest first, each time ``accept()`` fails for lack of a resource
+"""Idle connections closed, idle longest first, each time ``accept()`` fails for lack of a resource
 (so the connections waiting in the kernel's queue get descriptors), connections."""
 
 MAX_CONNECTIONS_CAP: Final = 10_000
@@ -78,7 +79,7 @@ def default_max_connections(soft_limit: int | None = None) -> int:
 
 
 class ConnectionLimit:
-    """Open connections of one server, oldest first, and the bound on them.
+    """Open connections of one server, least recently active first, and the bound on them.
 
     Args:
         maximum: Most connections open at once (positive).
@@ -94,7 +95,7 @@ class ConnectionLimit:
             raise ValueError(f"max_connections: must be a positive integer, got {maximum!r}")
         self.maximum = maximum
         self._close = close
-        self._open: dict[Any, None] = {}  # insertion order: oldest first
+        self._open: dict[Any, None] = {}  # least recently active first (see touch)
         self.evicted = 0
         """Idle connections closed to make room (counted since start)."""
         self.refused = 0
@@ -107,7 +108,7 @@ class ConnectionLimit:
 
     def admit(self, protocol: Any) -> bool:
         """Count a new connection (``protocol`` has a ``handler`` with ``open_streams``);
-        at the limit close the oldest idle one first, or, with none idle, close ``protocol``
+        at the limit close the one idle longest first, or, with none idle, close ``protocol``
         itself (False: it is refused)."""
         if len(self._open) >= self.maximum and not self.evict_idle("connection limit reached"):
             self.refused += 1
@@ -125,9 +126,15 @@ class ConnectionLimit:
         """A connection ended (a no-op for one not counted)."""
         self._open.pop(protocol, None)
 
+    def touch(self, protocol: Any) -> None:
+        """A stream of ``protocol`` just ended: it becomes the most recently active connection,
+        the last to be closed for room (a no-op for one not counted)."""
+        if self._open.pop(protocol, False) is None:
+            self._open[protocol] = None
+
     def evict_idle(self, reason: str) -> bool:
-        """Close the oldest connection with no open stream (GOAWAY NO_ERROR); False when
-        every connection has one."""
+        """Close the connection with no open stream that has been idle longest (GOAWAY
+        NO_ERROR); False when every connection has one."""
         for protocol in self._open:
             handler = getattr(protocol, "handler", None)
             if getattr(handler, "open_streams", 1) == 0:
@@ -139,7 +146,7 @@ class ConnectionLimit:
 
     def accept_exhausted(self, error: OSError, delay: float) -> None:
         """``accept()`` failed for lack of a resource (``error``; accepting pauses ``delay``
-        seconds): close the :data:`ACCEPT_EVICTIONS` oldest idle connections and log one
+        seconds): close the :data:`ACCEPT_EVICTIONS` connections idle longest and log one
         rate-limited WARNING."""
         freed = 0
         while freed < ACCEPT_EVICTIONS and self.evict_idle("out of file descriptors"):

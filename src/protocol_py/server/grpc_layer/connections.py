@@ -46,7 +46,7 @@ protocol"):
   :data:`~protocol_py.server.grpc_layer.log_limit.WARNING_INTERVAL` for the whole server.
 * **Connection limit** (:class:`TransportProtocol`): each new connection is counted by the
   server's :class:`~protocol_py.server.grpc_layer.connection_limit.ConnectionLimit`; over it
-  the oldest idle connection is closed, or this one at once.
+  the connection idle longest is closed, or this one at once.
 * **Progress timeouts** (:mod:`protocol_py.server.grpc_layer.progress`): a stream whose peer
   keeps its window closed for the write timeout is reset; a connection over its budget of
   queued bytes is closed.
@@ -553,6 +553,10 @@ class TransportHandler(grpclib.server.Handler):
             del tasks[stream]
         grpclib_private.handler_cancelled(self).discard(task)
         self.open_streams -= 1
+        protocol = self.protocol_ref() if self.protocol_ref is not None else None
+        limit = getattr(protocol, "connection_limit", None)
+        if limit is not None:
+            limit.touch(protocol)  # just active: the last to be closed for room
         if self.open_streams == 0 and not self.closing:
             self._arm_idle_timer()
 
@@ -702,7 +706,7 @@ class TransportProtocol(H2Protocol):
     """Seconds a new connection gets to send :data:`HTTP2_PREFACE_BYTES` bytes."""
 
     connection_limit: ConnectionLimit | None = None
-    """The server's bound on open connections: a connection over it closes the oldest idle
+    """The server's bound on open connections: a connection over it closes the longest idle
     one or is itself closed at once."""
 
     flood_warnings: RateLimitedWarning = RateLimitedWarning(log)
