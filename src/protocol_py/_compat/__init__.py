@@ -14,6 +14,7 @@ Patch                                     Dependency  Versions        Upstream
 ``grpclib_closed_connection``             grpclib     >=0.4.9,<0.5    vmagamedov/grpclib#110,
                                                                       #185
 ``grpclib_unimplemented_content_type``    grpclib     >=0.2.3,<0.5    vmagamedov/grpclib#70
+``grpclib_timeout_header``                grpclib     >=0.4.9,<0.5    none filed
 ``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
 ``h2_refused_stream``                     h2          >=4.1,<5        none filed
 ``asyncio_accept_backoff``                CPython     >=3.11,<3.14    python/cpython#151615
@@ -35,6 +36,7 @@ from protocol_py._compat import (
     asyncio_accept_backoff,
     grpclib_closed_connection,
     grpclib_goaway,
+    grpclib_timeout_header,
     grpclib_unimplemented_content_type,
     h2_refused_stream,
     hyperframe_frame_repr,
@@ -106,6 +108,19 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="grpclib.server._abort writes content-type: application/grpc with a "
         "gRPC status",
         install=grpclib_unimplemented_content_type.install,
+    ),
+    Patch(
+        module="grpclib_timeout_header",
+        dependency="grpclib",
+        versions=">=0.4.9,<0.5",
+        symptom="a client timeout over 10 s is sent as whole seconds rounded down (10.9 s as "
+        "'10S'), so the server's deadline passes up to a second before the client's and the "
+        "call ends with the server's DEADLINE_EXCEEDED status instead of the client's "
+        "TimeoutError",
+        upstream="none filed",
+        delete_when="grpclib.metadata.encode_timeout never rounds a timeout down (rounds up, "
+        "in the finest unit that fits 8 digits)",
+        install=grpclib_timeout_header.install,
     ),
     Patch(
         module="hyperframe_frame_repr",
