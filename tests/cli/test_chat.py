@@ -227,6 +227,13 @@ def test_in_band_error_is_one_chat_line_without_a_usage_placeholder(cli_server: 
     assert session.returncode == 0 and session.stdout.count("stop: end_turn") == 2
 
 
+def interruptible() -> None:
+    """In the child, before ``chat`` starts: SIGINT at its default, as under a terminal. A test
+    run started in the background (``&`` in a script, ``nohup``) inherits SIGINT ignored, and
+    a Python started that way never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_mid_stream_ends_the_line_and_says_cancelled(cli_server: Subprocess) -> None:
     configure(cli_server.address, {"pace_tokens_per_second": 30})
     proc = subprocess.Popen(
@@ -234,6 +241,7 @@ def test_sigint_mid_stream_ends_the_line_and_says_cancelled(cli_server: Subproce
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -292,6 +300,7 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
@@ -333,6 +342,7 @@ def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subproces
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=interruptible,
         )
         assert proc.stdin is not None and proc.stdout is not None
         out = bytearray()

@@ -61,8 +61,9 @@ def test_a_full_stderr_pipe_never_stops_serving_and_sigterm_still_ends_the_serve
     assert status == 0, err[-2000:]
     assert waited < 15
     lines = err.splitlines()
-    records = [json.loads(line) for line in lines if line.startswith("{")]
+    records = [json.loads(line) for line in lines if line.startswith("{")]  # whole lines only
     # what the pipe held is whole lines, in order, starting with the start-up lines
-    assert "serving reference" in lines[0] or any("serving reference" in x for x in lines[:5])
+    assert any("serving reference" in line for line in lines[:5]), lines[:5]
     assert records and all(r["outcome"] == "ok" for r in records)
-    assert len(err.encode()) >= 60_000
+    # the pipe filled: far from every call's record reached it
+    assert len(records) < CALLS, len(records)
