@@ -227,21 +227,26 @@ def test_in_band_error_is_one_chat_line_without_a_usage_placeholder(cli_server: 
     assert session.returncode == 0 and session.stdout.count("stop: end_turn") == 2
 
 
-def interruptible() -> None:
-    """In the child, before ``chat`` starts: SIGINT at its default, as under a terminal. A test
-    run started in the background (``&`` in a script, ``nohup``) inherits SIGINT ignored, and
-    a Python started that way never raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def popen_interruptible(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` with SIGINT at its default in the child, as under a terminal. A test
+    run started in the background (``&`` in a script, ``nohup``) has SIGINT ignored, which a
+    child inherits through exec, and a Python started that way never raises KeyboardInterrupt:
+    while the child starts, this process handles SIGINT itself (a handler is reset to the
+    default at exec)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(*args, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_sigint_mid_stream_ends_the_line_and_says_cancelled(cli_server: Subprocess) -> None:
     configure(cli_server.address, {"pace_tokens_per_second": 30})
-    proc = subprocess.Popen(
+    proc = popen_interruptible(
         [str(CONSOLE_SCRIPT), "chat", "--server", cli_server.address, "Hello there"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -295,12 +300,11 @@ def test_sigint_in_a_session_drops_the_turn_and_the_session_goes_on(
     cli_server: Subprocess,
 ) -> None:
     configure(cli_server.address, {"pace_tokens_per_second": 30})
-    proc = subprocess.Popen(
+    proc = popen_interruptible(
         [str(CONSOLE_SCRIPT), "chat", "--server", cli_server.address],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=interruptible,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
@@ -337,12 +341,11 @@ def test_sigint_at_the_session_prompt_exits_130_every_time(cli_server: Subproces
     interpreter shutdown after Ctrl-C at the prompt never aborts ("could not acquire lock for
     <_io.BufferedReader name='<stdin>'> at interpreter shutdown", exit -6)."""
     for _ in range(5):
-        proc = subprocess.Popen(
+        proc = popen_interruptible(
             [str(CONSOLE_SCRIPT), "chat", "--server", cli_server.address],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            preexec_fn=interruptible,
         )
         assert proc.stdin is not None and proc.stdout is not None
         out = bytearray()
