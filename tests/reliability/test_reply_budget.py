@@ -28,7 +28,7 @@ from protocol_py_gen.model.v1 import RenderRequest, RenderResponse
 from ..support.h2_client import RawH2, grpc_frame
 from ..support.proc import rss_bytes
 from ..support.servers import spawn_server
-from .conftest import Served, acall, still_serving
+from .conftest import Served, acall, serve, still_serving
 from .test_memory_release import REPLY_MIB, TOLERANCE, render, render_request, settle, stop
 
 MIB = 1024 * 1024
@@ -149,6 +149,20 @@ async def test_one_reply_larger_than_the_whole_budget_is_sent_when_nothing_is_he
     assert result.code == "OK", result
     assert served.server.reply_budget.held == 0
     await still_serving(served)
+
+
+async def test_a_reply_larger_than_the_whole_memory_budget_is_refused_without_retry_later() -> None:
+    served = await serve(memory_budget=2 * MIB)
+    try:
+        result = await acall(served.address, "Render", render_body(4))
+        assert result.code == "RESOURCE_EXHAUSTED", result
+        assert "more than the whole server memory budget of 2097152 bytes" in result.details
+        assert "(bound --memory-budget)" in result.details
+        assert "retry later" not in result.details
+        assert served.server.memory.held == 0 and served.server.reply_budget.held == 0
+        await still_serving(served)
+    finally:
+        await served.server.shutdown(grace_period=0)
 
 
 def test_unread_60_mib_replies_from_4_clients_stay_within_the_budget() -> None:
