@@ -15,7 +15,10 @@ Printed, as medians of ``--repeat`` runs:
 * ``describe_gap_ms``: the worst gap beyond the 100 ms period of a Describe called every
   100 ms by a third process on its own connection (``--probe``), from the storm's start until
   the server was idle, and ``describe_worst_ms``, the slowest of those Describes;
-* ``describe_after_ms``: a Describe sent on a new connection right after the last cancel;
+* ``describe_after_ms``: a Describe sent on a new connection right after the last cancel, from
+  this process (with ``--client grpcio`` it also holds the storm's channels), and
+  ``describe_after_fresh_ms``, the same from a process of its own started before the storm
+  (what a kernel other than the storm's client sees);
 * ``rss_over_baseline_mib``: the server's RSS once idle, minus its RSS before the storm (after
   the warm-up streams);
 * ``upstream_open_after``: upstream connections still open once idle, and
@@ -86,6 +89,17 @@ def probe(address: str) -> None:
     print(json.dumps(calls), flush=True)
 
 
+def describe_once(address: str) -> None:
+    """The fresh client process (``--describe-once ADDRESS``): says ``ready``, waits for a
+    line on stdin, then prints the ms one Describe on a new connection took."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+    sent = time.monotonic()
+    with grpc.insecure_channel(address) as channel:
+        channel.unary_unary("/model.v1.ModelService/Describe")(b"", timeout=30)
+    print(round((time.monotonic() - sent) * 1000, 1), flush=True)
+
+
 def grpcio_storm(
     address: str, body: bytes, streams: int, connections: int, cancels: list[float]
 ) -> None:
@@ -105,6 +119,19 @@ def grpcio_storm(
     finally:
         for channel in channels:
             channel.close()
+
+
+def start_describe_once(address: str) -> subprocess.Popen[str]:
+    """Start the fresh client process (:func:`describe_once`) and wait until it is ready."""
+    once = subprocess.Popen(
+        [sys.executable, __file__, "--describe-once", address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert once.stdout is not None
+    assert once.stdout.readline().strip() == "ready"
+    return once
 
 
 def start_probe(address: str) -> subprocess.Popen[str]:
@@ -219,6 +246,7 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
     rng = random.Random(20)
     clients = [ModelClient.connect(address) for _ in range(args.connections)]
     prober: subprocess.Popen[str] | None = None
+    once: subprocess.Popen[str] | None = None
     try:
         warm = clients[0]
         async for _ in warm.stream(request(args.provider), timeout=60):
@@ -235,6 +263,8 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
         await asyncio.sleep(0.5)
         baseline = rss(proc.pid)
         prober = start_probe(address)
+        once = start_describe_once(address)
+        assert once.stdin is not None
         await asyncio.sleep(0.3)  # a quiet period first
         storm_start = time.monotonic()
 
@@ -260,6 +290,8 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
             await asyncio.gather(*(one(i) for i in range(args.streams)))
         last_cancel = time.monotonic()
         cpu_at_cancel = cpu_s(proc.pid)
+        once.stdin.write("go\n")
+        once.stdin.flush()
         fresh = ModelClient.connect(address)
         try:
             sent = time.monotonic()
@@ -276,6 +308,7 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
                 break
             previous = now
         idle_at = time.monotonic() - 0.1
+        fresh_ms = float(once.communicate(timeout=60)[0].strip())
         idle_after = idle_at - last_cancel
         gap_ms, slowest_ms = probe_figures(prober, storm_start, idle_at)
         result = {
@@ -284,6 +317,7 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
             "cpu_after_s": round(previous - cpu_at_cancel, 3),
             "idle_after_s": round(max(idle_after, 0.0), 3),
             "describe_after_ms": round(describe_ms, 1),
+            "describe_after_fresh_ms": fresh_ms,
             "rss_over_baseline_mib": round((rss(proc.pid) - baseline) / MIB, 1),
             "window_s": round(window, 3),
             "load": round(os.getloadavg()[0], 2),
@@ -295,9 +329,10 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
     finally:
         for client in clients:
             client.close()
-        if prober is not None and prober.poll() is None:
-            prober.kill()
-            prober.wait(10)
+        for helper in (prober, once):
+            if helper is not None and helper.poll() is None:
+                helper.kill()
+                helper.wait(10)
         proc.terminate()
         proc.wait(10)
 
@@ -329,7 +364,11 @@ if __name__ == "__main__":
     parser.add_argument("--prompt-kib", type=int, default=4)
     parser.add_argument("--client", choices=["grpclib", "grpcio"], default="grpclib")
     parser.add_argument("--probe", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--describe-once", metavar="ADDRESS", help=argparse.SUPPRESS)
     parsed = parser.parse_args()
+    if parsed.describe_once:
+        describe_once(parsed.describe_once)
+        sys.exit(0)
     if parsed.probe:
         probe(parsed.probe)
         sys.exit(0)
