@@ -121,30 +121,18 @@ def grpcio_storm(
             channel.close()
 
 
-def start_describe_once(address: str) -> subprocess.Popen[str]:
-    """Start the fresh client process (:func:`describe_once`) and wait until it is ready."""
-    once = subprocess.Popen(
-        [sys.executable, __file__, "--describe-once", address],
+def start_helper(mode: str, address: str) -> subprocess.Popen[str]:
+    """Start this script as a helper process (``mode``: ``--probe`` or ``--describe-once``)
+    and wait for its ``ready`` line."""
+    helper = subprocess.Popen(
+        [sys.executable, __file__, mode, address],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert once.stdout is not None
-    assert once.stdout.readline().strip() == "ready"
-    return once
-
-
-def start_probe(address: str) -> subprocess.Popen[str]:
-    """Start the prober process and wait for its first Describe."""
-    prober = subprocess.Popen(
-        [sys.executable, __file__, "--probe", address],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert prober.stdout is not None
-    assert prober.stdout.readline().strip() == "ready"
-    return prober
+    assert helper.stdout is not None
+    assert helper.stdout.readline().strip() == "ready"
+    return helper
 
 
 def probe_figures(prober: subprocess.Popen[str], start: float, end: float) -> tuple[float, float]:
@@ -262,8 +250,8 @@ async def storm(args: argparse.Namespace, upstream: Upstream | None) -> dict[str
         window = args.window or 2 * statistics.median(firsts)
         await asyncio.sleep(0.5)
         baseline = rss(proc.pid)
-        prober = start_probe(address)
-        once = start_describe_once(address)
+        prober = start_helper("--probe", address)
+        once = start_helper("--describe-once", address)
         assert once.stdin is not None
         await asyncio.sleep(0.3)  # a quiet period first
         storm_start = time.monotonic()

@@ -74,14 +74,22 @@ async def test_a_call_that_does_not_fit_waits_then_is_refused_naming_the_bound()
     assert budget.held == 0 and budget.calls == 0
 
 
-async def test_a_waiting_call_is_admitted_when_another_releases() -> None:
-    budget = MemoryBudget(10 * MiB, wait=5.0)
+async def _second_call_waiting(
+    budget: MemoryBudget,
+) -> tuple[CallMemory, CallMemory, asyncio.Task[None]]:
+    """A first call holding 8 MiB of a 10 MiB budget and a second one waiting for 4 MiB."""
     first = CallMemory(budget)
     await first.reserve_body(4 * MiB)
     second = CallMemory(budget)
     waiting = asyncio.create_task(second.reserve_body(2 * MiB))
     await asyncio.sleep(0.05)
     assert not waiting.done()
+    return first, second, waiting
+
+
+async def test_a_waiting_call_is_admitted_when_another_releases() -> None:
+    budget = MemoryBudget(10 * MiB, wait=5.0)
+    first, second, waiting = await _second_call_waiting(budget)
     first.release()
     await asyncio.wait_for(waiting, 1.0)
     assert budget.held == BODY_COPIES * 2 * MiB and budget.calls == 1
@@ -173,12 +181,7 @@ async def test_a_call_cancelled_just_as_room_is_made_stays_cancelled_and_holds_n
     # room is made and the waiting call is cancelled in one loop turn: the cancel wins (on
     # Python 3.11, asyncio.wait_for returned normally here and the call went on, charged)
     budget = MemoryBudget(10 * MiB, wait=5.0)
-    first = CallMemory(budget)
-    await first.reserve_body(4 * MiB)
-    second = CallMemory(budget)
-    waiting = asyncio.create_task(second.reserve_body(2 * MiB))
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
+    first, second, waiting = await _second_call_waiting(budget)
     first.release()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):

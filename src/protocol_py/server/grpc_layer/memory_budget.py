@@ -229,6 +229,19 @@ class MemoryBudget:
             f"{self.calls} calls; bound --memory-budget); retry later"
         )
 
+    def never_fits(self, what: str, size: int) -> MemoryBudgetError | None:
+        """The error of a charge of ``size`` bytes larger than the whole budget (counted in
+        :attr:`refused`; ``never_fits`` set: no retry can succeed), or None when it could fit
+        once others release theirs (always when the budget is off)."""
+        if self.limit is None or size <= self.limit:
+            return None
+        self.refused += 1
+        return MemoryBudgetError(
+            f"{what} needs about {size} bytes, more than the whole server memory budget "
+            f"of {self.limit} bytes (bound --memory-budget)",
+            never_fits=True,
+        )
+
     def take(self, size: int) -> None:
         """Charge ``size`` bytes without checking (see :meth:`fits`)."""
         self.held += size
@@ -316,14 +329,9 @@ class CallMemory:
         if extra <= 0 or self.small:
             self.resize(max(size, self.held))
             return
-        limit = self.budget.limit
-        if limit is not None and size > limit:
-            self.budget.refused += 1
-            raise MemoryBudgetError(
-                f"{what} needs about {size} bytes, more than the whole server memory budget "
-                f"of {limit} bytes (bound --memory-budget)",
-                never_fits=True,
-            )
+        too_large = self.budget.never_fits(what, size)
+        if too_large is not None:
+            raise too_large
         fits = self.budget.fits(extra)
         if not fits and not await self.budget.wait_for(extra, self._wait_until()):
             raise self.budget.refusal(f"{what} (needs {extra} bytes more)")

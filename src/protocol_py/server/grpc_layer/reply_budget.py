@@ -49,7 +49,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from protocol_py.server.grpc_layer.limits import EncodedReply
-from protocol_py.server.grpc_layer.memory_budget import MemoryBudget, MemoryBudgetError
+from protocol_py.server.grpc_layer.memory_budget import MemoryBudget
 
 __all__ = [
     "HELD_COPIES",
@@ -103,13 +103,9 @@ class ReplyBudget:
                 "bytes; retry later",
             )
         memory = self.memory
-        if memory is not None and memory.limit is not None and size > memory.limit:
-            memory.refused += 1
-            raise MemoryBudgetError(  # no retry can succeed: said so, not "retry later"
-                f"{what} needs about {size} bytes, more than the whole server memory budget "
-                f"of {memory.limit} bytes (bound --memory-budget)",
-                never_fits=True,
-            )
+        too_large = memory.never_fits(what, size) if memory is not None else None
+        if too_large is not None:  # no retry can succeed: said so, not "retry later"
+            raise too_large
         if memory is not None and not memory.fits(size):
             raise memory.refusal(what)
         self.held += size
