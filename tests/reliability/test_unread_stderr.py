@@ -61,7 +61,10 @@ def test_a_full_stderr_pipe_never_stops_serving_and_sigterm_still_ends_the_serve
     assert status == 0, err[-2000:]
     assert waited < 15
     lines = err.splitlines()
-    records = [json.loads(line) for line in lines if line.startswith("{")]  # whole lines only
+    if not err.endswith("\n"):
+        # the exit abandoned a write blocked on the full pipe: only its last line is cut
+        lines.pop()
+    records = [json.loads(line) for line in lines if line.startswith("{")]  # whole lines
     # what the pipe held is whole lines, in order, starting with the start-up lines
     assert any("serving reference" in line for line in lines[:5]), lines[:5]
     assert records and all(r["outcome"] == "ok" for r in records)
