@@ -6,8 +6,11 @@ hits count against the decode budget; the memo stays within its bounds."""
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol_py.codec import decode_memo, metadata, wire, wire_gen
 from protocol_py.codec.decode_memo import DecodeMemo, decode_messages_memo, split_message_id
@@ -188,12 +191,8 @@ def test_over_long_tags_and_other_wire_types_are_judged_by_the_whole_decode() ->
     assert memo.hits == 0
 
 
-def test_a_resent_image_is_split_from_the_index_with_the_same_key_object(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The split of an image seen before (same id, same content) comes from the memo's
-    index, not a scan, and its content key is the same object every turn; a new id is an
-    image never seen: scanned. The decode equals the whole-body decode either way."""
+def _counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The images :func:`split_message_id` scans from now on, in order."""
     scans: list[bytes] = []
     split = decode_memo.split_message_id
 
@@ -202,21 +201,180 @@ def test_a_resent_image_is_split_from_the_index_with_the_same_key_object(
         return split(image)
 
     monkeypatch.setattr(decode_memo, "split_message_id", counting)
+    return scans
+
+
+def test_a_resent_conversation_is_matched_to_its_last_list_without_a_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A conversation resent as it was is taken from the list index by position: no image is
+    scanned again, only the first is looked up in the split index, and the content keys are
+    the same objects every turn; the decode equals the whole-body decode."""
+    scans = _counting_scans(monkeypatch)
     memo = DecodeMemo()
     data = wire.encode(conversation(3))
     first_keys: list[bytes] = []
     decode_messages_memo(StreamCompletionRequest, data, "messages", memo, keys=first_keys)
-    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (0, 7)
+    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (1, 7)
+    assert (memo.lists.hits, memo.lists.misses, len(memo.lists)) == (0, 1, 1)
     again_keys: list[bytes] = []
     found = decode_messages_memo(StreamCompletionRequest, data, "messages", memo, keys=again_keys)
-    assert len(scans) == 7 and memo.splits.hits == 7
+    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (2, 7)
+    assert (memo.hits, memo.lists.hits) == (7, 1)
     assert all(a is b for a, b in zip(first_keys, again_keys, strict=True))
     same(found[0], wire.decode(StreamCompletionRequest, data))
+
+
+def test_new_ids_of_the_same_length_are_matched_by_position_and_carry_their_new_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same messages under new ids of the same length (a kernel restarted): only the
+    first image is scanned (for the conversation's key); every message is taken from the
+    last list with its new id."""
+    scans = _counting_scans(monkeypatch)
+    memo = DecodeMemo()
+    decode(wire.encode(conversation(3)), memo)
+    renamed = wire.encode(renumbered(conversation(3), "z"))  # "z0".."z6": two bytes, as before
+    found, clean, exact = decode(renamed, memo)
+    assert len(scans) == 8 and memo.hits == 7
+    assert [m.id for m in found.messages] == [f"z{i}" for i in range(7)]
+    same(found, wire.decode(StreamCompletionRequest, renamed))
+    assert (clean, exact) == (True, True)
+
+
+def test_new_ids_of_another_length_are_scanned_and_taken_from_the_memo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scans = _counting_scans(monkeypatch)
+    memo = DecodeMemo()
+    decode(wire.encode(conversation(3)), memo)
     renamed = wire.encode(renumbered(conversation(3), "r-"))
     found = decode(renamed, memo)
-    assert len(scans) == 14 and memo.hits == 14  # scanned, then decoded from the memo
+    assert len(scans) == 14 and memo.hits == 7  # scanned, then decoded from the memo
     same(found[0], wire.decode(StreamCompletionRequest, renamed))
     assert [m.id for m in found[0].messages] == [f"r-{i}" for i in range(7)]
+
+
+def test_the_match_ends_at_the_first_changed_message_and_the_rest_goes_through_the_memo() -> None:
+    memo = DecodeMemo()
+    request = conversation(4)
+    decode(wire.encode(request), memo)
+    edited = dataclasses.replace(request, messages=list(request.messages))
+    edited.messages[3] = dataclasses.replace(
+        edited.messages[3], content=[ContentBlock(text=TextBlock(text="changed"))]
+    )
+    data = wire.encode(edited)
+    found = decode(data, memo)
+    assert memo.hits == 8  # 3 by position, 5 from the memo after the changed message
+    same(found[0], wire.decode(StreamCompletionRequest, data))
+    kept = memo.lists.match(request_images(data), split_message_id(request_images(data)[0]))
+    assert len(kept) == 9  # the list kept is the edited one, whole
+
+
+def test_the_list_index_keeps_within_its_bounds() -> None:
+    data = wire.encode(conversation(3))
+    images = request_images(data)
+    few = DecodeMemo()
+    few.lists = decode_memo.ListIndex(max_entries=1)
+    decode(data, few)
+    decode(wire.encode(renumbered(conversation(2), "other")), few)  # another first message
+    assert len(few.lists) == 1
+    small = DecodeMemo()
+    small.lists = decode_memo.ListIndex(max_bytes=1000)
+    decode(data, small)
+    assert len(small.lists) == 0 and small.lists.size_bytes == 0  # larger than the bound
+    one = DecodeMemo()
+    decode(data, one)
+    counted = sum(
+        2 * len(image)
+        + decode_memo.LIST_ENTRY_BYTES
+        + decode_memo.ENTRY_BYTES
+        + decode_memo.OBJECT_BYTES * objects
+        for image, (_, objects) in zip(images, one.lookup_many(_keys(images)), strict=True)
+    )
+    assert one.lists.size_bytes == counted
+
+
+def _keys(images: list[bytes]) -> list[bytes]:
+    return [wire.content_key(image) for image in images]
+
+
+def request_images(data: bytes) -> list[bytes]:
+    images = wire.field_images(data, MESSAGES, wire.MAX_KEPT_IMAGE_BYTES)
+    assert images is not None and None not in images
+    return cast("list[bytes]", images)
+
+
+def _flip_first_character(message: Message) -> Message:
+    """A copy of ``message`` whose first text (a text block's, or the first one inside a tool
+    result) has its first character changed to another of the same UTF-8 length: an image of
+    the same length that differs before the id."""
+    copy = wire.decode(Message, wire.encode(message))
+    block = copy.content[0]
+    if block.tool_result is not None:
+        block = block.tool_result.content[0]
+    if block.text is not None and block.text.text:
+        text = block.text.text
+        block.text.text = ("y" if text[0] != "y" else "x") + text[1:] if text[0] < "\x80" else text
+    return copy
+
+
+_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                *("id", "id_same_length", "text", "text_same_length", "model_same_length"),
+                *("drop", "append", "none"),
+            ]
+        ),
+        st.integers(min_value=0, max_value=12),
+        st.text(alphabet="ab\u00e9\U0001f600", max_size=4),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_EDITS)
+def test_every_turn_of_an_edited_conversation_decodes_equal_to_the_whole_decode(
+    edits: list[tuple[str, int, str]],
+) -> None:
+    """Turn after turn through one memo, each turn one edit of the last (an id changed to
+    any length, a message's text changed, a message dropped or appended, nothing): each
+    decode equals the whole-body decode, ids included, whatever the lists matched."""
+    memo = DecodeMemo()
+    # produced_by_model_id: a field after the id, so an edit on either side of it is seen
+    messages = [dataclasses.replace(m, produced_by_model_id="pp") for m in conversation(4).messages]
+    base = conversation(0)
+    for kind, where, text in edits:
+        at = where % len(messages)
+        if kind == "id":
+            messages[at] = dataclasses.replace(messages[at], id=text)
+        elif kind == "id_same_length":
+            old = messages[at].id
+            messages[at] = dataclasses.replace(messages[at], id=(text * 9)[: len(old)] or old)
+        elif kind == "text":
+            messages[at] = dataclasses.replace(
+                messages[at], content=[ContentBlock(text=TextBlock(text=text or "t"))]
+            )
+        elif kind == "text_same_length":
+            messages[at] = _flip_first_character(messages[at])
+        elif kind == "model_same_length":
+            model = messages[at].produced_by_model_id
+            messages[at] = dataclasses.replace(
+                messages[at], produced_by_model_id="qq" if model != "qq" else "rr"
+            )
+        elif kind == "drop" and len(messages) > 1:
+            del messages[at]
+        elif kind == "append":
+            messages.append(Message(id=text, content=[ContentBlock(text=TextBlock(text="n"))]))
+        data = wire.encode(dataclasses.replace(base, messages=list(messages)))
+        found = decode(data, memo)
+        whole = wire.decode_report(StreamCompletionRequest, data, fallback=False)
+        same(found[0], whole[0])
+        assert found[1:] == whole[1:]
+        assert [m.id for m in found[0].messages] == [m.id for m in messages]
 
 
 def test_the_split_index_keeps_within_its_bounds() -> None:

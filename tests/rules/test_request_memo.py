@@ -100,19 +100,21 @@ def test_turns_resume_after_the_unchanged_messages_and_report_nothing(
     assert (memo.hits, memo.misses) == (6, 8)
 
 
-def test_the_same_messages_under_new_ids_hit_and_the_id_rules_still_run(
+def test_the_same_messages_under_new_ids_resume_the_list_and_the_id_rules_still_run(
     strict: Any,
     memo: ValidatedMessages,
     prefixes: ConversationPrefixes[ValidState],
     spec: ModelSpec,
 ) -> None:
+    """The last valid list is found by content (the decode's content keys), so new ids
+    resume it whole; the id rules run over the resumed messages as a full walk's would."""
     assert validate_request(decoded(conversation(3), strict), spec) == []
     misses = memo.misses
     renamed = conversation(3)
     for i, message in enumerate(renamed.messages):
         message.id = f"01JNEW{i:020d}"
     assert validate_request(decoded(renamed, strict), spec) == []
-    assert memo.misses == misses and memo.hits == len(renamed.messages)
+    assert (prefixes.hits, memo.hits, memo.misses) == (1, 0, misses)
     # new ids that collide or are missing are reported exactly as by a full walk
     renamed.messages[2].id = renamed.messages[0].id
     renamed.messages[4].id = ""

@@ -6,7 +6,11 @@ by compaction). :func:`decode_messages_memo` decodes a request whose repeated ``
 field (``messages``) is looked up message by message in a :class:`DecodeMemo` keyed by each
 message's wire image without its ``id`` (:func:`protocol_py.codec.wire.content_key`, compared
 byte for byte: no hash stands in for the content). A hit costs a scan of the image, a lookup
-and a shallow copy carrying the new id; only the messages never seen are decoded.
+and a shallow copy carrying the new id; only the messages never seen are decoded. Before
+that, the memo's :class:`ListIndex` matches the messages by position against the last list
+of the same conversation (the same first message), two byte comparisons per message, under
+the same ids or new ones of the same length: a resent conversation is neither scanned nor
+hashed message by message.
 
 The result equals :func:`protocol_py.codec.wire.decode_report` of the whole body, field for
 field (tests compare both, and against upb): a hit is stored only from a message that decoded
@@ -54,13 +58,18 @@ from protocol_py.codec.wire_gen import (
 
 __all__ = [
     "ENTRY_BYTES",
+    "LIST_ENTRY_BYTES",
     "MAX_BYTES",
     "MAX_ENTRIES",
+    "MAX_LISTS",
+    "MAX_LIST_BYTES",
     "MAX_SPLIT_BYTES",
     "MAX_SPLIT_ENTRIES",
     "OBJECT_BYTES",
     "SPLIT_ENTRY_BYTES",
     "DecodeMemo",
+    "ListIndex",
+    "ListMatch",
     "SplitIndex",
     "decode_messages_memo",
     "split_message_id",
@@ -95,6 +104,16 @@ MAX_SPLIT_BYTES: Final = 64 * 1024 * 1024
 SPLIT_ENTRY_BYTES: Final = 200
 """Bytes counted per :class:`SplitIndex` entry on top of twice its image's bytes (the image
 and its content key): the entry's tuple and the index's bookkeeping."""
+
+MAX_LISTS: Final = 256
+"""Most conversations whose last message list a :class:`ListIndex` keeps."""
+
+MAX_LIST_BYTES: Final = 64 * 1024 * 1024
+"""Most accounted bytes a :class:`ListIndex` holds (64 MiB; see :data:`LIST_ENTRY_BYTES`)."""
+
+LIST_ENTRY_BYTES: Final = 120
+"""Bytes counted per message of a kept list on top of what its memo and index entries count:
+its places in the list's three tuples and its split tuple."""
 
 _ID_FIELD: Final = 3
 """Field number of ``Message.id`` (proto/content/v1/types.proto)."""
@@ -198,6 +217,126 @@ class SplitIndex(BoundedLRU[bytes, _Split]):
         return out
 
 
+_Found = tuple[betterproto2.Message, int]
+"""A :class:`DecodeMemo` entry: a decoded message and the count of repeated elements and map
+entries its decode created."""
+
+_List = tuple[tuple[bytes, ...], tuple[_Split, ...], tuple[_Found, ...]]
+"""What a :class:`ListIndex` keeps of a conversation: each message's image, its split and its
+memo entry, in order."""
+
+
+class ListIndex(BoundedLRU[bytes, _List]):
+    """The last message list of each conversation, keyed by the content key of its first
+    message (the same under new ids): each message's image, split (:func:`split_message_id`)
+    and decoded message, in order, so the next turn's messages are matched to them by position
+    with two byte comparisons each instead of a scan and two hashed lookups.
+
+    :meth:`match` takes message ``k`` of the new list as message ``k`` of the kept one when
+    its image is the kept image byte for byte, or when the two have the same length and are
+    equal byte for byte outside the kept image's id span (the same message under a new id of
+    the same length: the same split, the id read from the new image). The first message that
+    is neither ends the match; the rest goes through the memo's :class:`SplitIndex` and
+    lookups.
+
+    Bounds: at most ``max_entries`` conversations and ``max_bytes`` accounted bytes
+    (:data:`MAX_LISTS`, :data:`MAX_LIST_BYTES`), the least recently used dropped first. Each
+    message of a list counts what its memo and index entries count (twice its image, the image
+    and its content key; :data:`ENTRY_BYTES` and :data:`OBJECT_BYTES` per element of the
+    decoded message) plus :data:`LIST_ENTRY_BYTES`, as if nothing were shared with them: a list
+    may keep its messages alive after the memo dropped them. Safe to use from several threads
+    at once."""
+
+    def __init__(self, max_entries: int = MAX_LISTS, max_bytes: int = MAX_LIST_BYTES) -> None:
+        super().__init__(max_entries, max_bytes)
+
+    def match(self, images: Sequence[bytes], first: _Split | None) -> list[tuple[_Split, _Found]]:
+        """For the leading run of ``images`` that matches the list kept under the content key
+        of ``first`` (the split of ``images[0]``; None: no list), each message's split and
+        memo entry (see the class)."""
+        if first is None or not images:
+            return []
+        key = first[0]
+        kept = self._get(key)
+        self._count(kept is not None)
+        if kept is None:
+            return []
+        old_images, old_splits, old_found = kept
+        out: list[tuple[_Split, _Found]] = []
+        append = out.append
+        # the shorter of the two lists bounds the match
+        for image, old, split, found in zip(
+            images, old_images, old_splits, old_found, strict=False
+        ):
+            if image is not old and image != old:
+                start, end = split[1], split[2]
+                if (
+                    start < 0
+                    or len(image) != len(old)
+                    or not image.startswith(memoryview(old)[:start])
+                    or not image.endswith(memoryview(old)[end:])
+                ):
+                    break
+            append((split, found))
+        return out
+
+    def keep(
+        self,
+        key: bytes,
+        images: Sequence[bytes],
+        splits: Sequence[_Split],
+        found: Sequence[_Found | None],
+    ) -> None:
+        """Keep, under ``key``, the leading run of messages whose memo entry is known
+        (``found[k]`` not None: a hit, or a message decoded clean and exact), replacing what
+        was kept there; nothing when the first is unknown."""
+        count = 0
+        for entry in found:
+            if entry is None:
+                break
+            count += 1
+        if not count:
+            return
+        size = sum(2 * len(image) for image in images[:count]) + sum(
+            LIST_ENTRY_BYTES + ENTRY_BYTES + OBJECT_BYTES * entry[1]
+            for entry in cast("Sequence[_Found]", found[:count])
+        )
+        kept = cast("tuple[_Found, ...]", tuple(found[:count]))
+        self._put(key, (tuple(images[:count]), tuple(splits[:count]), kept), size)
+
+
+_PendingList = tuple["ListIndex", bytes, Sequence[bytes], list[_Split], list["_Found | None"]]
+"""A list :class:`ListMatch` keeps when told: the index, the key and the list's parts."""
+
+
+class ListMatch:
+    """What :func:`decode_messages_memo` matched by position (:class:`ListIndex`), and the
+    list it keeps for the next turn once the caller calls :meth:`keep`: a caller that checks
+    the body further (upb's parse) keeps the list only after the body passed, so every list
+    holds messages of a body that passed every check."""
+
+    __slots__ = ("pending", "run")
+
+    def __init__(self) -> None:
+        self.run = 0
+        """How many leading messages were taken from the conversation's last list (their
+        images equal those of a body that passed, outside their id values)."""
+        self.pending: _PendingList | None = None
+        """The list :meth:`keep` keeps: the index, its key, and the images, splits and memo
+        entries of the decoded messages."""
+
+    def keep(self) -> None:
+        """Keep the decoded list as its conversation's last (once; nothing when none)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            index, key, images, splits, found = pending
+            index.keep(key, images, splits, found)
+
+    def forget(self) -> None:
+        """Nothing matched, nothing to keep (the body was decoded another way)."""
+        self.run, self.pending = 0, None
+
+
 class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
     """Decoded messages keyed by their content key (:func:`split_message_id`), each with the
     count of repeated elements and map entries its decode created; at most ``max_entries``
@@ -209,12 +348,19 @@ class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
         super().__init__(max_entries, max_bytes)
         self.splits = SplitIndex(max_entries)
         """The content key and id span of each image seen (:class:`SplitIndex`)."""
+        self.lists = ListIndex()
+        """The last message list of each conversation (:class:`ListIndex`)."""
 
     def lookup(self, key: bytes) -> tuple[betterproto2.Message, int] | None:
         """The decoded message and its object count under ``key``, or None."""
         found = self._get(key)
         self._count(found is not None)
         return found
+
+    def count_hits(self, count: int) -> None:
+        """Count ``count`` messages taken from the memo's entries by way of :attr:`lists`."""
+        with self._lock:
+            self.hits += count
 
     def lookup_many(self, keys: Sequence[bytes]) -> list[tuple[betterproto2.Message, int] | None]:
         """:meth:`lookup` of each of ``keys``, in order, under one taking of the lock."""
@@ -248,6 +394,7 @@ def decode_messages_memo(
     keys: list[bytes] | None = None,
     state: State | None = None,
     rest: bytes | None = None,
+    listed: ListMatch | None = None,
 ) -> tuple[M, bool, bool]:
     """:func:`protocol_py.codec.wire.decode_report` of ``data`` as ``cls`` (``fallback=False``),
     the elements of its repeated ``Message`` field ``field`` taken from ``memo`` where their
@@ -269,6 +416,9 @@ def decode_messages_memo(
         rest: :func:`protocol_py.codec.wire.without_field` of ``data`` for that field, when
             the caller has it with ``images`` (from the same scan: the ``rest`` pieces of
             :func:`protocol_py.codec.wire.field_images`); else computed here.
+        listed: When given, receives how many leading messages the memo's
+            :class:`ListIndex` matched, and the list is kept only when the caller calls its
+            :meth:`ListMatch.keep`; else the list is kept at once.
 
     Returns:
         ``(message, clean, exact)`` as :func:`protocol_py.codec.wire.decode_report`.
@@ -285,7 +435,7 @@ def decode_messages_memo(
         return wire.decode_report(cls, data, fallback=False, state=state)
     limit = state.limit if state is not None else wire.MAX_DECODED_OBJECTS
     try:
-        found = _decode(cls, rest, field, memo, images, keys=keys, limit=limit)
+        found = _decode(cls, rest, field, memo, images, keys=keys, limit=limit, listed=listed)
     except (
         FallbackError,
         wire.DecodeBudgetError,
@@ -298,6 +448,8 @@ def decode_messages_memo(
     if found is None:  # the whole body decoded the one way, errors and all
         if keys is not None:
             keys.clear()
+        if listed is not None:
+            listed.forget()
         return wire.decode_report(cls, data, fallback=False, state=state)
     if state is not None:
         state.left, state.clean, state.unknown = found[3].left, found[3].clean, found[3].unknown
@@ -331,6 +483,7 @@ def _decode(
     *,
     keys: list[bytes] | None,
     limit: int,
+    listed: ListMatch | None,
 ) -> tuple[M, bool, bool, State] | None:
     st = State(limit)
     message: M = GENERATOR.decoder(cls)(rest, 0, len(rest), st, 1)
@@ -342,16 +495,23 @@ def _decode(
     new = object.__new__
     if None in images:
         return None
-    found_splits = memo.splits.splits(cast("Sequence[bytes]", images))
+    whole = cast("Sequence[bytes]", images)
+    first = memo.splits.splits(whole[:1])[0] if whole else None  # the conversation's key
+    matched = memo.lists.match(whole, first)
+    run = len(matched)
+    memo.count_hits(run)
+    found_splits = memo.splits.splits(whole[run:]) if run < len(whole) else []
     if None in found_splits:
         return None
-    splits = cast("list[_Split]", found_splits)
-    found_all = memo.lookup_many([split[0] for split in splits])
+    splits = [split for split, _ in matched] + cast("list[_Split]", found_splits)
+    found_all: list[_Found | None] = [found for _, found in matched]
+    found_all += memo.lookup_many([split[0] for split in splits[run:]])
     if keys is not None:
         keys.extend(split[0] for split in splits)
     append = elements.append
     left = st.left
-    whole = cast("Sequence[bytes]", images)  # none is None (checked above)
+    kept_all: list[_Found | None] = []  # each message's memo entry, for the list index
+    keep = kept_all.append
     for image, split, found in zip(whole, splits, found_all, strict=True):
         if found is not None:  # a hit: a new message with its own content list and new id
             cached, objects = found
@@ -365,6 +525,7 @@ def _decode(
             start = split[1]
             fields["id"] = image[start : split[2]].decode() if start >= 0 else ""
             append(element)
+            keep(found)
             continue
         left -= 1  # the element itself, as the whole decode counts it
         if left < 0:
@@ -377,8 +538,17 @@ def _decode(
             kept.__dict__.update(element.__dict__)
             kept.content = list(element.content)  # the request's list is its own
             memo.store(split[0], kept, left - own.left)
+            keep((kept, left - own.left))
+        else:
+            keep(None)
         left = own.left
         st.clean = st.clean and own.clean
         st.unknown = st.unknown or own.unknown
     st.left = left
+    if first is not None:
+        if listed is None:
+            memo.lists.keep(first[0], whole, splits, kept_all)
+        else:
+            listed.run = run
+            listed.pending = (memo.lists, first[0], whole, splits, kept_all)
     return message, st.clean, not st.unknown, st

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 import betterproto2
@@ -372,41 +372,39 @@ class _RequestChecker:
         settings = settings_of(self.spec if self.has_spec else None)
         start = 0
         kept: tuple[bytes, ...] = ()
-        if images is not None and messages:
-            found = PREFIXES.match((settings, messages[0].id), images)
-            if found is not None:  # the same messages as a valid list seen before
-                kept, state = found
-                start = len(kept)
-                message_ids = dict(state.message_ids)
-                self.tool_use_ids.update(state.tool_use_ids)
-                earlier_ids = set(state.answered)
         first = len(self.out)
-        uncached = False  # a message without its image: the list is not kept as a prefix
         # the content keys the server's decode memo computed (the same bytes objects, their
         # hash computed once), so the memo below scans and copies no image of its own
         keys = images.content_keys if isinstance(images, wire.MessageImages) else None
         if keys is not None and images is not None and len(keys) != len(images):
             keys = None
+        # with the content keys, a conversation's last valid list is found by its content,
+        # under new message ids too (whose checks run below); else by its images and first id
+        prefix_key: Hashable | None = None
+        listed: Sequence[bytes | None] | None = None
+        if keys is not None and messages:
+            prefix_key, listed = (settings, "content", keys[0]), keys
+        elif images is not None and messages:
+            prefix_key, listed = (settings, messages[0].id), images
+        if prefix_key is not None and listed is not None:
+            found = PREFIXES.match(prefix_key, listed)
+            if found is not None:  # the same messages as a valid list seen before
+                kept, state = found
+                start = len(kept)
+                if keys is not None:  # the ids may be new: checked as a full walk would
+                    for i in range(start):
+                        self._message_id(messages[i], i, message_ids)
+                else:
+                    message_ids = dict(state.message_ids)
+                self.tool_use_ids.update(state.tool_use_ids)
+                earlier_ids = set(state.answered)
+        uncached = False  # a message without its image: the list is not kept as a prefix
         # with the keys, the messages after the prefix are looked up at once (one lock)
         known_all = VALIDATED.get_many(settings, keys[start:]) if keys is not None else None
         for i in range(start, len(messages)):
             message = messages[i]
             mpath = f"messages[{i}]"
-            if message.id == "":
-                self.add(
-                    _join(mpath, "id"),
-                    "request.message.id_missing",
-                    "every message MUST carry its kernel-assigned id",
-                )
-            elif message.id in message_ids:
-                self.add(
-                    _join(mpath, "id"),
-                    "request.message.id_duplicate",
-                    f"message id {message.id!r} is already used by "
-                    f"messages[{message_ids[message.id]}] (ids are unique per message)",
-                )
-            else:
-                message_ids[message.id] = i
+            self._message_id(message, i, message_ids)
             image = images[i] if images is not None else None
             if image is None:
                 uncached = True
@@ -441,22 +439,41 @@ class _RequestChecker:
             earlier_ids.update(self.new_tool_use_ids)
             self.new_tool_use_ids.clear()
         if (
-            images is not None
-            and messages
+            prefix_key is not None
+            and listed is not None
             and len(self.out) == first
             and start < len(messages)
             and not uncached
         ):
             PREFIXES.put(
-                (settings, messages[0].id),
-                # the images kept already are reused; none is None here (not uncached)
-                cast("tuple[bytes, ...]", (*kept, *images[start:])),
+                prefix_key,
+                # the images (or keys) kept already are reused; none is None (not uncached)
+                cast("tuple[bytes, ...]", (*kept, *listed[start:])),
                 ValidState(
                     message_ids=dict(message_ids),
                     tool_use_ids=dict(self.tool_use_ids),
                     answered=frozenset(earlier_ids),
                 ),
             )
+
+    def _message_id(self, message: Message, i: int, message_ids: dict[str, int]) -> None:
+        """The id rules of ``messages[i]`` (present; unique), recording it in ``message_ids``
+        (id -> index)."""
+        if message.id == "":
+            self.add(
+                f"messages[{i}].id",
+                "request.message.id_missing",
+                "every message MUST carry its kernel-assigned id",
+            )
+        elif message.id in message_ids:
+            self.add(
+                f"messages[{i}].id",
+                "request.message.id_duplicate",
+                f"message id {message.id!r} is already used by "
+                f"messages[{message_ids[message.id]}] (ids are unique per message)",
+            )
+        else:
+            message_ids[message.id] = i
 
     def _reuse(self, known: CleanMessage, mpath: str, earlier_ids: set[str]) -> bool:
         """Account for a message that passed every message-local rule before (``known``):

@@ -18,10 +18,14 @@ Message id checks (missing, duplicate) are never skipped.
 
 A second, cheaper level serves the usual turn: the state the cross-message rules build (message
 ids, tool_use ids, answered calls) after a whole message list that raised no violation is kept
-per conversation (:data:`PREFIXES`, a :class:`~protocol_py.codec.prefixes.ConversationPrefixes`
-keyed by the settings and the first message's id); when the next request's messages start with
-exactly those images, compared byte for byte, the validator resumes from that state and walks
-only the messages after them.
+per conversation (:data:`PREFIXES`, a :class:`~protocol_py.codec.prefixes.ConversationPrefixes`);
+when the next request's messages start with exactly the messages of that list, the validator
+resumes from that state and walks only the messages after them. With the content keys of the
+server's decode (:class:`protocol_py.codec.wire.MessageImages`), a list is keyed by the settings
+and its first message's content key and matched by content keys (the same bytes objects turn
+after turn, compared byte for byte where they are not), so it is resumed under new message ids
+too: the id rules then run over the resumed messages, whose tool_use ids and answered calls are
+content. Without them, by the settings and the first message's id, matched by images.
 
 Bounds: :data:`MAX_PREFIXES` conversations and :data:`MAX_PREFIX_BYTES` bytes of their images;
 :data:`MAX_ENTRIES` messages and :data:`MAX_BYTES` bytes of images per memo, the least
