@@ -19,7 +19,8 @@ import pytest
 from grpclib.exceptions import GRPCError
 
 from protocol_py.client.client import ModelClient
-from protocol_py.codec import wire
+from protocol_py.codec import metadata, wire
+from protocol_py.codec.decode_memo import DecodeMemo, split_message_id
 from protocol_py.codec.structs import from_struct
 from protocol_py.providers.http.history import NOT_EXECUTED, HistoryMemo
 from protocol_py.providers.http.request import dump_body
@@ -35,13 +36,15 @@ from protocol_py.server import handlers
 from protocol_py.server.grpc_layer import limits, memory_budget
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES
 from protocol_py.server.reflection import build_descriptor_pool
-from protocol_py_gen.content.v1 import Message, Role, TextBlock
+from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock, ToolUseBlock
+from protocol_py_gen.google.protobuf import Struct, Value
 from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest
 
 from ..codec.test_wire import conversation as wire_conversation
 from ..support.servers import make_request, start_server
 
 MODEL = "gpt-6-sol"
+MESSAGES = metadata.field_number(StreamCompletionRequest, "messages")
 
 
 def conversation(pairs: int) -> StreamCompletionRequest:
@@ -183,6 +186,81 @@ def test_decode_request_takes_seen_messages_from_the_memo_and_hands_their_keys_a
     assert isinstance(images, wire.MessageImages)
     assert images == [wire.encode(m) for m in renamed.messages]
     assert images.content_keys == [wire.content_key(i) for i in images if i is not None]
+
+
+def _deep_message() -> Message:
+    """A user message whose tool result holds a Struct nested past upb's depth limit (the
+    fast decoder takes it; upb refuses it). Built by hand: to_struct refuses JSON this deep."""
+    struct = Struct(fields={"a": Value(number_value=1.0)})
+    for _ in range(40):  # 40 JSON levels = about 120 protobuf message levels
+        struct = Struct(fields={"a": Value(struct_value=struct)})
+    use = ToolUseBlock(id="deep", name="shell", input=struct)
+    return Message(role=Role.ASSISTANT, id="deep-0", content=[ContentBlock(tool_use=use)])
+
+
+def test_upb_checks_only_what_follows_the_messages_matched_to_the_last_list(
+    strict: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resent conversation's messages matched by position to the last list of a body that
+    passed are not parsed by upb again: upb gets the rest of the body and the new messages."""
+    monkeypatch.setattr(limits, "MESSAGE_MEMO", DecodeMemo())
+    parsed: list[int] = []
+    check = limits.strict_parse
+
+    def counting(cls: Any, data: bytes, *, runs: bool = False) -> Any:
+        parsed.append(len(data))
+        return check(cls, data, runs=runs)
+
+    monkeypatch.setattr(limits, "strict_parse", counting)
+    first = conversation(4)
+    data = wire.encode(first)
+    limits.decode_request(data, StreamCompletionRequest, strict)
+    assert parsed == [len(data)]
+    longer = conversation(5)  # the same 9 messages and 2 more
+    more = wire.encode(longer)
+    decoded = limits.decode_request(more, StreamCompletionRequest, strict)
+    assert decoded == StreamCompletionRequest.parse(more)
+    new = sum(len(wire.encode(m)) for m in longer.messages[9:])
+    rest = len(wire.without_field(more, MESSAGES) or b"")
+    assert rest < parsed[1] < rest + new + 16  # the two new messages and their tags
+    assert parsed[1] < len(more) // 3
+
+
+def test_a_body_refused_by_upb_after_a_matched_run_gets_the_whole_bodys_error(
+    strict: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new message upb refuses, after messages matched to the last list, is refused with
+    the error of the whole body; a refused body's list is never kept, so resending it is
+    refused again; the conversation without it still decodes."""
+    monkeypatch.setattr(limits, "MESSAGE_MEMO", DecodeMemo())
+    valid = conversation(3)
+    limits.decode_request(wire.encode(valid), StreamCompletionRequest, strict)
+    bad = conversation(3)
+    bad.messages.append(_deep_message())
+    data = wire.encode(bad)
+    for _ in range(2):
+        with pytest.raises(GRPCError) as info:
+            limits.decode_request(data, StreamCompletionRequest, strict)
+        assert "nested deeper than protobuf's limit of 100 message levels" in str(info.value.message)
+        kept = limits.MESSAGE_MEMO.lists.match(_images(data), _first_split(data))
+        assert len(kept) == len(valid.messages)  # the valid list, not the refused one
+    fresh = DecodeMemo()
+    monkeypatch.setattr(limits, "MESSAGE_MEMO", fresh)
+    with pytest.raises(GRPCError) as whole:
+        limits.decode_request(data, StreamCompletionRequest, strict)
+    assert whole.value.message == info.value.message
+    again = limits.decode_request(wire.encode(valid), StreamCompletionRequest, strict)
+    assert again == valid
+
+
+def _images(data: bytes) -> list[bytes]:
+    images = wire.field_images(data, MESSAGES, wire.MAX_KEPT_IMAGE_BYTES)
+    assert images is not None
+    return [image for image in images if image is not None]
+
+
+def _first_split(data: bytes) -> tuple[bytes, int, int] | None:
+    return split_message_id(_images(data)[0])
 
 
 def test_the_same_conversation_under_new_ids_resumes_the_repairs_memo(

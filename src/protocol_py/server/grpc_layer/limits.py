@@ -13,7 +13,7 @@ import logging
 import re
 import struct
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
@@ -30,8 +30,8 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
-from protocol_py.codec import metadata, wire
-from protocol_py.codec.decode_memo import DecodeMemo, decode_messages_memo
+from protocol_py.codec import metadata, wire, wire_gen
+from protocol_py.codec.decode_memo import DecodeMemo, ListMatch, decode_messages_memo
 from protocol_py.codec.wire_gen import State
 from protocol_py.rules.request_memo import keep_request_images, request_images
 from protocol_py.server.config_schema import fill_missing_values
@@ -437,6 +437,8 @@ def decode_request(
     failure: Exception | None = None
     fell_back = False
     images: list[bytes | None] | None = None
+    listed: ListMatch | None = None
+    unchecked: bytes | None = None  # the body upb checks, when not all of ``data``
     try:  # first: the budget bounds upb's parse too (about 40 bytes per tiny message)
         # messages seen before are not decoded again; under a reduced element budget (the
         # server's memory budget is short of room) the body is decoded whole, which stops at
@@ -451,9 +453,21 @@ def decode_request(
             rest = b"".join(pieces) if images else None
             del pieces
             keys: list[bytes] = []
+            listed = ListMatch()
             message, clean, exact = decode_messages_memo(
-                kind, data, "messages", MESSAGE_MEMO, images, keys=keys, state=state, rest=rest
+                kind,
+                data,
+                "messages",
+                MESSAGE_MEMO,
+                images,
+                keys=keys,
+                state=state,
+                rest=rest,
+                listed=listed,
             )
+            if strict is not None and exact and listed.run and images is not None and rest:
+                # upb checks what no earlier body that passed it holds (see _unchecked)
+                unchecked = _unchecked(rest, images, listed.run)
             del rest
             if images is not None:  # the content keys go along for the translation cache
                 images = wire.MessageImages(images, keys)
@@ -482,11 +496,24 @@ def decode_request(
         # after an exact fast decode nothing reads upb's result (no wrong wire type to look
         # for), so large runs of small entries may be parsed apart, in pieces
         runs = not fell_back and exact
-        parsed = strict_parse(strict, data, runs=runs) if strict is not None else None
+        parsed = None
+        if strict is not None and unchecked is not None and not fell_back:
+            try:
+                parsed = strict_parse(strict, unchecked, runs=runs)
+            except JobCancelled:
+                raise
+            except Exception:  # refused: the error upb gives for the whole body, below
+                unchecked = None
+            else:
+                parsed = None  # of part of the body: nothing reads it (an exact decode)
+        if strict is not None and unchecked is None:
+            parsed = strict_parse(strict, data, runs=runs)
     except JobCancelled:  # the worker step was cancelled between pieces
         raise
     except Exception as exc:  # DecodeError from upb
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
+    if listed is not None and not fell_back:
+        listed.keep()  # the body passed: its list is the conversation's last
     if fell_back:  # checks the wire types itself, before any parse
         message, clean, exact, failure = _fallback_decode(data, kind, parsed, what)
         parsed = None
@@ -512,6 +539,27 @@ def decode_request(
     # clean and well-formed: well-typed by construction, so validation skips its type walk
     wire.mark_decoded(message, len(data), clean and strict is not None)
     return message
+
+
+def _unchecked(rest: bytes, images: Sequence[bytes | None], run: int) -> bytes | None:
+    """The part of a StreamCompletionRequest body that upb must still check when its first
+    ``run`` messages were matched by the decode memo's list index: the body outside its
+    messages (``rest``) plus every message after the run, each under its shortest tag and
+    length. A matched message equals, outside its id value, a message of an earlier body that
+    passed upb's check, and its id decoded as UTF-8 (the only rule upb applies to a string), so
+    the whole body passes exactly when this part does (protobuf fields are checked one by
+    one, in any order; a message's nesting depth is the same here). None when an image is
+    missing (the whole body is checked)."""
+    tag = wire_gen.varint_bytes(_MESSAGES_NUMBER << 3 | 2)
+    parts = [rest]
+    for image in images[run:]:
+        if image is None:
+            return None
+        parts += (tag, wire_gen.varint_bytes(len(image)), image)
+    return b"".join(parts)
+
+
+_MESSAGES_NUMBER: Final = metadata.field_number(StreamCompletionRequest, "messages")
 
 
 MESSAGE_MEMO: Final = DecodeMemo()
