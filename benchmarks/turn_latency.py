@@ -13,7 +13,8 @@ SSE stream once it has read the whole body:
   the vendor would have it) POSTed with httpx to the same stub; time until the first SSE event
   is parsed.
 
-The stub and the server each run in their own process (spawned); the client runs here.
+The stub and the server each run in their own process (spawned; the server's set up as
+``protocol-py serve`` sets up its own: ``configure_serve_process``); the client runs here.
 Overhead = plugin - direct, per size, as the median of ``--repeat`` runs of ``--samples``
 turns each (the median of each run's samples; warm-up turns are discarded). Also printed: how
 the overhead grows per message (it must be no worse than linear: the 600-message overhead at
@@ -47,6 +48,7 @@ from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEParser
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.server import ModelServer
+from protocol_py.server.serve import configure_serve_process
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -189,6 +191,9 @@ def _serve_stub(port_queue: Any) -> None:
 
 
 def _serve_plugin(port_queue: Any, stub_url: str) -> None:
+    """The plugin: a ModelServer of the OpenAI-compatible provider, in a process set up as
+    ``protocol-py serve`` sets up its own (``configure_serve_process``)."""
+    configure_serve_process()
     logging.disable(logging.INFO)  # the per-RPC log line
 
     async def main() -> None:

@@ -71,6 +71,7 @@ __all__ = [
     "LOG_LEVELS",
     "ServeError",
     "configure_logging",
+    "configure_serve_process",
     "handshake_line",
     "serve",
     "serve_async",
@@ -509,6 +510,18 @@ async def _drain(server: ModelServer, force: asyncio.Event) -> None:
     log.info("stopped")
 
 
+def configure_serve_process() -> None:
+    """The process-wide settings :func:`serve` (``protocol-py serve``) makes before serving:
+    the process's glibc malloc arenas are limited
+    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`) and its thread switch
+    interval is set to :data:`~protocol_py.server.offload.SERVE_SWITCH_INTERVAL_S`
+    (docs/decisions.md#d38). Process-wide, so never made on import: for a program whose
+    whole process is a server it starts itself (a benchmark's server process, say), to run
+    as ``protocol-py serve`` does; call it before any thread starts."""
+    limit_malloc_arenas()
+    sys.setswitchinterval(SERVE_SWITCH_INTERVAL_S)
+
+
 def serve(
     provider: Provider,
     *,
@@ -529,12 +542,8 @@ def serve(
     graceful shutdown. Arguments and errors as :func:`serve_async` (``protocol-py serve`` is
     this call), with ``restore_signals=False``: after it returns, SIGINT and SIGTERM are
     ignored (``SIG_IGN``; the process is expected to exit, and a second signal must not kill
-    it). The process's glibc malloc arenas are limited first
-    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`), and its thread switch
-    interval is set to :data:`~protocol_py.server.offload.SERVE_SWITCH_INTERVAL_S`
-    (docs/decisions.md#d38; a process-wide setting, so only here, never on import)."""
-    limit_malloc_arenas()
-    sys.setswitchinterval(SERVE_SWITCH_INTERVAL_S)
+    it). The process is first set up as :func:`configure_serve_process` says."""
+    configure_serve_process()
     asyncio.run(
         serve_async(
             provider,
