@@ -188,6 +188,9 @@ def test_decode_request_takes_seen_messages_from_the_memo_and_hands_their_keys_a
     assert images.content_keys == [wire.content_key(i) for i in images if i is not None]
 
 
+DEPTH_ERROR = "nested deeper than protobuf's limit of 100 message levels"
+
+
 def _deep_message() -> Message:
     """A user message whose tool result holds a Struct nested past upb's depth limit (the
     fast decoder takes it; upb refuses it). Built by hand: to_struct refuses JSON this deep."""
@@ -241,7 +244,7 @@ def test_a_body_refused_by_upb_after_a_matched_run_gets_the_whole_bodys_error(
     for _ in range(2):
         with pytest.raises(GRPCError) as info:
             limits.decode_request(data, StreamCompletionRequest, strict)
-        assert "nested deeper than protobuf's limit of 100 message levels" in str(info.value.message)
+        assert DEPTH_ERROR in str(info.value.message)
         kept = limits.MESSAGE_MEMO.lists.match(_images(data), _first_split(data))
         assert len(kept) == len(valid.messages)  # the valid list, not the refused one
     fresh = DecodeMemo()
