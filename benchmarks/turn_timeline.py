@@ -117,7 +117,9 @@ def _serve_plugin_traced(port_queue: Any, stub_url: str, trace_queue: Any) -> No
     from protocol_py.providers.openai.provider import OpenAIProvider  # noqa: PLC0415
     from protocol_py.server import ModelServer, handlers, offload  # noqa: PLC0415
     from protocol_py.server.grpc_layer import connections  # noqa: PLC0415
+    from protocol_py.server.serve import configure_serve_process  # noqa: PLC0415
 
+    configure_serve_process()  # as turn_latency's plugin process
     logging.disable(logging.INFO)
     stamps: Stamps = []
     feeds: list[tuple[float, float]] = []  # (start, end) of each data_received
