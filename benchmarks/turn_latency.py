@@ -43,6 +43,7 @@ import httpx
 from server import start
 
 from protocol_py.client.client import ModelClient
+from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEParser
@@ -257,7 +258,8 @@ async def measure(
             url = f"{stub_url}/chat/completions"
             for i in range(samples + 3):
                 request = conversation(size, next(_EPOCHS) if cold else 0, turn=i)
-                request_bytes = len(bytes(request))
+                if not request_bytes:  # the same size every turn (ids of the same length)
+                    request_bytes = len(wire.encode(request))
                 p = await plugin_first_event(client, request)
                 d = await direct_first_event(http, url, body)
                 if i >= 3:
