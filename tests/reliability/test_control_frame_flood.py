@@ -24,6 +24,7 @@ from hyperframe.frame import (
 )
 
 from protocol_py.codec.structs import to_struct
+from protocol_py.server.grpc_layer import connections
 from protocol_py.server.grpc_layer.connections import (
     CONTROL_FRAME_BURST,
     CONTROL_FRAME_RATE,
@@ -240,3 +241,33 @@ async def test_failing_unary_calls_from_grpcio_are_not_a_window_update_flood(
     assert await asyncio.to_thread(calls) == {"INVALID_ARGUMENT": FAILING_CALLS}
     assert not [r for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
     await still_serving(served)
+
+
+def test_the_counter_finds_the_large_data_payloads_in_each_read_across_any_split() -> None:
+    """The spans of DATA payloads of at least WHOLE_DATA_MIN_BYTES, in each read's own offsets
+    (a payload split over reads gives a span in each), so the feed can give them to h2 whole;
+    a small DATA payload and any other frame give none."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    large = connections.WHOLE_DATA_MIN_BYTES
+    stream = (
+        preface
+        + DataFrame(1, data=b"s" * 100).serialize()
+        + DataFrame(1, data=b"L" * large).serialize()
+        + ping(7, 0)
+        + DataFrame(1, data=b"M" * (large + 5), flags=["END_STREAM"]).serialize()
+    )
+    first, second = stream.index(b"L" * large), stream.index(b"M" * (large + 5))
+    payloads = [(first, first + large), (second, second + large + 5)]
+    for size in (len(stream), 9, 1000, large // 3, large + 7):
+        counter = ControlFrameCounter()
+        found: list[tuple[int, int]] = []
+        for offset in range(0, len(stream), size):
+            counter.feed(stream[offset : offset + size])
+            found += [(offset + a, offset + b) for a, b in counter.data_spans]
+        merged: list[tuple[int, int]] = []
+        for a, b in found:  # the parts of one payload, read after read, are contiguous
+            if merged and merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        assert merged == payloads, size

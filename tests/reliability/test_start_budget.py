@@ -421,3 +421,34 @@ async def test_bytes_still_queued_when_the_server_closes_the_connection_are_drop
     assert len(fed) == 3
     assert description.name
     assert again[-1].stop is not None
+
+
+async def test_a_large_data_payload_is_fed_to_h2_whole_within_one_frame_more_than_a_slice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 1 MiB request's DATA frames (256 KiB payloads) are fed to h2 to their end: a few
+    slices, each at most FEED_SLICE_BYTES plus one frame, not one slice per 8 KiB; the request
+    is answered whole and the server serves on."""
+    fed: list[int] = []
+    real_feed = connections.TransportProtocol._feed
+
+    def feed(self: connections.TransportProtocol, data: bytes) -> None:
+        fed.append(len(data))
+        real_feed(self, data)
+
+    monkeypatch.setattr(connections.TransportProtocol, "_feed", feed)
+    run = await start_server(CountingStarts())
+    client = ModelClient.connect(run.address)
+    try:
+        request = make_request("a long prompt " * 75_000)  # about 1 MiB
+        events = [e async for e in client.stream(request, timeout=60)]
+        assert events[-1].stop is not None
+        size = len(bytes(request))
+        assert sum(fed) > size
+        assert max(fed) > connections.FEED_SLICE_BYTES
+        assert max(fed) <= connections.FEED_SLICE_BYTES + connections.INBOUND_MAX_FRAME_BYTES + 9
+        assert len(fed) < size // connections.FEED_SLICE_BYTES // 4  # 8 KiB slices: 128
+        assert (await client.describe(timeout=30)).name  # still serving
+    finally:
+        client.close()
+        await run.server.shutdown(grace_period=0)

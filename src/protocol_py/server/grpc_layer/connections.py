@@ -11,7 +11,8 @@ protocol"):
   next yield. A provider that blocks in CPU work between yields can only be interrupted at its
   next ``yield`` or ``await``: its generator is then closed before it is advanced again.
 * **Bounded parsing** (:class:`TransportProtocol`): a connection's read is handed to h2 in
-  slices of :data:`FEED_SLICE_BYTES` while the loop turn's shared budget lasts; the rest
+  slices of :data:`FEED_SLICE_BYTES` (one ending inside a large DATA payload runs to its end,
+  :data:`WHOLE_DATA_MIN_BYTES`) while the loop turn's shared budget lasts; the rest
   waits, the connection's reading paused, and waiting connections get one slice each per
   turn in turn (the bytes stay in order, so HPACK and flow control are as before).
 * **Flow control**: replies are written only as far as the peer's HTTP/2 window allows
@@ -104,6 +105,14 @@ size) is fed slice by slice while the loop turn's shared budget
 (:data:`SEND_CHECKPOINT_INTERVAL`) lasts, and at least one slice per new budget; the rest
 waits, the connection's reading paused, for later turns, which feed the waiting connections
 one slice each in turn (:class:`_FeedQueue`)."""
+
+WHOLE_DATA_MIN_BYTES: Final = 64 * 1024
+"""A slice (:data:`FEED_SLICE_BYTES`) that ends inside the payload of a DATA frame of at least
+this many bytes (64 KiB) is extended to the end of that payload within the read: h2's cost for
+a large payload is a few copies of it, not the per-frame work the slice bounds, and a 1.1 MB
+request in 256 KiB frames was fed in 138 slices, parsed in 1.9 ms against 1.4 ms in whole
+payloads (h2 alone, in one process). A slice is then at most :data:`FEED_SLICE_BYTES` plus one
+frame (:data:`INBOUND_MAX_FRAME_BYTES`)."""
 
 DEFAULT_RECEIVE_TIMEOUT: Final = 60.0
 """Default receive timeout, in seconds: the time allowed between the start of a unary-request
@@ -729,6 +738,7 @@ class TransportProtocol(H2Protocol):
     _window_update_credit: int = 0
     _unfed: list[bytes] | None = None  # bytes received and not yet given to h2, in order
     _unfed_position = 0  # bytes of _unfed[0] already given
+    _unfed_spans: list[list[tuple[int, int]]] | None = None  # large DATA payloads of each
     _feed_failed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -777,10 +787,12 @@ class TransportProtocol(H2Protocol):
             frames.window_updates = 0
         if self._over_control_allowance(control):
             return
-        if self._unfed is not None:  # an earlier read is still being fed: after it
+        spans = frames.data_spans  # this read's large DATA payloads (WHOLE_DATA_MIN_BYTES)
+        if self._unfed is not None and self._unfed_spans is not None:  # after an earlier read
             self._unfed.append(data)
+            self._unfed_spans.append(spans)
             return
-        self._unfed, self._unfed_position = [data], 0
+        self._unfed, self._unfed_position, self._unfed_spans = [data], 0, [spans]
         self._feed_within_budget()
 
     def _feed_within_budget(self) -> None:
@@ -802,7 +814,14 @@ class TransportProtocol(H2Protocol):
                 _feed_queue.add(self)
                 return
             self._feed_slice()
-        self._unfed = None
+        self._unfed = self._unfed_spans = None
+
+    def _clear_unfed(self) -> None:
+        """Drop the bytes not yet given to h2 (and their DATA spans), keeping the lists."""
+        if self._unfed is not None:
+            self._unfed.clear()
+        if self._unfed_spans is not None:
+            self._unfed_spans.clear()
 
     def _feed_slice(self) -> bool:
         """Feed the next slice of the unfed bytes; False once none is left (or the connection
@@ -812,24 +831,33 @@ class TransportProtocol(H2Protocol):
         if not unfed:
             return False
         if grpclib_private.connection_closed(self.connection):
-            unfed.clear()
+            self._clear_unfed()
             return False
         data, position = unfed[0], self._unfed_position
-        piece = data[position : position + FEED_SLICE_BYTES]
+        end = position + FEED_SLICE_BYTES
+        spans = self._unfed_spans
+        if spans:
+            for start, stop in spans[0]:  # a few per read: payloads of 64 KiB or more
+                if start < end < stop:  # ends inside a large payload: feed it to its end
+                    end = stop
+                    break
+        piece = data[position:end]
         if position + len(piece) >= len(data):
             unfed.pop(0)
+            if spans:
+                spans.pop(0)
             self._unfed_position = 0
         else:
             self._unfed_position = position + len(piece)
         _turn_budget.feeds += 1
         self._feed(piece)
         if self._feed_failed or self._closed_for_flood:
-            unfed.clear()
+            self._clear_unfed()
         return bool(unfed)
 
     def _fed_all(self) -> None:
         """The queued bytes are all fed: reading resumes."""
-        self._unfed = None
+        self._unfed = self._unfed_spans = None
         if not self._feed_failed and not grpclib_private.connection_closed(self.connection):
             transport = grpclib_private.connection_transport(self.connection)
             if not transport.is_closing():
@@ -863,7 +891,7 @@ class TransportProtocol(H2Protocol):
             self.connection_limit.release(self)
         if self._progress is not None:
             self._progress.stop()
-        self._unfed = None  # the calls are cancelled: their unparsed bytes are not needed
+        self._unfed = self._unfed_spans = None  # the calls are cancelled: bytes not needed
         super().connection_lost(exc)
         self.connection.write_ready.set()
 
@@ -971,11 +999,16 @@ class ControlFrameCounter:
     peer opened are free, the others weigh :data:`WINDOW_UPDATE_FRAME_WEIGHT`
     (:class:`TransportProtocol`). The client connection preface (24 bytes) is skipped."""
 
-    __slots__ = ("_header", "_skip", "headers", "window_updates")
+    __slots__ = ("_header", "_skip", "_skip_data", "data_spans", "headers", "window_updates")
 
     def __init__(self) -> None:
         self._skip = 24  # bytes of the current frame's payload (first: the preface) still due
+        self._skip_data = False  # that payload is a DATA frame's of WHOLE_DATA_MIN_BYTES or more
         self._header = b""
+        self.data_spans: list[tuple[int, int]] = []
+        """The ``(start, end)`` offsets, in the bytes of the last :meth:`feed`, of the payloads
+        (or their parts in those bytes) of DATA frames of at least
+        :data:`WHOLE_DATA_MIN_BYTES` (a new list each call)."""
         self.window_updates = 0
         """WINDOW_UPDATE frames seen so far (the caller resets it after charging them)."""
         self.headers = 0
@@ -988,9 +1021,13 @@ class ControlFrameCounter:
         count = 0
         position = 0
         end = len(data)
+        spans: list[tuple[int, int]] = []
+        self.data_spans = spans
         while position < end:
             if self._skip:
                 step = min(self._skip, end - position)
+                if self._skip_data:
+                    spans.append((position, position + step))
                 self._skip -= step
                 position += step
                 continue
@@ -1019,6 +1056,7 @@ class ControlFrameCounter:
             elif kind == 0 and not length and not header[4] & 1:  # empty DATA, no END_STREAM
                 count += EMPTY_DATA_FRAME_WEIGHT
             self._skip = length
+            self._skip_data = kind == 0 and length >= WHOLE_DATA_MIN_BYTES
             if count > limit:
                 break
         return count
