@@ -389,3 +389,26 @@ def test_the_split_index_keeps_within_its_bounds() -> None:
     one.splits(images[:1])
     assert one.size_bytes == 2 * len(images[0]) + decode_memo.SPLIT_ENTRY_BYTES
     assert one.splits([b"\x18\x01"]) == [None] and len(one) == 1  # no split: not kept
+
+
+def test_a_list_matched_whole_stands_and_a_longer_one_replaces_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn whose messages all match the kept list (and no more) keeps that list as it is,
+    stored once; a turn with more messages keeps its longer list."""
+    memo = DecodeMemo()
+    stored: list[int] = []
+    put = memo.lists._put
+
+    def counting(key: bytes, value: decode_memo._List, size: int) -> None:
+        stored.append(len(value[0]))
+        put(key, value, size)
+
+    monkeypatch.setattr(memo.lists, "_put", counting)
+    decode(wire.encode(conversation(3)), memo)
+    decode(wire.encode(conversation(3)), memo)
+    decode(wire.encode(renumbered(conversation(3), "z")), memo)
+    assert stored == [7] and memo.hits == 14
+    found = decode(wire.encode(conversation(4)), memo)[0]
+    assert stored == [7, 9]
+    same(found, wire.decode(StreamCompletionRequest, wire.encode(conversation(4))))

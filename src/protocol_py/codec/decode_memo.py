@@ -286,10 +286,19 @@ class ListIndex(BoundedLRU[bytes, _List]):
         images: Sequence[bytes],
         splits: Sequence[_Split],
         found: Sequence[_Found | None],
+        run: int = 0,
     ) -> None:
         """Keep, under ``key``, the leading run of messages whose memo entry is known
         (``found[k]`` not None: a hit, or a message decoded clean and exact), replacing what
-        was kept there; nothing when the first is unknown."""
+        was kept there; nothing when the first is unknown. ``run``: how many leading messages
+        :meth:`match` took from the list kept under ``key``; when that was all of them and
+        the kept list has no more, the kept list stands (it matches the same messages)."""
+        if run and run == len(images):
+            with self._lock:
+                kept_now = self._entries.get(key)
+                if kept_now is not None and len(kept_now[0][0]) == run:
+                    self._entries.move_to_end(key)
+                    return
         count = 0
         for entry in found:
             if entry is None:
@@ -297,15 +306,13 @@ class ListIndex(BoundedLRU[bytes, _List]):
             count += 1
         if not count:
             return
-        size = sum(2 * len(image) for image in images[:count]) + sum(
-            LIST_ENTRY_BYTES + ENTRY_BYTES + OBJECT_BYTES * entry[1]
-            for entry in cast("Sequence[_Found]", found[:count])
-        )
+        size = 2 * sum(map(len, images[:count])) + count * (LIST_ENTRY_BYTES + ENTRY_BYTES)
+        size += OBJECT_BYTES * sum(entry[1] for entry in cast("Sequence[_Found]", found[:count]))
         kept = cast("tuple[_Found, ...]", tuple(found[:count]))
         self._put(key, (tuple(images[:count]), tuple(splits[:count]), kept), size)
 
 
-_PendingList = tuple["ListIndex", bytes, Sequence[bytes], list[_Split], list["_Found | None"]]
+_PendingList = tuple["ListIndex", bytes, Sequence[bytes], list[_Split], list["_Found | None"], int]
 """A list :class:`ListMatch` keeps when told: the index, the key and the list's parts."""
 
 
@@ -329,8 +336,8 @@ class ListMatch:
         """Keep the decoded list as its conversation's last (once; nothing when none)."""
         pending, self.pending = self.pending, None
         if pending is not None:
-            index, key, images, splits, found = pending
-            index.keep(key, images, splits, found)
+            index, key, images, splits, found, run = pending
+            index.keep(key, images, splits, found, run)
 
     def forget(self) -> None:
         """Nothing matched, nothing to keep (the body was decoded another way)."""
@@ -547,8 +554,8 @@ def _decode(
     st.left = left
     if first is not None:
         if listed is None:
-            memo.lists.keep(first[0], whole, splits, kept_all)
+            memo.lists.keep(first[0], whole, splits, kept_all, run)
         else:
             listed.run = run
-            listed.pending = (memo.lists, first[0], whole, splits, kept_all)
+            listed.pending = (memo.lists, first[0], whole, splits, kept_all, run)
     return message, st.clean, not st.unknown, st
