@@ -98,7 +98,8 @@ def parse_size(text: str, *, maximum: int = _MAX_LENGTH_PREFIX) -> int:
 def _too_large(what: str, size: int, limit: int) -> GRPCError:
     return GRPCError(
         Status.RESOURCE_EXHAUSTED,
-        f"{what} of {size} bytes exceeds the maximum message size of {limit} bytes",
+        f"{what} of {size} bytes exceeds the maximum message size of {limit} bytes "
+        "(bound --max-message-size)",
     )
 
 
