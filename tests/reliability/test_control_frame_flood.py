@@ -1,4 +1,5 @@
-"""A connection that floods control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA)
+"""A connection that floods control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA,
+small DATA frames beyond those its streams earn)
 faster than :data:`~protocol_py.server.grpc_layer.connections.CONTROL_FRAME_RATE` beyond its
 allowance of :data:`~protocol_py.server.grpc_layer.connections.CONTROL_FRAME_BURST` gets GOAWAY
 ENHANCE_YOUR_CALM and is closed, with one WARNING; other clients keep being served."""
@@ -271,3 +272,77 @@ def test_the_counter_finds_the_large_data_payloads_in_each_read_across_any_split
             else:
                 merged.append((a, b))
         assert merged == payloads, size
+
+
+async def test_a_body_sent_a_byte_per_data_frame_is_a_flood(served: Served, logs: Any) -> None:
+    """1-byte DATA frames of one request (its length prefix announcing 3 MB) are charged as
+    control frames beyond the 2 its HEADERS earned: the connection gets GOAWAY
+    ENHANCE_YOUR_CALM after about CONTROL_FRAME_BURST of them, with one WARNING, and the
+    server serves on."""
+
+    def flood() -> tuple[Any, int]:
+        raw = RawH2(served.port)
+        stream = raw.open("StreamCompletion", (3_000_000).to_bytes(5, "big"), end=False)
+        sent = 0
+        try:
+            frame = DataFrame(stream, data=b"x").serialize()
+            for _ in range(0, 20 * CONTROL_FRAME_BURST, 500):
+                try:
+                    raw.sock.sendall(frame * 500)
+                except OSError:
+                    break
+                sent += 500
+            deadline = time.monotonic() + 5
+            while raw.terminated is None and not raw.closed and time.monotonic() < deadline:
+                raw.pump(0.05)
+            return raw.terminated, sent
+        finally:
+            raw.close()
+
+    terminated, _sent = await asyncio.to_thread(flood)
+    assert terminated is not None, "no GOAWAY received"
+    assert terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+    found = [r.getMessage() for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
+    assert len(found) == 1 and "empty or small DATA" in found[0], found
+    assert not [r for r in logs.records if r.exc_info], "a traceback was logged"
+    await still_serving(served)
+
+
+async def test_a_request_in_a_few_small_data_frames_is_served(served: Served, logs: Any) -> None:
+    """Small DATA frames under the allowance (a body in 300-byte frames, the last with
+    END_STREAM) keep the connection: the call is answered."""
+
+    def call() -> tuple[Any, bool, dict[str, Any]]:
+        raw = RawH2(served.port)
+        try:
+            body = grpc_frame(bytes(ConfigureRequest(config=to_struct({"k": "v" * 3000}))))
+            stream = raw.open("Configure", None, end=False)
+            pieces = [body[i : i + 300] for i in range(0, len(body), 300)]
+            for i, piece in enumerate(pieces):
+                raw.conn.send_data(stream, piece, end_stream=i == len(pieces) - 1)
+            raw.flush()
+            return raw.terminated, raw.closed, raw.outcome(stream)
+        finally:
+            raw.close()
+
+    terminated, closed, state = await asyncio.to_thread(call)
+    assert terminated is None and not closed
+    # the whole body was read: the reference provider names the config key it refuses
+    answer = state["trailers"] or state["headers"]
+    assert answer.get("grpc-status") == "3", state
+    assert "/k: unknown property" in answer.get("grpc-message", ""), state
+    assert not [r for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
+
+
+def test_the_counter_counts_small_data_frames_apart_and_stops_past_its_limit() -> None:
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    small = DataFrame(1, data=b"x" * 100).serialize()
+    ended = DataFrame(1, data=b"x", flags=["END_STREAM"]).serialize()  # not counted
+    large = DataFrame(1, data=b"x" * connections.SMALL_DATA_FRAME_BYTES).serialize()
+    counter = ControlFrameCounter()
+    assert counter.feed(preface + small * 3 + ended + large) == 0
+    assert counter.small_data == 3
+    flood = preface + small * 10_000
+    stopped = ControlFrameCounter()
+    stopped.feed(flood, limit=100, credit=50)
+    assert stopped.small_data == 151  # past the limit by one beyond the credit

@@ -15,6 +15,7 @@ Patch                                     Dependency  Versions        Upstream
                                                                       #185
 ``grpclib_unimplemented_content_type``    grpclib     >=0.2.3,<0.5    vmagamedov/grpclib#70
 ``grpclib_timeout_header``                grpclib     >=0.4.9,<0.5    none filed
+``grpclib_small_data``                    grpclib     >=0.4.9,<0.5    none filed
 ``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
 ``h2_refused_stream``                     h2          >=4.1,<5        none filed
 ``asyncio_accept_backoff``                CPython     >=3.11,<3.14    python/cpython#151615
@@ -36,6 +37,7 @@ from protocol_py._compat import (
     asyncio_accept_backoff,
     grpclib_closed_connection,
     grpclib_goaway,
+    grpclib_small_data,
     grpclib_timeout_header,
     grpclib_unimplemented_content_type,
     h2_refused_stream,
@@ -121,6 +123,18 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="grpclib.metadata.encode_timeout never rounds a timeout down (rounds up, "
         "in the finest unit that fits 8 digits)",
         install=grpclib_timeout_header.install,
+    ),
+    Patch(
+        module="grpclib_small_data",
+        dependency="grpclib",
+        versions=">=0.4.9,<0.5",
+        symptom="every DATA frame a stream receives is held as its own objects (about 430 "
+        "bytes whatever its payload) until the body is read, outside the memory budget: a "
+        "body sent one byte per frame took 1.7 GB of RSS for 3.9 MB",
+        upstream="none filed",
+        delete_when="grpclib's stream Buffer stores received payloads as bytes (one buffer), "
+        "not one queued tuple per frame",
+        install=grpclib_small_data.install,
     ),
     Patch(
         module="hyperframe_frame_repr",

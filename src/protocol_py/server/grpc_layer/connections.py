@@ -36,7 +36,8 @@ protocol"):
   stream for the idle timeout (default :data:`DEFAULT_IDLE_TIMEOUT`) is closed with GOAWAY
   (NO_ERROR).
 * **Control frame floods** (:class:`TransportProtocol`): PING, SETTINGS (weighing
-  :data:`SETTINGS_FRAME_WEIGHT`), PRIORITY, RST_STREAM, empty DATA frames and WINDOW_UPDATE
+  :data:`SETTINGS_FRAME_WEIGHT`), PRIORITY, RST_STREAM, empty DATA frames, small DATA frames
+  beyond those a stream earns (:data:`SMALL_DATA_FRAME_BYTES`) and WINDOW_UPDATE
   frames not earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`) or by a
   stream the peer opened (:data:`WINDOW_UPDATES_PER_STREAM`), counted
   from their 9-byte headers before h2 parses a read (so a flood costs the loop at most one
@@ -147,8 +148,10 @@ CONTROL_FRAME_RATE: Final = 200.0
 """Control frames per second a connection may send for as long as it likes (the refill rate of
 its allowance of :data:`CONTROL_FRAME_BURST`), in frames per second. Counted: PING, PRIORITY,
 RST_STREAM (one each), SETTINGS (:data:`SETTINGS_FRAME_WEIGHT` each), DATA frames with no
-payload and no END_STREAM (:data:`EMPTY_DATA_FRAME_WEIGHT` each), and WINDOW_UPDATE frames
-beyond those earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`) and by
+payload and no END_STREAM (:data:`EMPTY_DATA_FRAME_WEIGHT` each), DATA frames of a payload under
+:data:`SMALL_DATA_FRAME_BYTES` and no END_STREAM beyond those a stream earns
+(:data:`SMALL_DATA_FRAMES_PER_STREAM`; :data:`SMALL_DATA_FRAME_WEIGHT` each), and WINDOW_UPDATE
+frames beyond those earned by DATA the server sent (:data:`WINDOW_UPDATES_PER_DATA_FRAME`) and by
 streams the peer opened (:data:`WINDOW_UPDATES_PER_STREAM`; :data:`WINDOW_UPDATE_FRAME_WEIGHT`
 each). A connection over its allowance gets GOAWAY
 ENHANCE_YOUR_CALM and is closed."""
@@ -165,6 +168,23 @@ of a PING; a client sends a handful per connection. So a connection may send
 EMPTY_DATA_FRAME_WEIGHT: Final = 10
 """Control frames one DATA frame with no payload and no END_STREAM is charged as: it carries
 nothing, no gRPC client sends one, and h2 and grpclib handle each as a data event."""
+
+SMALL_DATA_FRAME_BYTES: Final = 1024
+"""DATA frames with a payload under this many bytes (1 KiB) and no END_STREAM are counted
+(:data:`SMALL_DATA_FRAME_WEIGHT` each beyond :data:`SMALL_DATA_FRAMES_PER_STREAM`): h2 and
+grpclib spend the same work on a frame whatever its payload (about 15 us), so a body sent a
+byte per frame cost the loop a second per 70 KB; a gRPC client writes a message in frames as
+large as the window and the frame size allow."""
+
+SMALL_DATA_FRAME_WEIGHT: Final = 1
+"""Control frames one small DATA frame (:data:`SMALL_DATA_FRAME_BYTES`) beyond those a stream
+earns is charged as: a connection may send :data:`CONTROL_FRAME_BURST` at once and
+:data:`CONTROL_FRAME_RATE` a second."""
+
+SMALL_DATA_FRAMES_PER_STREAM: Final = 2
+"""Small DATA frames (:data:`SMALL_DATA_FRAME_BYTES`) each HEADERS frame the peer sends earns it
+free of charge: a small message written without END_STREAM, and the window's last bytes of a
+larger one."""
 
 WINDOW_UPDATE_FRAME_WEIGHT: Final = 10
 """Control frames one WINDOW_UPDATE frame not earned (by DATA the server sent,
@@ -736,6 +756,7 @@ class TransportProtocol(H2Protocol):
     _control_allowance: float = float(CONTROL_FRAME_BURST)
     _control_checked: float = 0.0
     _window_update_credit: int = 0
+    _small_data_credit: int = 0
     _unfed: list[bytes] | None = None  # bytes received and not yet given to h2, in order
     _unfed_position = 0  # bytes of _unfed[0] already given
     _unfed_spans: list[list[tuple[int, int]]] | None = None  # large DATA payloads of each
@@ -776,10 +797,20 @@ class TransportProtocol(H2Protocol):
         if self._closed_for_flood:
             return
         frames = self._frames
-        control = frames.feed(data, CONTROL_FRAME_BURST)  # past it: over any allowance
+        # past the burst: over any allowance
+        control = frames.feed(data, CONTROL_FRAME_BURST, self._small_data_credit)
         if frames.headers:  # each stream the peer opens earns its WINDOW_UPDATE
             self._earn_window_updates(frames.headers * WINDOW_UPDATES_PER_STREAM)
+            self._small_data_credit = min(
+                MAX_WINDOW_UPDATE_CREDIT,
+                self._small_data_credit + frames.headers * SMALL_DATA_FRAMES_PER_STREAM,
+            )
             frames.headers = 0
+        if frames.small_data:  # those a stream earned are free
+            free = min(frames.small_data, self._small_data_credit)
+            self._small_data_credit -= free
+            control += (frames.small_data - free) * SMALL_DATA_FRAME_WEIGHT
+            frames.small_data = 0
         if frames.window_updates:  # those earned by DATA the server sent are free
             free = min(frames.window_updates, self._window_update_credit)
             self._window_update_credit -= free
@@ -971,8 +1002,8 @@ class TransportProtocol(H2Protocol):
             self.connection.flush()
         self.flood_warnings.warn(
             "closing HTTP/2 connection from %s with GOAWAY ENHANCE_YOUR_CALM: more than %d "
-            "control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA, unearned "
-            "WINDOW_UPDATE) at once or over %g per second",
+            "control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty or small DATA, "
+            "unearned WINDOW_UPDATE) at once or over %g per second",
             _peer(self.connection),
             CONTROL_FRAME_BURST,
             CONTROL_FRAME_RATE,
@@ -995,11 +1026,21 @@ class ControlFrameCounter:
     PING, PRIORITY and RST_STREAM, one each; DATA with an empty payload and no END_STREAM flag,
     :data:`EMPTY_DATA_FRAME_WEIGHT` each; SETTINGS (not its ACK), :data:`SETTINGS_FRAME_WEIGHT`
     each. WINDOW_UPDATE frames are counted apart (:attr:`window_updates`), and so are HEADERS
-    frames (:attr:`headers`): WINDOW_UPDATEs earned by DATA the server sent or by a stream the
-    peer opened are free, the others weigh :data:`WINDOW_UPDATE_FRAME_WEIGHT`
-    (:class:`TransportProtocol`). The client connection preface (24 bytes) is skipped."""
+    frames (:attr:`headers`) and small DATA frames (:attr:`small_data`): WINDOW_UPDATEs earned
+    by DATA the server sent or by a stream the peer opened are free, the others weigh
+    :data:`WINDOW_UPDATE_FRAME_WEIGHT`, and small DATA frames beyond those the streams earned
+    weigh :data:`SMALL_DATA_FRAME_WEIGHT` (:class:`TransportProtocol`). The client connection
+    preface (24 bytes) is skipped."""
 
-    __slots__ = ("_header", "_skip", "_skip_data", "data_spans", "headers", "window_updates")
+    __slots__ = (
+        "_header",
+        "_skip",
+        "_skip_data",
+        "data_spans",
+        "headers",
+        "small_data",
+        "window_updates",
+    )
 
     def __init__(self) -> None:
         self._skip = 24  # bytes of the current frame's payload (first: the preface) still due
@@ -1013,11 +1054,15 @@ class ControlFrameCounter:
         """WINDOW_UPDATE frames seen so far (the caller resets it after charging them)."""
         self.headers = 0
         """HEADERS frames seen so far (the caller resets it after crediting them)."""
+        self.small_data = 0
+        """DATA frames with a payload under :data:`SMALL_DATA_FRAME_BYTES` and no END_STREAM
+        seen so far (the caller resets it after charging them)."""
 
-    def feed(self, data: bytes, limit: float = float("inf")) -> int:
+    def feed(self, data: bytes, limit: float = float("inf"), credit: int = 0) -> int:
         """Control frames (weighted, see the class) whose header is complete in ``data`` (with
         what came before); counting stops as soon as the count passes ``limit`` (the
-        connection is then closed, so the rest is never needed)."""
+        connection is then closed, so the rest is never needed), small DATA frames beyond
+        ``credit`` (and those the HEADERS frames in ``data`` earn) counted in it."""
         count = 0
         position = 0
         end = len(data)
@@ -1053,8 +1098,15 @@ class ControlFrameCounter:
                 self.headers += 1
             elif kind in (2, 3, 6):  # PRIORITY, RST_STREAM, PING
                 count += 1
-            elif kind == 0 and not length and not header[4] & 1:  # empty DATA, no END_STREAM
-                count += EMPTY_DATA_FRAME_WEIGHT
+            elif kind == 0 and not header[4] & 1:  # DATA without END_STREAM
+                if not length:
+                    count += EMPTY_DATA_FRAME_WEIGHT
+                elif length < SMALL_DATA_FRAME_BYTES:
+                    self.small_data += 1
+                    charged = self.small_data - credit - SMALL_DATA_FRAMES_PER_STREAM * self.headers
+                    if count + charged * SMALL_DATA_FRAME_WEIGHT > limit:
+                        self._skip = length
+                        break
             self._skip = length
             self._skip_data = kind == 0 and length >= WHOLE_DATA_MIN_BYTES
             if count > limit:
