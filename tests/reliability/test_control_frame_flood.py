@@ -72,32 +72,39 @@ FLOODS: dict[str, Callable[[int, int], bytes]] = {
 }
 
 
+def flood(
+    port: int, frame: Callable[[int, int], bytes], count: int, body: bytes | None = None
+) -> tuple[Any, bool, int]:
+    """Open a StreamCompletion (``body`` sent first, no END_STREAM) and send ``count`` frames
+    ``frame(i, stream)`` in writes of 500, reading nothing; then read for up to 5 s. Returns
+    the GOAWAY received (or None), whether the connection closed, and the frames written."""
+    raw = RawH2(port)
+    stream = raw.open("StreamCompletion", body, end=False)
+    sent = 0
+    try:
+        for start in range(0, count, 500):
+            try:
+                raw.sock.sendall(b"".join(frame(start + i, stream) for i in range(500)))
+            except OSError:
+                break
+            sent += 500
+        deadline = time.monotonic() + 5
+        while raw.terminated is None and not raw.closed and time.monotonic() < deadline:
+            raw.pump(0.05)
+        return raw.terminated, raw.closed, sent
+    finally:
+        raw.close()
+
+
 @pytest.mark.parametrize("kind", list(FLOODS))
 async def test_a_control_frame_flood_gets_goaway_enhance_your_calm(
     served: Served, logs: Any, kind: str
 ) -> None:
     frame = FLOODS[kind]
 
-    def flood() -> tuple[Any, bool, int]:
-        raw = RawH2(served.port)
-        stream = raw.open("StreamCompletion", None, end=False)
-        sent = 0
-        try:
-            # never read the ACKs while flooding: 10x the burst, in writes of 500 frames
-            for start in range(0, 10 * CONTROL_FRAME_BURST, 500):
-                try:
-                    raw.sock.sendall(b"".join(frame(start + i, stream) for i in range(500)))
-                except OSError:
-                    break
-                sent += 500
-            deadline = time.monotonic() + 5
-            while raw.terminated is None and not raw.closed and time.monotonic() < deadline:
-                raw.pump(0.05)
-            return raw.terminated, raw.closed, sent
-        finally:
-            raw.close()
-
-    terminated, _closed, sent = await asyncio.to_thread(flood)
+    terminated, _closed, sent = await asyncio.to_thread(
+        flood, served.port, frame, 10 * CONTROL_FRAME_BURST
+    )
     print(f"{kind} flood: {sent} frames sent before the connection closed")
     assert terminated is not None, "no GOAWAY received"
     assert terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
@@ -280,26 +287,13 @@ async def test_a_body_sent_a_byte_per_data_frame_is_a_flood(served: Served, logs
     ENHANCE_YOUR_CALM after about CONTROL_FRAME_BURST of them, with one WARNING, and the
     server serves on."""
 
-    def flood() -> tuple[Any, int]:
-        raw = RawH2(served.port)
-        stream = raw.open("StreamCompletion", (3_000_000).to_bytes(5, "big"), end=False)
-        sent = 0
-        try:
-            frame = DataFrame(stream, data=b"x").serialize()
-            for _ in range(0, 20 * CONTROL_FRAME_BURST, 500):
-                try:
-                    raw.sock.sendall(frame * 500)
-                except OSError:
-                    break
-                sent += 500
-            deadline = time.monotonic() + 5
-            while raw.terminated is None and not raw.closed and time.monotonic() < deadline:
-                raw.pump(0.05)
-            return raw.terminated, sent
-        finally:
-            raw.close()
+    def byte(_i: int, stream: int) -> bytes:
+        return DataFrame(stream, data=b"x").serialize()
 
-    terminated, _sent = await asyncio.to_thread(flood)
+    prefix = (3_000_000).to_bytes(5, "big")  # announces a 3 MB request
+    terminated, _closed, _sent = await asyncio.to_thread(
+        flood, served.port, byte, 20 * CONTROL_FRAME_BURST, prefix
+    )
     assert terminated is not None, "no GOAWAY received"
     assert terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
     found = [r.getMessage() for r in logs.records if "ENHANCE_YOUR_CALM" in r.getMessage()]
