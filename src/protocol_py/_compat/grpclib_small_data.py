@@ -10,7 +10,8 @@ when that chunk is small too (both under :data:`COALESCE_BYTES` together), summi
 and flow-control sizes: the reader sees the same bytes in the same order, acknowledged as
 before (when it takes them), in a handful of objects per :data:`COALESCE_BYTES`. A chunk the
 reader has already taken, the end-of-stream marker, and frames of :data:`COALESCE_BYTES` or more
-are never merged. Merging copies at most :data:`COALESCE_BYTES` per frame.
+are never merged. Merging copies at most :data:`COALESCE_BYTES` per frame
+(docs/decisions.md#d44).
 
 Installed by :func:`protocol_py._compat.install` (client and server start), once per process,
 and only when grpclib still has the shape it was written for (a ``Buffer`` whose ``add`` and

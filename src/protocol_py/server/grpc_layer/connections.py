@@ -174,7 +174,7 @@ SMALL_DATA_FRAME_BYTES: Final = 1024
 (:data:`SMALL_DATA_FRAME_WEIGHT` each beyond :data:`SMALL_DATA_FRAMES_PER_STREAM`): h2 and
 grpclib spend the same work on a frame whatever its payload (about 15 us), so a body sent a
 byte per frame cost the loop a second per 70 KB; a gRPC client writes a message in frames as
-large as the window and the frame size allow."""
+large as the window and the frame size allow (docs/decisions.md#d44)."""
 
 SMALL_DATA_FRAME_WEIGHT: Final = 1
 """Control frames one small DATA frame (:data:`SMALL_DATA_FRAME_BYTES`) beyond those a stream
