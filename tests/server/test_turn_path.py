@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from grpclib.exceptions import GRPCError
@@ -32,6 +32,7 @@ from protocol_py.providers.openai.request import (
     build_openai_body,
     build_openai_content,
 )
+from protocol_py.rules.request_memo import request_images
 from protocol_py.server import handlers
 from protocol_py.server.grpc_layer import limits, memory_budget
 from protocol_py.server.offload import OFFLOAD_MIN_BYTES
@@ -245,7 +246,8 @@ def test_a_body_refused_by_upb_after_a_matched_run_gets_the_whole_bodys_error(
         with pytest.raises(GRPCError) as info:
             limits.decode_request(data, StreamCompletionRequest, strict)
         assert DEPTH_ERROR in str(info.value.message)
-        kept = limits.MESSAGE_MEMO.lists.match(_images(data), _first_split(data))
+        images = cast("list[bytes]", request_images(data))  # none over the bound here
+        kept = limits.MESSAGE_MEMO.lists.match(images, split_message_id(images[0]))
         assert len(kept) == len(valid.messages)  # the valid list, not the refused one
     fresh = DecodeMemo()
     monkeypatch.setattr(limits, "MESSAGE_MEMO", fresh)
@@ -254,16 +256,6 @@ def test_a_body_refused_by_upb_after_a_matched_run_gets_the_whole_bodys_error(
     assert whole.value.message == info.value.message
     again = limits.decode_request(wire.encode(valid), StreamCompletionRequest, strict)
     assert again == valid
-
-
-def _images(data: bytes) -> list[bytes]:
-    images = wire.field_images(data, MESSAGES, wire.MAX_KEPT_IMAGE_BYTES)
-    assert images is not None
-    return [image for image in images if image is not None]
-
-
-def _first_split(data: bytes) -> tuple[bytes, int, int] | None:
-    return split_message_id(_images(data)[0])
 
 
 def test_the_same_conversation_under_new_ids_resumes_the_repairs_memo(

@@ -441,8 +441,10 @@ def decode_messages_memo(
     if images is None or rest is None or not _canonical(data, rest, number, images):
         return wire.decode_report(cls, data, fallback=False, state=state)
     limit = state.limit if state is not None else wire.MAX_DECODED_OBJECTS
+    keep_now = listed is None  # no caller to tell: the list is kept here
+    match = ListMatch() if listed is None else listed
     try:
-        found = _decode(cls, rest, field, memo, images, keys=keys, limit=limit, listed=listed)
+        found = _decode(cls, rest, field, memo, images, keys=keys, limit=limit, listed=match)
     except (
         FallbackError,
         wire.DecodeBudgetError,
@@ -455,9 +457,10 @@ def decode_messages_memo(
     if found is None:  # the whole body decoded the one way, errors and all
         if keys is not None:
             keys.clear()
-        if listed is not None:
-            listed.forget()
+        match.forget()
         return wire.decode_report(cls, data, fallback=False, state=state)
+    if keep_now:
+        match.keep()
     if state is not None:
         state.left, state.clean, state.unknown = found[3].left, found[3].clean, found[3].unknown
     return found[:3]
@@ -490,7 +493,7 @@ def _decode(
     *,
     keys: list[bytes] | None,
     limit: int,
-    listed: ListMatch | None,
+    listed: ListMatch,
 ) -> tuple[M, bool, bool, State] | None:
     st = State(limit)
     message: M = GENERATOR.decoder(cls)(rest, 0, len(rest), st, 1)
@@ -552,10 +555,7 @@ def _decode(
         st.clean = st.clean and own.clean
         st.unknown = st.unknown or own.unknown
     st.left = left
+    listed.run = run
     if first is not None:
-        if listed is None:
-            memo.lists.keep(first[0], whole, splits, kept_all, run)
-        else:
-            listed.run = run
-            listed.pending = (memo.lists, first[0], whole, splits, kept_all, run)
+        listed.pending = (memo.lists, first[0], whole, splits, kept_all, run)
     return message, st.clean, not st.unknown, st

@@ -498,23 +498,21 @@ def decode_request(
         # for), so large runs of small entries may be parsed apart, in pieces
         runs = not fell_back and exact
         parsed = None
-        if strict is not None and unchecked is not None and not fell_back:
+        if strict is not None and unchecked is not None:  # set only after an exact decode
             try:
-                parsed = strict_parse(strict, unchecked, runs=runs)
+                strict_parse(strict, unchecked, runs=runs)  # of a part: nothing reads it
             except JobCancelled:
                 raise
             except Exception:  # refused: the error upb gives for the whole body, below
                 unchecked = None
-            else:
-                parsed = None  # of part of the body: nothing reads it (an exact decode)
         if strict is not None and unchecked is None:
             parsed = strict_parse(strict, data, runs=runs)
     except JobCancelled:  # the worker step was cancelled between pieces
         raise
     except Exception as exc:  # DecodeError from upb
         raise GRPCError(Status.INVALID_ARGUMENT, what + _why(exc)) from None
-    if listed is not None and not fell_back:
-        listed.keep()  # the body passed: its list is the conversation's last
+    if listed is not None:  # the body passed: its list (if any) is the conversation's last
+        listed.keep()
     if fell_back:  # checks the wire types itself, before any parse
         message, clean, exact, failure = _fallback_decode(data, kind, parsed, what)
         parsed = None
