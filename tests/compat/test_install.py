@@ -65,6 +65,8 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
         "headers = H2Connection._receive_headers_frame\n"
         "from asyncio import selector_events\n"
         "accept = selector_events.BaseSelectorEventLoop._accept_connection\n"
+        "from httpx import _client\n"
+        "bound_close = _client.BoundAsyncStream.aclose\n"
         "import protocol_py, protocol_py.client.client, protocol_py.server, protocol_py.cli\n"
         "assert grpclib.server._abort is abort\n"
         "assert protocol.EventsProcessor.close is close\n"
@@ -72,6 +74,7 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
         "assert '_body_repr' not in DataFrame.__dict__\n"
         "assert H2Connection._receive_headers_frame is headers\n"
         "assert selector_events.BaseSelectorEventLoop._accept_connection is accept\n"
+        "assert _client.BoundAsyncStream.aclose is bound_close\n"
         "from protocol_py import _compat\n"
         "done = _compat.install()\n"
         "assert done == {p.module: True for p in _compat.PATCHES}, done\n"
@@ -80,6 +83,7 @@ def test_imports_install_nothing_and_install_installs_every_patch() -> None:
         "assert '_body_repr' in DataFrame.__dict__\n"
         "assert H2Connection._receive_headers_frame is not headers\n"
         "assert grpclib.server._abort is not abort\n"
+        "assert _client.BoundAsyncStream.aclose is not bound_close\n"
         "assert _compat.install() == done\n"
     )
 

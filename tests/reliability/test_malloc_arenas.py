@@ -12,7 +12,11 @@ import pytest
 
 from protocol_py.providers.reference.provider import ReferenceProvider
 from protocol_py.server import serve as serving
-from protocol_py.server.malloc_arenas import MALLOC_ARENAS
+from protocol_py.server.malloc_arenas import (
+    MALLOC_ARENAS,
+    MMAP_THRESHOLD_BYTES,
+    TRIM_THRESHOLD_BYTES,
+)
 
 
 def test_malloc_arena_limit_is_one_and_glibc_accepts_it() -> None:
@@ -28,9 +32,23 @@ def test_malloc_arena_limit_is_one_and_glibc_accepts_it() -> None:
     assert out.stdout.strip() == "True"
 
 
-def test_serve_limits_the_arenas_before_starting_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_glibc_accepts_the_heap_thresholds_that_keep_a_turns_pages() -> None:
+    # Bodies of up to 32 MiB come from the heap, and up to 64 MiB free at its top stay mapped.
+    assert MMAP_THRESHOLD_BYTES == 32 * 1024 * 1024
+    assert TRIM_THRESHOLD_BYTES == 64 * 1024 * 1024
+    code = "from protocol_py.server.malloc_arenas import keep_freed_heap;print(keep_freed_heap())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert out.stdout.strip() == "True"
+
+
+def test_serve_sets_the_allocator_before_starting_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls: list[str] = []
     monkeypatch.setattr(serving, "limit_malloc_arenas", lambda: calls.append("arenas") or True)
+    monkeypatch.setattr(serving, "keep_freed_heap", lambda: calls.append("heap") or True)
 
     def run(coro: Any) -> None:
         calls.append("loop")
@@ -38,4 +56,4 @@ def test_serve_limits_the_arenas_before_starting_the_loop(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(serving.asyncio, "run", run)
     serving.serve(ReferenceProvider())
-    assert calls == ["arenas", "loop"]
+    assert calls == ["arenas", "heap", "loop"]

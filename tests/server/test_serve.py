@@ -195,6 +195,7 @@ def test_serve_sets_the_one_millisecond_switch_interval_before_starting_the_loop
     assert SERVE_SWITCH_INTERVAL_S == 0.001
     seen: list[float] = []
     monkeypatch.setattr(serving, "limit_malloc_arenas", lambda: True)
+    monkeypatch.setattr(serving, "keep_freed_heap", lambda: True)
 
     def run(coro: object) -> None:
         seen.append(sys.getswitchinterval())

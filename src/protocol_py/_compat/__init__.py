@@ -17,6 +17,7 @@ Patch                                     Dependency  Versions        Upstream
 ``grpclib_timeout_header``                grpclib     >=0.4.9,<0.5    none filed
 ``grpclib_small_data``                    grpclib     >=0.4.9,<0.5    none filed
 ``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
+``httpx_response_cycle``                  httpx       >=0.28,<0.29    encode/httpx#3733
 ``h2_refused_stream``                     h2          >=4.1,<5        none filed
 ``asyncio_accept_backoff``                CPython     >=3.11,<3.14    python/cpython#151615
 ========================================  ==========  ==============  ==========================
@@ -41,6 +42,7 @@ from protocol_py._compat import (
     grpclib_timeout_header,
     grpclib_unimplemented_content_type,
     h2_refused_stream,
+    httpx_response_cycle,
     hyperframe_frame_repr,
 )
 
@@ -147,6 +149,20 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="hyperframe's DataFrame repr stops serializing the whole body, or h2 "
         "formats received frames only when its logger traces",
         install=hyperframe_frame_repr.install,
+    ),
+    Patch(
+        module="httpx_response_cycle",
+        dependency="httpx",
+        versions=">=0.28,<0.29",
+        symptom="a streamed response and its stream hold each other, so the response, its "
+        "request and the request body (about 1.1 MB for a 601-message turn) wait for the "
+        "cyclic collector, which the server pauses and freezes around large jobs: under "
+        "steady large turns RSS grew by the vendor body every turn until an idle second",
+        upstream="https://github.com/encode/httpx/pull/3733 (a weak reference to the "
+        "response; open), https://github.com/encode/httpx/issues/3734",
+        delete_when="httpx's BoundAsyncStream and BoundSyncStream no longer hold a strong "
+        "reference to their response",
+        install=httpx_response_cycle.install,
     ),
     Patch(
         module="h2_refused_stream",

@@ -1,4 +1,5 @@
-"""Fewer glibc malloc arenas for the ``protocol-py serve`` process.
+"""The glibc malloc settings of the ``protocol-py serve`` process: fewer arenas, freed heap
+kept for the next turn.
 
 The worker threads that decode and validate large requests allocate from per-thread malloc
 arenas, and ``malloc_trim`` from another thread does not shrink those: the native heap they
@@ -6,6 +7,15 @@ keep stays with the process after large StreamCompletions (RSS above baseline wh
 tracemalloc is flat). With one arena every thread allocates from the main arena, which the
 memory trim shrinks (``benchmarks/rss_creep.py`` compares the two). :func:`trim_heap` is that
 trim (``malloc_trim(0)``).
+
+A kernel resends its whole conversation every turn, so each turn of a long one allocates and
+frees the same few megabyte-sized buffers (the request body, the vendor body, their HTTP/2
+frames). With glibc's defaults the top of the heap is returned to the OS whenever more than
+twice the largest recently freed block is free there, and every turn's buffers then land on
+new pages: about 700 page faults per 601-message turn (1.1 MB) on the project's machine, 1.75
+us each. :func:`keep_freed_heap` raises the two thresholds, so those pages stay mapped between
+turns; the memory trim after large calls (at most once a second) and the idle reclaim still
+return them (docs/decisions.md#d45).
 """
 
 from __future__ import annotations
@@ -14,7 +24,15 @@ import ctypes
 from collections.abc import Callable
 from typing import Final, cast
 
-__all__ = ["MALLOC_ARENAS", "find_malloc_trim", "limit_malloc_arenas", "trim_heap"]
+__all__ = [
+    "MALLOC_ARENAS",
+    "MMAP_THRESHOLD_BYTES",
+    "TRIM_THRESHOLD_BYTES",
+    "find_malloc_trim",
+    "keep_freed_heap",
+    "limit_malloc_arenas",
+    "trim_heap",
+]
 
 MALLOC_ARENAS: Final = 1
 """glibc malloc arenas of a ``protocol-py serve`` process (``mallopt(M_ARENA_MAX, 1)``): every
@@ -25,17 +43,52 @@ little."""
 _M_ARENA_MAX: Final = -8
 """glibc's ``mallopt`` parameter number of ``M_ARENA_MAX`` (malloc.h)."""
 
+_M_TRIM_THRESHOLD: Final = -1
+"""glibc's ``mallopt`` parameter number of ``M_TRIM_THRESHOLD`` (malloc.h)."""
+
+_M_MMAP_THRESHOLD: Final = -3
+"""glibc's ``mallopt`` parameter number of ``M_MMAP_THRESHOLD`` (malloc.h)."""
+
+MMAP_THRESHOLD_BYTES: Final = 32 * 1024 * 1024
+"""Smallest block a ``protocol-py serve`` process allocates with its own ``mmap``, bytes (32
+MiB, the most glibc's own adaptive threshold reaches on 64-bit): smaller blocks come from the
+heap and their pages are reused once freed; a block of its own mapping is new pages every
+time."""
+
+TRIM_THRESHOLD_BYTES: Final = 64 * 1024 * 1024
+"""Free bytes at the top of the heap past which ``free`` returns them to the OS (64 MiB): a
+turn's buffers stay mapped for the next turn, and the explicit memory trim after large calls
+(``grpc_layer.connections.MEMORY_TRIM_INTERVAL``) and the idle reclaim return what stays."""
+
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):  # not glibc
+        return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return cast("Callable[[int, int], int]", mallopt)
+
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Set glibc's ``M_ARENA_MAX`` to ``arenas`` for this process; call it before threads
     start. True when set; False where the C library is not glibc (nothing changes)."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):  # not glibc
+    mallopt = _mallopt()
+    return mallopt is not None and bool(mallopt(_M_ARENA_MAX, arenas))
+
+
+def keep_freed_heap(
+    mmap_threshold: int = MMAP_THRESHOLD_BYTES, trim_threshold: int = TRIM_THRESHOLD_BYTES
+) -> bool:
+    """Set glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (bytes) for this process, so
+    the megabyte buffers of one turn reuse the pages of the last (module docstring). True when
+    both were set; False where the C library is not glibc (nothing changes)."""
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, arenas))
+    mapped = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
+    return bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and mapped
 
 
 def find_malloc_trim() -> Callable[[int], int] | None:

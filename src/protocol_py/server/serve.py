@@ -49,7 +49,7 @@ from protocol_py.server.grpc_layer.connection_limit import (
 from protocol_py.server.grpc_layer.memory_budget import machine_memory
 from protocol_py.server.lifecycle import STOP_SECOND_SIGNAL
 from protocol_py.server.log_writer import LogWriter
-from protocol_py.server.malloc_arenas import limit_malloc_arenas
+from protocol_py.server.malloc_arenas import keep_freed_heap, limit_malloc_arenas
 from protocol_py.server.offload import SERVE_SWITCH_INTERVAL_S
 from protocol_py.server.parent_watch import ParentWatch, watch_parent
 from protocol_py.transport import go_plugin as go_plugin_handshake
@@ -513,12 +513,15 @@ async def _drain(server: ModelServer, force: asyncio.Event) -> None:
 def configure_serve_process() -> None:
     """The process-wide settings :func:`serve` (``protocol-py serve``) makes before serving:
     the process's glibc malloc arenas are limited
-    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`) and its thread switch
+    (:func:`~protocol_py.server.malloc_arenas.limit_malloc_arenas`), its freed heap is kept
+    for the next turn (:func:`~protocol_py.server.malloc_arenas.keep_freed_heap`,
+    docs/decisions.md#d45) and its thread switch
     interval is set to :data:`~protocol_py.server.offload.SERVE_SWITCH_INTERVAL_S`
     (docs/decisions.md#d38). Process-wide, so never made on import: for a program whose
     whole process is a server it starts itself (a benchmark's server process, say), to run
     as ``protocol-py serve`` does; call it before any thread starts."""
     limit_malloc_arenas()
+    keep_freed_heap()
     sys.setswitchinterval(SERVE_SWITCH_INTERVAL_S)
 
 
