@@ -127,6 +127,36 @@ def test_the_same_messages_under_new_ids_resume_the_list_and_the_id_rules_still_
     assert memo.misses == misses  # the contents were still known
 
 
+@pytest.mark.parametrize(
+    ("ids", "rules"),
+    [
+        ({2: 0}, {"request.message.id_duplicate"}),
+        ({4: None}, {"request.message.id_missing"}),
+        ({1: None, 3: None}, {"request.message.id_missing"}),
+        ({5: 1, 6: 1}, {"request.message.id_duplicate"}),
+    ],
+)
+def test_each_id_rule_alone_under_a_resumed_list_reports_as_a_full_walk(
+    strict: Any,
+    prefixes: ConversationPrefixes[ValidState],
+    spec: ModelSpec,
+    ids: dict[int, int | None],
+    rules: set[str],
+) -> None:
+    """A resumed list whose ids are all present and unique is checked at once; one missing
+    or repeated id anywhere in it is reported exactly as the walk message by message does."""
+    assert validate_request(decoded(conversation(3), strict), spec) == []
+    renamed = conversation(3)
+    for i, message in enumerate(renamed.messages):
+        message.id = f"01JNEW{i:020d}"
+    for index, source in ids.items():
+        renamed.messages[index].id = "" if source is None else renamed.messages[source].id
+    found = validate_request(decoded(renamed, strict), spec)
+    assert prefixes.hits == 1
+    assert found == full_walk(renamed, spec)
+    assert {v.rule for v in found} == rules
+
+
 def test_a_resumed_list_still_checks_the_new_messages_against_it(
     strict: Any,
     memo: ValidatedMessages,

@@ -392,8 +392,7 @@ class _RequestChecker:
                 kept, state = found
                 start = len(kept)
                 if keys is not None:  # the ids may be new: checked as a full walk would
-                    for i in range(start):
-                        self._message_id(messages[i], i, message_ids)
+                    message_ids = self._resumed_ids(messages, start)
                 else:
                     message_ids = dict(state.message_ids)
                 self.tool_use_ids.update(state.tool_use_ids)
@@ -455,6 +454,18 @@ class _RequestChecker:
                     answered=frozenset(earlier_ids),
                 ),
             )
+
+    def _resumed_ids(self, messages: Sequence[Message], count: int) -> dict[str, int]:
+        """The id rules of ``messages[:count]`` (a resumed list), as :meth:`_message_id` on
+        each: id -> index. When every id is present and unique (a resent conversation), the
+        map is built at once; otherwise message by message, for the violations."""
+        ids = dict(zip([message.id for message in messages[:count]], range(count), strict=True))
+        if len(ids) == count and "" not in ids:
+            return ids
+        message_ids: dict[str, int] = {}
+        for i in range(count):
+            self._message_id(messages[i], i, message_ids)
+        return message_ids
 
     def _message_id(self, message: Message, i: int, message_ids: dict[str, int]) -> None:
         """The id rules of ``messages[i]`` (present; unique), recording it in ``message_ids``
