@@ -208,20 +208,99 @@ def test_a_resent_conversation_is_matched_to_its_last_list_without_a_scan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A conversation resent as it was is taken from the list index by position: no image is
-    scanned again, only the first is looked up in the split index, and the content keys are
-    the same objects every turn; the decode equals the whole-body decode."""
+    scanned again, only the first is looked up in the split index (twice a turn: for the
+    body's leading bytes, then for the position match), and the content keys are the same
+    objects every turn; the decode equals the whole-body decode."""
     scans = _counting_scans(monkeypatch)
     memo = DecodeMemo()
     data = wire.encode(conversation(3))
     first_keys: list[bytes] = []
     decode_messages_memo(StreamCompletionRequest, data, "messages", memo, keys=first_keys)
-    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (1, 7)
+    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (2, 7)
     assert (memo.lists.hits, memo.lists.misses, len(memo.lists)) == (0, 1, 1)
     again_keys: list[bytes] = []
     found = decode_messages_memo(StreamCompletionRequest, data, "messages", memo, keys=again_keys)
-    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (2, 7)
+    assert len(scans) == 7 and (memo.splits.hits, memo.splits.misses) == (4, 7)
     assert (memo.hits, memo.lists.hits) == (7, 1)
     assert all(a is b for a, b in zip(first_keys, again_keys, strict=True))
+    same(found[0], wire.decode(StreamCompletionRequest, data))
+
+
+def _counting_field_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ``start`` of every :func:`protocol_py.codec.wire.field_images` scan from now on."""
+    starts: list[int] = []
+    scan = wire.field_images
+
+    def counting(
+        data: bytes,
+        number: int,
+        max_bytes: int | None = None,
+        rest: list[bytes] | None = None,
+        start: int = 0,
+    ) -> list[bytes | None] | None:
+        starts.append(start)
+        return scan(data, number, max_bytes, rest, start)
+
+    monkeypatch.setattr(wire, "field_images", counting)
+    return starts
+
+
+def test_a_body_that_starts_with_its_kept_messages_is_scanned_only_after_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kept list keeps the body its messages led; a body starting with the same bytes
+    takes the kept images without a scan: resent as it was, or grown by new messages (only
+    those are scanned); each decode equals the whole-body decode, and the kept images are the
+    very objects the next turn is given."""
+    starts = _counting_field_scans(monkeypatch)
+    memo = DecodeMemo()
+    data = wire.encode(conversation(3))
+    head = len(data) - len(wire.without_field(data, 1) or b"")  # the messages' fields
+    decode(data, memo)
+    assert starts == [0]
+    found = decode(data, memo)
+    assert starts == [0, head]  # only the fields after the messages
+    same(found[0], wire.decode(StreamCompletionRequest, data))
+    grown = wire.encode(conversation(4))
+    assert grown.startswith(data[:head])
+    found = decode(grown, memo)
+    assert starts == [0, head, head]  # the two new messages and the rest
+    same(found[0], wire.decode(StreamCompletionRequest, grown))
+    images = memo.leading_images(grown, 1, wire.MAX_KEPT_IMAGE_BYTES)
+    assert images == wire.field_images(grown, 1, wire.MAX_KEPT_IMAGE_BYTES)
+
+
+def test_a_body_whose_messages_are_not_its_first_fields_keeps_no_body(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A body whose model_id comes before its messages (another encoder's field order) is
+    decoded as before, every turn scanned whole, and equal to the whole-body decode."""
+    starts = _counting_field_scans(monkeypatch)
+    memo = DecodeMemo()
+    request = conversation(3)
+    plain = wire.encode(request)
+    data = b"\x12\x03abc" + (wire.without_field(plain, 2) or b"")  # model_id "abc" first
+    for _ in range(3):
+        found = decode(data, memo)
+        same(found[0], wire.decode(StreamCompletionRequest, data))
+    assert starts == [0, 0, 0]
+    assert memo.leading_images(data, 1, wire.MAX_KEPT_IMAGE_BYTES) is None
+
+
+def test_a_body_differing_after_the_kept_messages_start_is_scanned_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One byte changed inside the kept messages (a text of the same length): the leading
+    bytes differ, the body is scanned whole and decodes equal to the whole-body decode."""
+    starts = _counting_field_scans(monkeypatch)
+    memo = DecodeMemo()
+    request = conversation(3)
+    decode(wire.encode(request), memo)
+    edited = dataclasses.replace(request, messages=list(request.messages))
+    edited.messages[2] = _flip_first_character(edited.messages[2])
+    data = wire.encode(edited)
+    found = decode(data, memo)
+    assert starts == [0, 0]
     same(found[0], wire.decode(StreamCompletionRequest, data))
 
 
@@ -292,7 +371,7 @@ def test_the_list_index_keeps_within_its_bounds() -> None:
         + decode_memo.OBJECT_BYTES * objects
         for image, (_, objects) in zip(images, one.lookup_many(_keys(images)), strict=True)
     )
-    assert one.lists.size_bytes == counted
+    assert one.lists.size_bytes == counted + len(data)  # and the body the messages led
 
 
 def _keys(images: list[bytes]) -> list[bytes]:
@@ -412,3 +491,34 @@ def test_a_list_matched_whole_stands_and_a_longer_one_replaces_it(
     found = decode(wire.encode(conversation(4)), memo)[0]
     assert stored == [7, 9]
     same(found, wire.decode(StreamCompletionRequest, wire.encode(conversation(4))))
+
+
+def test_a_kept_body_is_bounded_by_its_messages_and_by_the_index() -> None:
+    """A body mostly of other fields keeps a copy of its leading bytes, not itself; a list
+    that would pass the index's byte bound with its body is kept without it (and still
+    matched by position)."""
+    request = conversation(3)
+    plain = wire.encode(request)
+    head = len(plain) - len(wire.without_field(plain, 1) or b"")
+    big = dataclasses.replace(request, model_id="m" * (3 * head))
+    data = wire.encode(big)
+    images = request_images(data)
+    memo = DecodeMemo()
+    decode(data, memo)
+    counted = sum(
+        2 * len(image)
+        + decode_memo.LIST_ENTRY_BYTES
+        + decode_memo.ENTRY_BYTES
+        + decode_memo.OBJECT_BYTES * objects
+        for image, (_, objects) in zip(images, memo.lookup_many(_keys(images)), strict=True)
+    )
+    assert memo.lists.size_bytes == counted + head  # the leading bytes alone
+    assert memo.leading_images(data, 1, wire.MAX_KEPT_IMAGE_BYTES) == images
+    tight = DecodeMemo()
+    tight.lists = decode_memo.ListIndex(max_bytes=counted + head - 1)
+    decode(data, tight)
+    assert tight.lists.size_bytes == counted and len(tight.lists) == 1
+    assert tight.leading_images(data, 1, wire.MAX_KEPT_IMAGE_BYTES) is None
+    found = decode(data, tight)
+    assert tight.lists.hits == 1
+    same(found[0], wire.decode(StreamCompletionRequest, data))

@@ -221,9 +221,13 @@ _Found = tuple[betterproto2.Message, int]
 """A :class:`DecodeMemo` entry: a decoded message and the count of repeated elements and map
 entries its decode created."""
 
-_List = tuple[tuple[bytes, ...], tuple[_Split, ...], tuple[_Found, ...]]
+_Lead = tuple[bytes, int]
+"""``(body, end)``: a request body whose first ``end`` bytes are exactly the fields of a kept
+list's messages, each under its shortest tag and length, in order (:meth:`ListIndex.leading`)."""
+
+_List = tuple[tuple[bytes, ...], tuple[_Split, ...], tuple[_Found, ...], _Lead | None]
 """What a :class:`ListIndex` keeps of a conversation: each message's image, its split and its
-memo entry, in order."""
+memo entry, in order, and the body they led, when they did."""
 
 
 class ListIndex(BoundedLRU[bytes, _List]):
@@ -239,13 +243,21 @@ class ListIndex(BoundedLRU[bytes, _List]):
     is neither ends the match; the rest goes through the memo's :class:`SplitIndex` and
     lookups.
 
+    :meth:`leading` goes one step further for the usual layout, a body that starts with its
+    messages (``messages`` is field 1, and encoders write fields in number order): when a kept
+    list's messages were the first fields of the body they came in, that body is kept too, and
+    a new body that starts with the same bytes (one comparison) starts with the same messages,
+    whose kept images then stand for its own without a scan.
+
     Bounds: at most ``max_entries`` conversations and ``max_bytes`` accounted bytes
     (:data:`MAX_LISTS`, :data:`MAX_LIST_BYTES`), the least recently used dropped first. Each
     message of a list counts what its memo and index entries count (twice its image, the image
     and its content key; :data:`ENTRY_BYTES` and :data:`OBJECT_BYTES` per element of the
     decoded message) plus :data:`LIST_ENTRY_BYTES`, as if nothing were shared with them: a list
-    may keep its messages alive after the memo dropped them. Safe to use from several threads
-    at once."""
+    may keep its messages alive after the memo dropped them; a kept body counts its length (at
+    most twice its messages' bytes: a body mostly of other fields keeps a copy of its leading
+    bytes instead, and a list that would pass ``max_bytes`` with it is kept without it).
+    Safe to use from several threads at once."""
 
     def __init__(self, max_entries: int = MAX_LISTS, max_bytes: int = MAX_LIST_BYTES) -> None:
         super().__init__(max_entries, max_bytes)
@@ -261,7 +273,7 @@ class ListIndex(BoundedLRU[bytes, _List]):
         self._count(kept is not None)
         if kept is None:
             return []
-        old_images, old_splits, old_found = kept
+        old_images, old_splits, old_found, _ = kept
         out: list[tuple[_Split, _Found]] = []
         append = out.append
         # the shorter of the two lists bounds the match
@@ -280,19 +292,39 @@ class ListIndex(BoundedLRU[bytes, _List]):
             append((split, found))
         return out
 
+    def leading(self, data: bytes, key: bytes) -> tuple[tuple[bytes, ...], int] | None:
+        """The images of the list kept under ``key`` and the count of bytes of ``data`` they
+        take, when that list came with a body (:meth:`keep`) and ``data`` starts with the same
+        bytes as that body's messages: then ``data``'s first fields are exactly those messages,
+        whose images are the kept ones byte for byte. None otherwise."""
+        with self._lock:
+            found = self._entries.get(key)
+        lead = found[0][3] if found is not None else None
+        if lead is None:
+            return None
+        body, end = lead
+        if not data.startswith(memoryview(body)[:end]):
+            return None
+        return found[0][0], end  # type: ignore[index]
+
     def keep(
         self,
         key: bytes,
         images: Sequence[bytes],
         splits: Sequence[_Split],
         found: Sequence[_Found | None],
+        *,
         run: int = 0,
+        body: tuple[bytes, bytes] | None = None,
     ) -> None:
         """Keep, under ``key``, the leading run of messages whose memo entry is known
         (``found[k]`` not None: a hit, or a message decoded clean and exact), replacing what
         was kept there; nothing when the first is unknown. ``run``: how many leading messages
         :meth:`match` took from the list kept under ``key``; when that was all of them and
-        the kept list has no more, the kept list stands (it matches the same messages)."""
+        the kept list has no more, the kept list stands (it matches the same messages).
+        ``body``: ``(data, tag)``, the body ``images`` were scanned from (in order) and the
+        field's tag bytes; kept with the list when its messages are the body's first fields
+        (:meth:`leading`)."""
         if run and run == len(images):
             with self._lock:
                 kept_now = self._entries.get(key)
@@ -309,10 +341,44 @@ class ListIndex(BoundedLRU[bytes, _List]):
         size = 2 * sum(map(len, images[:count])) + count * (LIST_ENTRY_BYTES + ENTRY_BYTES)
         size += OBJECT_BYTES * sum(entry[1] for entry in cast("Sequence[_Found]", found[:count]))
         kept = cast("tuple[_Found, ...]", tuple(found[:count]))
-        self._put(key, (tuple(images[:count]), tuple(splits[:count]), kept), size)
+        lead: _Lead | None = None
+        if body is not None:
+            end = _lead_end(body[0], body[1], images[:count])
+            if end is not None:
+                # the body itself (no copy) unless it is mostly other fields: then its lead
+                held = body[0] if len(body[0]) <= 2 * end else body[0][:end]
+                if size + len(held) <= self.max_bytes:
+                    lead = (held, end)
+                    size += len(held)
+        self._put(key, (tuple(images[:count]), tuple(splits[:count]), kept, lead), size)
 
 
-_PendingList = tuple["ListIndex", bytes, Sequence[bytes], list[_Split], list["_Found | None"], int]
+def _lead_end(data: bytes, tag: bytes, images: Sequence[bytes]) -> int | None:
+    """The count of bytes of ``data`` taken by ``images`` as its first fields, each under
+    ``tag`` and its shortest length, in order; None when ``data`` does not start so.
+    ``images`` are the field's images scanned from ``data`` in wire order, so a field found
+    at each expected place is that image."""
+    pos = 0
+    for image in images:
+        if not data.startswith(tag, pos):
+            return None
+        pos += len(tag)
+        head = varint_bytes(len(image))
+        if not data.startswith(head, pos):
+            return None
+        pos += len(head) + len(image)
+    return pos if pos <= len(data) else None
+
+
+_PendingList = tuple[
+    "ListIndex",
+    bytes,
+    Sequence[bytes],
+    list[_Split],
+    list["_Found | None"],
+    int,
+    tuple[bytes, bytes] | None,
+]
 """A list :class:`ListMatch` keeps when told: the index, the key and the list's parts."""
 
 
@@ -336,8 +402,8 @@ class ListMatch:
         """Keep the decoded list as its conversation's last (once; nothing when none)."""
         pending, self.pending = self.pending, None
         if pending is not None:
-            index, key, images, splits, found, run = pending
-            index.keep(key, images, splits, found, run)
+            index, key, images, splits, found, run, body = pending
+            index.keep(key, images, splits, found, run=run, body=body)
 
     def forget(self) -> None:
         """Nothing matched, nothing to keep (the body was decoded another way)."""
@@ -363,6 +429,38 @@ class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
         found = self._get(key)
         self._count(found is not None)
         return found
+
+    def leading_images(
+        self, data: bytes, number: int, max_bytes: int, rest: list[bytes] | None = None
+    ) -> list[bytes | None] | None:
+        """:func:`protocol_py.codec.wire.field_images` of ``data`` for field ``number`` with
+        ``max_bytes`` (and its ``rest`` pieces), when ``data`` starts with the messages of its
+        conversation's kept list (:meth:`ListIndex.leading`): those images are the kept ones
+        and only the bytes after them are scanned. None when it does not (``rest`` untouched):
+        the caller scans the whole body."""
+        tag = varint_bytes(number << 3 | 2)
+        if not data.startswith(tag):
+            return None
+        try:
+            size, pos = length_prefix(data, len(tag))
+        except (FallbackError, IndexError):
+            return None
+        if size > max_bytes or pos + size > len(data):
+            return None
+        split = self.splits.splits([data[pos : pos + size]])[0]
+        if split is None:
+            return None
+        lead = self.lists.leading(data, split[0])
+        if lead is None:
+            return None
+        kept, end = lead
+        pieces: list[bytes] = []
+        tail = wire.field_images(data, number, max_bytes, pieces, start=end)
+        if tail is None:
+            return None
+        if rest is not None:
+            rest.extend(pieces)
+        return [*kept, *tail]
 
     def count_hits(self, count: int) -> None:
         """Count ``count`` messages taken from the memo's entries by way of :attr:`lists`."""
@@ -435,6 +533,8 @@ def decode_messages_memo(
     """
     number = metadata.field_number(cls, field)
     if images is None:
+        images = memo.leading_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
+    if images is None:
         images = wire.field_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
     if rest is None and images:
         rest = wire.without_field(data, number)
@@ -444,7 +544,10 @@ def decode_messages_memo(
     keep_now = listed is None  # no caller to tell: the list is kept here
     match = ListMatch() if listed is None else listed
     try:
-        found = _decode(cls, rest, field, memo, images, keys=keys, limit=limit, listed=match)
+        tag = varint_bytes(number << 3 | 2)
+        found = _decode(
+            cls, rest, field, memo, images, keys=keys, limit=limit, listed=match, body=(data, tag)
+        )
     except (
         FallbackError,
         wire.DecodeBudgetError,
@@ -494,6 +597,7 @@ def _decode(
     keys: list[bytes] | None,
     limit: int,
     listed: ListMatch,
+    body: tuple[bytes, bytes] | None = None,
 ) -> tuple[M, bool, bool, State] | None:
     st = State(limit)
     message: M = GENERATOR.decoder(cls)(rest, 0, len(rest), st, 1)
@@ -557,5 +661,5 @@ def _decode(
     st.left = left
     listed.run = run
     if first is not None:
-        listed.pending = (memo.lists, first[0], whole, splits, kept_all, run)
+        listed.pending = (memo.lists, first[0], whole, splits, kept_all, run, body)
     return message, st.clean, not st.unknown, st

@@ -228,7 +228,11 @@ _images: dict[int, tuple[weakref.ref[betterproto2.Message], str, list[bytes | No
 
 
 def field_images(
-    data: bytes, number: int, max_bytes: int | None = None, rest: list[bytes] | None = None
+    data: bytes,
+    number: int,
+    max_bytes: int | None = None,
+    rest: list[bytes] | None = None,
+    start: int = 0,
 ) -> list[bytes | None] | None:
     """The raw bytes of every top-level length-delimited field ``number`` of ``data``, in wire
     order (for a repeated message field: each element's own serialization); None when
@@ -238,11 +242,14 @@ def field_images(
     ``rest``: when given, an empty list that receives, in the same scan, the pieces of
     ``data`` outside every occurrence of field ``number`` (tags and lengths included), in
     order: joined, they are :func:`without_field` of ``data`` (one scan for both); left
-    unspecified when None is returned."""
+    unspecified when None is returned.
+
+    ``start``: scan ``data[start:]`` only (a field boundary of ``data``), as if it were the
+    whole message; ``rest`` then receives the pieces of that part."""
     out: list[bytes | None] = []
-    pos, end = 0, len(data)
+    pos, end = start, len(data)
     limit = end if max_bytes is None else max_bytes
-    kept = 0  # start of the bytes of ``data`` not yet given to ``rest``
+    kept = start  # start of the bytes of ``data`` not yet given to ``rest``
     try:
         while pos < end:
             at = pos

@@ -33,7 +33,11 @@ from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.codec import metadata, wire, wire_gen
 from protocol_py.codec.decode_memo import DecodeMemo, ListMatch, decode_messages_memo
 from protocol_py.codec.wire_gen import State
-from protocol_py.rules.request_memo import keep_request_images, request_images
+from protocol_py.rules.request_memo import (
+    MAX_IMAGE_BYTES,
+    keep_request_images,
+    request_images,
+)
 from protocol_py.server.config_schema import fill_missing_values
 from protocol_py.server.grpc_layer.large_body import receive_body
 from protocol_py.server.grpc_layer.strict_parse import strict_parse
@@ -450,7 +454,10 @@ def decode_request(
             state is None or state.limit >= min(wire.MAX_DECODED_OBJECTS, len(data) // 2 + 1)
         ):
             pieces: list[bytes] = []  # the body outside its messages, from the same scan
-            images = request_images(data, pieces)
+            # a body that starts with its conversation's kept messages is scanned after them
+            images = MESSAGE_MEMO.leading_images(data, _MESSAGES_FIELD, MAX_IMAGE_BYTES, pieces)
+            if images is None:
+                images = request_images(data, pieces)
             rest = b"".join(pieces) if images else None
             del pieces
             keys: list[bytes] = []
@@ -566,6 +573,9 @@ MESSAGE_MEMO: Final = DecodeMemo()
 the id (:mod:`protocol_py.codec.decode_memo`; ``decode_memo.MAX_ENTRIES`` messages,
 ``decode_memo.MAX_BYTES`` accounted bytes): a conversation resent turn after turn, under the
 same or new message ids, decodes only its new messages."""
+
+_MESSAGES_FIELD: Final = metadata.field_number(StreamCompletionRequest, "messages")
+"""Field number of ``StreamCompletionRequest.messages``."""
 
 
 MAX_FALLBACK_BYTES: Final = 64 * 1024
