@@ -217,3 +217,32 @@ async def test_reference_provider_never_echoes_base_url_credentials() -> None:
     meta = next(e.metadata for e in events if e.metadata is not None)
     assert meta.attrs == {"base_url": "https://***@gw.example/v1?api_key=***&x=***"}
     assert all(b"S3CRET" not in bytes(e) for e in events)
+
+
+async def test_the_secrets_follow_a_new_key_base_url_or_auth_header() -> None:
+    """The secrets are worked out once per key, base URL and authentication headers: a
+    Configure that changes the key or the base URL, or a token that changes the headers,
+    gives the new secrets (and no longer the old ones) on the next call."""
+    provider = OpenAIProvider(api_key="sk-first-key-0001", base_url="http://127.0.0.1:9/v1")
+    assert "sk-first-key-0001" in provider.secrets()
+    assert provider.secrets() == provider.secrets()
+    await provider.configure(
+        {"api_key": "sk-second-key-0002", "base_url": "http://127.0.0.1:9/v1?token=t-in-url-123"}
+    )
+    found = provider.secrets()
+    assert "sk-second-key-0002" in found and "t-in-url-123" in found
+    assert not any("sk-first-key-0001" in secret for secret in found)
+
+    class Rotating(OpenAIProvider):
+        token = "tok-one-aaaaaaaa"
+
+        def auth_headers(self) -> dict[str, str]:
+            return {"authorization": f"Bearer {self.token}"}
+
+    rotating = Rotating(api_key="sk-k", base_url="http://127.0.0.1:9/v1")
+    assert "tok-one-aaaaaaaa" in rotating.secrets()
+    rotating.token = "tok-two-bbbbbbbb"
+    assert "tok-two-bbbbbbbb" in rotating.secrets()
+    assert "tok-one-aaaaaaaa" not in rotating.secrets()
+    await provider.aclose()
+    await rotating.aclose()

@@ -19,6 +19,7 @@ from protocol_py.providers.http.url import (
     RedactURLFilter,
     join_url,
     parse_base_url,
+    parsed_url,
     redact_text,
     redact_url,
     safe_location,
@@ -237,3 +238,16 @@ def test_ordinary_paths_are_shown_unchanged() -> None:
     ):
         assert redact_url(url) == url
     assert safe_location("http://h:9/v1beta/models") == "http://h:9/v1beta/models"
+
+
+def test_a_call_url_is_joined_and_parsed_once_and_stays_equal_to_a_fresh_parse() -> None:
+    joined = join_url("https://api.example.com/v1/?k=1", "/chat/completions")
+    assert joined == "https://api.example.com/v1/chat/completions?k=1"
+    assert join_url("https://api.example.com/v1/?k=1", "/chat/completions") is joined
+    parsed = parsed_url(joined)
+    assert parsed is parsed_url(joined)
+    assert parsed == httpx.URL(joined) and str(parsed) == joined
+    with pytest.raises(httpx.InvalidURL):
+        parsed_url("http://[::1")
+    with pytest.raises(httpx.InvalidURL):  # a failure is not kept
+        parsed_url("http://[::1")

@@ -46,7 +46,7 @@ import logging
 import math
 import re
 import traceback
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -84,6 +84,7 @@ from protocol_py.providers.http.url import (
     install_log_redaction,
     join_url,
     parse_base_url,
+    parsed_url,
     safe_location,
     url_secrets,
 )
@@ -300,6 +301,7 @@ class HTTPProvider(Provider, abc.ABC):
         self._clients = ClientPool(self._new_client)
         self._models: dict[str, ModelSpec] = {m.id: m for m in self.catalog()}
         self._bodies = BodyMemo()
+        self._secrets_memo: tuple[Hashable, tuple[str, ...]] | None = None
         remember_secrets(self.secrets())  # never shown in any log record either
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -617,10 +619,18 @@ class HTTPProvider(Provider, abc.ABC):
 
     def secrets(self) -> list[str]:
         """The literal strings never sent to a client or a log: the key, credential headers,
-        and the base URL's userinfo and query values."""
-        found = set(secret_values(self.api_key, self.auth_headers()))
+        and the base URL's userinfo and query values (worked out again only when the key, the
+        authentication headers or the base URL changed)."""
+        headers = self.auth_headers()
+        key = (self.api_key, tuple(headers.items()), self.base_url)
+        known = self._secrets_memo
+        if known is not None and known[0] == key:
+            return list(known[1])
+        found = set(secret_values(self.api_key, headers))
         found.update(url_secrets(self.base_url))
-        return sorted(found, key=len, reverse=True)
+        secrets = sorted(found, key=len, reverse=True)
+        self._secrets_memo = (key, tuple(secrets))
+        return secrets
 
     def redact_error(self, error: ModelError) -> ModelError:
         """``error`` with this provider's secrets removed (in place; returned for chaining)."""
@@ -790,7 +800,10 @@ class HTTPProvider(Provider, abc.ABC):
             attempt += 1
             deadline = loop.time() + self.timeouts.startup_deadline_s
             http_request = client.build_request(
-                "POST", self.call_url(call), content=call.content, headers=self._headers()
+                "POST",
+                parsed_url(self.call_url(call)),
+                content=call.content,
+                headers=self._headers(),
             )
             try:
                 async with asyncio.timeout_at(deadline):

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from urllib.parse import unquote
@@ -27,6 +28,9 @@ import httpx
 
 from protocol_py.providers.http.errors import redact_log_text
 from protocol_py.server.config_schema import looks_secret
+
+URL_CACHE_SIZE = 64
+"""Most distinct URLs :func:`join_url` and :func:`parsed_url` keep (a provider has a few)."""
 
 __all__ = [
     "RedactURLFilter",
@@ -157,10 +161,12 @@ def parse_base_url(value: str, *, what: str = "base_url") -> str:
     return str(url.copy_with(path=url.path.rstrip("/")))
 
 
+@functools.lru_cache(maxsize=URL_CACHE_SIZE)
 def join_url(base: str, path: str) -> str:
     """``base`` with ``path`` (starting with ``/``) appended to its path, query kept.
 
-    ``base`` is a URL accepted by :func:`parse_base_url`.
+    ``base`` is a URL accepted by :func:`parse_base_url`. The last :data:`URL_CACHE_SIZE`
+    results are kept (a provider joins the same two strings on every call).
     """
     url = httpx.URL(base)
     return str(url.copy_with(path=url.path.rstrip("/") + path))
@@ -172,6 +178,17 @@ _CREDENTIAL_KEY = re.compile(
 _MIN_OPAQUE = 16
 """A query value under any other name is a secret only from this length on (short values such
 as ``api-version=2024-10-21`` would otherwise blank ordinary text in error messages)."""
+
+
+@functools.lru_cache(maxsize=URL_CACHE_SIZE)
+def parsed_url(url: str) -> httpx.URL:
+    """``httpx.URL(url)``, the last :data:`URL_CACHE_SIZE` kept (an ``httpx.URL`` is
+    immutable): the URL a provider POSTs to every call is parsed once.
+
+    Raises:
+        httpx.InvalidURL: as ``httpx.URL``.
+    """
+    return httpx.URL(url)
 
 
 def url_secrets(base: str | None) -> list[str]:
