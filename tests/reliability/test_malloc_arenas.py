@@ -33,9 +33,9 @@ def test_malloc_arena_limit_is_one_and_glibc_accepts_it() -> None:
 
 
 def test_glibc_accepts_the_heap_thresholds_that_keep_a_turns_pages() -> None:
-    # Bodies of up to 32 MiB come from the heap, and up to 64 MiB free at its top stay mapped.
-    assert MMAP_THRESHOLD_BYTES == 32 * 1024 * 1024
-    assert TRIM_THRESHOLD_BYTES == 64 * 1024 * 1024
+    # Blocks under 4 MiB come from the heap, and up to 16 MiB free at its top stay mapped.
+    assert MMAP_THRESHOLD_BYTES == 4 * 1024 * 1024
+    assert TRIM_THRESHOLD_BYTES == 16 * 1024 * 1024
     code = "from protocol_py.server.malloc_arenas import keep_freed_heap;print(keep_freed_heap())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
