@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import betterproto2
@@ -246,3 +248,42 @@ async def test_the_secrets_follow_a_new_key_base_url_or_auth_header() -> None:
     assert "tok-one-aaaaaaaa" not in rotating.secrets()
     await provider.aclose()
     await rotating.aclose()
+
+
+async def test_a_key_configured_during_the_retry_wait_is_redacted_from_the_echo() -> None:
+    """Configure sets a new key while the call waits to retry a 503; the retry goes out with
+    it and the upstream echoes it in its 401: the error carries neither key."""
+    new_key = "GW-KEY-second-222222cccc"
+    echo = json.dumps(
+        {"error": {"message": f"Incorrect API key provided: Bearer {new_key}", "code": new_key}}
+    ).encode()
+    async with StubUpstream() as stub:
+        stub.queue(
+            Reply(status=503, headers={"retry-after-ms": "300"}, chunks=[b"{}"]),
+            Reply(
+                status=401,
+                headers={"content-type": "application/json", "x-request-id": new_key},
+                chunks=[echo],
+            ),
+        )
+        provider = OpenAIProvider(api_key=KEY, base_url=stub.url)
+        try:
+
+            async def run() -> list[StreamEvent]:
+                return [e async for e in provider.stream(request(MODEL["openai"]), CallContext())]
+
+            call = asyncio.ensure_future(run())
+            deadline = time.monotonic() + 10
+            while not stub.seen and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            assert len(stub.seen) == 1  # the first attempt, answered 503: the call waits
+            await provider.configure({"api_key": new_key})
+            events = await call
+        finally:
+            await provider.aclose()
+    assert [s.headers["authorization"] for s in stub.seen] == [f"Bearer {KEY}", f"Bearer {new_key}"]
+    error = events[-1].error
+    assert error is not None and error.kind == ErrorKind.AUTHENTICATION
+    text = json.dumps([e.to_dict() for e in events])
+    assert new_key not in text and KEY not in text
+    assert "<redacted>" in error.message

@@ -677,12 +677,26 @@ class HTTPProvider(Provider, abc.ABC):
         if failure is not None:
             raise failure
         secrets = self.secrets()
+        known = self._secrets_memo
         async with self._clients.lease() as client:  # a retired client closes after its calls
             events = self._stream(request, client)
             try:
-                async for event in events:
+                async for raw in events:
                     # every string valid UTF-8 (a lone surrogate would fail the encoding)
-                    yield redact_event(ev.scrub_event(event), secrets)
+                    event = ev.scrub_event(raw)
+                    if (
+                        event.text_delta is None
+                        and event.thinking_delta is None
+                        and event.tool_call_delta is None
+                    ):
+                        # an event that may carry vendor text: a Configure or a token refresh
+                        # during the call (a retry sent with the new key) adds its secrets
+                        current = self.secrets()
+                        if self._secrets_memo is not known:
+                            known = self._secrets_memo
+                            merged = set(secrets).union(current)
+                            secrets = sorted(merged, key=len, reverse=True)
+                    yield redact_event(event, secrets)
             except Exception as exc:
                 failure = self.provider_error(exc)
             finally:
