@@ -1,8 +1,9 @@
 """Per-turn latency on long conversations: what the plugin adds to time-to-first-event.
 
 An agent kernel resends the whole conversation every turn. For conversations of 60, 300 and 600
-messages after the first user message (each pair: an assistant message with text and a tool
-call, then a user message with a 3.5 KB tool result; about 1.2 MB at 601 messages), two paths
+messages after the first user message (61, 301 and 601 in all, as the rows print them; each
+pair: an assistant message with text and a tool call, then a user message with a 3.5 KB tool
+result; 1,120,332 bytes, about 1.1 MB, at 601 messages), two paths
 reach the same loopback stub upstream, which answers every POST with a short Chat Completions
 SSE stream once it has read the whole body:
 
