@@ -364,18 +364,23 @@ def test_the_list_index_keeps_within_its_bounds() -> None:
     assert len(small.lists) == 0 and small.lists.size_bytes == 0  # larger than the bound
     one = DecodeMemo()
     decode(data, one)
-    counted = sum(
-        2 * len(image)
-        + decode_memo.LIST_ENTRY_BYTES
-        + decode_memo.ENTRY_BYTES
-        + decode_memo.OBJECT_BYTES * objects
-        for image, (_, objects) in zip(images, one.lookup_many(_keys(images)), strict=True)
-    )
-    assert one.lists.size_bytes == counted + len(data)  # and the body the messages led
+    # each message as its memo and split entries count, and the body the messages led
+    assert one.lists.size_bytes == _list_bytes(images, one) + len(data)
 
 
 def _keys(images: list[bytes]) -> list[bytes]:
     return [wire.content_key(image) for image in images]
+
+
+def _list_bytes(images: list[bytes], memo: DecodeMemo) -> int:
+    """What a kept list of ``images`` counts for its messages (without a kept body)."""
+    return sum(
+        2 * len(image)
+        + decode_memo.LIST_ENTRY_BYTES
+        + decode_memo.ENTRY_BYTES
+        + decode_memo.OBJECT_BYTES * objects
+        for image, (_, objects) in zip(images, memo.lookup_many(_keys(images)), strict=True)
+    )
 
 
 def request_images(data: bytes) -> list[bytes]:
@@ -505,13 +510,7 @@ def test_a_kept_body_is_bounded_by_its_messages_and_by_the_index() -> None:
     images = request_images(data)
     memo = DecodeMemo()
     decode(data, memo)
-    counted = sum(
-        2 * len(image)
-        + decode_memo.LIST_ENTRY_BYTES
-        + decode_memo.ENTRY_BYTES
-        + decode_memo.OBJECT_BYTES * objects
-        for image, (_, objects) in zip(images, memo.lookup_many(_keys(images)), strict=True)
-    )
+    counted = _list_bytes(images, memo)
     assert memo.lists.size_bytes == counted + head  # the leading bytes alone
     assert memo.leading_images(data, 1, wire.MAX_KEPT_IMAGE_BYTES) == images
     tight = DecodeMemo()
