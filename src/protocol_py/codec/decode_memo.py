@@ -299,13 +299,12 @@ class ListIndex(BoundedLRU[bytes, _List]):
         whose images are the kept ones byte for byte. None otherwise."""
         with self._lock:
             found = self._entries.get(key)
-        lead = found[0][3] if found is not None else None
-        if lead is None:
+        if found is None:
             return None
-        body, end = lead
-        if not data.startswith(memoryview(body)[:end]):
+        images, _, _, lead = found[0]
+        if lead is None or not data.startswith(memoryview(lead[0])[: lead[1]]):
             return None
-        return found[0][0], end  # type: ignore[index]
+        return images, lead[1]
 
     def keep(
         self,
@@ -462,6 +461,18 @@ class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
             rest.extend(pieces)
         return [*kept, *tail]
 
+    def images(
+        self, data: bytes, number: int, max_bytes: int, rest: list[bytes] | None = None
+    ) -> list[bytes | None] | None:
+        """:func:`protocol_py.codec.wire.field_images` of ``data`` for field ``number`` with
+        ``max_bytes`` (and its ``rest`` pieces): by way of :meth:`leading_images` when
+        ``data`` starts with its conversation's kept messages, else by a scan of the whole
+        body."""
+        found = self.leading_images(data, number, max_bytes, rest)
+        if found is None:
+            found = wire.field_images(data, number, max_bytes, rest)
+        return found
+
     def count_hits(self, count: int) -> None:
         """Count ``count`` messages taken from the memo's entries by way of :attr:`lists`."""
         with self._lock:
@@ -533,9 +544,7 @@ def decode_messages_memo(
     """
     number = metadata.field_number(cls, field)
     if images is None:
-        images = memo.leading_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
-    if images is None:
-        images = wire.field_images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
+        images = memo.images(data, number, wire.MAX_KEPT_IMAGE_BYTES)
     if rest is None and images:
         rest = wire.without_field(data, number)
     if images is None or rest is None or not _canonical(data, rest, number, images):

@@ -455,9 +455,7 @@ def decode_request(
         ):
             pieces: list[bytes] = []  # the body outside its messages, from the same scan
             # a body that starts with its conversation's kept messages is scanned after them
-            images = MESSAGE_MEMO.leading_images(data, _MESSAGES_FIELD, MAX_IMAGE_BYTES, pieces)
-            if images is None:
-                images = request_images(data, pieces)
+            images = MESSAGE_MEMO.images(data, _MESSAGES_FIELD, MAX_IMAGE_BYTES, pieces)
             rest = b"".join(pieces) if images else None
             del pieces
             keys: list[bytes] = []
