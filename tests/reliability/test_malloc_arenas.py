@@ -43,6 +43,38 @@ def test_glibc_accepts_the_heap_thresholds_that_keep_a_turns_pages() -> None:
     assert out.stdout.strip() == "True"
 
 
+_FAULTS_PER_BUFFER = """
+import resource
+from protocol_py.server.malloc_arenas import keep_freed_heap
+assert keep_freed_heap()
+def faults(size, rounds=40):
+    chunks = [memoryview(bytes(size // 4))] * 4
+    b"".join(chunks)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(rounds):
+        body = b"".join(chunks)  # a turn's buffer, freed before the next
+        del body
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / rounds
+print(faults(1_200_000), faults(2 * MMAP))
+""".replace("MMAP", str(MMAP_THRESHOLD_BYTES))
+
+
+def test_a_turns_megabyte_buffer_reuses_its_pages_and_a_larger_one_goes_back() -> None:
+    # A 1.2 MB buffer allocated and freed turn after turn lands on the same pages (no page
+    # fault); one over the mmap threshold has its own mapping, returned when freed, so it is
+    # faulted in again every time (a page per 4 KiB).
+    out = subprocess.run(
+        [sys.executable, "-c", _FAULTS_PER_BUFFER],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    small, large = map(float, out.stdout.split())
+    assert small < 5
+    assert large >= 2 * MMAP_THRESHOLD_BYTES / 4096 * 0.9
+
+
 def test_serve_sets_the_allocator_before_starting_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
