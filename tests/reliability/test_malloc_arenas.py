@@ -4,13 +4,16 @@ native heap of worker threads can be trimmed (why: the module docstring of
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
+from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server import ModelServer
 from protocol_py.server import serve as serving
 from protocol_py.server.malloc_arenas import (
     MALLOC_ARENAS,
@@ -89,3 +92,26 @@ def test_serve_sets_the_allocator_before_starting_the_loop(
     monkeypatch.setattr(serving.asyncio, "run", run)
     serving.serve(ReferenceProvider())
     assert calls == ["arenas", "heap", "loop"]
+
+
+async def test_a_call_that_leaves_its_connection_without_an_open_call_is_followed_by_a_trim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A small call can free megabytes its provider read upstream; what serve's heap keeps is
+    # returned once the connection has no open call (large and aborted calls trim as before).
+    server = ModelServer(ReferenceProvider())
+    requested: list[object] = []
+    monkeypatch.setattr(server._trimmer, "request", requested.append)
+    port = await server.start("127.0.0.1", 0)
+    client = ModelClient.connect(f"127.0.0.1:{port}")
+    try:
+        caps = await client.get_capabilities(timeout=10)
+        for _ in range(200):  # the call's end is handled just after its reply
+            if requested:
+                break
+            await asyncio.sleep(0.01)
+        assert len(requested) == 1 and caps.models
+        assert (await client.get_capabilities(timeout=10)).models  # still serving
+    finally:
+        client.close()
+        await server.shutdown(grace_period=0)

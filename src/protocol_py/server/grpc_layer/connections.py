@@ -126,7 +126,8 @@ system (``malloc_trim``, glibc only), in seconds."""
 
 LARGE_CALL_BYTES: Final = 1024 * 1024
 """A call that sent or received at least this many bytes (or was aborted: cancelled, reset,
-timed out, its connection lost) is followed by a memory trim, in bytes."""
+timed out, its connection lost) is followed by a memory trim, in bytes; so is any call that
+leaves its connection without an open call (docs/decisions.md#d45)."""
 
 DEADLINE_RESET_MARGIN: Final = 0.05
 """Seconds before a call's deadline (its ``grpc-timeout``) within which a client's reset counts
@@ -428,7 +429,8 @@ def _drop_traceback_cycle(error: BaseException | None) -> None:
 
 
 class MemoryTrimmer:
-    """Returns memory freed by large or aborted calls to the operating system.
+    """Returns memory freed by large or aborted calls, and by the calls before a connection
+    goes without an open call, to the operating system.
 
     glibc keeps freed heap pages of medium-sized blocks (the HTTP/2 frames and write buffers of
     a large reply) mapped, so RSS stayed hundreds of MB above baseline after 60 MiB replies
@@ -575,13 +577,15 @@ class TransportHandler(grpclib.server.Handler):
             except asyncio.CancelledError as exc:
                 _drop_traceback_cycle(exc)
         large = max(stream.data_sent, stream.data_received) >= LARGE_CALL_BYTES
-        if self.trimmer is not None and (aborted or large):
-            self.trimmer.request(self.loop)
         tasks = grpclib_private.handler_tasks(self)
         if tasks.get(stream) is task:
             del tasks[stream]
         grpclib_private.handler_cancelled(self).discard(task)
         self.open_streams -= 1
+        # a large or aborted call, or the connection's last open call (a provider may have
+        # moved megabytes upstream for a small one: the freed heap serve keeps is returned)
+        if self.trimmer is not None and (aborted or large or not self.open_streams):
+            self.trimmer.request(self.loop)
         protocol = self.protocol_ref() if self.protocol_ref is not None else None
         limit = getattr(protocol, "connection_limit", None)
         if limit is not None:
