@@ -14,8 +14,9 @@ frames). With glibc's defaults the top of the heap is returned to the OS wheneve
 twice the largest recently freed block is free there, and every turn's buffers then land on
 new pages: about 700 page faults per 601-message turn (1.1 MB) on the project's machine, 1.75
 us each. :func:`keep_freed_heap` raises the two thresholds, so those pages stay mapped between
-turns; the memory trim after large calls (at most once a second) and the idle reclaim still
-return them (docs/decisions.md#d45).
+turns; the memory trim (at most once a second, after large or aborted calls and whenever a
+connection is left without an open call) and the idle reclaim still return them
+(docs/decisions.md#d45).
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ clients' 60 MiB Render replies, ``tests/reliability/test_reply_budget.py``)."""
 
 TRIM_THRESHOLD_BYTES: Final = 16 * 1024 * 1024
 """Free bytes at the top of the heap past which ``free`` returns them to the OS (16 MiB): a
-turn's buffers stay mapped for the next turn, and the explicit memory trim after large calls
-(``grpc_layer.connections.MEMORY_TRIM_INTERVAL``) and the idle reclaim return what stays."""
+turn's buffers stay mapped for the next turn, and the explicit memory trim
+(``grpc_layer.connections.MEMORY_TRIM_INTERVAL``; see ``LARGE_CALL_BYTES`` there for when it
+runs) and the idle reclaim return what stays."""
 
 
 def _mallopt() -> Callable[[int, int], int] | None:
