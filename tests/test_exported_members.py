@@ -65,6 +65,7 @@ EXPORTED: Final[dict[str, list[str]]] = {
         "unix_socket_path",
     ],
     "protocol_py.server": [
+        "CANCEL_REDELIVERY_S",
         "DEFAULT_GRACE_PERIOD",
         "DEFAULT_HANDSHAKE_TIMEOUT",
         "DEFAULT_HOST",

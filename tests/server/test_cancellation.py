@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpclib.server
 import pytest
@@ -17,6 +18,7 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server import lifecycle
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     ModelServiceBase,
@@ -273,3 +275,183 @@ async def test_client_leaving_stream_early_cancels_upstream() -> None:
         client.close()
         await running.server.shutdown(grace_period=0)
     assert provider.upstream_closed is True
+
+
+class KeepsAwaiting(ReferenceProvider):
+    """A provider that catches the cancellation of its call and then awaits ``after`` seconds
+    more (its "cleanup"), re-raising only when that await ends normally."""
+
+    def __init__(self, after: float) -> None:
+        super().__init__()
+        self.after = after
+        self.second: type[BaseException] | None = None
+        self.cleanup_done = False
+        self.ended = asyncio.Event()
+
+    async def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        if request.call_context is not None and request.call_context.turn_id == "plain":
+            async for event in super().stream(request, context):
+                yield event
+            return
+        try:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                try:
+                    await asyncio.sleep(self.after)
+                except BaseException as exc:
+                    self.second = type(exc)
+                    raise
+                self.cleanup_done = True
+                raise
+            yield StreamEvent()
+        finally:
+            self.ended.set()
+
+
+def _records(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "protocol_py.server"
+        and r.getMessage().startswith('{"rpc": "StreamCompletion"')
+    ]
+
+
+def _redelivery_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "docs/decisions.md#d46" in r.getMessage()
+    ]
+
+
+async def _serves_a_plain_turn(running: Any) -> None:
+    """The server still answers a whole StreamCompletion."""
+    client = ModelClient.connect(running.address)
+    try:
+        request = make_request()
+        request.call_context = CallContext(session_id="s", turn_id="plain")
+        result = await client.complete(request, timeout=10)
+    finally:
+        client.close()
+    assert result.stop is not None and result.stop.reason is StopReason.END_TURN
+
+
+@pytest.mark.parametrize("ended_by", ["client cancel", "deadline"])
+async def test_a_provider_that_keeps_awaiting_after_its_cancellation_is_cancelled_again(
+    ended_by: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/decisions.md#d46: the call's cancellation is delivered again until it ends, so
+    the call gets its record, the provider's await ends and the server keeps serving."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="grpclib.server")
+    provider = KeepsAwaiting(after=3600)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        timeout = 0.3 if ended_by == "deadline" else None
+        with contextlib.suppress(asyncio.TimeoutError, GRPCError):
+            async with channel.request(
+                PATH,
+                Cardinality.UNARY_STREAM,
+                StreamCompletionRequest,
+                StreamEvent,
+                timeout=timeout,
+            ) as stream:
+                await stream.send_message(make_request(), end=True)
+                if ended_by == "client cancel":
+                    await asyncio.sleep(0.2)
+                    await stream.cancel()
+                else:
+                    await stream.recv_message()
+        ended_at = time.monotonic()
+        await asyncio.wait_for(provider.ended.wait(), timeout=5)
+        took = time.monotonic() - ended_at
+        for _ in range(100):
+            if running.server._in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert running.server._in_flight == 0
+        await _serves_a_plain_turn(running)
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.second is asyncio.CancelledError  # its "cleanup" await was cancelled
+    assert provider.cleanup_done is False
+    assert took < 1.0  # two sweeps of 0.1 s, not the provider's hour
+    outcome = "cancelled" if ended_by == "client cancel" else "deadline_exceeded"
+    assert sum(f'"outcome": "{outcome}"' in m for m in _records(caplog)) == 1
+    warnings = _redelivery_warnings(caplog)
+    if ended_by == "client cancel":  # one reset, one delivery by grpclib: the rest are ours
+        assert len(warnings) == 1
+    else:  # grpclib delivers a deadline and the client's reset that follows it: maybe twice
+        assert len(warnings) <= 1
+    for warning in warnings:
+        assert warning.startswith("provider reference: a StreamCompletion still ran 0.1 s or")
+    assert error_records(caplog) == []
+
+
+async def test_a_cleanup_shorter_than_the_redelivery_interval_is_not_cut(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider's cleanup after its cancellation that ends within one sweep interval runs
+    to its end: nothing is delivered again and nothing is logged."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.5)
+    caplog.set_level(logging.DEBUG)
+    provider = KeepsAwaiting(after=0.2)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            await asyncio.sleep(0.1)
+            await stream.cancel()
+        await asyncio.wait_for(provider.ended.wait(), timeout=5)
+        await asyncio.sleep(1.2)  # two sweeps after the end
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.cleanup_done is True
+    assert provider.second is None
+    assert _redelivery_warnings(caplog) == []
+    assert sum('"outcome": "cancelled"' in m for m in _records(caplog)) == 1
+
+
+async def test_grace_expiry_ends_a_call_whose_provider_keeps_awaiting(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At grace expiry a provider that catches its cancellation is cancelled again; the call
+    ends in-band with the shutdown error and grpclib logs no "Failed to handle cancellation"."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="grpclib.server")
+    provider = KeepsAwaiting(after=3600)
+    running = await start_server(provider)
+    client = ModelClient.connect(running.address)
+    events: list[StreamEvent] = []
+
+    async def call() -> None:
+        async for event in client.stream(make_request(), timeout=30):
+            events.append(event)
+
+    try:
+        task = asyncio.create_task(call())
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await running.server.shutdown(grace_period=0.1)
+        took = time.monotonic() - started
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, timeout=5)
+    finally:
+        client.close()
+    assert provider.second is asyncio.CancelledError
+    assert took < 1.5  # grace 0.1 s, two sweeps, the linger: not the 1 s final-event wait
+    assert [e.error.message for e in events if e.error is not None] == ["server shutting down"]
+    assert error_records(caplog) == []
+    assert sum("server shutting down (grace period expired)" in m for m in _records(caplog)) == 1

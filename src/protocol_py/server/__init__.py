@@ -122,6 +122,7 @@ from protocol_py.server.handlers import (
     ModelServer,
 )
 from protocol_py.server.lifecycle import (
+    CANCEL_REDELIVERY_S,
     DEFAULT_GRACE_PERIOD,
     FINAL_EVENT_TIMEOUT,
     SHUTDOWN_LINGER,
@@ -149,6 +150,7 @@ from protocol_py.server.status import (
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
 
 __all__ = [
+    "CANCEL_REDELIVERY_S",
     "DEFAULT_GRACE_PERIOD",
     "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_HOST",

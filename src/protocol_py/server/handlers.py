@@ -21,6 +21,7 @@ from grpclib.health.service import OVERALL, Health
 from grpclib.metadata import Deadline
 from grpclib.reflection.service import ServerReflection
 
+from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import listed
 from protocol_py.codec import wire
 from protocol_py.codec.structs import from_struct
@@ -231,6 +232,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         health name (:mod:`protocol_py.server.go_plugin`), served when set before
         :meth:`start` (by :func:`~protocol_py.server.serve.serve_async` when a kernel built on
         go-plugin launched the server)."""
+
+    def provider_name(self) -> str:
+        """The served provider's ``name``."""
+        return self.provider.name
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -623,7 +628,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     # -- StreamCompletion -----------------------------------------------------------------------
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
-        with self.in_flight() as task, self.memory.call(stream.deadline) as memory:
+        wrapper = grpclib_private.server_h2_stream(stream).wrapper
+        ended = functools.partial(_call_ended, wrapper)
+        with self.in_flight(ended) as task, self.memory.call(stream.deadline) as memory:
             admitted = await self._admit(stream, memory)
             if admitted is None:  # refused in-band (the memory budget)
                 await stream.send_trailing_metadata()
@@ -640,7 +647,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             except asyncio.CancelledError:
                 if not (self.grace_expired and task is not None and task.cancelling()):
                     raise
-                task.uncancel()  # our own cancellation at grace expiry: end the stream in-band
+                # our own cancellation at grace expiry (with its redeliveries, d46): end the
+                # stream in-band
+                while task.cancelling():
+                    task.uncancel()
                 await self._send_shutdown_error(stream)
                 return
             # Trailers are sent here, not after return, so a draining shutdown that waits for
@@ -902,6 +912,12 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             raise error from None
         finally:
             record.emit()
+
+
+def _call_ended(wrapper: Any) -> bool:
+    """Whether grpclib ended the call (``wrapper``: its cancellation wrapper) from outside its
+    handler: the client reset the stream, the deadline passed or the connection was lost."""
+    return grpclib_private.wrapper_error(wrapper) is not None
 
 
 def _reraise_swallowed_cancellation() -> None:

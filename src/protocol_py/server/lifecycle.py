@@ -18,7 +18,7 @@ import socket
 import time
 import weakref
 from asyncio import BaseTransport
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from ssl import SSLContext
 from typing import Any, Final, cast
 
@@ -72,6 +72,14 @@ LISTEN_BACKLOG: Final = 100
 
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
+
+CANCEL_REDELIVERY_S: Final = 1.0
+"""Seconds between the sweeps that deliver a cancelled StreamCompletion's cancellation again
+(docs/decisions.md#d46). A call ended by its client, its deadline, its connection or the
+shutdown's grace expiry whose handler still runs at two sweeps in a row (so between one and two
+intervals after its cancellation) is cancelled again, at every sweep, until it ends: a provider
+that caught ``CancelledError`` and went on awaiting otherwise held its call, the request and
+its memory reservation, until the process exited."""
 
 
 class DrainableStatus(ServiceStatus):
@@ -159,6 +167,11 @@ class ServerLifecycle:
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
         self._in_flight = 0
         self._stream_tasks: set[asyncio.Task[Any]] = set()
+        self._call_cancelled: dict[asyncio.Task[Any], Callable[[], bool]] = {}
+        self._cancel_seen: dict[asyncio.Task[Any], int] = {}
+        """In-flight tasks seen ended from outside, with the sweeps that saw them so."""
+        self._cancel_sweep: asyncio.TimerHandle | None = None
+        self._stuck_warning = RateLimitedWarning(log)
         self._grace_expired = False
         self.stop_reason = STOP_GRACE_EXPIRED
         """Why in-flight streams were ended (:data:`STOP_GRACE_EXPIRED` or
@@ -341,22 +354,75 @@ class ServerLifecycle:
             raise GRPCError(Status.UNAVAILABLE, "server is shutting down")
 
     @contextlib.contextmanager
-    def in_flight(self) -> Iterator[asyncio.Task[Any] | None]:
+    def in_flight(
+        self, cancelled: Callable[[], bool] | None = None
+    ) -> Iterator[asyncio.Task[Any] | None]:
         """Count the current task as an in-flight StreamCompletion while the block runs (a
-        drain waits for it and cancels it at grace expiry). Yields the task."""
+        drain waits for it and cancels it at grace expiry). Yields the task.
+
+        ``cancelled`` tells whether the call has been ended from outside the handler (its
+        client, deadline or connection); once it has, or the grace period expired, a task
+        still running is cancelled again every :data:`CANCEL_REDELIVERY_S` seconds until it
+        ends (docs/decisions.md#d46)."""
         self._in_flight += 1
         self._idle.clear()
         task = asyncio.current_task()
         if task is not None:
             self._stream_tasks.add(task)
+            if cancelled is not None:
+                self._call_cancelled[task] = cancelled
+            self._schedule_cancel_sweep()
         try:
             yield task
         finally:
             if task is not None:
                 self._stream_tasks.discard(task)
+                self._call_cancelled.pop(task, None)
+                self._cancel_seen.pop(task, None)
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+
+    def _schedule_cancel_sweep(self) -> None:
+        """Run :meth:`_sweep_cancelled` :data:`CANCEL_REDELIVERY_S` from now while any
+        StreamCompletion is in flight (one timer at a time)."""
+        if self._cancel_sweep is None and self._stream_tasks:
+            loop = asyncio.get_running_loop()
+            self._cancel_sweep = loop.call_later(CANCEL_REDELIVERY_S, self._sweep_cancelled)
+
+    def _sweep_cancelled(self) -> None:
+        """Cancel again every in-flight StreamCompletion that was ended from outside (or cut
+        at grace expiry) and was already seen running so at the previous sweep; warn (rate
+        limited) the first time for each."""
+        self._cancel_sweep = None
+        for task in list(self._stream_tasks):
+            cancelled = self._call_cancelled.get(task)
+            # at grace expiry: a task whose handler took the cancellation (to send the final
+            # error event) has uncancelled it; one still cancelling has not
+            ended = (self._grace_expired and task.cancelling() > 0) or (
+                cancelled is not None and cancelled()
+            )
+            if task.done() or not ended:
+                self._cancel_seen.pop(task, None)
+                continue
+            sweeps = self._cancel_seen[task] = self._cancel_seen.get(task, 0) + 1
+            if sweeps == 1:
+                continue  # ended since the last sweep: it has until the next one to stop
+            if sweeps == 2:
+                self._stuck_warning.warn(
+                    "provider %s: a StreamCompletion still ran %g s or more after its call "
+                    "was cancelled (its code caught CancelledError and went on); cancelling it "
+                    "again every %g s until it ends (docs/decisions.md#d46)",
+                    self.provider_name(),
+                    CANCEL_REDELIVERY_S,
+                    CANCEL_REDELIVERY_S,
+                )
+            task.cancel()
+        self._schedule_cancel_sweep()
+
+    def provider_name(self) -> str:
+        """The served provider's name, for log lines (subclasses that serve one say it)."""
+        return "?"
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -405,6 +471,9 @@ class ServerLifecycle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         self._trimmer.cancel()
+        if self._cancel_sweep is not None and not self._stream_tasks:
+            self._cancel_sweep.cancel()
+            self._cancel_sweep = None
         if self.socket_path is not None:
             remove_socket(
                 self.socket_path, owns_dir=self._owns_socket_dir, identity=self._socket_identity
