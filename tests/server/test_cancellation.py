@@ -287,6 +287,7 @@ class KeepsAwaiting(ReferenceProvider):
         self.second: type[BaseException] | None = None
         self.cleanup_done = False
         self.ended = asyncio.Event()
+        self.ends = 0
 
     async def stream(
         self, request: StreamCompletionRequest, context: CallContext
@@ -308,6 +309,7 @@ class KeepsAwaiting(ReferenceProvider):
                 raise
             yield StreamEvent()
         finally:
+            self.ends += 1
             self.ended.set()
 
 
@@ -455,3 +457,39 @@ async def test_grace_expiry_ends_a_call_whose_provider_keeps_awaiting(
     assert [e.error.message for e in events if e.error is not None] == ["server shutting down"]
     assert error_records(caplog) == []
     assert sum("server shutting down (grace period expired)" in m for m in _records(caplog)) == 1
+
+
+async def test_a_sweep_over_more_calls_than_its_slice_reaches_every_call(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep looks at CANCEL_SWEEP_SLICE calls per loop turn and goes on at the next turn:
+    with a slice of one, three stuck calls all end; the WARNING is rate limited to one line."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    monkeypatch.setattr(lifecycle, "CANCEL_SWEEP_SLICE", 1)
+    caplog.set_level(logging.DEBUG)
+    provider = KeepsAwaiting(after=3600)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+
+    async def call() -> None:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            await asyncio.sleep(0.2)
+            await stream.cancel()
+
+    try:
+        await asyncio.gather(call(), call(), call())
+        for _ in range(300):
+            if provider.ends == 3:
+                break
+            await asyncio.sleep(0.01)
+        await _serves_a_plain_turn(running)
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.ends == 3  # the three stuck calls (the plain turn has no "finally")
+    assert running.server._in_flight == 0
+    assert len(_redelivery_warnings(caplog)) == 1
+    assert sum('"outcome": "cancelled"' in m for m in _records(caplog)) == 3

@@ -73,6 +73,10 @@ LISTEN_BACKLOG: Final = 100
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
 
+CANCEL_SWEEP_SLICE: Final = 2000
+"""Most in-flight StreamCompletions one loop turn of a redelivery sweep looks at
+(:data:`CANCEL_REDELIVERY_S`); about 1 ms on CPython 3.11."""
+
 CANCEL_REDELIVERY_S: Final = 1.0
 """Seconds between the sweeps that deliver a cancelled StreamCompletion's cancellation again
 (docs/decisions.md#d46). A call ended by its client, its deadline, its connection or the
@@ -170,7 +174,7 @@ class ServerLifecycle:
         self._call_cancelled: dict[asyncio.Task[Any], Callable[[], bool]] = {}
         self._cancel_seen: dict[asyncio.Task[Any], int] = {}
         """In-flight tasks seen ended from outside, with the sweeps that saw them so."""
-        self._cancel_sweep: asyncio.TimerHandle | None = None
+        self._cancel_sweep: asyncio.Handle | None = None
         self._stuck_warning = RateLimitedWarning(log)
         self._grace_expired = False
         self.stop_reason = STOP_GRACE_EXPIRED
@@ -384,25 +388,34 @@ class ServerLifecycle:
                 self._idle.set()
 
     def _schedule_cancel_sweep(self) -> None:
-        """Run :meth:`_sweep_cancelled` :data:`CANCEL_REDELIVERY_S` from now while any
-        StreamCompletion is in flight (one timer at a time)."""
+        """Start a sweep (:meth:`_sweep_cancelled`) :data:`CANCEL_REDELIVERY_S` from now while
+        any StreamCompletion is in flight (one at a time)."""
         if self._cancel_sweep is None and self._stream_tasks:
             loop = asyncio.get_running_loop()
-            self._cancel_sweep = loop.call_later(CANCEL_REDELIVERY_S, self._sweep_cancelled)
+            self._cancel_sweep = loop.call_later(CANCEL_REDELIVERY_S, self._start_cancel_sweep)
 
-    def _sweep_cancelled(self) -> None:
-        """Cancel again every in-flight StreamCompletion that was ended from outside (or cut
-        at grace expiry) and was already seen running so at the previous sweep; warn (rate
-        limited) the first time for each."""
-        self._cancel_sweep = None
-        for task in list(self._stream_tasks):
+    def _start_cancel_sweep(self) -> None:
+        """Sweep the StreamCompletions in flight now (:meth:`_sweep_cancelled`)."""
+        self._sweep_cancelled(list(self._stream_tasks))
+
+    def _sweep_cancelled(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Cancel again each of ``tasks`` (the StreamCompletions in flight when the sweep
+        started) that was ended from outside (or cut at grace expiry) and was already seen so
+        at the previous sweep; warn (rate limited) the first time for each. At most
+        :data:`CANCEL_SWEEP_SLICE` tasks per loop turn: the rest of the sweep is the next
+        turn's."""
+        loop = asyncio.get_running_loop()
+        for _ in range(min(CANCEL_SWEEP_SLICE, len(tasks))):
+            task = tasks.pop()
+            if task.done() or task not in self._stream_tasks:
+                continue
             cancelled = self._call_cancelled.get(task)
-            # at grace expiry: a task whose handler took the cancellation (to send the final
-            # error event) has uncancelled it; one still cancelling has not
-            ended = (self._grace_expired and task.cancelling() > 0) or (
-                cancelled is not None and cancelled()
+            # a cancellation asks for one (``cancelling``); at grace expiry a handler that took
+            # its cancellation to send the final error event has taken it back (uncancel)
+            ended = task.cancelling() > 0 and (
+                self._grace_expired or (cancelled is not None and cancelled())
             )
-            if task.done() or not ended:
+            if not ended:
                 self._cancel_seen.pop(task, None)
                 continue
             sweeps = self._cancel_seen[task] = self._cancel_seen.get(task, 0) + 1
@@ -418,6 +431,10 @@ class ServerLifecycle:
                     CANCEL_REDELIVERY_S,
                 )
             task.cancel()
+        if tasks:
+            self._cancel_sweep = loop.call_soon(self._sweep_cancelled, tasks)
+            return
+        self._cancel_sweep = None
         self._schedule_cancel_sweep()
 
     def provider_name(self) -> str:
