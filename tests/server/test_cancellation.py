@@ -393,7 +393,9 @@ async def test_a_provider_that_keeps_awaiting_after_its_cancellation_is_cancelle
     else:  # grpclib delivers a deadline and the client's reset that follows it: maybe twice
         assert len(warnings) <= 1
     for warning in warnings:
-        assert warning.startswith("provider reference: a StreamCompletion still ran 0.1 s or")
+        assert warning.startswith(
+            "provider reference: a StreamCompletion call still ran 0.1 s or more after it was"
+        )
     assert error_records(caplog) == []
 
 
@@ -493,3 +495,65 @@ async def test_a_sweep_over_more_calls_than_its_slice_reaches_every_call(
     assert running.server._in_flight == 0
     assert len(_redelivery_warnings(caplog)) == 1
     assert sum('"outcome": "cancelled"' in m for m in _records(caplog)) == 3
+
+
+class ConfigureKeepsAwaiting(ReferenceProvider):
+    """A provider whose ``configure`` catches its cancellation and awaits an hour."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second: type[BaseException] | None = None
+        self.ended = asyncio.Event()
+
+    async def configure(self, config: dict[str, Any]) -> None:
+        if not config:  # the plain call
+            return
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.sleep(3600)
+            except BaseException as exc:
+                self.second = type(exc)
+                raise
+        finally:
+            self.ended.set()
+
+
+async def test_a_unary_call_whose_provider_keeps_awaiting_is_cancelled_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The redelivery covers the unary RPCs too: a Configure its client cancelled ends, with
+    its record, and the server keeps serving."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    provider = ConfigureKeepsAwaiting()
+    running = await start_server(provider)
+    client = ModelClient.connect(running.address)
+    try:
+        call = asyncio.create_task(client.configure({"pace_tokens_per_second": 100}))
+        await asyncio.sleep(0.2)
+        call.cancel()  # the client resets the stream: one delivery, by grpclib
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        ended_at = time.monotonic()
+        await asyncio.wait_for(provider.ended.wait(), timeout=5)
+        took = time.monotonic() - ended_at
+        await client.configure({}, timeout=5)
+        await _serves_a_plain_turn(running)
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.second is asyncio.CancelledError
+    assert took < 1.0
+    [warning] = _redelivery_warnings(caplog)
+    assert warning.startswith("provider reference: a Configure call still ran 0.1 s or more")
+    configures = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith('{"rpc": "Configure"')
+    ]
+    assert len(configures) == 2
+    assert (
+        '"outcome": "deadline_exceeded"' in configures[0]
+        or '"outcome": "cancelled"' in configures[0]
+    )
+    assert error_records(caplog) == []

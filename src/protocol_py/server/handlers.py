@@ -359,7 +359,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
-            with self.memory.call(stream.deadline) as memory:
+            wrapper = grpclib_private.server_h2_stream(stream).wrapper
+            ended = functools.partial(_call_ended, wrapper)
+            with self.redelivering(rpc, ended), self.memory.call(stream.deadline) as memory:
                 await run(stream, memory)
 
         async def run(stream: grpclib.server.Stream[Any, Any], memory: CallMemory) -> None:

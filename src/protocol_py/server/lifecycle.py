@@ -74,16 +74,17 @@ SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
 
 CANCEL_SWEEP_SLICE: Final = 2000
-"""Most in-flight StreamCompletions one loop turn of a redelivery sweep looks at
+"""Most calls one loop turn of a redelivery sweep looks at
 (:data:`CANCEL_REDELIVERY_S`); about 1 ms on CPython 3.11."""
 
 CANCEL_REDELIVERY_S: Final = 1.0
-"""Seconds between the sweeps that deliver a cancelled StreamCompletion's cancellation again
-(docs/decisions.md#d46). A call ended by its client, its deadline, its connection or the
-shutdown's grace expiry whose handler still runs at two sweeps in a row (so between one and two
-intervals after its cancellation) is cancelled again, at every sweep, until it ends: a provider
-that caught ``CancelledError`` and went on awaiting otherwise held its call, the request and
-its memory reservation, until the process exited."""
+"""Seconds between the sweeps that deliver a cancelled call's cancellation again
+(docs/decisions.md#d46). A ModelService call ended by its client, its deadline or its
+connection (or a StreamCompletion cut at the shutdown's grace expiry) whose handler still runs
+at two sweeps in a row (so between one and two intervals after its cancellation) is cancelled
+again, at every sweep, until it ends: a provider that caught ``CancelledError`` and went on
+awaiting otherwise held its call, the request and its memory reservation, until the process
+exited."""
 
 
 class DrainableStatus(ServiceStatus):
@@ -102,6 +103,11 @@ class DrainableStatus(ServiceStatus):
         super().set(value)
         for event in self._events:
             event.set()
+
+
+def _never() -> bool:
+    """A call that nothing outside its handler ends (the grace expiry aside)."""
+    return False
 
 
 class ServerLifecycle:
@@ -171,7 +177,9 @@ class ServerLifecycle:
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
         self._in_flight = 0
         self._stream_tasks: set[asyncio.Task[Any]] = set()
-        self._call_cancelled: dict[asyncio.Task[Any], Callable[[], bool]] = {}
+        self._watched: dict[asyncio.Task[Any], tuple[str, Callable[[], bool]]] = {}
+        """Handler tasks whose cancellation is delivered again (:meth:`redelivering`), with
+        their RPC's name and whether their call was ended from outside."""
         self._cancel_seen: dict[asyncio.Task[Any], int] = {}
         """In-flight tasks seen ended from outside, with the sweeps that saw them so."""
         self._cancel_sweep: asyncio.Handle | None = None
@@ -367,53 +375,69 @@ class ServerLifecycle:
         ``cancelled`` tells whether the call has been ended from outside the handler (its
         client, deadline or connection); once it has, or the grace period expired, a task
         still running is cancelled again every :data:`CANCEL_REDELIVERY_S` seconds until it
-        ends (docs/decisions.md#d46)."""
+        ends (:meth:`redelivering`, docs/decisions.md#d46)."""
         self._in_flight += 1
         self._idle.clear()
         task = asyncio.current_task()
         if task is not None:
             self._stream_tasks.add(task)
-            if cancelled is not None:
-                self._call_cancelled[task] = cancelled
-            self._schedule_cancel_sweep()
         try:
-            yield task
+            with self.redelivering("StreamCompletion", cancelled or _never):
+                yield task
         finally:
             if task is not None:
                 self._stream_tasks.discard(task)
-                self._call_cancelled.pop(task, None)
-                self._cancel_seen.pop(task, None)
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
 
+    @contextlib.contextmanager
+    def redelivering(self, rpc: str, cancelled: Callable[[], bool]) -> Iterator[None]:
+        """While the block runs, the current task (the handler of an ``rpc`` call) is cancelled
+        again every :data:`CANCEL_REDELIVERY_S` seconds once ``cancelled()`` (its call was
+        ended from outside: client reset, deadline, lost connection) or, for an in-flight
+        StreamCompletion, the grace period expired, and it was already so at the previous
+        sweep (docs/decisions.md#d46)."""
+        task = asyncio.current_task()
+        if task is None:
+            yield
+            return
+        self._watched[task] = (rpc, cancelled)
+        self._schedule_cancel_sweep()
+        try:
+            yield
+        finally:
+            self._watched.pop(task, None)
+            self._cancel_seen.pop(task, None)
+
     def _schedule_cancel_sweep(self) -> None:
         """Start a sweep (:meth:`_sweep_cancelled`) :data:`CANCEL_REDELIVERY_S` from now while
-        any StreamCompletion is in flight (one at a time)."""
-        if self._cancel_sweep is None and self._stream_tasks:
+        any watched call runs (one at a time)."""
+        if self._cancel_sweep is None and self._watched:
             loop = asyncio.get_running_loop()
             self._cancel_sweep = loop.call_later(CANCEL_REDELIVERY_S, self._start_cancel_sweep)
 
     def _start_cancel_sweep(self) -> None:
-        """Sweep the StreamCompletions in flight now (:meth:`_sweep_cancelled`)."""
-        self._sweep_cancelled(list(self._stream_tasks))
+        """Sweep the calls watched now (:meth:`_sweep_cancelled`)."""
+        self._sweep_cancelled(list(self._watched))
 
     def _sweep_cancelled(self, tasks: list[asyncio.Task[Any]]) -> None:
-        """Cancel again each of ``tasks`` (the StreamCompletions in flight when the sweep
-        started) that was ended from outside (or cut at grace expiry) and was already seen so
-        at the previous sweep; warn (rate limited) the first time for each. At most
+        """Cancel again each of ``tasks`` (the calls watched when the sweep started) that was
+        ended from outside (or cut at grace expiry) and was already seen so at the previous
+        sweep; warn (rate limited) the first time for each. At most
         :data:`CANCEL_SWEEP_SLICE` tasks per loop turn: the rest of the sweep is the next
         turn's."""
         loop = asyncio.get_running_loop()
         for _ in range(min(CANCEL_SWEEP_SLICE, len(tasks))):
             task = tasks.pop()
-            if task.done() or task not in self._stream_tasks:
+            watched = self._watched.get(task)
+            if watched is None or task.done():
                 continue
-            cancelled = self._call_cancelled.get(task)
+            rpc, cancelled = watched
             # a cancellation asks for one (``cancelling``); at grace expiry a handler that took
             # its cancellation to send the final error event has taken it back (uncancel)
             ended = task.cancelling() > 0 and (
-                self._grace_expired or (cancelled is not None and cancelled())
+                (self._grace_expired and task in self._stream_tasks) or cancelled()
             )
             if not ended:
                 self._cancel_seen.pop(task, None)
@@ -423,10 +447,11 @@ class ServerLifecycle:
                 continue  # ended since the last sweep: it has until the next one to stop
             if sweeps == 2:
                 self._stuck_warning.warn(
-                    "provider %s: a StreamCompletion still ran %g s or more after its call "
-                    "was cancelled (its code caught CancelledError and went on); cancelling it "
-                    "again every %g s until it ends (docs/decisions.md#d46)",
+                    "provider %s: a %s call still ran %g s or more after it was cancelled "
+                    "(its code caught CancelledError and went on); cancelling it again every "
+                    "%g s until it ends (docs/decisions.md#d46)",
                     self.provider_name(),
+                    rpc,
                     CANCEL_REDELIVERY_S,
                     CANCEL_REDELIVERY_S,
                 )
@@ -488,7 +513,7 @@ class ServerLifecycle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         self._trimmer.cancel()
-        if self._cancel_sweep is not None and not self._stream_tasks:
+        if self._cancel_sweep is not None and not self._watched:
             self._cancel_sweep.cancel()
             self._cancel_sweep = None
         if self.socket_path is not None:
