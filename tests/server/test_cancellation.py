@@ -18,7 +18,7 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
-from protocol_py.server import lifecycle
+from protocol_py.server import HALF_CLOSE_WAIT, lifecycle
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     ModelServiceBase,
@@ -556,4 +556,39 @@ async def test_a_unary_call_whose_provider_keeps_awaiting_is_cancelled_again(
         '"outcome": "deadline_exceeded"' in configures[0]
         or '"outcome": "cancelled"' in configures[0]
     )
+    assert error_records(caplog) == []
+
+
+async def test_a_call_ended_by_a_second_request_message_is_cancelled_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's own end of a call (a second request message: INTERNAL) is delivered again
+    like an end from outside: the provider that kept awaiting is stopped and the client gets
+    the INTERNAL status."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    provider = KeepsAwaiting(after=3600)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        with pytest.raises(GRPCError) as info:
+            async with channel.request(
+                PATH, Cardinality.STREAM_STREAM, StreamCompletionRequest, StreamEvent, timeout=10
+            ) as stream:
+                await stream.send_message(make_request())
+                await asyncio.sleep(HALF_CLOSE_WAIT + 0.3)  # past the half-close wait: the
+                # provider runs, awaiting
+                await stream.send_message(make_request())
+                await stream.recv_message()
+        await asyncio.wait_for(provider.ended.wait(), timeout=5)
+        await _serves_a_plain_turn(running)
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert info.value.status is Status.INTERNAL
+    assert "more than one request message" in (info.value.message or "")
+    assert provider.second is asyncio.CancelledError
+    assert len(_redelivery_warnings(caplog)) == 1
+    [record] = [m for m in _records(caplog) if '"turn_id": "plain"' not in m]
+    assert '"error_kind": "INTERNAL"' in record
     assert error_records(caplog) == []

@@ -360,11 +360,14 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
             wrapper = grpclib_private.server_h2_stream(stream).wrapper
-            ended = functools.partial(_call_ended, wrapper)
+            ones: list[SingleRequest] = []  # the call's one-message check, once it runs
+            ended = functools.partial(_call_ended, wrapper, ones)
             with self.redelivering(rpc, ended), self.memory.call(stream.deadline) as memory:
-                await run(stream, memory)
+                await run(stream, memory, ones)
 
-        async def run(stream: grpclib.server.Stream[Any, Any], memory: CallMemory) -> None:
+        async def run(
+            stream: grpclib.server.Stream[Any, Any], memory: CallMemory, ones: list[SingleRequest]
+        ) -> None:
             record = RpcRecord(rpc=rpc)
             # the decoded request, freed a step at a time off the loop once answered or
             # refused (a Configure of a million keys was one cascade of frees on the loop)
@@ -376,6 +379,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 size, held = wire.wire_size(request), [request]
                 del request
                 one = SingleRequest(stream)
+                ones.append(one)
                 await one.start()
                 async with one:
                     try:
@@ -631,13 +635,15 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         wrapper = grpclib_private.server_h2_stream(stream).wrapper
-        ended = functools.partial(_call_ended, wrapper)
+        ones: list[SingleRequest] = []  # the call's one-message check, once it runs
+        ended = functools.partial(_call_ended, wrapper, ones)
         with self.in_flight(ended) as task, self.memory.call(stream.deadline) as memory:
             admitted = await self._admit(stream, memory)
             if admitted is None:  # refused in-band (the memory budget)
                 await stream.send_trailing_metadata()
                 return
             request, one, checked = admitted
+            ones.append(one)
             del admitted
             handler = functools.partial(
                 self._completion, deadline=stream.deadline, one=one, checked=checked
@@ -916,10 +922,11 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.emit()
 
 
-def _call_ended(wrapper: Any) -> bool:
-    """Whether grpclib ended the call (``wrapper``: its cancellation wrapper) from outside its
-    handler: the client reset the stream, the deadline passed or the connection was lost."""
-    return grpclib_private.wrapper_error(wrapper) is not None
+def _call_ended(wrapper: Any, ones: list[SingleRequest]) -> bool:
+    """Whether the call was ended from outside its handler: by grpclib (``wrapper``: its
+    cancellation wrapper; the client reset the stream, the deadline passed or the connection
+    was lost) or by a second request message (``ones``: the call's one-message check)."""
+    return grpclib_private.wrapper_error(wrapper) is not None or any(one.ended for one in ones)
 
 
 def _reraise_swallowed_cancellation() -> None:

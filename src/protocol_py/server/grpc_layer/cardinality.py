@@ -172,11 +172,24 @@ class SingleRequest:
         if watcher is not None and not watcher.done():
             watcher.cancel()
         task = self._task
-        # our own cancel (as asyncio.timeout does): INTERNAL, unless the call was also
-        # cancelled from elsewhere (client reset, deadline, shutdown)
+        # our own cancel (as asyncio.timeout does): INTERNAL, unless grpclib also ended the
+        # call (client reset, deadline); the server's deliveries of it again
+        # (docs/decisions.md#d46) and a shutdown's cancel are taken back with it
         own = self.error is not None and kind is asyncio.CancelledError
-        if own and task is not None and task.uncancel() == 0 and self.error is not None:
+        if own and task is not None and self.error is not None and not self._ended_by_grpclib():
+            while task.cancelling():
+                task.uncancel()
             raise self.error from None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the call was ended by a request message after the first (its work
+        cancelled; :attr:`error` says why)."""
+        return self.error is not None
+
+    def _ended_by_grpclib(self) -> bool:
+        wrapper = grpclib_private.server_h2_stream(self._stream).wrapper
+        return grpclib_private.wrapper_error(wrapper) is not None
 
     def _violation(self) -> GRPCError:
         self.error = GRPCError(Status.INTERNAL, f"{EXTRA_MESSAGE} to {_path(self._stream)}")
