@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -394,7 +395,7 @@ async def test_a_provider_that_keeps_awaiting_after_its_cancellation_is_cancelle
         assert len(warnings) <= 1
     for warning in warnings:
         assert warning.startswith(
-            "provider reference: a StreamCompletion call still ran 0.1 s or more after it was"
+            "provider reference: 1 StreamCompletion call still ran 0.1 s or more after being"
         )
     assert error_records(caplog) == []
 
@@ -465,7 +466,7 @@ async def test_a_sweep_over_more_calls_than_its_slice_reaches_every_call(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sweep looks at CANCEL_SWEEP_SLICE calls per loop turn and goes on at the next turn:
-    with a slice of one, three stuck calls all end; the WARNING is rate limited to one line."""
+    with a slice of one, three stuck calls all end; one WARNING line counts them."""
     monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
     monkeypatch.setattr(lifecycle, "CANCEL_SWEEP_SLICE", 1)
     caplog.set_level(logging.DEBUG)
@@ -493,7 +494,13 @@ async def test_a_sweep_over_more_calls_than_its_slice_reaches_every_call(
         await running.server.shutdown(grace_period=0)
     assert provider.ends == 3  # the three stuck calls (the plain turn has no "finally")
     assert running.server._in_flight == 0
-    assert len(_redelivery_warnings(caplog)) == 1
+    # one line per interval: calls found within it are counted into the next line, written
+    # when the interval ends or at shutdown
+    counted = 0
+    for warning in _redelivery_warnings(caplog):
+        head = warning.removeprefix("provider reference: ").split(" StreamCompletion call")[0]
+        counted += int(head)
+    assert counted == 3
     assert sum('"outcome": "cancelled"' in m for m in _records(caplog)) == 3
 
 
@@ -547,7 +554,7 @@ async def test_a_unary_call_whose_provider_keeps_awaiting_is_cancelled_again(
     assert provider.second is asyncio.CancelledError
     assert took < 1.0
     [warning] = _redelivery_warnings(caplog)
-    assert warning.startswith("provider reference: a Configure call still ran 0.1 s or more")
+    assert warning.startswith("provider reference: 1 Configure call still ran 0.1 s or more")
     configures = [
         r.getMessage() for r in caplog.records if r.getMessage().startswith('{"rpc": "Configure"')
     ]
@@ -592,3 +599,129 @@ async def test_a_call_ended_by_a_second_request_message_is_cancelled_again(
     [record] = [m for m in _records(caplog) if '"turn_id": "plain"' not in m]
     assert '"error_kind": "INTERNAL"' in record
     assert error_records(caplog) == []
+
+
+REDELIVERIES = [
+    (1, False),
+    (2, True),
+    (3, True),
+    (4, False),
+    (5, True),
+    (6, False),
+    (9, True),
+    (17, True),
+    (18, False),
+    (33, True),
+    (34, False),
+    (64, False),
+    (65, True),
+    (96, False),
+    (97, True),
+]
+"""(sweeps that found a call ended, whether that sweep delivers its cancellation again)"""
+
+
+@pytest.mark.parametrize(("sweeps", "delivers"), REDELIVERIES)
+def test_redeliveries_come_at_growing_intervals(sweeps: int, delivers: bool) -> None:
+    """After 1, 2, 4, ... 32 sweeps from the one that first found the call ended, then every
+    32 (docs/decisions.md#d46)."""
+    assert lifecycle.CANCEL_REDELIVERY_MAX_SWEEPS == 32
+    assert lifecycle._redelivers(sweeps) is delivers
+
+
+class CatchesSeveral(ReferenceProvider):
+    """A provider that catches its first ``times`` cancellations, noting when each came, and
+    lets the next one through."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+        self.deliveries: list[float] = []
+        self.ended = asyncio.Event()
+
+    async def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        if request.call_context is not None and request.call_context.turn_id == "plain":
+            async for event in super().stream(request, context):
+                yield event
+            return
+        try:
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    self.deliveries.append(time.monotonic())
+                    if len(self.deliveries) > self.times:
+                        raise
+            yield StreamEvent()
+        finally:
+            self.ended.set()
+
+
+async def test_a_provider_that_catches_cancellation_repeatedly_is_cancelled_at_growing_intervals(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each delivery after the first comes later than the one before (1, 2, 4, 8 sweeps), so
+    calls of a provider that catches every cancellation cost little; the call ends at the
+    delivery the provider lets through, with one WARNING."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.05)
+    caplog.set_level(logging.DEBUG)
+    provider = CatchesSeveral(times=4)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            await asyncio.sleep(0.1)
+            await stream.cancel()
+        await asyncio.wait_for(provider.ended.wait(), timeout=10)
+        await _serves_a_plain_turn(running)
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert len(provider.deliveries) == 5  # grpclib's, then four by the sweeps
+    gaps = [b - a for a, b in itertools.pairwise(provider.deliveries[1:])]
+    # sweeps of 0.05 s: 1, 2 and 4 sweeps apart (0.05, 0.1, 0.2 s), each at least the last
+    assert gaps[2] > gaps[0] * 2
+    assert gaps[2] >= 0.15
+    assert len(_redelivery_warnings(caplog)) == 1
+    assert sum('"outcome": "cancelled"' in m for m in _records(caplog)) == 1
+
+
+async def test_calls_found_within_the_warning_interval_are_counted_in_a_later_line(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call found after the WARNING line of the interval is not lost: it is counted in the
+    next line, written at the latest when the server shuts down."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    provider = KeepsAwaiting(after=3600)
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+
+    async def cancelled_call() -> None:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            await asyncio.sleep(0.1)
+            await stream.cancel()
+
+    try:
+        await cancelled_call()
+        await asyncio.sleep(0.5)  # its line is written
+        lines_before = len(_redelivery_warnings(caplog))
+        await cancelled_call()
+        await asyncio.sleep(0.5)  # found and cancelled again, within the 10 s interval
+        lines_within = len(_redelivery_warnings(caplog))
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.ends == 2
+    assert (lines_before, lines_within) == (1, 1)
+    warnings = _redelivery_warnings(caplog)
+    assert len(warnings) == 2
+    assert all(w.startswith("provider reference: 1 StreamCompletion call still") for w in warnings)

@@ -46,7 +46,7 @@ from protocol_py.server.grpc_layer.connections import (
     protocol_factory,
 )
 from protocol_py.server.grpc_layer.limits import DEFAULT_MAX_MESSAGE_SIZE, LimitedCodec
-from protocol_py.server.grpc_layer.log_limit import RateLimitedWarning
+from protocol_py.server.grpc_layer.log_limit import WARNING_INTERVAL, RateLimitedWarning
 from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.offload import start_workers
 from protocol_py.transport.addresses import DEFAULT_HOST, DEFAULT_PORT
@@ -73,18 +73,25 @@ LISTEN_BACKLOG: Final = 100
 SHUTDOWN_LINGER: Final = 0.25
 """Seconds connections stay open after the last in-flight stream finished during a drain."""
 
-CANCEL_SWEEP_SLICE: Final = 2000
-"""Most calls one loop turn of a redelivery sweep looks at
-(:data:`CANCEL_REDELIVERY_S`); about 1 ms on CPython 3.11."""
+CANCEL_SWEEP_SLICE: Final = 500
+"""Most calls one loop turn of a redelivery sweep looks at (:data:`CANCEL_REDELIVERY_S`), and
+so most tasks it cancels again at once (each runs to its next await in the next turn)."""
+
+CANCEL_REDELIVERY_MAX_SWEEPS: Final = 32
+"""Longest wait between two deliveries of a call's cancellation again, in sweeps
+(:data:`CANCEL_REDELIVERY_S`: 32 s): a call still running is cancelled again 1, 2, 4, 8, 16
+and 32 sweeps after the sweep that first found it ended, then every 32 sweeps, so thousands
+of calls of a provider that catches every cancellation cost little CPU."""
 
 CANCEL_REDELIVERY_S: Final = 1.0
 """Seconds between the sweeps that deliver a cancelled call's cancellation again
-(docs/decisions.md#d46). A ModelService call ended by its client, its deadline or its
-connection (or a StreamCompletion cut at the shutdown's grace expiry) whose handler still runs
-at two sweeps in a row (so between one and two intervals after its cancellation) is cancelled
-again, at every sweep, until it ends: a provider that caught ``CancelledError`` and went on
-awaiting otherwise held its call, the request and its memory reservation, until the process
-exited."""
+(docs/decisions.md#d46). A ModelService call ended by its client, its deadline, its connection
+or a second request message (or a StreamCompletion cut at the shutdown's grace expiry) whose
+handler still runs at two sweeps in a row (so between one and two intervals after its
+cancellation) is cancelled again, and again at growing intervals
+(:data:`CANCEL_REDELIVERY_MAX_SWEEPS`), until it ends: a provider that caught
+``CancelledError`` and went on awaiting otherwise held its call, the request and its memory
+reservation, until the process exited."""
 
 
 class DrainableStatus(ServiceStatus):
@@ -103,6 +110,18 @@ class DrainableStatus(ServiceStatus):
         super().set(value)
         for event in self._events:
             event.set()
+
+
+def _redelivers(sweeps: int) -> bool:
+    """Whether the ``sweeps``-th sweep that found a call ended (and still running) delivers
+    its cancellation again: after 1, 2, 4, ... sweeps, then every
+    :data:`CANCEL_REDELIVERY_MAX_SWEEPS`."""
+    waited = sweeps - 1
+    if waited < 1:
+        return False
+    if waited <= CANCEL_REDELIVERY_MAX_SWEEPS:
+        return waited & (waited - 1) == 0
+    return waited % CANCEL_REDELIVERY_MAX_SWEEPS == 0
 
 
 def _never() -> bool:
@@ -183,7 +202,11 @@ class ServerLifecycle:
         self._cancel_seen: dict[asyncio.Task[Any], int] = {}
         """In-flight tasks seen ended from outside, with the sweeps that saw them so."""
         self._cancel_sweep: asyncio.Handle | None = None
-        self._stuck_warning = RateLimitedWarning(log)
+        self._stuck_new: dict[str, int] = {}
+        """Calls delivered their cancellation again for the first time and not yet in a
+        WARNING line, by RPC."""
+        self._stuck_warned_at: float | None = None
+        self._stuck_flush: asyncio.TimerHandle | None = None
         self._grace_expired = False
         self.stop_reason = STOP_GRACE_EXPIRED
         """Why in-flight streams were ended (:data:`STOP_GRACE_EXPIRED` or
@@ -423,8 +446,9 @@ class ServerLifecycle:
 
     def _sweep_cancelled(self, tasks: list[asyncio.Task[Any]]) -> None:
         """Cancel again each of ``tasks`` (the calls watched when the sweep started) that was
-        ended from outside (or cut at grace expiry) and was already seen so at the previous
-        sweep; warn (rate limited) the first time for each. At most
+        ended from outside (or cut at grace expiry) and is still running 1, 2, 4, ... sweeps
+        after the sweep that first found it so (:func:`_redelivers`); the calls cancelled again
+        for the first time go into the next WARNING line (:meth:`_report_stuck`). At most
         :data:`CANCEL_SWEEP_SLICE` tasks per loop turn: the rest of the sweep is the next
         turn's."""
         loop = asyncio.get_running_loop()
@@ -443,24 +467,61 @@ class ServerLifecycle:
                 self._cancel_seen.pop(task, None)
                 continue
             sweeps = self._cancel_seen[task] = self._cancel_seen.get(task, 0) + 1
-            if sweeps == 1:
-                continue  # ended since the last sweep: it has until the next one to stop
+            if not _redelivers(sweeps):
+                continue  # the first sweep that sees it, or between growing intervals
             if sweeps == 2:
-                self._stuck_warning.warn(
-                    "provider %s: a %s call still ran %g s or more after it was cancelled "
-                    "(its code caught CancelledError and went on); cancelling it again every "
-                    "%g s until it ends (docs/decisions.md#d46)",
-                    self.provider_name(),
-                    rpc,
-                    CANCEL_REDELIVERY_S,
-                    CANCEL_REDELIVERY_S,
-                )
+                self._stuck_new[rpc] = self._stuck_new.get(rpc, 0) + 1
             task.cancel()
         if tasks:
             self._cancel_sweep = loop.call_soon(self._sweep_cancelled, tasks)
             return
         self._cancel_sweep = None
+        self._report_stuck()
         self._schedule_cancel_sweep()
+
+    def _report_stuck(self, *, now: bool = False) -> None:
+        """One WARNING for the calls delivered their cancellation again for the first time
+        since the last one, at most one line per
+        :data:`~protocol_py.server.grpc_layer.log_limit.WARNING_INTERVAL` (10 s): calls of a
+        sweep within it are counted into the next line, written when the interval ends (or at
+        once with ``now``, at shutdown)."""
+        if not self._stuck_new:
+            return
+        clock = time.monotonic()
+        last = self._stuck_warned_at
+        if not now and last is not None and clock - last < WARNING_INTERVAL:
+            if self._stuck_flush is None:
+                self._stuck_flush = asyncio.get_running_loop().call_later(
+                    last + WARNING_INTERVAL - clock, self._flush_stuck
+                )
+            return
+        if self._stuck_flush is not None:
+            self._stuck_flush.cancel()
+            self._stuck_flush = None
+        counts, self._stuck_new = self._stuck_new, {}
+        self._stuck_warned_at = clock
+        total = sum(counts.values())
+        what = (
+            f"{total} {next(iter(counts))} call{'s' if total > 1 else ''}"
+            if len(counts) == 1
+            else f"{total} calls ({', '.join(f'{rpc} {n}' for rpc, n in sorted(counts.items()))})"
+        )
+        log.warning(
+            "provider %s: %s still ran %g s or more after being cancelled (the provider caught "
+            "CancelledError and went on); cancelling again until they end, after %g, %g, %g"
+            " ... %g s (docs/decisions.md#d46)",
+            self.provider_name(),
+            what,
+            CANCEL_REDELIVERY_S,
+            CANCEL_REDELIVERY_S,
+            2 * CANCEL_REDELIVERY_S,
+            4 * CANCEL_REDELIVERY_S,
+            CANCEL_REDELIVERY_S * CANCEL_REDELIVERY_MAX_SWEEPS,
+        )
+
+    def _flush_stuck(self) -> None:
+        self._stuck_flush = None
+        self._report_stuck()
 
     def provider_name(self) -> str:
         """The served provider's name, for log lines (subclasses that serve one say it)."""
@@ -513,6 +574,7 @@ class ServerLifecycle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         self._trimmer.cancel()
+        self._report_stuck(now=True)
         if self._cancel_sweep is not None and not self._watched:
             self._cancel_sweep.cancel()
             self._cancel_sweep = None
