@@ -278,7 +278,26 @@ async def test_client_leaving_stream_early_cancels_upstream() -> None:
     assert provider.upstream_closed is True
 
 
-class KeepsAwaiting(ReferenceProvider):
+class Misbehaving(ReferenceProvider):
+    """The reference provider for turns whose turn id is ``plain``; :meth:`misbehave` (the
+    subclass's) for every other turn."""
+
+    async def stream(
+        self, request: StreamCompletionRequest, context: CallContext
+    ) -> AsyncIterator[StreamEvent]:
+        events = (
+            super().stream(request, context)
+            if request.call_context is not None and request.call_context.turn_id == "plain"
+            else self.misbehave()
+        )
+        async for event in events:
+            yield event
+
+    def misbehave(self) -> AsyncIterator[StreamEvent]:
+        raise NotImplementedError
+
+
+class KeepsAwaiting(Misbehaving):
     """A provider that catches the cancellation of its call and then awaits ``after`` seconds
     more (its "cleanup"), re-raising only when that await ends normally."""
 
@@ -290,13 +309,7 @@ class KeepsAwaiting(ReferenceProvider):
         self.ended = asyncio.Event()
         self.ends = 0
 
-    async def stream(
-        self, request: StreamCompletionRequest, context: CallContext
-    ) -> AsyncIterator[StreamEvent]:
-        if request.call_context is not None and request.call_context.turn_id == "plain":
-            async for event in super().stream(request, context):
-                yield event
-            return
+    async def misbehave(self) -> AsyncIterator[StreamEvent]:
         try:
             try:
                 await asyncio.sleep(3600)
@@ -341,6 +354,16 @@ async def _serves_a_plain_turn(running: Any) -> None:
     finally:
         client.close()
     assert result.stop is not None and result.stop.reason is StopReason.END_TURN
+
+
+async def _cancelled_call(channel: Channel, after: float = 0.1) -> None:
+    """A StreamCompletion on ``channel`` that its client cancels ``after`` seconds in."""
+    async with channel.request(
+        PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+    ) as stream:
+        await stream.send_message(make_request(), end=True)
+        await asyncio.sleep(after)
+        await stream.cancel()
 
 
 @pytest.mark.parametrize("ended_by", ["client cancel", "deadline"])
@@ -411,12 +434,7 @@ async def test_a_cleanup_shorter_than_the_redelivery_interval_is_not_cut(
     running = await start_server(provider)
     channel = Channel("127.0.0.1", running.port)
     try:
-        async with channel.request(
-            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
-        ) as stream:
-            await stream.send_message(make_request(), end=True)
-            await asyncio.sleep(0.1)
-            await stream.cancel()
+        await _cancelled_call(channel, 0.1)
         await asyncio.wait_for(provider.ended.wait(), timeout=5)
         await asyncio.sleep(1.2)  # two sweeps after the end
     finally:
@@ -474,16 +492,8 @@ async def test_a_sweep_over_more_calls_than_its_slice_reaches_every_call(
     running = await start_server(provider)
     channel = Channel("127.0.0.1", running.port)
 
-    async def call() -> None:
-        async with channel.request(
-            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
-        ) as stream:
-            await stream.send_message(make_request(), end=True)
-            await asyncio.sleep(0.2)
-            await stream.cancel()
-
     try:
-        await asyncio.gather(call(), call(), call())
+        await asyncio.gather(*(_cancelled_call(channel, 0.2) for _ in range(3)))
         for _ in range(300):
             if provider.ends == 3:
                 break
@@ -629,7 +639,7 @@ def test_redeliveries_come_at_growing_intervals(sweeps: int, delivers: bool) -> 
     assert lifecycle._redelivers(sweeps) is delivers
 
 
-class CatchesSeveral(ReferenceProvider):
+class CatchesSeveral(Misbehaving):
     """A provider that catches its first ``times`` cancellations, noting when each came, and
     lets the next one through."""
 
@@ -639,13 +649,7 @@ class CatchesSeveral(ReferenceProvider):
         self.deliveries: list[float] = []
         self.ended = asyncio.Event()
 
-    async def stream(
-        self, request: StreamCompletionRequest, context: CallContext
-    ) -> AsyncIterator[StreamEvent]:
-        if request.call_context is not None and request.call_context.turn_id == "plain":
-            async for event in super().stream(request, context):
-                yield event
-            return
+    async def misbehave(self) -> AsyncIterator[StreamEvent]:
         try:
             while True:
                 try:
@@ -671,12 +675,7 @@ async def test_a_provider_that_catches_cancellation_repeatedly_is_cancelled_at_g
     running = await start_server(provider)
     channel = Channel("127.0.0.1", running.port)
     try:
-        async with channel.request(
-            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
-        ) as stream:
-            await stream.send_message(make_request(), end=True)
-            await asyncio.sleep(0.1)
-            await stream.cancel()
+        await _cancelled_call(channel, 0.1)
         await asyncio.wait_for(provider.ended.wait(), timeout=10)
         await _serves_a_plain_turn(running)
     finally:
@@ -702,19 +701,11 @@ async def test_calls_found_within_the_warning_interval_are_counted_in_a_later_li
     running = await start_server(provider)
     channel = Channel("127.0.0.1", running.port)
 
-    async def cancelled_call() -> None:
-        async with channel.request(
-            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
-        ) as stream:
-            await stream.send_message(make_request(), end=True)
-            await asyncio.sleep(0.1)
-            await stream.cancel()
-
     try:
-        await cancelled_call()
+        await _cancelled_call(channel)
         await asyncio.sleep(0.5)  # its line is written
         lines_before = len(_redelivery_warnings(caplog))
-        await cancelled_call()
+        await _cancelled_call(channel)
         await asyncio.sleep(0.5)  # found and cancelled again, within the 10 s interval
         lines_within = len(_redelivery_warnings(caplog))
     finally:
