@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -209,3 +210,64 @@ def test_serve_sets_the_one_millisecond_switch_interval_before_starting_the_loop
     finally:
         sys.setswitchinterval(before)
     assert seen == [pytest.approx(0.001)]
+
+
+def test_serve_stopped_with_a_call_that_never_ends_says_so() -> None:
+    """A provider that catches every cancellation keeps its call (and the process) running
+    after the shutdown (docs/decisions.md#d46): the last line says so, where it would say
+    "stopped"."""
+    script = textwrap.dedent(
+        """
+        import asyncio
+        from protocol_py import serve
+        from protocol_py.providers.reference.provider import ReferenceProvider
+        from protocol_py.server import lifecycle
+
+        lifecycle.CANCEL_REDELIVERY_S = 0.1
+
+        class CatchesEvery(ReferenceProvider):
+            async def stream(self, request, context):
+                while True:
+                    try:
+                        await asyncio.sleep(3600)
+                    except asyncio.CancelledError:
+                        pass
+                yield
+
+        serve(CatchesEvery(), port=0, handshake=True, grace_period=0.2)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    guard = threading.Timer(30, proc.kill)  # the read of stderr below ends at the latest then
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        address = proc.stdout.readline().split("|")[2]
+
+        async def call() -> None:
+            async with ModelClient.connect(address) as client:
+                with pytest.raises(asyncio.TimeoutError):
+                    async for _ in client.stream(make_request(), timeout=0.3):
+                        pass
+
+        asyncio.run(call())
+        proc.send_signal(signal.SIGTERM)
+        lines = []
+        guard.start()
+        for line in proc.stderr:
+            lines.append(line)
+            if " protocol_py.server stopped" in line:
+                break
+        else:
+            raise AssertionError("".join(lines))
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.communicate()
+    last = lines[-1]
+    assert "WARNING protocol_py.server stopped, but 1 call(s) still run: their provider" in last
+    assert any("1 StreamCompletion call still ran 0.1 s or more" in line for line in lines)

@@ -523,6 +523,11 @@ class ServerLifecycle:
         self._stuck_flush = None
         self._report_stuck()
 
+    def calls_still_running(self) -> int:
+        """How many ModelService calls are still running (after :meth:`shutdown`: the calls
+        of a provider that catches every cancellation, docs/decisions.md#d46)."""
+        return sum(not task.done() for task in self._watched)
+
     def provider_name(self) -> str:
         """The served provider's name, for log lines (subclasses that serve one say it)."""
         return "?"

@@ -507,7 +507,15 @@ async def _drain(server: ModelServer, force: asyncio.Event) -> None:
             await shutdown
         server.stop_reason = STOP_SECOND_SIGNAL
         await server.shutdown(grace_period=0)
-    log.info("stopped")
+    running = server.calls_still_running()
+    if running:
+        log.warning(
+            "stopped, but %d call(s) still run: their provider catches every cancellation "
+            "(docs/decisions.md#d46); the process exits when they end",
+            running,
+        )
+    else:
+        log.info("stopped")
 
 
 def configure_serve_process() -> None:
