@@ -716,3 +716,58 @@ async def test_calls_found_within_the_warning_interval_are_counted_in_a_later_li
     warnings = _redelivery_warnings(caplog)
     assert len(warnings) == 2
     assert all(w.startswith("provider reference: 1 StreamCompletion call still") for w in warnings)
+
+
+class KeepsYielding(Misbehaving):
+    """A provider that catches its call's cancellation and goes on yielding events."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caught = 0
+        self.ended = asyncio.Event()
+
+    async def misbehave(self) -> AsyncIterator[StreamEvent]:
+        try:
+            index = 0
+            while True:
+                try:
+                    await asyncio.sleep(0.02)
+                except asyncio.CancelledError:
+                    self.caught += 1
+                yield StreamEvent(text_delta=TextDelta(text=f"t{index}"))
+                index += 1
+        finally:
+            self.ended.set()
+
+
+@pytest.mark.parametrize("ended_by", ["client cancel", "connection lost"])
+async def test_a_provider_that_keeps_yielding_after_its_cancellation_ends_at_its_next_event(
+    ended_by: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handler ends the call at the first event after a cancellation the provider caught:
+    one record, no "Failed to handle cancellation" from a send on the reset stream, and no
+    stream left running for a connection that is gone."""
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="grpclib.server")
+    provider = KeepsYielding()
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            assert await stream.recv_message() is not None
+            if ended_by == "client cancel":
+                await stream.cancel()
+            else:
+                channel.close()
+        await asyncio.wait_for(provider.ended.wait(), timeout=2)
+        await _serves_a_plain_turn(running)
+    finally:
+        channel.close()
+        await running.server.shutdown(grace_period=0)
+    assert provider.caught == 1
+    assert error_records(caplog) == []
+    records = [m for m in _records(caplog) if '"turn_id": "plain"' not in m]
+    assert len(records) == 1 and '"outcome": "cancelled"' in records[0]

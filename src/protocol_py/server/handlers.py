@@ -834,6 +834,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             try:
                 upstream = self.provider.stream(request, context)
                 async for event in upstream:
+                    # a provider that caught its call's cancellation and went on yielding:
+                    # the call ends here, as cancelled, not at a send on a reset stream
+                    _reraise_swallowed_cancellation()
                     try:
                         checker.check(event)
                     except StreamOrderError as exc:
