@@ -200,7 +200,7 @@ class ServerLifecycle:
         """Handler tasks whose cancellation is delivered again (:meth:`redelivering`), with
         their RPC's name and whether their call was ended from outside."""
         self._cancel_seen: dict[asyncio.Task[Any], int] = {}
-        """In-flight tasks seen ended from outside, with the sweeps that saw them so."""
+        """Watched tasks seen ended from outside, with the number of sweeps that saw them so."""
         self._cancel_sweep: asyncio.Handle | None = None
         self._stuck_new: dict[str, int] = {}
         """Calls delivered their cancellation again for the first time and not yet in a
@@ -396,9 +396,9 @@ class ServerLifecycle:
         drain waits for it and cancels it at grace expiry). Yields the task.
 
         ``cancelled`` tells whether the call has been ended from outside the handler (its
-        client, deadline or connection); once it has, or the grace period expired, a task
-        still running is cancelled again every :data:`CANCEL_REDELIVERY_S` seconds until it
-        ends (:meth:`redelivering`, docs/decisions.md#d46)."""
+        client, deadline or connection, or a second request message); once it has, or the
+        grace period expired, a task still running is cancelled again until it ends
+        (:meth:`redelivering`, docs/decisions.md#d46)."""
         self._in_flight += 1
         self._idle.clear()
         task = asyncio.current_task()
@@ -417,10 +417,11 @@ class ServerLifecycle:
     @contextlib.contextmanager
     def redelivering(self, rpc: str, cancelled: Callable[[], bool]) -> Iterator[None]:
         """While the block runs, the current task (the handler of an ``rpc`` call) is cancelled
-        again every :data:`CANCEL_REDELIVERY_S` seconds once ``cancelled()`` (its call was
-        ended from outside: client reset, deadline, lost connection) or, for an in-flight
-        StreamCompletion, the grace period expired, and it was already so at the previous
-        sweep (docs/decisions.md#d46)."""
+        again, at the sweeps :func:`_redelivers` names (1, 2, 4, ... 32 sweeps of
+        :data:`CANCEL_REDELIVERY_S` seconds, then every 32), once ``cancelled()`` (its call was
+        ended from outside: client reset, deadline, lost connection, a second request
+        message) or, for an in-flight StreamCompletion, the grace period expired
+        (docs/decisions.md#d46)."""
         task = asyncio.current_task()
         if task is None:
             yield
