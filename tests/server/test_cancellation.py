@@ -23,6 +23,7 @@ from protocol_py.server import HALF_CLOSE_WAIT, lifecycle
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     ModelServiceBase,
+    Stop,
     StopReason,
     StreamCompletionRequest,
     StreamEvent,
@@ -771,3 +772,48 @@ async def test_a_provider_that_keeps_yielding_after_its_cancellation_ends_at_its
     assert error_records(caplog) == []
     records = [m for m in _records(caplog) if '"turn_id": "plain"' not in m]
     assert len(records) == 1 and '"outcome": "cancelled"' in records[0]
+
+
+class CancelsItselfForATimeout(Misbehaving):
+    """A provider that times out an await of its own the way code written before Python 3.11
+    does (``loop.call_later(t, task.cancel)``, then catching CancelledError), without taking
+    the cancellation back (``Task.uncancel``), then streams a whole reply."""
+
+    async def misbehave(self) -> AsyncIterator[StreamEvent]:
+        task = asyncio.current_task()
+        assert task is not None
+        timer = asyncio.get_running_loop().call_later(0.01, task.cancel)
+        try:
+            await asyncio.sleep(3600)  # "the upstream", timed out
+        except asyncio.CancelledError:
+            pass
+        finally:
+            timer.cancel()
+        for index in range(5):
+            yield StreamEvent(text_delta=TextDelta(text=f"t{index}"))
+        yield StreamEvent(stop=Stop(reason=StopReason.END_TURN))
+
+
+async def test_a_provider_that_cancels_itself_for_its_own_timeout_is_not_stopped(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a call that was ended (from outside, by a second request message, or at grace
+    expiry) is stopped for a cancellation its provider caught: a cancellation count the
+    provider left on its own task, with nobody ending the call, changes nothing."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    running = await start_server(CancelsItselfForATimeout())
+    client = ModelClient.connect(running.address)
+    try:
+        events = [event async for event in client.stream(make_request(), timeout=10)]
+        await asyncio.sleep(0.3)  # sweeps pass
+    finally:
+        client.close()
+        await running.server.shutdown(grace_period=0)
+    assert [e.text_delta.text for e in events if e.text_delta is not None] == [
+        f"t{index}" for index in range(5)
+    ]
+    assert events[-1].stop is not None and events[-1].stop.reason is StopReason.END_TURN
+    [record] = _records(caplog)
+    assert '"outcome": "ok"' in record
+    assert _redelivery_warnings(caplog) == []

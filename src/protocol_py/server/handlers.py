@@ -237,6 +237,20 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         """The served provider's ``name``."""
         return self.provider.name
 
+    def _reraise_swallowed_cancellation(self, ended: Callable[[], bool] | None) -> None:
+        """Raise CancelledError when the call was cancelled and its provider caught that and
+        went on (returned, or yielded again): its task still counts the cancellation
+        (``Task.cancelling``) and the call was ended (``ended()``: from outside, or by a second
+        request message; or the grace period expired). A count alone is not enough: a provider
+        may cancel its own task for a timeout of its own and catch that without taking it
+        back (``Task.uncancel``), and its call must go on. ``ended`` None (a call not served
+        over gRPC): the count alone."""
+        task = asyncio.current_task()
+        if task is None or not task.cancelling():
+            return
+        if ended is None or self.grace_expired or ended():
+            raise asyncio.CancelledError()
+
     # -- preparation ----------------------------------------------------------------------------
 
     async def prepare(self) -> Capabilities:
@@ -646,7 +660,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             ones.append(one)
             del admitted
             handler = functools.partial(
-                self._completion, deadline=stream.deadline, one=one, checked=checked
+                self._completion, deadline=stream.deadline, one=one, checked=checked, ended=ended
             )
             del checked
             try:
@@ -786,6 +800,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         deadline: Deadline | None = None,
         one: SingleRequest | None = None,
         checked: tuple[ModelSpec, _Checked] | None = None,
+        ended: Callable[[], bool] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         context = request.call_context or CallContext()
         record = RpcRecord(
@@ -836,7 +851,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 async for event in upstream:
                     # a provider that caught its call's cancellation and went on yielding:
                     # the call ends here, as cancelled, not at a send on a reset stream
-                    _reraise_swallowed_cancellation()
+                    self._reraise_swallowed_cancellation(ended)
                     try:
                         checker.check(event)
                     except StreamOrderError as exc:
@@ -866,7 +881,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                         return
                     yield event
                 else:
-                    _reraise_swallowed_cancellation()
+                    self._reraise_swallowed_cancellation(ended)
                     failure = ModelError(
                         kind=ErrorKind.PERMANENT,
                         message="provider ended the stream without a stop or error event",
@@ -878,7 +893,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise GRPCError(Status.UNIMPLEMENTED, "StreamCompletion") from None
                 failure = ModelError(kind=ErrorKind.PERMANENT, message="not implemented")
             except Exception as exc:
-                _reraise_swallowed_cancellation()
+                self._reraise_swallowed_cancellation(ended)
                 failure = classify_exception(exc)
                 if not isinstance(exc, ProviderError):
                     log_provider_exception(self.provider.name, "StreamCompletion", exc)
@@ -930,10 +945,3 @@ def _call_ended(wrapper: Any, ones: list[SingleRequest]) -> bool:
     cancellation wrapper; the client reset the stream, the deadline passed or the connection
     was lost) or by a second request message (``ones``: the call's one-message check)."""
     return grpclib_private.wrapper_error(wrapper) is not None or any(one.ended for one in ones)
-
-
-def _reraise_swallowed_cancellation() -> None:
-    """A provider that caught CancelledError and returned must not defeat cancellation."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError()

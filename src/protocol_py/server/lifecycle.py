@@ -509,8 +509,8 @@ class ServerLifecycle:
         )
         log.warning(
             "provider %s: %s still ran %g s or more after being cancelled (the provider caught "
-            "CancelledError and went on); cancelling again until they end, after %g, %g, %g"
-            " ... %g s (docs/decisions.md#d46)",
+            "CancelledError and went on, or its cleanup takes that long); cancelling again "
+            "until they end, after %g, %g, %g ... %g s (docs/decisions.md#d46)",
             self.provider_name(),
             what,
             CANCEL_REDELIVERY_S,
