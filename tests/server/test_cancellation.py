@@ -817,3 +817,33 @@ async def test_a_provider_that_cancels_itself_for_its_own_timeout_is_not_stopped
     [record] = _records(caplog)
     assert '"outcome": "ok"' in record
     assert _redelivery_warnings(caplog) == []
+
+
+async def test_a_call_whose_connection_goes_during_its_shutdown_end_logs_no_traceback(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider that catches the cancellations of the shutdown until after the server closed
+    its connection: the handler's in-band end finds the connection gone and ends the call as
+    cancelled, so grpclib logs no "Failed to handle cancellation" traceback."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 0.1)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="grpclib.server")
+    provider = CatchesSeveral(times=6)  # its last catch about 1.7 s after the grace expiry
+    running = await start_server(provider)
+    channel = Channel("127.0.0.1", running.port)
+    try:
+        async with channel.request(
+            PATH, Cardinality.UNARY_STREAM, StreamCompletionRequest, StreamEvent
+        ) as stream:
+            await stream.send_message(make_request(), end=True)
+            await asyncio.sleep(0.2)
+            await running.server.shutdown(grace_period=0.1)
+            with contextlib.suppress(Exception):
+                await stream.recv_message()
+        await asyncio.wait_for(provider.ended.wait(), timeout=10)
+        await asyncio.sleep(0.2)
+    finally:
+        channel.close()
+    assert len(provider.deliveries) == 7
+    assert error_records(caplog) == []
+    assert len(_records(caplog)) == 1

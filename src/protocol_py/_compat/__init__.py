@@ -16,6 +16,7 @@ Patch                                     Dependency  Versions        Upstream
 ``grpclib_unimplemented_content_type``    grpclib     >=0.2.3,<0.5    vmagamedov/grpclib#70
 ``grpclib_timeout_header``                grpclib     >=0.4.9,<0.5    none filed
 ``grpclib_small_data``                    grpclib     >=0.4.9,<0.5    none filed
+``grpclib_cancel_once``                   grpclib     >=0.4.9,<0.5    none filed
 ``hyperframe_frame_repr``                 hyperframe  >=6.1,<7        none filed
 ``httpx_response_cycle``                  httpx       >=0.28,<0.29    encode/httpx#3733
 ``h2_refused_stream``                     h2          >=4.1,<5        none filed
@@ -36,6 +37,7 @@ from typing import Final
 
 from protocol_py._compat import (
     asyncio_accept_backoff,
+    grpclib_cancel_once,
     grpclib_closed_connection,
     grpclib_goaway,
     grpclib_small_data,
@@ -137,6 +139,18 @@ PATCHES: Final[tuple[Patch, ...]] = (
         delete_when="grpclib's stream Buffer stores received payloads as bytes (one buffer), "
         "not one queued tuple per frame",
         install=grpclib_small_data.install,
+    ),
+    Patch(
+        module="grpclib_cancel_once",
+        dependency="grpclib",
+        versions=">=0.4.9,<0.5",
+        symptom="a call ended from outside is cancelled again by every later cause (a deadline, "
+        "then the client's reset; a cancel, then the connection closing, milliseconds apart), "
+        "so a provider's finally that awaits the close of its upstream is cut at once, and the "
+        "call's recorded cause becomes the last one instead of the first",
+        upstream="none filed",
+        delete_when="grpclib's Wrapper.cancel leaves an already cancelled wrapper as it is",
+        install=grpclib_cancel_once.install,
     ),
     Patch(
         module="hyperframe_frame_repr",

@@ -674,6 +674,10 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 while task.cancelling():
                     task.uncancel()
                 await self._send_shutdown_error(stream)
+                if _call_ended(wrapper, []):
+                    # its connection went meanwhile: ended as cancelled (returning would make
+                    # grpclib log "Failed to handle cancellation" with a traceback)
+                    raise asyncio.CancelledError() from None
                 return
             # Trailers are sent here, not after return, so a draining shutdown that waits for
             # in-flight streams never closes the connection before the stream's status.

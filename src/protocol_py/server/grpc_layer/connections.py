@@ -115,6 +115,12 @@ request in 256 KiB frames was fed in 138 slices, parsed in 1.9 ms against 1.4 ms
 payloads (h2 alone, in one process). A slice is then at most :data:`FEED_SLICE_BYTES` plus one
 frame (:data:`INBOUND_MAX_FRAME_BYTES`)."""
 
+CANCELLED_CALLS_GRACE: Final = 1.0
+"""Seconds a call cancelled by a reset of its stream, and still finishing when its connection
+goes, gets before it is cancelled again (its provider's cleanup in ``finally``, its trailers):
+as long as the server's own redelivery interval
+(:data:`protocol_py.server.lifecycle.CANCEL_REDELIVERY_S`, docs/decisions.md#d46)."""
+
 DEFAULT_RECEIVE_TIMEOUT: Final = 60.0
 """Default receive timeout, in seconds: the time allowed between the start of a unary-request
 call (its HEADERS) and its complete request (END_STREAM). A slower call gets
@@ -606,20 +612,26 @@ class TransportHandler(grpclib.server.Handler):
             task.cancel()
 
     def cancel(self, stream: Any) -> None:
-        """Cancel the task of a reset stream (tolerates a stream already finished)."""
+        """Cancel the task of a reset stream (tolerates a stream already finished), unless its
+        call's cancellation wrapper, which grpclib cancels first for the same reset, already
+        did: a call's cancellation is delivered once (``_compat.grpclib_cancel_once``)."""
         task = grpclib_private.handler_tasks(self).pop(stream, None)
         if task is not None:
-            task.cancel()
+            wrapper = getattr(stream, "wrapper", None)
+            if wrapper is None or not wrapper.cancelled:
+                task.cancel()
             grpclib_private.handler_cancelled(self).add(task)
 
     def close(self) -> None:
-        """The connection is gone: cancel every call, also those already cancelled by a reset
-        that are still finishing (grpclib forgets them, so one waiting to write its trailers on
-        a connection paused for writing hung forever, holding its reply), and the idle timer."""
+        """The connection is gone: cancel every call not cancelled yet and the idle timer; the
+        calls already cancelled by a reset that are still finishing are cancelled again
+        :data:`CANCELLED_CALLS_GRACE` seconds later (grpclib forgets them, so one waiting to
+        write its trailers on a connection paused for writing hung forever, holding its reply;
+        one closing its upstream in ``finally`` gets that long)."""
         self._disarm_idle_timer()
-        for task in grpclib_private.handler_cancelled(self):
-            if not task.done():
-                task.cancel()
+        finishing = [t for t in grpclib_private.handler_cancelled(self) if not t.done()]
+        if finishing:
+            self.loop.call_later(CANCELLED_CALLS_GRACE, _cancel_unfinished, finishing)
         super().close()
 
     # -- idle connections -----------------------------------------------------------------------
@@ -638,6 +650,12 @@ class TransportHandler(grpclib.server.Handler):
         protocol = self.protocol_ref() if self.protocol_ref is not None else None
         if self.open_streams == 0 and protocol is not None:
             close_connection(protocol, "idle connection closed")
+
+
+def _cancel_unfinished(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        if not task.done():
+            task.cancel()
 
 
 def close_connection(protocol: H2Protocol, reason: str = "server shutting down") -> None:
