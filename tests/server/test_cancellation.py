@@ -19,7 +19,7 @@ from grpclib.exceptions import GRPCError
 
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
-from protocol_py.server import HALF_CLOSE_WAIT, lifecycle
+from protocol_py.server import HALF_CLOSE_WAIT, ModelServer, lifecycle
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import (
     ModelServiceBase,
@@ -847,3 +847,23 @@ async def test_a_call_whose_connection_goes_during_its_shutdown_end_logs_no_trac
     assert len(provider.deliveries) == 7
     assert error_records(caplog) == []
     assert len(_records(caplog)) == 1
+
+
+async def test_the_redelivery_warning_counts_the_calls_by_rpc(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    server = ModelServer(ReferenceProvider())
+    server._stuck_new = {"StreamCompletion": 1}
+    server._report_stuck(now=True)
+    server._stuck_new = {"StreamCompletion": 2, "Configure": 1}
+    server._report_stuck(now=True)
+    assert _redelivery_warnings(caplog) == [
+        "provider reference: 1 StreamCompletion call still ran 1 s or more after being cancelled"
+        " (the provider caught CancelledError and went on, or its cleanup takes that long);"
+        " cancelling again until it ends, after 1, 2, 4 ... 32 s (docs/decisions.md#d46)",
+        "provider reference: 3 calls (Configure 1, StreamCompletion 2) still ran 1 s or more"
+        " after being cancelled (the provider caught CancelledError and went on, or its cleanup"
+        " takes that long); cancelling again until they end, after 1, 2, 4 ... 32 s"
+        " (docs/decisions.md#d46)",
+    ]

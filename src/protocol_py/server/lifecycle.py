@@ -510,10 +510,11 @@ class ServerLifecycle:
         log.warning(
             "provider %s: %s still ran %g s or more after being cancelled (the provider caught "
             "CancelledError and went on, or its cleanup takes that long); cancelling again "
-            "until they end, after %g, %g, %g ... %g s (docs/decisions.md#d46)",
+            "until %s, after %g, %g, %g ... %g s (docs/decisions.md#d46)",
             self.provider_name(),
             what,
             CANCEL_REDELIVERY_S,
+            "it ends" if total == 1 else "they end",
             CANCEL_REDELIVERY_S,
             2 * CANCEL_REDELIVERY_S,
             4 * CANCEL_REDELIVERY_S,
