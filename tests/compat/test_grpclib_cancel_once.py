@@ -13,11 +13,12 @@ import grpclib.utils
 import pytest
 from grpclib.client import Channel
 from grpclib.const import Cardinality
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from protocol_py._compat import grpclib_cancel_once
+from protocol_py._compat import grpclib_cancel_once, grpclib_private
 from protocol_py.client.client import ModelClient
 from protocol_py.providers.reference.provider import ReferenceProvider
+from protocol_py.server.grpc_layer.connections import TransportHandler
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent, TextDelta
 
@@ -119,3 +120,40 @@ async def test_a_cleanup_that_awaits_runs_to_its_end(
     ]
     outcome = "deadline_exceeded" if ended_by == "deadline" else "cancelled"
     assert len(records) == 1 and f'"outcome": "{outcome}"' in records[0]
+
+
+class _Stream:
+    """What TransportHandler.cancel reads of a stream: its cancellation wrapper."""
+
+    def __init__(self, wrapper: grpclib.utils.Wrapper) -> None:
+        self.wrapper = wrapper
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["in its handler", "sending trailers"])
+async def test_a_reset_cancels_the_call_task_exactly_once(inside: bool) -> None:
+    """grpclib reports a reset to the call's wrapper, then to its handler: a task inside the
+    wrapper was cancelled by the first and is not cancelled again; one that had left it
+    (returned, sending its trailers) is cancelled by the second."""
+    assert grpclib_cancel_once.install()
+    wrapper = grpclib.utils.Wrapper()
+    stream = _Stream(wrapper)
+    blocked = asyncio.Event()
+
+    async def call() -> None:
+        with wrapper:
+            if inside:
+                await blocked.wait()
+            await asyncio.sleep(0)
+        await blocked.wait()  # after the method: the trailers wait for the transport
+
+    task = asyncio.create_task(call())
+    await asyncio.sleep(0.01)
+    handler = object.__new__(TransportHandler)  # only its call tables, as grpclib keeps them
+    handler._tasks = {stream: task}
+    handler._cancelled = set()
+    wrapper.cancel(StreamTerminatedError("Stream reset by remote party"))
+    handler.cancel(stream)
+    assert task.cancelling() == 1
+    assert grpclib_private.handler_cancelled(handler) == {task}
+    with pytest.raises((asyncio.CancelledError, StreamTerminatedError)):
+        await task

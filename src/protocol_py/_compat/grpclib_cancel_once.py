@@ -28,9 +28,18 @@ from typing import Any
 
 import grpclib.utils as _utils
 
-__all__ = ["install"]
+__all__ = ["delivered_to", "install"]
 
 _MARK = "_protocol_py_cancel_once"
+_DELIVERED = "_protocol_py_delivered_to"
+
+
+def delivered_to(wrapper: Any, task: Any) -> bool:
+    """Whether ``wrapper``'s cancellation (installed :func:`install`) cancelled ``task``: the
+    task was inside the wrapper when it was cancelled. False before any cancellation, and for
+    a task that was outside it (a handler that had returned and was sending its trailers)."""
+    delivered: frozenset[Any] = getattr(wrapper, _DELIVERED, frozenset())
+    return task in delivered
 
 
 def install() -> bool:
@@ -59,6 +68,9 @@ def install() -> bool:
     def cancel(self: Any, error: Exception) -> None:
         if self.cancelled:  # delivered already: its tasks were cancelled, its error stands
             return
+        # the tasks inside the wrapper now (a handler sending its trailers after returning is
+        # not): the ones this cancellation reaches
+        setattr(self, _DELIVERED, frozenset(self._tasks))
         original(self, error)
 
     setattr(cancel, _MARK, True)

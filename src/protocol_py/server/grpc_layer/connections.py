@@ -76,7 +76,7 @@ from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes
 
-from protocol_py._compat import grpclib_private
+from protocol_py._compat import grpclib_cancel_once, grpclib_private
 from protocol_py.bounded_text import bounded_message
 from protocol_py.server.grpc_layer.batching import EventWriter
 from protocol_py.server.grpc_layer.cardinality import REQUEST_READ_ATTR
@@ -614,12 +614,13 @@ class TransportHandler(grpclib.server.Handler):
     def cancel(self, stream: Any) -> None:
         """Cancel the task of a reset stream (tolerates a stream already finished), unless its
         call's cancellation wrapper, which grpclib cancels first for the same reset, already
-        did: a call's cancellation is delivered once (``_compat.grpclib_cancel_once``)."""
+        cancelled that task: a call's cancellation is delivered once
+        (``_compat.grpclib_cancel_once``)."""
         task = grpclib_private.handler_tasks(self).pop(stream, None)
         if task is not None:
             wrapper = getattr(stream, "wrapper", None)
-            if wrapper is None or not wrapper.cancelled:
-                task.cancel()
+            if wrapper is None or not grpclib_cancel_once.delivered_to(wrapper, task):
+                task.cancel()  # not inside its wrapper then (sending its trailers): cancel it
             grpclib_private.handler_cancelled(self).add(task)
 
     def close(self) -> None:
