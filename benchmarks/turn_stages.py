@@ -8,8 +8,13 @@ count (``check_context_window``: the vendor body of the OpenAI-compatible adapte
 server's CPU per warm turn with the stub upstream and the server in their own processes
 (``/proc/<pid>/stat``, all threads; less sensitive to a busy machine than wall time).
 
-Usage: ``.venv/bin/python benchmarks/turn_stages.py [--messages 600] [--turns 12] [--repeat 5]``
-Prints the median over ``--repeat`` runs of each stage's median over ``--turns`` turns.
+Usage: ``.venv/bin/python benchmarks/turn_stages.py [--messages 600] [--turns 12] [--repeat 5]
+[--sweep-mib 32]``. Prints the median over ``--repeat`` runs of each stage's median over
+``--turns`` turns. The stages run one after the other on caches the turn before left warm; in
+the server, the request's transfer and the other processes pass between two turns, so its
+stages find the kept messages in memory rather than in the CPU's caches. ``--sweep-mib N``
+writes one byte in every 64 of an N MiB buffer before each turn's decode (32 MiB: more than
+this machine's caches), so the stages are timed from memory as well.
 """
 
 from __future__ import annotations
@@ -38,10 +43,13 @@ _EPOCHS = itertools.count(10_000)
 """Message-id epochs of cold turns in this process (unique: no cache keyed by id hits)."""
 
 
-def stages(messages: int, turns: int, cold: bool = False) -> dict[str, float]:
+def stages(
+    messages: int, turns: int, cold: bool = False, sweep: bytearray | None = None
+) -> dict[str, float]:
     """Median seconds of each stage over ``turns`` turns (3 warm-up turns first): warm (the
     same messages resent with a new turn id) or, with ``cold``, every message id new each
-    turn."""
+    turn. ``sweep``: a buffer written one byte in every 64 after each turn's encode, before
+    its decode (see the module docstring)."""
     strict = strict_request_classes(build_descriptor_pool())[StreamCompletionRequest]
     provider = OpenAIProvider(api_key="bench", base_url="http://127.0.0.1:9")
     spec = provider.spec_for(MODEL)
@@ -52,13 +60,17 @@ def stages(messages: int, turns: int, cold: bool = False) -> dict[str, float]:
         started = time.perf_counter()
         data = wire.encode(request)
         encoded = time.perf_counter()
+        encode = encoded - started
+        if sweep is not None:
+            _sweep(sweep)
+            encoded = time.perf_counter()
         decoded = decode_request(data, StreamCompletionRequest, strict)
         decoded_at = time.perf_counter()
         violations = validate_request(decoded, spec)
         validated = time.perf_counter()
         check_context_window(provider, decoded, spec)
         counted = time.perf_counter()
-        encode, decode = encoded - started, decoded_at - encoded
+        decode = decoded_at - encoded
         check, count = validated - decoded_at, counted - validated
         assert not violations
         if i >= 3:
@@ -70,6 +82,11 @@ def stages(messages: int, turns: int, cold: bool = False) -> dict[str, float]:
             ):
                 times.setdefault(name, []).append(took)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _sweep(buffer: bytearray) -> None:
+    """Read and write back one byte in every 64 of ``buffer`` (a cache line each)."""
+    buffer[::64] = buffer[::64]
 
 
 def print_profile(messages: int, turns: int, repeat: int) -> None:
@@ -111,9 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=600, help="messages after the first")
     parser.add_argument("--turns", type=int, default=12, help="turns per run")
     parser.add_argument("--repeat", type=int, default=5, help="runs (median)")
+    parser.add_argument(
+        "--sweep-mib",
+        type=int,
+        default=0,
+        help="MiB of memory written before each turn's decode (0: none; see the docstring)",
+    )
     args = parser.parse_args(argv)
-    runs = [stages(args.messages, args.turns) for _ in range(args.repeat)]
-    print(f"{args.messages + 1} messages; median of {args.repeat} runs x {args.turns} turns")
+    sweep = bytearray(args.sweep_mib << 20) if args.sweep_mib > 0 else None
+    runs = [stages(args.messages, args.turns, sweep=sweep) for _ in range(args.repeat)]
+    swept = f"; {args.sweep_mib} MiB swept before each decode" if sweep is not None else ""
+    print(f"{args.messages + 1} messages; median of {args.repeat} runs x {args.turns} turns{swept}")
     for name in runs[0]:
         print(f"{name:>36}: {statistics.median(r[name] for r in runs) * 1e3:8.2f} ms")
     if sys.platform == "linux":

@@ -1,5 +1,5 @@
-"""benchmarks/turn_latency.py flags a noisy sample: an overhead that does not grow with the
-message count."""
+"""benchmarks/turn_latency.py flags a noisy sample (an overhead that does not grow with the
+message count) and builds its cold turns; turn_stages.py times its stages around its sweep."""
 
 from __future__ import annotations
 
@@ -42,3 +42,35 @@ def test_a_cold_turn_has_every_message_id_new_and_the_same_content() -> None:
     )
     done = run_ok([sys.executable, "-c", code], cwd=REPO)
     assert done.stdout.splitlines() == ["0", "10", "True", "t1 t2"]
+
+
+def test_turn_stages_sweeps_memory_between_encode_and_decode_and_times_each_stage() -> None:
+    """benchmarks/turn_stages.py ``--sweep-mib``: every 64th byte of the buffer is read and
+    written back (its bytes unchanged), and the stages are timed around the sweep, not over
+    it: each stage of a small conversation is timed, and none takes near the time of the
+    sweep between them."""
+    code = (
+        "import sys, time; sys.path.insert(0, 'benchmarks'); import turn_stages as t\n"
+        "buf = bytearray(range(256)) * 4\n"
+        "t._sweep(buf)\n"
+        "print(buf == bytearray(range(256)) * 4)\n"
+        "big = bytearray(256 << 20)\n"
+        "start = time.perf_counter(); t._sweep(big); swept = time.perf_counter() - start\n"
+        "got = t.stages(4, 2, sweep=big)\n"
+        "print(sorted(got))\n"
+        "print(all(v > 0 for v in got.values()), max(got.values()) < swept / 4)\n"
+    )
+    done = run_ok([sys.executable, "-c", code], cwd=REPO)
+    unchanged, names, timed = done.stdout.splitlines()
+    assert unchanged == "True"
+    assert names == str(
+        sorted(
+            [
+                "client encode",
+                "server decode",
+                "validation",
+                "translation + JSON (context-window count)",
+            ]
+        )
+    )
+    assert timed == "True True"
