@@ -226,6 +226,29 @@ def test_a_resent_conversation_is_matched_to_its_last_list_without_a_scan(
     same(found[0], wire.decode(StreamCompletionRequest, data))
 
 
+def test_the_kept_images_themselves_match_as_equal_copies_of_them_do() -> None:
+    """The list index matches the kept image objects (a body that starts with the kept
+    messages) in one step, with the same result as equal copies matched one by one, for the
+    list as kept and for a longer one; a copy that differs ends the match there."""
+    memo = DecodeMemo()
+    data = wire.encode(conversation(3))
+    decode(data, memo)
+    kept_images = memo.lists.leading(data, split_message_id(request_images(data)[0])[0])
+    assert kept_images is not None
+    kept = list(kept_images[0])
+    first = split_message_id(kept[0])
+    copies = [bytes(bytearray(image)) for image in kept]
+    assert not any(a is b for a, b in zip(kept, copies, strict=True))
+    whole = memo.lists.match(kept, first)
+    assert len(whole) == 7 and whole == memo.lists.match(copies, first)
+    longer = request_images(wire.encode(conversation(4)))
+    assert memo.lists.match([*kept, *longer[7:]], first) == whole
+    assert memo.lists.match([*copies, *longer[7:]], first) == whole
+    edited = wire.encode(_flip_first_character(wire.decode(Message, kept[4])))
+    assert len(edited) == len(kept[4]) and edited != kept[4]
+    assert memo.lists.match([*kept[:4], edited, *kept[5:]], first) == whole[:4]
+
+
 def _counting_field_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The ``start`` of every :func:`protocol_py.codec.wire.field_images` scan from now on."""
     starts: list[int] = []

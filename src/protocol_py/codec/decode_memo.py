@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from operator import is_, itemgetter
 from typing import Final, TypeVar, cast
 
 import betterproto2
@@ -175,6 +176,9 @@ def split_message_id(image: bytes) -> tuple[bytes, int, int] | None:
 _Split = tuple[bytes, int, int]
 """What :func:`split_message_id` finds in an image: ``(content key, id start, id end)``."""
 
+_content_key_of: Final = itemgetter(0)
+"""The content key of a :data:`_Split`."""
+
 
 class SplitIndex(BoundedLRU[bytes, _Split]):
     """:func:`split_message_id` of the images seen before, keyed by the whole image (compared
@@ -274,6 +278,10 @@ class ListIndex(BoundedLRU[bytes, _List]):
         if kept is None:
             return []
         old_images, old_splits, old_found, _ = kept
+        if len(images) >= len(old_images) and all(map(is_, images, old_images)):
+            # the kept images themselves (a body that starts with the kept messages,
+            # :meth:`leading`): every kept message matches, compared in one C loop
+            return list(zip(old_splits, old_found, strict=True))
         out: list[tuple[_Split, _Found]] = []
         append = out.append
         # the shorter of the two lists bounds the match
@@ -630,7 +638,7 @@ def _decode(
     found_all: list[_Found | None] = [found for _, found in matched]
     found_all += memo.lookup_many([split[0] for split in splits[run:]])
     if keys is not None:
-        keys.extend(split[0] for split in splits)
+        keys.extend(map(_content_key_of, splits))
     append = elements.append
     left = st.left
     kept_all: list[_Found | None] = []  # each message's memo entry, for the list index

@@ -74,6 +74,7 @@ __all__ = [
     "field_images",
     "keep_images",
     "mark_decoded",
+    "peek_images",
     "sha256_of",
     "take_images",
     "take_wire_clean",
@@ -399,11 +400,24 @@ def take_images(message: betterproto2.Message, field: str) -> list[bytes | None]
     """The images :func:`keep_images` kept for ``message``'s ``field`` (then forgotten), or
     None; also None when the field no longer holds as many elements. An element whose image
     was larger than the bound is None (to be treated as uncached)."""
+    return _kept_images(message, field, forget=True)
+
+
+def peek_images(message: betterproto2.Message, field: str) -> list[bytes | None] | None:
+    """:func:`take_images` without forgetting them: the next :func:`take_images` (the
+    translation's) still gets them."""
+    return _kept_images(message, field, forget=False)
+
+
+def _kept_images(
+    message: betterproto2.Message, field: str, *, forget: bool
+) -> list[bytes | None] | None:
     with _marks_lock:
         kept = _images.get(id(message))
         if kept is None or kept[0]() is not message or kept[1] != field:
             return None
-        del _images[id(message)]
+        if forget:
+            del _images[id(message)]
     images = kept[2]
     return images if len(images) == len(getattr(message, field)) else None
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Final, NamedTuple, cast
 
 import betterproto2
@@ -76,6 +77,9 @@ __all__ = [
 
 
 _TOOL_RESULT_KINDS = frozenset({"text", "image", "document"})
+
+_message_id_of: Final = attrgetter("id")
+"""A message's ``id``."""
 
 
 class _BlockSupport(NamedTuple):
@@ -459,7 +463,7 @@ class _RequestChecker:
         """The id rules of ``messages[:count]`` (a resumed list), as :meth:`_message_id` on
         each: id -> index. When every id is present and unique (a resent conversation), the
         map is built at once; otherwise message by message, for the violations."""
-        ids = dict(zip([message.id for message in messages[:count]], range(count), strict=True))
+        ids = dict(zip(map(_message_id_of, messages[:count]), range(count), strict=True))
         if len(ids) == count and "" not in ids:
             return ids
         message_ids: dict[str, int] = {}

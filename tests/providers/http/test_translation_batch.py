@@ -7,14 +7,10 @@ from __future__ import annotations
 import pytest
 
 from protocol_py.codec import wire
-from protocol_py.providers.http.base import _has_image
 from protocol_py.providers.http.translation_cache import TranslationCache
 from protocol_py_gen.content.v1 import (
-    ContentBlock,
-    ImageBlock,
     Message,
     TextBlock,
-    ToolResultBlock,
 )
 
 from .test_translation_cache import turn
@@ -64,17 +60,6 @@ def test_bounds_hold_after_a_batch_and_an_error_keeps_the_earlier_fragments() ->
     with pytest.raises(ValueError, match=r"messages\[2\]"):
         fresh.fragments("s", messages, fails_at_two)
     assert len(fresh) == 2
-
-
-def test_has_image_finds_images_in_messages_and_tool_results() -> None:
-    image = ContentBlock(image=ImageBlock(media_type="image/png", data=b"\x89PNG"))
-    text = ContentBlock(text=TextBlock(text="t"))
-    assert not _has_image([text])
-    assert _has_image([text, image])
-    nested = ContentBlock(tool_result=ToolResultBlock(tool_use_id="c", content=[text, image]))
-    assert _has_image([text, nested])
-    plain = ContentBlock(tool_result=ToolResultBlock(tool_use_id="c", content=[text]))
-    assert not _has_image([plain])
 
 
 def test_a_conversations_unchanged_start_is_reused_whole_and_equals_a_fresh_lookup() -> None:

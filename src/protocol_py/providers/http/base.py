@@ -78,6 +78,7 @@ from protocol_py.providers.http.errors import (
     transient_error,
     transport_cause,
 )
+from protocol_py.providers.http.image_free import has_image, messages_hold_image
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEEvent, SSELimitError, SSEParser
 from protocol_py.providers.http.url import (
@@ -248,16 +249,6 @@ def check_api_key(value: str, what: str) -> str:
             "characters (0x21-0x7E)"
         )
     return value
-
-
-def _has_image(blocks: Any) -> bool:
-    for b in blocks:  # a plain loop: this walks every block of the conversation every turn
-        if b.image is not None:
-            return True
-        result = b.tool_result
-        if result is not None and _has_image(result.content):
-            return True
-    return False
 
 
 class HTTPProvider(Provider, abc.ABC):
@@ -727,8 +718,8 @@ class HTTPProvider(Provider, abc.ABC):
         spec = self.spec_for(request.model_id)
         if spec is None:
             return None
-        if any(_has_image(m.content) for m in request.messages) or any(
-            _has_image(s.content) for s in request.assembled_context
+        if messages_hold_image(request) or any(
+            has_image(s.content) for s in request.assembled_context
         ):
             return None
         try:
