@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -479,6 +480,39 @@ async def test_grace_expiry_ends_a_call_whose_provider_keeps_awaiting(
     assert [e.error.message for e in events if e.error is not None] == ["server shutting down"]
     assert error_records(caplog) == []
     assert sum("server shutting down (grace period expired)" in m for m in _records(caplog)) == 1
+
+
+async def test_a_call_whose_connection_went_before_grace_expiry_is_recorded_as_cancelled(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call whose client connection went during the grace period, its provider still
+    awaiting, is ended at grace expiry without an in-band error (nobody is left to read one):
+    its record says ``cancelled``, not that the shutdown error was sent."""
+    monkeypatch.setattr(lifecycle, "CANCEL_REDELIVERY_S", 30.0)  # only grace expiry ends it
+    caplog.set_level(logging.DEBUG)
+    provider = KeepsAwaiting(after=3600)
+    running = await start_server(provider)
+    client = ModelClient.connect(running.address)
+
+    async def call() -> None:
+        async for _ in client.stream(make_request(), timeout=30):
+            pass
+
+    task = asyncio.create_task(call())
+    await asyncio.sleep(0.3)
+    shutdown = asyncio.create_task(running.server.shutdown(grace_period=0.6))
+    await asyncio.sleep(0.1)
+    client.close()  # the connection goes while the provider keeps awaiting
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(task, timeout=5)
+    await asyncio.wait_for(shutdown, timeout=10)
+    assert provider.second is asyncio.CancelledError  # ended by the grace expiry
+    records = [json.loads(m) for m in _records(caplog)]
+    assert len(records) == 1, records
+    assert records[0]["outcome"] == "cancelled", records[0]
+    assert records[0]["events"] == 0  # no shutdown error counted as sent
+    assert "error_kind" not in records[0] and "detail" not in records[0], records[0]
+    assert error_records(caplog) == []
 
 
 async def test_a_sweep_over_more_calls_than_its_slice_reaches_every_call(

@@ -919,7 +919,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.outcome = "error"
                 record.error_kind = one.error.status.name
                 record.detail = one.error.message
-            elif self.grace_expired:
+            elif self.grace_expired and not (ended is not None and ended()):
+                # the shutdown error goes out in-band (a call ended from outside, its client
+                # gone, gets none: recorded as cancelled below)
                 record.outcome = "error"
                 record.error_kind = ErrorKind.TRANSIENT.name
                 record.detail = f"server shutting down ({self.stop_reason})"
