@@ -198,18 +198,7 @@ class SplitIndex(BoundedLRU[bytes, _Split]):
     def splits(self, images: Sequence[bytes]) -> list[_Split | None]:
         """:func:`split_message_id` of each of ``images``, in order: those seen before from
         the index (one taking of the lock), the others scanned and kept (another)."""
-        with self._lock:
-            entries = self._entries
-            out: list[_Split | None] = []
-            for image in images:
-                found = entries.get(image)
-                if found is None:
-                    self.misses += 1
-                    out.append(None)
-                else:
-                    entries.move_to_end(image)
-                    self.hits += 1
-                    out.append(found[0])
+        out = self._get_many(images)
         new: list[tuple[bytes, _Split]] = []
         for i, image in enumerate(images):
             if out[i] is None:
@@ -488,19 +477,7 @@ class DecodeMemo(BoundedLRU[bytes, tuple[betterproto2.Message, int]]):
 
     def lookup_many(self, keys: Sequence[bytes]) -> list[tuple[betterproto2.Message, int] | None]:
         """:meth:`lookup` of each of ``keys``, in order, under one taking of the lock."""
-        out: list[tuple[betterproto2.Message, int] | None] = []
-        with self._lock:
-            entries = self._entries
-            for key in keys:
-                found = entries.get(key)
-                if found is None:
-                    self.misses += 1
-                    out.append(None)
-                else:
-                    entries.move_to_end(key)
-                    self.hits += 1
-                    out.append(found[0])
-        return out
+        return self._get_many(keys)
 
     def store(self, key: bytes, message: betterproto2.Message, objects: int) -> None:
         """Keep ``message`` (decoded clean and exact from an image whose content key is

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["BoundedLRU", "ConversationPrefixes"]
@@ -58,6 +58,24 @@ class BoundedLRU(Generic[K, V]):
                 return None
             self._entries.move_to_end(key)
             return found[0]
+
+    def _get_many(self, keys: Iterable[K]) -> list[V | None]:
+        """The value under each of ``keys``, in order (None where there is none), each found
+        one now the most recently used and each lookup counted as a hit or a miss, under one
+        taking of the lock."""
+        out: list[V | None] = []
+        with self._lock:
+            entries = self._entries
+            for key in keys:
+                found = entries.get(key)
+                if found is None:
+                    self.misses += 1
+                    out.append(None)
+                else:
+                    entries.move_to_end(key)
+                    self.hits += 1
+                    out.append(found[0])
+        return out
 
     def _count(self, hit: bool) -> None:
         with self._lock:

@@ -178,20 +178,7 @@ class ValidatedMessages(BoundedLRU[tuple[Hashable, bytes], CleanMessage]):
     def get_many(self, settings: Hashable, keys: Sequence[bytes]) -> list[CleanMessage | None]:
         """:meth:`get` of each content key of ``keys`` under ``settings``, in order, under one
         taking of the lock (each counted as a hit or a miss)."""
-        out: list[CleanMessage | None] = []
-        with self._lock:
-            entries = self._entries
-            for key in keys:
-                full = (settings, key)
-                found = entries.get(full)
-                if found is None:
-                    self.misses += 1
-                    out.append(None)
-                else:
-                    entries.move_to_end(full)
-                    self.hits += 1
-                    out.append(found[0])
-        return out
+        return self._get_many([(settings, key) for key in keys])
 
     def put(
         self, settings: Hashable, image: bytes, entry: CleanMessage, key: bytes | None = None

@@ -84,17 +84,7 @@ class ImageFreeMessages(BoundedLRU[bytes, bool]):
         """
         if len(keys) != len(messages):
             raise ValueError(f"{len(keys)} content keys for {len(messages)} messages")
-        unknown: list[int] = []
-        with self._lock:
-            entries = self._entries
-            seen = entries.move_to_end
-            for i, key in enumerate(keys):
-                if key in entries:
-                    seen(key)
-                else:
-                    unknown.append(i)
-            self.hits += len(keys) - len(unknown)
-            self.misses += len(unknown)
+        unknown = [i for i, known in enumerate(self._get_many(keys)) if known is None]
         found = False
         free: list[bytes] = []
         for i in unknown:
