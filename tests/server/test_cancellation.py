@@ -901,3 +901,32 @@ async def test_the_redelivery_warning_counts_the_calls_by_rpc(
         " takes that long); cancelling again until they end, after 1, 2, 4 ... 32 s"
         " (docs/decisions.md#d46)",
     ]
+
+
+class FailsAtOnce(Misbehaving):
+    """A provider whose stream raises before any event: the call ends with an in-band
+    TRANSIENT error."""
+
+    async def misbehave(self) -> AsyncIterator[StreamEvent]:
+        raise ConnectionError("upstream reset")
+        yield StreamEvent()  # pragma: no cover - makes this an async generator
+
+
+async def test_a_call_cancelled_as_its_in_band_error_goes_out_is_recorded_without_that_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The handler is closed at the yield of its in-band error (the call cancelled just then):
+    the record says ``cancelled`` with no ``error_kind`` or ``detail`` of that error, which
+    is counted among the events handed out."""
+    caplog.set_level(logging.INFO)
+    server = ModelServer(FailsAtOnce())
+    await server.prepare()  # the provider's models, as start() installs them
+    events = server.stream_completion(make_request())
+    first = await events.__anext__()
+    assert first.error is not None and first.error.kind.name == "TRANSIENT"
+    await events.aclose()  # closed at that yield, as a cancelled call's handler is
+    records = [json.loads(m) for m in _records(caplog)]
+    assert len(records) == 1, records
+    assert records[0]["outcome"] == "cancelled", records[0]
+    assert "error_kind" not in records[0] and "detail" not in records[0], records[0]
+    assert records[0]["events"] == 1, records[0]

@@ -928,6 +928,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = (record.events or 0) + 1
             else:
                 record.outcome = "deadline_exceeded" if expired else "cancelled"
+                # an in-band error produced as the call was cancelled is not its outcome
+                record.error_kind = None
                 record.detail = one.cancel_reason() if one is not None else None
             raise
         except GRPCError as exc:
