@@ -15,6 +15,7 @@ import pytest
 from grpclib.exceptions import GRPCError
 
 from protocol_py.codec import wire
+from protocol_py.codec.field_merge import MAX_MERGE_FIELDS
 from protocol_py.codec.wire_gen import varint_bytes
 from protocol_py.rules.request import (
     MAX_VIOLATIONS,
@@ -28,9 +29,10 @@ from protocol_py_gen.model.v1 import ConfigureRequest, StreamCompletionRequest, 
 
 from ..support.proc import rss_bytes
 from ._probes import upb_class
-from .conftest import Served, acall, still_serving
+from .conftest import Served, acall, request, still_serving
 
 MODEL = b"reference-small"
+STREAM_REQUEST = "model.v1.StreamCompletionRequest"
 
 
 def ld(number: int, payload: bytes) -> bytes:
@@ -185,6 +187,43 @@ async def test_a_non_canonical_body_over_the_fallback_bound_is_refused_naming_it
     await still_serving(served)
 
 
+def test_a_small_body_the_fast_decoder_does_not_cover_is_merged_before_betterproto2() -> None:
+    # an over-long tag sends the body to the fallback parse; its call context comes in two
+    body = _overlong_tag_messages(1) + ld(6, ld(1, b"s")) + ld(6, ld(2, b"t"))
+    decoded = decode_request(body, StreamCompletionRequest, upb_class(STREAM_REQUEST))
+    assert decoded.call_context == CallContext(session_id="s", turn_id="t")
+
+
+async def test_a_call_context_sent_in_two_occurrences_is_merged_and_the_turn_served(
+    served: Served,
+) -> None:
+    sent = request()
+    sent.call_context = None
+    # as a kernel appending fields to a request it serialized before: both reach the server
+    body = bytes(sent) + ld(6, ld(1, b"sess-1")) + ld(6, ld(2, b"turn-1"))
+    result = await _timed(served, "StreamCompletion", body, stream=True)
+    assert result.code == "OK", result
+    events = [StreamEvent.parse(reply) for reply in result.replies]
+    assert [e.error for e in events if e.error is not None] == []
+    assert events[-1].stop is not None
+    await still_serving(served)
+
+
+async def test_a_body_with_more_fields_to_merge_than_the_bound_is_refused_naming_it(
+    served: Served,
+) -> None:
+    unknown = varint_bytes(1000 << 3) + b"\x00"  # an unknown varint field, 3 bytes
+    body = ld(6, ld(1, b"s")) + ld(6, ld(2, b"t")) + ld(2, MODEL) + unknown * MAX_MERGE_FIELDS
+    result = await _timed(served, "StreamCompletion", body, stream=True)
+    assert result.code == "RESOURCE_EXHAUSTED", result
+    assert (
+        f"request too large: StreamCompletionRequest ({len(body)} bytes) sends a singular "
+        f"message field or a oneof more than once and holds more than {MAX_MERGE_FIELDS} "
+        "fields to merge (bound MAX_MERGE_FIELDS)"
+    ) in result.details
+    await still_serving(served)
+
+
 def test_a_hundred_thousand_one_block_messages_fit_the_budget() -> None:
     request = StreamCompletionRequest(
         model_id="reference-large",
@@ -225,7 +264,11 @@ def test_the_budget_error_keeps_no_partial_message_alive() -> None:
         while tb is not None:
             frames.append(tb.tb_frame.f_code.co_name)
             tb = tb.tb_next
-        assert frames == ["test_the_budget_error_keeps_no_partial_message_alive", "decode_report"]
+        assert frames == [  # no frame of the generated decoder, which held the partial message
+            "test_the_budget_error_keeps_no_partial_message_alive",
+            "decode_report",
+            "_decode_fast",
+        ]
     else:
         raise AssertionError("not refused")
 

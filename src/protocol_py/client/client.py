@@ -43,6 +43,7 @@ from protocol_py import _compat
 from protocol_py._compat import grpclib_private
 from protocol_py.client.hints import connection_hint
 from protocol_py.client.message_reader import MessageReader
+from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire import WireCodec
 from protocol_py.errors import InvalidValueError, ValidationError, errors_only
@@ -150,7 +151,7 @@ def buffered_events(call: Any, taken: bytes = b"") -> list[StreamEvent]:
         if data[offset] != 0 or len(data) - offset - 5 < length:
             break
         try:
-            events.append(StreamEvent.parse(data[offset + 5 : offset + 5 + length]))
+            events.append(wire.decode(StreamEvent, data[offset + 5 : offset + 5 + length]))
         except Exception:  # a corrupt message: stop, keep what decoded
             break
         offset += 5 + length

@@ -11,9 +11,12 @@ appends every part of a message and its sub-messages to one list, joined once.
 
 * :func:`decode` returns exactly what ``cls.parse(data)`` returns, field for field, including
   ``_unknown_fields`` (the raw bytes of fields the class does not know, in wire order), a
-  duplicated singular field (the last one wins, as in betterproto2), both members of a oneof
-  sent together (betterproto2 keeps both), unknown enum numbers and map
-  entries without a value. Map entries keep their wire order, so a ``google.protobuf.Struct``
+  duplicated singular scalar field (the last one wins), unknown enum numbers and map entries
+  without a value; except where betterproto2 0.10 departs from protobuf's parsing rules: a
+  singular message field sent more than once is merged and a oneof keeps its last member
+  (:mod:`protocol_py.codec.field_merge`; betterproto2 keeps the last occurrence whole, and
+  every member sent), as upb and every conforming runtime read them. It returns what
+  :func:`parse_merged` returns. Map entries keep their wire order, so a ``google.protobuf.Struct``
   renders its JSON keys in the order the kernel sent them (upb's maps do not keep that order,
   which is why upb does not carry the request here).
 * :func:`encode` returns exactly ``bytes(message)``.
@@ -21,8 +24,8 @@ appends every part of a message and its sub-messages to one list, joined once.
 Anything the tables do not cover (a field number seen with another wire type, groups, a
 truncated field, a value of an unexpected Python type when encoding, nesting deeper than
 :data:`MAX_FAST_DEPTH`) falls back to betterproto2 for the whole message, so the result never
-differs from betterproto2's, errors included. Well-formedness is not this module's job: the
-server checks each request body with upb first
+differs from :func:`parse_merged`'s, errors included. Well-formedness is not this module's
+job: the server checks each request body with upb first
 (:func:`protocol_py.server.grpc_layer.limits.decode_request`).
 
 :func:`decode_checked` also says whether the decoded message is *clean*: every enum number a
@@ -42,13 +45,14 @@ from typing import Any, Final, TypeVar
 import betterproto2
 from grpclib.encoding.proto import ProtoCodec
 
-from protocol_py.codec import metadata
+from protocol_py.codec import field_merge, metadata
 from protocol_py.codec.wire_gen import (
     GENERATOR,
     MAX_DECODED_OBJECTS,
     MAX_FAST_DEPTH,
     DecodeBudgetError,
     FallbackError,
+    NeedsMergeError,
     State,
     encode_any,
     encode_into,
@@ -74,6 +78,7 @@ __all__ = [
     "field_images",
     "keep_images",
     "mark_decoded",
+    "parse_merged",
     "peek_images",
     "sha256_of",
     "take_images",
@@ -88,7 +93,7 @@ M = TypeVar("M", bound=betterproto2.Message)
 
 
 def decode_checked(cls: type[M], data: bytes) -> tuple[M, bool]:
-    """Decode ``data`` as ``cls``; equal to ``cls.parse(data)`` in every field.
+    """Decode ``data`` as ``cls``; equal to :func:`parse_merged` in every field.
 
     Args:
         cls: A generated message class.
@@ -141,25 +146,63 @@ def decode_report(
     if not isinstance(data, bytes):
         data = bytes(data)
     st = State() if state is None else state
+    left = st.left
+    found = _decode_fast(cls, data, st, fallback)
+    if found is not None:
+        return found
+    # a singular message field or a oneof sent more than once: decoded again after the merge
+    # protobuf applies (its bytes rewritten once, field_merge), the partial decode freed first
+    data = field_merge.merged(cls, data)
+    st.left, st.clean, st.unknown = left, True, False
+    found = _decode_fast(cls, data, st, fallback, merged=True)
+    assert found is not None  # merged: NeedsMergeError is a fallback there
+    return found
+
+
+def _decode_fast(
+    cls: type[M], data: bytes, st: State, fallback: bool, *, merged: bool = False
+) -> tuple[M, bool, bool] | None:
+    """:func:`decode_report` of ``data`` by the generated decoder; None when it met a
+    singular message field or oneof more than once and ``data`` is not ``merged`` yet."""
     try:
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
     except DecodeBudgetError:
         pass  # raised again below: this one's traceback holds the partial message
-    except UnicodeDecodeError:
-        if not fallback:
-            raise
-        return cls.parse(data), False, False
-    except (FallbackError, IndexError, struct.error, RecursionError):
+    except NeedsMergeError:
+        if not merged:
+            return None
         if not fallback:
             raise FallbackError from None
         return cls.parse(data), False, False
+    except UnicodeDecodeError:
+        if not fallback:
+            raise
+        return parse_merged(cls, data, merged=merged), False, False
+    except (FallbackError, IndexError, struct.error, RecursionError):
+        if not fallback:
+            raise FallbackError from None
+        return parse_merged(cls, data, merged=merged), False, False
     else:
         return message, st.clean, not st.unknown
     raise DecodeBudgetError(st.limit)
 
 
+def parse_merged(cls: type[M], data: bytes, *, merged: bool = False) -> M:
+    """betterproto2's parse of ``data`` after protobuf's merge of a singular message field
+    or oneof sent more than once (:func:`protocol_py.codec.field_merge.merged`; ``merged``:
+    ``data`` is merged already), which betterproto2 0.10's parser does not apply: the parse
+    the generated decoder hands input it does not cover to.
+
+    Raises:
+        protocol_py.codec.field_merge.MergeBudgetError: ``data`` holds more fields than the
+            merge reads (:data:`~protocol_py.codec.field_merge.MAX_MERGE_FIELDS`).
+        Whatever ``cls.parse`` raises.
+    """
+    return cls.parse(data if merged else field_merge.merged(cls, data))
+
+
 def decode(cls: type[M], data: bytes) -> M:
-    """Decode ``data`` as ``cls``; equal to ``cls.parse(data)`` (see :func:`decode_checked`)."""
+    """Decode ``data`` as ``cls``; equal to :func:`parse_merged` (see :func:`decode_checked`)."""
     return decode_checked(cls, data)[0]
 
 

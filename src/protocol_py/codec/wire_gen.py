@@ -105,6 +105,12 @@ class FallbackError(Exception):
     """The generated code does not cover this input: betterproto2 handles the whole message."""
 
 
+class NeedsMergeError(FallbackError):
+    """A singular message field (or a oneof) occurs more than once: protobuf merges the
+    occurrences (:mod:`protocol_py.codec.field_merge`), which the generated code leaves to
+    :func:`protocol_py.codec.wire.decode_report`."""
+
+
 class DecodeBudgetError(ValueError):
     """The message holds more than the decode's budget of elements
     (:data:`MAX_DECODED_OBJECTS` by default); never handed to betterproto2 (which has no
@@ -193,11 +199,9 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def skip_field(data: bytes, pos: int, tag: int, end: int, st: State) -> int:
-    """Position after the unknown field whose tag ended at ``pos`` (``st.unknown`` is set);
-    the caller keeps its raw bytes as betterproto2 does (``_unknown_fields``)."""
-    st.unknown = True
-    wire = tag & 7
+def value_end(data: bytes, pos: int, wire: int) -> int:
+    """Position after the value of wire type ``wire`` starting at ``pos`` (it may lie past
+    the buffer: the caller checks); FallbackError for a group."""
     if wire == 0:
         _, pos = varint(data, pos)
     elif wire == 2:
@@ -209,6 +213,14 @@ def skip_field(data: bytes, pos: int, tag: int, end: int, st: State) -> int:
         pos += 4
     else:
         raise FallbackError  # groups
+    return pos
+
+
+def skip_field(data: bytes, pos: int, tag: int, end: int, st: State) -> int:
+    """Position after the unknown field whose tag ended at ``pos`` (``st.unknown`` is set);
+    the caller keeps its raw bytes as betterproto2 does (``_unknown_fields``)."""
+    st.unknown = True
+    pos = value_end(data, pos, tag & 7)
     if pos > end:
         raise FallbackError
     return pos
@@ -302,6 +314,8 @@ class _Field(NamedTuple):
     cls: Any
     local: str
     repeated: bool
+    oneof: str | None = None
+    """The local flag of the field's oneof (set by its first member met), or None."""
 
 
 class _EntryField(NamedTuple):
@@ -319,6 +333,7 @@ class _Generator:
         self.lock = threading.RLock()
         self.ns: dict[str, Any] = {
             "FallbackError": FallbackError,
+            "NeedsMergeError": NeedsMergeError,
             "varint": varint,
             "varint_bytes": varint_bytes,
             "SMALL": SMALL,
@@ -429,8 +444,15 @@ class _Generator:
         branches: list[tuple[int, list[str]]] = []
         numbers = set()
         entries: list[str] = []
+        flags: dict[str, str] = {}  # oneof -> its local flag
         for index, (name, meta) in enumerate(metadata.fields(cls).items()):
             numbers.add(meta.number)
+            flag = None
+            if meta.group is not None:
+                flag = flags.get(meta.group)
+                if flag is None:
+                    flag = flags[meta.group] = f"{p}g{len(flags)}"
+                    init.append(f"{flag} = False")
             local = f"{p}f{index}"
             entries.append(f"{p}o.{name} = {local}")
             field_cls = meta.cls
@@ -450,7 +472,15 @@ class _Generator:
                 branches.append(((meta.number << 3) | 2, body))
                 continue
             branches += self._field_branches(
-                _Field(meta.number, meta.proto_type, meta.unwrap, field_cls, local, meta.repeated),
+                _Field(
+                    meta.number,
+                    meta.proto_type,
+                    meta.unwrap,
+                    field_cls,
+                    local,
+                    meta.repeated,
+                    flag,
+                ),
                 scope,
                 needs,
             )
@@ -535,6 +565,21 @@ class _Generator:
         return lines, f"{tag}o", True
 
     def _field_branches(
+        self, field: _Field, scope: _Scope, needs: list[type[Any]]
+    ) -> list[tuple[int, list[str]]]:
+        """:meth:`_field_value_branches`, each first raising :class:`NeedsMergeError` when the
+        field is a singular message field already met, or a oneof member of a oneof already
+        met (protobuf merges or replaces; betterproto2 would keep the last whole, or both)."""
+        branches = self._field_value_branches(field, scope, needs)
+        if field.oneof is not None:
+            guard = [f"if {field.oneof}:", "    raise NeedsMergeError", f"{field.oneof} = True"]
+        elif not field.repeated and field.ptype == betterproto2.TYPE_MESSAGE:
+            guard = [f"if {field.local} is not None:", "    raise NeedsMergeError"]
+        else:
+            return branches
+        return [(tag, [*guard, *body]) for tag, body in branches]
+
+    def _field_value_branches(
         self, field: _Field, scope: _Scope, needs: list[type[Any]]
     ) -> list[tuple[int, list[str]]]:
         """``(tag, lines)`` decoding one non-map field of ``data[pos:<scope.end>]`` into its

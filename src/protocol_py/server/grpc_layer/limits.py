@@ -32,6 +32,7 @@ from protocol_py._compat import grpclib_private
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.codec import metadata, wire, wire_gen
 from protocol_py.codec.decode_memo import DecodeMemo, ListMatch, decode_messages_memo
+from protocol_py.codec.field_merge import MAX_MERGE_FIELDS, MergeBudgetError
 from protocol_py.codec.wire_gen import State
 from protocol_py.rules.request_memo import (
     MAX_IMAGE_BYTES,
@@ -479,6 +480,8 @@ def decode_request(
                 images = wire.MessageImages(images, keys)
         else:
             message, clean, exact = wire.decode_report(kind, data, fallback=False, state=state)
+    except MergeBudgetError:
+        raise GRPCError(Status.RESOURCE_EXHAUSTED, _too_many_to_merge(kind, len(data))) from None
     except wire.DecodeBudgetError as exc:
         if exc.limit < wire.MAX_DECODED_OBJECTS:
             raise
@@ -593,19 +596,30 @@ def _too_many(kind: type[betterproto2.Message], size: int) -> str:
     )
 
 
+def _too_many_to_merge(kind: type[betterproto2.Message], size: int) -> str:
+    return (
+        f"request too large: {kind.__name__} ({size} bytes) sends a singular message field or "
+        f"a oneof more than once and holds more than {MAX_MERGE_FIELDS} fields to merge "
+        "(bound MAX_MERGE_FIELDS)"
+    )
+
+
 def _fallback_decode(
     data: bytes, kind: type[_Req], parsed: Any | None, what: str
 ) -> tuple[_Req, bool, bool, Exception | None]:
     """``(message, clean, exact, failure)`` of a body of at most :data:`MAX_FALLBACK_BYTES`
     the fast decoder does not cover: a known field with a wrong wire type is refused first
-    (from upb's parse), betterproto2 parses the rest."""
+    (from upb's parse), betterproto2 parses the rest (after protobuf's merge of a singular
+    message field or oneof sent more than once, :func:`protocol_py.codec.wire.parse_merged`)."""
     mismatch = wrong_wire_type(parsed) if parsed is not None else None
     if mismatch is not None:
         raise GRPCError(
             Status.INVALID_ARGUMENT, f"{what}: {bounded_message(mismatch, MAX_LISTED_ITEM_CHARS)}"
         )
     try:
-        return kind.parse(data), False, False, None
+        return wire.parse_merged(kind, data), False, False, None
+    except MergeBudgetError:
+        raise GRPCError(Status.RESOURCE_EXHAUSTED, _too_many_to_merge(kind, len(data))) from None
     except Exception as exc:  # anything from the lenient parser
         return kind(), False, False, exc
 
