@@ -73,14 +73,9 @@ def upb_class(upb: UpbClasses, cls: type[Any]) -> Any:
     return WELL_KNOWN[name] if name in WELL_KNOWN else upb.message(name)
 
 
-def reads_alike(upb: UpbClasses, cls: type[Any], data: bytes) -> bool:
-    upb_cls = upb_class(upb, cls)
-    return bool(upb_cls.FromString(wire.encode(wire.decode(cls, data))) == upb_cls.FromString(data))
-
-
 def encoded(message: betterproto2.Message) -> bytes | None:
     try:
-        return bytes(message)
+        return wire.encode(message)
     except Exception:  # a value betterproto2 cannot encode (drawn out of range)
         return None
 
@@ -96,9 +91,7 @@ def test_concatenated_encodings_of_every_class_decode_as_upb_merges_them(
 ) -> None:
     cls = type(parts[0])
     pieces = [encoded(part) for part in parts]
-    # each part alone reads the same in upb and here (betterproto2 0.10 encodes some negative
-    # Durations a second off, which no merge is about)
-    assume(None not in pieces and all(reads_alike(upb, cls, p) for p in pieces if p))
+    assume(None not in pieces)
     agrees_with_upb(upb, cls, b"".join(p for p in pieces if p is not None))
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import betterproto2
 
-from protocol_py.codec import metadata
+from protocol_py.codec import durations, metadata
 from protocol_py.codec.structs import check_json, to_struct
 from protocol_py.codec.type_check import (
     INT_RANGES,
@@ -144,8 +144,10 @@ def _renames(cls: type[betterproto2.Message]) -> dict[str, tuple[str, str]]:
     return {_bp_name(name): (json_name(name), name) for name in metadata.fields(cls)}
 
 
-def _fix_names(cls: type[betterproto2.Message], data: dict[str, Any]) -> dict[str, Any]:
-    """Rename the keys of ``cls.to_dict()`` output to protoc's json_name, recursively."""
+def _fix_names(message: betterproto2.Message, data: dict[str, Any]) -> dict[str, Any]:
+    """Rename the keys of ``message.to_dict()`` output to protoc's json_name, recursively, and
+    write its Durations as protobuf does (:func:`protocol_py.codec.durations.to_json`)."""
+    cls = type(message)
     if metadata.is_well_known(cls):
         return data  # Struct contents and the other well-known types keep their own JSON
     fields = metadata.fields(cls)
@@ -153,23 +155,32 @@ def _fix_names(cls: type[betterproto2.Message], data: dict[str, Any]) -> dict[st
     out: dict[str, Any] = {}
     for key, value in data.items():
         name, field_name = renames[key]
-        out[name] = _fix_value(fields[field_name], value)
+        out[name] = _fix_value(fields[field_name], value, getattr(message, field_name))
     return out
 
 
-def _fix_value(field: metadata.Field, value: Any) -> Any:
+def _fix_value(field: metadata.Field, value: Any, held: Any) -> Any:
+    """The JSON ``value`` of ``field``, from ``to_dict``; ``held`` is the field's value."""
     value_meta = field.map_value
     if value_meta is not None:
+        # to_dict keeps the held map's order: its entries pair up with the held ones
+        pairs = zip(value.items(), held.values(), strict=True)
+        if _is_duration(value_meta):
+            return {k: durations.to_json(h) for (k, _), h in pairs}
         if value_meta.proto_type != "message" or value_meta.unwrap:
             return value
-        sub = value_meta.cls
-        return {k: _fix_names(sub, v) for k, v in value.items()}
+        return {k: _fix_names(h, v) for (k, v), h in pairs}
+    if _is_duration(field):
+        return [durations.to_json(d) for d in held] if field.repeated else durations.to_json(held)
     if field.proto_type != "message" or field.unwrap:
         return value
-    sub = field.cls
     if field.repeated:
-        return [_fix_names(sub, v) for v in value]
-    return _fix_names(sub, value)
+        return [_fix_names(m, v) for m, v in zip(held, value, strict=True)]
+    return _fix_names(held, value)
+
+
+def _is_duration(field: metadata.Field) -> bool:
+    return field.unwrap is not None and field.unwrap() is wkt.Duration
 
 
 def encode(message: betterproto2.Message) -> dict[str, Any]:
@@ -178,7 +189,9 @@ def encode(message: betterproto2.Message) -> dict[str, Any]:
     Same values as betterproto2's ``to_dict()``: fields at their default are omitted (proto3
     presence: an ``optional`` field or a oneof member that is set is kept even at its default),
     64-bit integers are decimal strings, bytes are base64, enums are their proto names,
-    Timestamp is RFC 3339 / ISO 8601 text and Duration ``"1.5s"`` (seconds). Keys are protoc's
+    Timestamp is RFC 3339 / ISO 8601 text and Duration ``"1.500s"`` (seconds with 0, 3, 6 or 9
+    fractional digits, ``"-1.500s"`` when negative: :mod:`protocol_py.codec.durations`, where
+    betterproto2 wrote a negative one's fraction wrong). Keys are protoc's
     ``json_name`` (:func:`json_name`) at every depth, so google's ``json_format.Parse`` accepts
     the result.
 
@@ -196,7 +209,7 @@ def encode(message: betterproto2.Message) -> dict[str, Any]:
             rule="value.wrong_type",
         )
     checked, _unknown = check_message(message)
-    return _fix_names(type(checked), checked.to_dict())
+    return _fix_names(checked, checked.to_dict())
 
 
 def dumps(message: betterproto2.Message, indent: int | None = None) -> str:
@@ -354,7 +367,10 @@ def _json_wkt(cls: type[betterproto2.Message], value: Any, path: str, out: list[
             out.append(Violation(exc.path or path, exc.rule or "json.invalid", str(exc)))
         return
     try:
-        cls.from_dict(value)
+        if cls is wkt.Duration:  # betterproto2 refuses every negative one
+            durations.from_json(value)
+        else:
+            cls.from_dict(value)
     except Exception as exc:  # the decoder's own errors are untyped
         out.append(Violation(path, "json.invalid", f"not a valid {name}: {exc}"))
 
@@ -512,6 +528,9 @@ def _build(cls: type[M], data: Any) -> M:
             return cls(fields=to_struct(data).fields)  # type: ignore[call-arg]
         if cls is wkt.Empty:
             return cls()
+        if cls is wkt.Duration:
+            seconds, nanos = durations.split(durations.from_json(data))
+            return cls(seconds=seconds, nanos=nanos)  # type: ignore[call-arg]
         return cls.from_dict(data)
     fields = metadata.fields(cls)
     keys = _keys_of(cls)
@@ -526,6 +545,8 @@ def _build(cls: type[M], data: Any) -> M:
         def one(item: Any, meta: Any = meta, field_cls: Any = field_cls) -> Any:
             if meta.proto_type == "message" and meta.unwrap:
                 # Timestamp/Duration: betterproto2 holds them as datetime/timedelta
+                if meta.unwrap() is wkt.Duration:
+                    return durations.from_json(item)
                 return meta.unwrap().from_dict(item).to_wrapped()
             if meta.proto_type == "message":
                 return _build(field_cls, item)

@@ -19,7 +19,9 @@ appends every part of a message and its sub-messages to one list, joined once.
   :func:`parse_merged` returns. Map entries keep their wire order, so a ``google.protobuf.Struct``
   renders its JSON keys in the order the kernel sent them (upb's maps do not keep that order,
   which is why upb does not carry the request here).
-* :func:`encode` returns exactly ``bytes(message)``.
+* :func:`encode` returns exactly ``bytes(message)``, except for a negative Duration, which
+  betterproto2 0.10 writes with its nanoseconds of the wrong sign (off by up to a second):
+  it is written as protobuf defines it (:mod:`protocol_py.codec.durations`).
 
 Anything the tables do not cover (a field number seen with another wire type, groups, a
 truncated field, a value of an unexpected Python type when encoding, nesting deeper than
@@ -469,7 +471,9 @@ def _kept_images(
 
 
 def encode(message: betterproto2.Message) -> bytes:
-    """Serialize ``message``; exactly ``bytes(message)`` (betterproto2's encoding), faster.
+    """Serialize ``message``; exactly ``bytes(message)`` (betterproto2's encoding), faster,
+    except that a negative Duration is written as protobuf defines it
+    (:mod:`protocol_py.codec.durations`).
 
     Raises:
         Whatever ``bytes(message)`` raises for a message holding values of the wrong type.

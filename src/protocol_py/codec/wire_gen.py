@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import betterproto2
 
 from protocol_py.codec import metadata
+from protocol_py_gen.google.protobuf import Duration
 
 MAX_FAST_DEPTH: Final = 64
 """Deepest message nesting, in message levels, decoded by the generated functions; a deeper
@@ -820,6 +821,10 @@ class _Generator:
                 if not checked:
                     check = [f"if type({var}) is not bytes:", "    raise FallbackError"]
                 value = f"b = {var}"
+            elif unwrap is not None and unwrap() is Duration:  # betterproto2: see durations
+                from protocol_py.codec import durations  # noqa: PLC0415 (it imports this module)
+
+                value = f"b = {self.const(durations.encode, 'duration')}({var})"
             else:
                 value = f"b = bytes({self.const(unwrap, 'unwrap')}().from_wrapped({var}))"
             tag = (number << 3) | 2
