@@ -15,8 +15,8 @@ import pytest
 from grpclib.exceptions import GRPCError
 
 from protocol_py.codec import wire
-from protocol_py.codec.field_merge import MAX_MERGE_FIELDS
-from protocol_py.codec.wire_gen import varint_bytes
+from protocol_py.codec.field_merge import MAX_MERGE_FIELDS, MergeBudgetError
+from protocol_py.codec.wire_gen import State, varint_bytes
 from protocol_py.rules.request import (
     MAX_VIOLATIONS,
     TOO_MANY_VIOLATIONS_RULE,
@@ -271,6 +271,51 @@ def test_the_budget_error_keeps_no_partial_message_alive() -> None:
         ]
     else:
         raise AssertionError("not refused")
+
+
+def test_the_merge_budget_error_keeps_no_frame_of_the_rewrite_alive() -> None:
+    # the rewrite's frames hold lists of millions of span offsets: a refused body's error
+    # (kept by a GRPCError's context, in a cycle until a full collection) must not hold them
+    body = ld(6, b"") * (MAX_MERGE_FIELDS + 1)
+    try:
+        wire.decode_report(StreamCompletionRequest, body)
+    except MergeBudgetError as exc:
+        frames = []
+        tb = exc.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        assert frames == [
+            "test_the_merge_budget_error_keeps_no_frame_of_the_rewrite_alive",
+            "decode_report",
+            "merged",
+        ]
+        assert exc.__context__ is None
+    else:
+        raise AssertionError("not refused")
+
+
+def test_unknown_fields_count_against_the_element_budget() -> None:
+    unknown = varint_bytes(1000 << 3) + b"\x00"
+    decoded, _, exact = wire.decode_report(
+        StreamCompletionRequest, ld(2, MODEL) + unknown * 10, state=State(10)
+    )
+    assert decoded._unknown_fields == unknown * 10
+    assert not exact
+    with pytest.raises(wire.DecodeBudgetError):
+        wire.decode_report(StreamCompletionRequest, ld(2, MODEL) + unknown * 11, state=State(10))
+
+
+async def test_a_body_of_more_unknown_fields_than_the_budget_is_refused_naming_the_bound(
+    served: Served,
+) -> None:
+    # each unknown field took a copy of all those before it: 2,000,000 took minutes
+    unknown = varint_bytes(1000 << 3) + b"\x00"
+    body = ld(2, MODEL) + unknown * (wire.MAX_DECODED_OBJECTS + 1)
+    result = await _timed(served, "StreamCompletion", body, stream=True)
+    assert result.code == "RESOURCE_EXHAUSTED", result
+    assert "unknown fields; bound MAX_DECODED_OBJECTS" in result.details
+    await still_serving(served)
 
 
 def test_configure_body_helper_is_a_configure_request() -> None:

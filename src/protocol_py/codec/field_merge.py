@@ -171,6 +171,10 @@ def _message_class(field: metadata.Field) -> Any:
     return field.unwrap() if field.unwrap is not None else field.cls
 
 
+_OVER_BUDGET: Final = bytearray()
+"""Marks a rewrite stopped by its budget."""
+
+
 class _Budget:
     __slots__ = ("left", "limit")
 
@@ -198,6 +202,11 @@ def merged(cls: type[betterproto2.Message], data: bytes, *, limit: int | None = 
         out = _rewrite(_plan(cls), data, [0, len(data)], budget, 1)
     except (_UnmergeableError, FallbackError, IndexError):
         return data
+    except MergeBudgetError:
+        out = _OVER_BUDGET  # raised again below, outside this block: this one's traceback
+        # holds the rewrite's frames and their lists of spans (millions of ints)
+    if out is _OVER_BUDGET:
+        raise MergeBudgetError(budget.limit)
     return data if out is None else bytes(out)
 
 

@@ -42,7 +42,10 @@ intermediate bytes copy."""
 
 MAX_DECODED_OBJECTS: Final = 1_000_000
 """Most elements of repeated message, string and bytes fields plus map entries one decode may
-create (all fields of the message, at any depth, counted together), in elements. Every other
+create, and unknown fields it may read (all fields of the message, at any depth, counted
+together), in elements. An unknown field makes no object, but each takes a step of the
+decoder (a body of 3-byte unknown fields would otherwise take one step every 3 bytes of its
+64 MiB). Every other
 object hangs from one of these, the top-level message or a chain of singular sub-messages
 (at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded request's objects whatever its
 shape: a body of tiny elements (two bytes each: ``0a 00``) otherwise turns each wire byte into
@@ -486,10 +489,10 @@ class _Generator:
                 needs,
             )
         numbers_name = self.const(frozenset(numbers), "numbers")
-        entries.append(f"{p}o.{metadata.UNKNOWN_FIELDS} = {p}u")
+        entries.append(f"{p}o.{metadata.UNKNOWN_FIELDS} = b'' if {p}u is None else bytes({p}u)")
         return [
             *init,
-            f"{p}u = b''",
+            f"{p}u = None",
             *self._loop(branches, numbers_name, scope.end, f"{p}u"),
             f"if pos != {scope.end}:",
             "    raise FallbackError",
@@ -511,8 +514,9 @@ class _Generator:
         """The field loop over ``data[pos:end]``: a one-byte tag (field numbers 1-15) is
         dispatched at once; a longer one is read as a varint first. A known number with
         another wire type (or a tag in a longer encoding than needed) falls back; an unknown
-        field's raw bytes are appended to the local ``unknown`` (betterproto2's
-        ``_unknown_fields``), or skipped when it is None."""
+        field counts as one element of the budget (:data:`MAX_DECODED_OBJECTS`) and its raw
+        bytes are appended to the local named ``unknown`` (betterproto2's ``_unknown_fields``:
+        None until the first, then a bytearray), or skipped when ``unknown`` is None."""
         short = [(tag, body) for tag, body in branches if tag < 128]
         long = [(tag, body) for tag, body in branches if tag >= 128]
         lines = [f"while pos < {end}:", "    tag = data[pos]", "    pos += 1"]
@@ -537,8 +541,13 @@ class _Generator:
             "else:",
             f"    pos = skip_field(data, pos, tag, {end}, st)",
         ]
-        if unknown is not None:
-            rest.append(f"    {unknown} += data[start:pos]")
+        rest += [f"    {line}" for line in _SPEND]  # an unknown field counts as an element
+        if unknown is not None:  # appended to a bytearray: bytes += would copy it each time
+            rest += [
+                f"    if {unknown} is None:",
+                f"        {unknown} = bytearray()",
+                f"    {unknown} += data[start:pos]",
+            ]
         lines.append("    else:" if short else "    if True:")
         lines.extend("        " + line for line in rest)
         return lines

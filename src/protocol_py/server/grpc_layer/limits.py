@@ -592,7 +592,8 @@ def _too_many(kind: type[betterproto2.Message], size: int) -> str:
     return (
         f"request too large: {kind.__name__} ({size} bytes) holds more than "
         f"{wire.MAX_DECODED_OBJECTS} repeated elements and map entries (messages, content "
-        "blocks, Struct fields and list values, strings; bound MAX_DECODED_OBJECTS)"
+        "blocks, Struct fields and list values, strings, unknown fields; bound "
+        "MAX_DECODED_OBJECTS)"
     )
 
 
