@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from protocol_py.codec import field_merge, wire
-from protocol_py.codec.field_merge import MAX_MERGE_DEPTH, MergeBudgetError, merged
+from protocol_py.codec.field_merge import MAX_MERGE_DEPTH, MAX_ROPE_ITEMS, MergeBudgetError, merged
 from protocol_py.codec.structs import to_struct
 from protocol_py.codec.wire_gen import NeedsMergeError, varint_bytes
 from protocol_py_gen.common.v1 import CallContext
@@ -174,6 +174,27 @@ def test_a_long_conversation_with_a_field_appended_decodes_as_upb(upb: UpbClasse
     assert decoded.messages == history
     assert decoded.call_context == CallContext(session_id="s", turn_id="t2")
     assert len(merged(StreamCompletionRequest, body)) < len(body)
+
+
+def test_a_field_sent_thousands_of_times_merges_as_upb(upb: UpbClasses) -> None:
+    # more occurrences than a level's rewrite holds as pieces (MAX_ROPE_ITEMS)
+    occurrences = [ld(6, ld(2, f"t{i}".encode())) for i in range(3 * MAX_ROPE_ITEMS)]
+    occurrences[MAX_ROPE_ITEMS] = ld(6, ld(1, b"s") + ld(3, b"/w"))
+    body = ld(2, b"m") + b"".join(occurrences)
+    decoded = agrees_with_upb(upb, StreamCompletionRequest, body)
+    last = f"t{3 * MAX_ROPE_ITEMS - 1}"
+    assert decoded.call_context == CallContext(session_id="s", turn_id=last, working_directory="/w")
+
+
+def test_a_oneof_switching_at_every_level_of_a_deep_chain_merges_as_upb(upb: UpbClasses) -> None:
+    data = ld(3, b"leaf")
+    for level in range(45):  # 90 message levels: a string, then the list holding the rest
+        data = ld(3, f"dropped {level}".encode()) + ld(6, ld(1, data))
+    decoded = agrees_with_upb(upb, Value, data)
+    for _ in range(45):
+        assert decoded.string_value is None
+        decoded = decoded.list_value.values[0]
+    assert decoded == Value(string_value="leaf")
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,9 @@ Bounds: the rewrite reads each field of the input once, at its own level, and at
 :data:`MAX_MERGE_DEPTH` message levels, a group, a field running past its message or a known
 field sent with another wire type leaves the input as it is (the parser then judges it as
 sent: the server refuses such a body before it gets here). The output is no longer than the
-input; each level's rewrite is built in one buffer, copied once into its parent's, so the
-rewrite holds at most about twice the input's size while it runs.
+input and is copied out of it once, at the end, however deep the merge: each level keeps the
+runs it leaves as they are as offsets, and a rewritten child as its pieces
+(:data:`MAX_ROPE_ITEMS`), so the rewrite holds the input plus its output while it runs.
 """
 
 from __future__ import annotations
@@ -46,15 +47,15 @@ from protocol_py.codec.wire_gen import (
     varint_bytes,
 )
 
-__all__ = ["MAX_MERGE_DEPTH", "MAX_MERGE_FIELDS", "MergeBudgetError", "merged"]
+__all__ = ["MAX_MERGE_DEPTH", "MAX_MERGE_FIELDS", "MAX_ROPE_ITEMS", "MergeBudgetError", "merged"]
 
 MAX_MERGE_DEPTH: Final = 100
 """Deepest message nesting the rewrite follows, in message levels (protobuf's default
 recursion limit); deeper input is left as it is."""
 
 MAX_MERGE_FIELDS: Final = 2 * MAX_DECODED_OBJECTS
-"""Most fields (at every level together) one rewrite reads: 2,000,000, about a second of one
-core at worst (0.5 us a field); a 601-message conversation of 1.1 MB holds about 9,000."""
+"""Most fields (at every level together) one rewrite reads: 2,000,000, one to two seconds of
+one core at worst (0.5-1 us a field); a 601-message conversation of 1.1 MB holds about 9,000."""
 
 _RAW: Final = 0  # copied as it is: scalars, strings, bytes, repeated scalars, unknown fields
 _EACH: Final = 1  # an element of a repeated message field or a map entry: rewritten on its own
@@ -171,10 +172,6 @@ def _message_class(field: metadata.Field) -> Any:
     return field.unwrap() if field.unwrap is not None else field.cls
 
 
-_OVER_BUDGET: Final = bytearray()
-"""Marks a rewrite stopped by its budget."""
-
-
 class _Budget:
     __slots__ = ("left", "limit")
 
@@ -198,60 +195,96 @@ def merged(cls: type[betterproto2.Message], data: bytes, *, limit: int | None = 
         MergeBudgetError: ``data`` holds more than ``limit`` fields.
     """
     budget = _Budget(MAX_MERGE_FIELDS if limit is None else limit)
+    over = False
     try:
         out = _rewrite(_plan(cls), data, [0, len(data)], budget, 1)
     except (_UnmergeableError, FallbackError, IndexError):
         return data
     except MergeBudgetError:
-        out = _OVER_BUDGET  # raised again below, outside this block: this one's traceback
-        # holds the rewrite's frames and their lists of spans (millions of ints)
-    if out is _OVER_BUDGET:
+        over = True  # raised again below, outside this block: this one's traceback holds
+        # the rewrite's frames and their lists of spans (millions of ints)
+    if over:
         raise MergeBudgetError(budget.limit)
-    return data if out is None else bytes(out)
+    return data if out is None else out.finish()
+
+
+MAX_ROPE_ITEMS: Final = 1024
+"""Most pieces one level's rewrite holds before it copies them into its buffer: runs of the
+input are kept as offsets and rewritten children as their own pieces, so a rewrite copies the
+input once, at the end, however deep the merge; only a level holding more pieces than this
+(a field sent thousands of times) copies them early, to bound the pieces held."""
 
 
 class _Out:
-    """One level's rewrite, built in one buffer: runs of the input copied as they are
-    (adjacent runs joined before the copy) and rewritten fields."""
+    """One level's rewrite as a rope: runs of the input (adjacent runs joined) kept as
+    ``(start, stop)`` offsets, headers and rewritten children as their pieces; copied out
+    once by :meth:`finish` (or into ``buf`` when it holds over :data:`MAX_ROPE_ITEMS`
+    pieces). ``size`` is its length in bytes."""
 
-    __slots__ = ("buf", "data", "run_start", "run_stop")
+    __slots__ = ("buf", "data", "items", "run_start", "run_stop", "size")
 
     def __init__(self, data: bytes) -> None:
         self.data = memoryview(data)
-        self.buf = bytearray()
+        self.buf: bytearray | None = None
+        self.items: list[tuple[int, int] | bytes | bytearray] = []
         self.run_start = self.run_stop = -1
+        self.size = 0
 
     def raw(self, start: int, stop: int) -> None:
+        self.size += stop - start
         if start == self.run_stop:
             self.run_stop = stop
             return
-        self.flush()
+        self.end_run()
         self.run_start, self.run_stop = start, stop
 
-    def flush(self) -> None:
+    def end_run(self) -> None:
         if self.run_start >= 0:
-            self.buf += self.data[self.run_start : self.run_stop]
+            self._add((self.run_start, self.run_stop))
             self.run_start = self.run_stop = -1
 
-    def field(self, tag: int, payload: bytearray) -> None:
-        self.flush()
-        self.buf += varint_bytes(tag)
-        self.buf += varint_bytes(len(payload))
-        self.buf += payload
+    def _add(self, item: tuple[int, int] | bytes | bytearray) -> None:
+        self.items.append(item)
+        if len(self.items) > MAX_ROPE_ITEMS:
+            self.buf = self._copied(self.buf if self.buf is not None else bytearray())
+            self.items.clear()
+
+    def _copied(self, buf: bytearray) -> bytearray:
+        data = self.data
+        for item in self.items:
+            buf += data[item[0] : item[1]] if isinstance(item, tuple) else item
+        return buf
+
+    def field(self, tag: int, child: _Out) -> None:
+        self.end_run()
+        child.end_run()
+        head = varint_bytes(tag) + varint_bytes(child.size)
+        self._add(head)
+        self.size += len(head) + child.size
+        if child.buf is not None:
+            self._add(child.buf)
+        for item in child.items:
+            self._add(item)
 
     def joined(self, tag: int, spans: list[int]) -> None:
         """The field ``tag`` holding the concatenation of ``spans`` of the input."""
-        self.flush()
+        self.end_run()
         pairs = range(0, len(spans), 2)
-        self.buf += varint_bytes(tag)
-        self.buf += varint_bytes(sum(spans[i + 1] - spans[i] for i in pairs))
+        length = sum(spans[i + 1] - spans[i] for i in pairs)
+        head = varint_bytes(tag) + varint_bytes(length)
+        self._add(head)
+        self.size += len(head) + length
         for i in pairs:
-            self.buf += self.data[spans[i] : spans[i + 1]]
+            self._add((spans[i], spans[i + 1]))
+
+    def finish(self) -> bytes:
+        self.end_run()
+        return bytes(self._copied(self.buf if self.buf is not None else bytearray()))
 
 
 def _rewrite(
     plan: _Plan, data: bytes, spans: list[int], budget: _Budget, depth: int
-) -> bytearray | None:
+) -> _Out | None:
     """The rewrite of one message whose encoding is the concatenation of the ``spans`` of
     ``data`` (start, stop pairs), or None when it needs none."""
     if depth > MAX_MERGE_DEPTH:
@@ -314,7 +347,7 @@ def _rewrite(
                     state[3] += (payload, pos)  # the same message member: merged
                 else:  # another member (or a scalar again): the last one wins
                     state[:] = [tag, start, pos, [payload, pos]]
-    out.flush()
+    out.end_run()
     for tag, (start, pieces) in singles.items():
         sub = plan[tag >> 3][1]
         child = _rewrite(sub, data, pieces, budget, depth + 1) if sub else None
@@ -335,7 +368,4 @@ def _rewrite(
             out.raw(start, stop)
         else:
             out.joined(tag, pieces)
-    if not changed:
-        return None
-    out.flush()
-    return out.buf
+    return out if changed else None
