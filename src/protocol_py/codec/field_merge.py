@@ -26,7 +26,8 @@ field sent with another wire type leaves the input as it is (the parser then jud
 sent: the server refuses such a body before it gets here). The output is no longer than the
 input and is copied out of it once, at the end, however deep the merge: each level keeps the
 runs it leaves as they are as offsets, and a rewritten child as its pieces
-(:data:`MAX_ROPE_ITEMS`), so the rewrite holds the input plus its output while it runs.
+(:data:`MAX_ROPE_ITEMS`), so the rewrite holds the input, its output and two offsets per
+occurrence merged (bounded by :data:`MAX_MERGE_FIELDS`) while it runs.
 """
 
 from __future__ import annotations
