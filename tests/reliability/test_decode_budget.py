@@ -45,6 +45,16 @@ def empty_messages(count: int) -> bytes:
     return ld(2, MODEL) + b"\x0a\x00" * count
 
 
+def frame_names(exc: BaseException) -> list[str]:
+    """The function names of the frames ``exc``'s traceback holds, outermost first."""
+    names = []
+    tb = exc.__traceback__
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return names
+
+
 async def _timed(served: Served, rpc: str, body: bytes, *, stream: bool = False) -> Any:
     before = rss_bytes()
     started = time.monotonic()
@@ -259,12 +269,7 @@ def test_the_budget_error_keeps_no_partial_message_alive() -> None:
         wire.decode_report(StreamCompletionRequest, empty_messages(wire.MAX_DECODED_OBJECTS + 1))
     except wire.DecodeBudgetError as exc:
         assert exc.__context__ is None and exc.__cause__ is None
-        frames = []
-        tb = exc.__traceback__
-        while tb is not None:
-            frames.append(tb.tb_frame.f_code.co_name)
-            tb = tb.tb_next
-        assert frames == [  # no frame of the generated decoder, which held the partial message
+        assert frame_names(exc) == [  # no frame of the generated decoder (the partial message)
             "test_the_budget_error_keeps_no_partial_message_alive",
             "decode_report",
             "_decode_fast",
@@ -280,12 +285,7 @@ def test_the_merge_budget_error_keeps_no_frame_of_the_rewrite_alive() -> None:
     try:
         wire.decode_report(StreamCompletionRequest, body)
     except MergeBudgetError as exc:
-        frames = []
-        tb = exc.__traceback__
-        while tb is not None:
-            frames.append(tb.tb_frame.f_code.co_name)
-            tb = tb.tb_next
-        assert frames == [
+        assert frame_names(exc) == [
             "test_the_merge_budget_error_keeps_no_frame_of_the_rewrite_alive",
             "decode_report",
             "merged",

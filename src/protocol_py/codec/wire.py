@@ -170,37 +170,31 @@ def _decode_fast(
         message: M = GENERATOR.decoder(cls)(data, 0, len(data), st, 1)
     except DecodeBudgetError:
         pass  # raised again below: this one's traceback holds the partial message
-    except NeedsMergeError:
-        if not merged:
+    except (FallbackError, UnicodeDecodeError, IndexError, struct.error, RecursionError) as exc:
+        if isinstance(exc, NeedsMergeError) and not merged:
             return None
         if not fallback:
+            if isinstance(exc, UnicodeDecodeError):
+                raise
             raise FallbackError from None
-        return cls.parse(data), False, False
-    except UnicodeDecodeError:
-        if not fallback:
-            raise
-        return parse_merged(cls, data, merged=merged), False, False
-    except (FallbackError, IndexError, struct.error, RecursionError):
-        if not fallback:
-            raise FallbackError from None
-        return parse_merged(cls, data, merged=merged), False, False
+        return cls.parse(data if merged else field_merge.merged(cls, data)), False, False
     else:
         return message, st.clean, not st.unknown
     raise DecodeBudgetError(st.limit)
 
 
-def parse_merged(cls: type[M], data: bytes, *, merged: bool = False) -> M:
+def parse_merged(cls: type[M], data: bytes) -> M:
     """betterproto2's parse of ``data`` after protobuf's merge of a singular message field
-    or oneof sent more than once (:func:`protocol_py.codec.field_merge.merged`; ``merged``:
-    ``data`` is merged already), which betterproto2 0.10's parser does not apply: the parse
-    the generated decoder hands input it does not cover to.
+    or oneof sent more than once (:func:`protocol_py.codec.field_merge.merged`), which
+    betterproto2 0.10's parser does not apply: the parse the generated decoder hands input it
+    does not cover to.
 
     Raises:
         protocol_py.codec.field_merge.MergeBudgetError: ``data`` holds more fields than the
             merge reads (:data:`~protocol_py.codec.field_merge.MAX_MERGE_FIELDS`).
         Whatever ``cls.parse`` raises.
     """
-    return cls.parse(data if merged else field_merge.merged(cls, data))
+    return cls.parse(field_merge.merged(cls, data))
 
 
 def decode(cls: type[M], data: bytes) -> M:

@@ -45,12 +45,12 @@ MAX_DECODED_OBJECTS: Final = 1_000_000
 create, and unknown fields it may read (all fields of the message, at any depth, counted
 together), in elements. An unknown field makes no object, but each takes a step of the
 decoder (a body of 3-byte unknown fields would otherwise take one step every 3 bytes of its
-64 MiB). Every other
-object hangs from one of these, the top-level message or a chain of singular sub-messages
-(at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded request's objects whatever its
-shape: a body of tiny elements (two bytes each: ``0a 00``) otherwise turns each wire byte into
-over 100 bytes of Python objects (1 MiB of empty ``messages`` would take over 1 GiB). A
-request of 100,000 one-block messages (4.4 MB) counts 200,000."""
+64 MiB). Every other object hangs from one of these, the top-level message or a chain of
+singular sub-messages (at most :data:`MAX_FAST_DEPTH` deep), so this bounds a decoded
+request's objects whatever its shape: a body of tiny elements (two bytes each: ``0a 00``)
+otherwise turns each wire byte into over 100 bytes of Python objects (1 MiB of empty
+``messages`` would take over 1 GiB). A request of 100,000 one-block messages (4.4 MB) counts
+200,000."""
 
 
 LONG_TEXT_CHARS: Final = 1 << 20
