@@ -13,6 +13,12 @@ SSE stream once it has read the whole body:
 * ``direct``: the equivalent OpenAI body (built once, outside the timing, as a kernel talking to
   the vendor would have it) POSTed with httpx to the same stub; time until the first SSE event
   is parsed.
+* ``plugin, upb kernel`` (the ``upb kernel`` rows): the plugin path again, from a kernel that
+  holds its request as protobuf's compiled (upb) message, built outside the timing as a Go
+  kernel holds its structs, and serializes it in C inside the timing; the rest of its client is
+  ModelClient's (grpclib, the same connection). The difference from the ``plugin`` rows is what
+  the pure-Python encode of ``ModelClient`` costs a turn; the target applies to the ``plugin``
+  rows.
 
 The stub and the server each run in their own process (spawned; the server's set up as
 ``protocol-py serve`` sets up its own: ``configure_serve_process``); the client runs here.
@@ -41,16 +47,21 @@ import time
 from typing import Any, Final
 
 import httpx
+from grpclib.const import Cardinality
 from server import start
 
 from protocol_py.client.client import ModelClient
+from protocol_py.client.message_reader import MessageReader
 from protocol_py.codec import wire
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.http.request import dump_body
 from protocol_py.providers.http.sse import SSEParser
 from protocol_py.providers.openai.provider import OpenAIProvider
 from protocol_py.server import ModelServer
+from protocol_py.server.grpc_layer.limits import strict_request_classes
+from protocol_py.server.reflection import build_descriptor_pool
 from protocol_py.server.serve import configure_serve_process
+from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import (
     ContentBlock,
@@ -60,7 +71,12 @@ from protocol_py_gen.content.v1 import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from protocol_py_gen.model.v1 import GenerationParams, StreamCompletionRequest, ToolDeclaration
+from protocol_py_gen.model.v1 import (
+    GenerationParams,
+    StreamCompletionRequest,
+    StreamEvent,
+    ToolDeclaration,
+)
 
 MODEL = "gpt-6-sol"
 WARM_TARGET: Final = 3.0
@@ -146,6 +162,7 @@ def conversation(messages: int, epoch: int = 0, turn: int = 1) -> StreamCompleti
         ],
         params=GenerationParams(max_output_tokens=1024),
         call_context=CallContext(session_id="bench", turn_id=f"t{turn}"),
+        kernel_protocol_version=PROTOCOL_VERSION,  # as a Conversation builds it
     )
 
 
@@ -232,20 +249,46 @@ async def plugin_first_event(client: ModelClient, request: StreamCompletionReque
     return first
 
 
+async def upb_kernel_first_event(client: ModelClient, request: Any) -> float:
+    """Seconds from the call to the first StreamEvent for ``request``, a protobuf (upb)
+    StreamCompletionRequest serialized in the timing by upb (grpclib's protobuf codec), on
+    ``client``'s connection; the events are read as ``ModelClient.stream`` reads them."""
+    started = time.perf_counter()
+    first = 0.0
+    async with client.stub.channel.request(
+        "/model.v1.ModelService/StreamCompletion",
+        Cardinality.UNARY_STREAM,
+        type(request),
+        StreamEvent,
+        timeout=60,
+    ) as call:
+        await call.send_message(request, end=True)
+        reader = MessageReader(call)
+        while events := await reader.batch():
+            for event in events:
+                if first == 0.0:
+                    first = time.perf_counter() - started
+                if event.error is not None:
+                    raise RuntimeError(f"plugin path failed: {event.error.message}")
+    return first
+
+
 _EPOCHS = itertools.count(1)
 """Message-id epochs for cold turns: unique within the process, so no server cache keyed by
 message id ever sees an id twice."""
 
 
 async def measure(
-    plugin_port: int, stub_url: str, size: int, samples: int, cold: bool
+    plugin_port: int, stub_url: str, size: int, samples: int, cold: bool, *, upb: Any = None
 ) -> tuple[float, float, int, int]:
     """One run at ``size`` messages: (plugin median s, direct median s, request bytes, body
     bytes); the two paths alternate turn by turn.
 
     Warm: every turn resends the same messages with a new turn id. Cold (``cold``): every turn's
     messages carry ids never sent before (same content). Each turn's request is built before
-    its timing starts, as a new object, as a kernel builds it."""
+    its timing starts, as a new object, as a kernel builds it: a ``StreamCompletionRequest``
+    sent by ``ModelClient.stream``, or, with ``upb`` (protobuf's class of the same message), a
+    upb message sent by :func:`upb_kernel_first_event`."""
     provider = OpenAIProvider(api_key="bench", base_url=stub_url)
     spec = provider.spec_for(MODEL)
     assert spec is not None
@@ -259,9 +302,13 @@ async def measure(
             url = f"{stub_url}/chat/completions"
             for i in range(samples + 3):
                 request = conversation(size, next(_EPOCHS) if cold else 0, turn=i)
-                if not request_bytes:  # the same size every turn (ids of the same length)
-                    request_bytes = len(wire.encode(request))
-                p = await plugin_first_event(client, request)
+                data = wire.encode(request) if upb is not None or not request_bytes else b""
+                if not request_bytes:  # the first turn's (turn ids grow by a digit at t10)
+                    request_bytes = len(data)
+                if upb is not None:
+                    p = await upb_kernel_first_event(client, upb.FromString(data))
+                else:
+                    p = await plugin_first_event(client, request)
                 d = await direct_first_event(http, url, body)
                 if i >= 3:
                     plugin.append(p)
@@ -290,6 +337,53 @@ def not_increasing(overheads: dict[int, float], sizes: list[int]) -> bool:
     return any(later < earlier for earlier, later in itertools.pairwise(ordered))
 
 
+def _rows(
+    label: str,
+    plugin_port: int,
+    stub_url: str,
+    sizes: list[int],
+    args: argparse.Namespace,
+    *,
+    cold: bool,
+    upb: Any,
+) -> dict[tuple[str, int], float]:
+    """Measure and print one block of rows (a header, one row per size, the growth line);
+    return each size's ratio under ``(label, size)`` (the rows show the label's first word,
+    ``warm`` or ``cold``)."""
+    mode = label.split(maxsplit=1)[0]
+    print(
+        f"{mode:>5}{'messages':>9}{'request':>11}{'vendor body':>13}{'direct ms':>11}"
+        f"{'plugin ms':>11}{'overhead ms':>13}{'ratio':>8}  load"
+    )
+    ratios: dict[tuple[str, int], float] = {}
+    overheads: dict[int, float] = {}
+    for size in sizes:
+        runs = [
+            asyncio.run(measure(plugin_port, stub_url, size, args.samples, cold, upb=upb))
+            for _ in range(args.repeat)
+        ]
+        plugin = statistics.median(r[0] for r in runs) * 1e3
+        direct = statistics.median(r[1] for r in runs) * 1e3
+        overheads[size] = statistics.median((r[0] - r[1]) * 1e3 for r in runs)
+        ratios[label, size] = statistics.median(r[0] / r[1] for r in runs)
+        print(
+            f"{mode:>5}{size + 1:>9}{runs[0][2]:>11,}{runs[0][3]:>13,}{direct:>11.2f}"
+            f"{plugin:>11.2f}{overheads[size]:>13.2f}{ratios[label, size]:>7.2f}x"
+            f"  {os.getloadavg()[0]:.2f}"
+        )
+    if len(sizes) >= 2:
+        lo, hi = min(sizes), max(sizes)
+        per_message = (overheads[hi] - overheads[lo]) / (hi - lo)
+        print(
+            f"{label} overhead growth {lo + 1}->{hi + 1} messages: "
+            f"{per_message * 1e3:.1f} us/message; ratio {overheads[hi] / overheads[lo]:.2f}"
+            f" for {hi / lo:.0f}x the messages"
+        )
+        if not_increasing(overheads, sizes):
+            print(NOISY_WARNING)
+    return ratios
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="60,300,600", help="message counts, comma-separated")
@@ -304,42 +398,26 @@ def main(argv: list[str] | None = None) -> int:
     stub, stub_port = start(_serve_stub)
     stub_url = f"http://127.0.0.1:{stub_port}"
     plugin_proc, plugin_port = start(_serve_plugin, stub_url)
+    upb = strict_request_classes(build_descriptor_pool())[StreamCompletionRequest]
     ratios: dict[tuple[str, int], float] = {}
     try:
         print(
             f"python {sys.version.split()[0]}; median of {args.repeat} runs x {args.samples}; "
             f"{load()} at start"
         )
-        for mode in ("warm", "cold"):
-            print(
-                f"{mode:>5}{'messages':>9}{'request':>11}{'vendor body':>13}{'direct ms':>11}"
-                f"{'plugin ms':>11}{'overhead ms':>13}{'ratio':>8}  load"
-            )
-            overheads: dict[int, float] = {}
-            for size in sizes:
-                runs = [
-                    asyncio.run(measure(plugin_port, stub_url, size, args.samples, mode == "cold"))
-                    for _ in range(args.repeat)
-                ]
-                plugin = statistics.median(r[0] for r in runs) * 1e3
-                direct = statistics.median(r[1] for r in runs) * 1e3
-                overheads[size] = statistics.median((r[0] - r[1]) * 1e3 for r in runs)
-                ratios[mode, size] = statistics.median(r[0] / r[1] for r in runs)
+        for kernel in ("", " upb kernel"):
+            if kernel:
                 print(
-                    f"{mode:>5}{size + 1:>9}{runs[0][2]:>11,}{runs[0][3]:>13,}{direct:>11.2f}"
-                    f"{plugin:>11.2f}{overheads[size]:>13.2f}{ratios[mode, size]:>7.2f}x"
-                    f"  {os.getloadavg()[0]:.2f}"
+                    "the same turns from a kernel that serializes its request with upb "
+                    "(protobuf's C library) in the timing:"
                 )
-            if len(sizes) >= 2:
-                lo, hi = min(sizes), max(sizes)
-                per_message = (overheads[hi] - overheads[lo]) / (hi - lo)
-                print(
-                    f"{mode} overhead growth {lo + 1}->{hi + 1} messages: "
-                    f"{per_message * 1e3:.1f} us/message; ratio {overheads[hi] / overheads[lo]:.2f}"
-                    f" for {hi / lo:.0f}x the messages"
+            for mode in ("warm", "cold"):
+                label = mode + kernel
+                upb_class = upb if kernel else None
+                cold = mode == "cold"
+                ratios.update(
+                    _rows(label, plugin_port, stub_url, sizes, args, cold=cold, upb=upb_class)
                 )
-                if not_increasing(overheads, sizes):
-                    print(NOISY_WARNING)
     finally:
         for proc in (plugin_proc, stub):
             proc.terminate()
@@ -347,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     hi = max(sizes)
     print(
         f"at {hi + 1} messages: warm {ratios['warm', hi]:.2f}x (target <= {WARM_TARGET:g}x), "
-        f"cold {ratios['cold', hi]:.2f}x (target <= {COLD_TARGET:g}x) the direct POST; {load()}"
+        f"cold {ratios['cold', hi]:.2f}x (target <= {COLD_TARGET:g}x) the direct POST; "
+        f"upb kernel: warm {ratios['warm upb kernel', hi]:.2f}x, "
+        f"cold {ratios['cold upb kernel', hi]:.2f}x; {load()}"
     )
     if not args.no_profile:
         from turn_stages import print_profile  # noqa: PLC0415 (turn_stages imports this module)

@@ -74,3 +74,23 @@ def test_turn_stages_sweeps_memory_between_encode_and_decode_and_times_each_stag
         )
     )
     assert timed == "True True"
+
+
+def test_the_upb_kernel_rows_send_the_request_modelclient_sends() -> None:
+    """turn_latency.py's upb-kernel rows time the same request as its ModelClient rows: what
+    upb serializes from the message it parsed from the codec's encoding has the same size and parses to the same message, warm
+    and cold (map entries may come in another order: protobuf leaves it open)."""
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import turn_latency as t\n"
+        "from protocol_py.codec import wire\n"
+        "from protocol_py.server.grpc_layer.limits import strict_request_classes\n"
+        "from protocol_py.server.reflection import build_descriptor_pool\n"
+        "from protocol_py_gen.model.v1 import StreamCompletionRequest\n"
+        "upb = strict_request_classes(build_descriptor_pool())[StreamCompletionRequest]\n"
+        "for r in (t.conversation(30), t.conversation(30, epoch=3, turn=5)):\n"
+        "    data = wire.encode(r)\n"
+        "    sent = upb.FromString(data).SerializeToString()\n"
+        "    print(upb.FromString(sent) == upb.FromString(data), len(sent) == len(data) > 5000)\n"
+    )
+    done = run_ok([sys.executable, "-c", code], cwd=REPO)
+    assert done.stdout.splitlines() == ["True True", "True True"]
