@@ -78,8 +78,9 @@ def test_turn_stages_sweeps_memory_between_encode_and_decode_and_times_each_stag
 
 def test_the_upb_kernel_rows_send_the_request_modelclient_sends() -> None:
     """turn_latency.py's upb-kernel rows time the same request as its ModelClient rows: what
-    upb serializes from the message it parsed from the codec's encoding has the same size and parses to the same message, warm
-    and cold (map entries may come in another order: protobuf leaves it open)."""
+    upb serializes from the message it parsed from the codec's encoding has the same size and
+    parses to the same message, warm and cold (map entries may come in another order: protobuf
+    leaves it open)."""
     code = (
         "import sys; sys.path.insert(0, 'benchmarks'); import turn_latency as t\n"
         "from protocol_py.codec import wire\n"
