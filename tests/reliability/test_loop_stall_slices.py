@@ -148,14 +148,19 @@ def test_pause_turn_answer_takes_half_the_tokens_counted_in_slices(slices: Slice
     assert max(slices.sizes) <= TOKEN_SLICE_CHARS
 
 
-@pytest.mark.parametrize("offset", [-9, -4, -1, 0, 1, 3])
-def test_tool_name_is_found_case_insensitively_across_a_window_boundary(offset: int) -> None:
-    at = TOKEN_COUNT_CHUNK_CHARS + offset
+@pytest.mark.parametrize("offset", [-12, -1, 0, 1, 5])
+def test_tool_name_is_found_case_insensitively_up_to_the_lookup_bound(offset: int) -> None:
+    """A name is found when it ends within the first LOOKUP_PROMPT_CHARS characters (the
+    character after it still read, for the word boundary), and not past them."""
+    bound = reference_provider.LOOKUP_PROMPT_CHARS
+    at = bound - len("get_weather") + offset
     text = "." * at + "Get_Weather now" + "." * 30
-    found = list(reference_provider._word_occurrences(text, "get_weather"))
-    assert found == [at]
+    found = list(reference_provider._PromptLookups(text).occurrences("get_weather"))
+    assert found == ([at] if offset <= 0 else [])
     glued = "." * at + "xget_weather"
-    assert list(reference_provider._word_occurrences(glued, "get_weather")) == []
+    assert list(reference_provider._PromptLookups(glued).occurrences("get_weather")) == []
+    ended = "." * (bound - len("get_weather")) + "get_weatherx"  # the bound cuts a longer word
+    assert list(reference_provider._PromptLookups(ended).occurrences("get_weather")) == []
 
 
 @pytest.mark.parametrize("offset", [-2, -1, 0, 1, 5])

@@ -8,7 +8,7 @@ import functools
 import heapq
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -96,6 +96,7 @@ from protocol_py.server.status import (
 )
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
+from protocol_py_gen.google.protobuf import ListValue, Struct
 from protocol_py_gen.model.v1 import (
     Capabilities,
     ConfigureRequest,
@@ -115,6 +116,7 @@ from protocol_py_gen.model.v1 import (
     RenderResponse,
     StreamCompletionRequest,
     StreamEvent,
+    ToolDeclaration,
 )
 
 log = logging.getLogger("protocol_py.server")
@@ -133,6 +135,45 @@ CONFIG_INLINE_KEYS: Final = 64
 """Configure configs of more keys than this are converted, checked and their logged key
 names picked in a worker thread (:func:`~protocol_py.server.offload.run_cpu`); smaller ones
 inline, where the work takes well under a millisecond."""
+
+
+TOOL_SCHEMA_INLINE_VALUES: Final = 64
+"""Most JSON values (object members and array elements at any depth, counted together) the
+tool input schemas of a StreamCompletion request may hold for its validation to run inline
+when the request is small; with more, the validation runs in a worker thread whatever the
+request's size (:func:`~protocol_py.server.offload.run_cpu`). Checking a schema against the
+JSON Schema metaschema costs far more per byte than the rest of a request: about 0.6 ms for
+each property's subschema (jsonschema, draft 2020-12), so a 61 KB request declaring one tool
+of 1,050 string properties held the event loop 0.66 s."""
+
+
+def _tool_schemas_exceed(tools: Sequence[ToolDeclaration], limit: int) -> bool:
+    """Whether the input schemas of ``tools`` hold more than ``limit`` JSON values (a walk
+    that stops at the first value past ``limit``)."""
+    stack: list[Struct | ListValue] = [t.input_schema for t in tools if t.input_schema is not None]
+    count = 0
+    while stack:
+        node = stack.pop()
+        values = node.fields.values() if isinstance(node, Struct) else node.values
+        for value in values:
+            count += 1
+            if count > limit:
+                return True
+            if value.struct_value is not None:
+                stack.append(value.struct_value)
+            elif value.list_value is not None:
+                stack.append(value.list_value)
+    return False
+
+
+def _check_size(request: StreamCompletionRequest) -> int:
+    """The size :func:`run_cpu` decides by for validating ``request``: the bytes it was decoded
+    from, or at least :data:`~protocol_py.server.offload.OFFLOAD_MIN_BYTES` when its tool
+    schemas hold more than :data:`TOOL_SCHEMA_INLINE_VALUES` values (so it runs in a worker)."""
+    size = wire.wire_size(request)
+    if size < OFFLOAD_MIN_BYTES and _tool_schemas_exceed(request.tools, TOOL_SCHEMA_INLINE_VALUES):
+        return OFFLOAD_MIN_BYTES
+    return size
 
 
 def _config_within_bound(message: ConfigureRequest) -> None:
@@ -764,6 +805,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         spec = self._models.get(request.model_id)
         if spec is None:
             return request, None
+        if len(data) < OFFLOAD_MIN_BYTES and _check_size(request) >= OFFLOAD_MIN_BYTES:
+            return request, None  # run inline: its schemas are checked in a worker instead
         try:
             return request, (spec, checked_request(self.provider, request, spec, validate_request))
         except Exception:  # raised again, and reported, where the check always ran
@@ -818,7 +861,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             spec = self._models.get(request.model_id)
             if spec is None:
                 # Unknown model: still report every rule that needs no ModelSpec.
-                size = wire.wire_size(request)
+                size = _check_size(request)
                 violations = errors_only(await run_cpu(size, validate_request_shape, request))
                 if not any(v.path == "model_id" for v in violations):
                     violations.insert(0, unknown_model(request.model_id, self._models))
@@ -827,7 +870,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             elif checked is not None and checked[0] is spec:
                 violations, overflow = checked[1]
             else:
-                size = wire.wire_size(request)
+                size = _check_size(request)
                 violations, overflow = await run_cpu(
                     size, checked_request, self.provider, request, spec, validate_request
                 )

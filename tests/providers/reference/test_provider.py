@@ -3,6 +3,7 @@ max_output_tokens, tool calls, prompt caching, exact token counts, configuration
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -18,11 +19,13 @@ from protocol_py.providers.reference import (
     count_text_tokens,
     tokenize,
 )
+from protocol_py.providers.reference import provider as reference_provider
 from protocol_py.rules.accumulate import accumulate
 from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.cost import prompt_tokens
 from protocol_py.rules.request import validate_request
 from protocol_py.rules.stream_order import StreamOrderChecker
+from protocol_py.server import offload
 from protocol_py_gen.content.v1 import ContentBlock, Message, Role, TextBlock, ToolResultBlock
 from protocol_py_gen.model.v1 import (
     CacheBreakpoint,
@@ -377,6 +380,76 @@ async def test_the_word_after_a_property_name_is_its_argument() -> None:
     assert await _city_argument("call get_weather with CITY=Tromso now") == "Tromso"
     # "city" inside "velocity" is not the property's name: the capitalised name is used instead
     assert await _city_argument("call get_weather for Oslo, velocity: fast") == "Oslo"
+
+
+def _wide_tool(properties: int, name: str = "wide") -> ToolDeclaration:
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string"} for i in range(properties)},
+    }
+    return ToolDeclaration(name=name, description="Many strings", input_schema=to_struct(schema))
+
+
+async def _arguments(prompt: str, tools: list[ToolDeclaration]) -> dict[str, Any]:
+    result = accumulate(await run(ReferenceProvider(), make_request(prompt, tools=tools)))
+    use = result.message.content[-1].tool_use
+    assert use is not None and use.name == tools[0].name
+    return from_struct(use.input)
+
+
+async def test_name_lookups_stop_at_their_bound_whatever_the_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One lookup per declared tool, then one per string property: a schema of 1,050 string
+    properties, each named in the prompt with its word, has the first MAX_NAME_LOOKUPS - 1
+    filled from the prompt and the rest given their own names (the prompt holds no proper
+    name); the proper name is searched for once."""
+    searches: list[str] = []
+    search = reference_provider._search_windows
+
+    def counted(pattern: Any, text: str, keep: int) -> Any:
+        searches.append(text[:10])
+        return search(pattern, text, keep)
+
+    monkeypatch.setattr(reference_provider, "_search_windows", counted)
+    prompt = "use tool " + " ".join(f"p{i}: v{i}" for i in range(1050))
+    args = await _arguments(prompt, [_wide_tool(1050)])
+    filled = reference_provider.MAX_NAME_LOOKUPS - 1  # one lookup for the tool's name
+    assert [args[f"p{i}"] for i in range(filled)] == [f"v{i}" for i in range(filled)]
+    assert [args[f"p{i}"] for i in range(filled, 1050)] == [f"p{i}" for i in range(filled, 1050)]
+    assert len(searches) == 1
+
+
+async def test_a_name_found_inside_other_words_all_along_costs_bounded_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A property named ``e`` in a prompt of 60,000 ``e`` inside other words: at most
+    MAX_LOOKUP_CANDIDATES places are examined over the whole completion; the argument falls
+    back to the proper name."""
+    steps = [0]
+    word_at = reference_provider._word_at
+
+    def counted(text: str, word: str, start: int) -> bool:
+        steps[0] += 1
+        return word_at(text, word, start)
+
+    monkeypatch.setattr(reference_provider, "_word_at", counted)
+    schema = {"type": "object", "properties": {"e": {"type": "string"}, "f": {"type": "string"}}}
+    tool = ToolDeclaration(name="glued", description="x", input_schema=to_struct(schema))
+    args = await _arguments("use tool for Oslo " + "ee " * 30_000 + "f: later", [tool])
+    assert steps[0] == reference_provider.MAX_LOOKUP_CANDIDATES
+    assert args == {"e": "Oslo", "f": "Oslo"}  # the budget was spent before "f" was found
+
+
+def test_a_lookup_in_a_cancelled_worker_step_stops() -> None:
+    """Each lookup passes a checkpoint: in a worker step whose call was cancelled it raises
+    JobCancelled before searching."""
+    stop = threading.Event()
+    stop.set()
+    lookups = reference_provider._PromptLookups("call get_weather now")
+    with pytest.raises(offload.JobCancelled):
+        offload._stoppable(stop, lambda: lookups.names("get_weather"))
+    assert lookups.names("get_weather")  # outside a step: no checkpoint applies
 
 
 async def test_a_tool_named_inside_a_longer_word_is_not_chosen() -> None:

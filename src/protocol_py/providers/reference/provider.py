@@ -86,7 +86,7 @@ from protocol_py.providers.reference.tokenizer import (
     prompt_segments,
     tokenize,
 )
-from protocol_py.server.offload import run_cpu
+from protocol_py.server.offload import checkpoint, run_cpu
 from protocol_py.version import PACKAGE_VERSION
 from protocol_py_gen.common.v1 import CallContext
 from protocol_py_gen.content.v1 import Message, Role, VendorData
@@ -207,7 +207,93 @@ def _chunks(tokens: list[str], size: int = TOKENS_PER_DELTA) -> Iterator[tuple[s
         yield "".join(part), len(part)
 
 
-def _example_value(schema: Mapping[str, Any], name: str, prompt: str) -> JSONValue:
+MAX_NAME_LOOKUPS: Final = 128
+"""Most names one completion looks up in its prompt, count: the declared tools' names (to
+choose the tool named in the prompt), then the string properties' names of the chosen tool's
+schema (for the word after each). A tool past the bound is never chosen by name; a string
+property past it takes the proper name or its own name. Each lookup is one search of the
+lowered :data:`LOOKUP_PROMPT_CHARS`, so a completion's lookups cost at most this many
+searches whatever the prompt's length and the tools' and schemas' sizes."""
+
+MAX_LOOKUP_CANDIDATES: Final = 4096
+"""Most places where a looked-up name occurs that one completion examines (word boundaries,
+the word after), count, over all its lookups; later lookups find nothing. A name found as a
+part of other words all along the prompt (``e`` in ``ee ee ee ...``) costs one step each."""
+
+LOOKUP_PROMPT_CHARS: Final = TOKEN_COUNT_CHUNK_CHARS
+"""Characters at the start of the prompt (the last user message) the name lookups and the
+proper-name search read (256 Ki): a name written only after them is not found. The trigger
+phrases ("use tool", "signed tool", "pause turn") are looked for in the whole prompt."""
+
+
+class _PromptLookups:
+    """The name lookups of one completion in its prompt (see :data:`MAX_NAME_LOOKUPS`): the
+    first :data:`LOOKUP_PROMPT_CHARS` characters, lowered once; the proper name searched for
+    at most once."""
+
+    __slots__ = ("_lowered", "_proper", "candidates", "left", "text")
+
+    def __init__(self, prompt: str) -> None:
+        # one character past the bound: whether a name ending at the bound ends a word
+        self.text = prompt[: LOOKUP_PROMPT_CHARS + 1]
+        lowered = self.text.lower()
+        # a case mapping that changes lengths would shift every offset: matched as written
+        self._lowered = lowered if len(lowered) == len(self.text) else self.text
+        self._proper: str | None = None
+        self.left = MAX_NAME_LOOKUPS
+        self.candidates = MAX_LOOKUP_CANDIDATES
+
+    def occurrences(self, name: str) -> Iterator[int]:
+        """Start offsets of ``name`` in the text between word boundaries, matched
+        case-insensitively by ``str.find`` (no pattern is built from either string); nothing
+        once :data:`MAX_NAME_LOOKUPS` lookups were made or :data:`MAX_LOOKUP_CANDIDATES`
+        places examined. Counts one lookup, and one candidate per place found."""
+        if self.left <= 0 or not name:
+            return
+        self.left -= 1
+        checkpoint()  # a cancelled worker step stops between lookups
+        word, text, lowered, end = name.lower(), self.text, self._lowered, LOOKUP_PROMPT_CHARS
+        at = lowered.find(word, 0, end)
+        while at >= 0 and self.candidates > 0:
+            self.candidates -= 1
+            if _word_at(text, word, at):
+                yield at
+            at = lowered.find(word, at + 1, end)
+
+    def names(self, name: str) -> bool:
+        """Whether the text holds ``name`` as a word (one lookup)."""
+        return next(self.occurrences(name), -1) >= 0
+
+    def word_after(self, name: str) -> str:
+        """The letters/digits run after ``name`` and at least one of whitespace, ``:`` or
+        ``=`` (``city: Oslo`` -> ``Oslo``), matched case-insensitively, at most
+        :data:`MAX_EXAMPLE_STRING_CHARS` characters; ``""`` when there is none (one lookup)."""
+        text, size = self.text, len(name.lower())
+        for at in self.occurrences(name):
+            i = at + size
+            separators = _SEPARATORS.match(text, i)  # always matches (maybe nothing)
+            j = separators.end() if separators is not None else i
+            if j == i:
+                continue
+            k = j
+            while k < len(text) and k - j < MAX_EXAMPLE_STRING_CHARS and text[k].isalnum():
+                k += 1
+            if k > j:
+                return text[j:k]
+        return ""
+
+    def proper_name(self) -> str:
+        """The first capitalised word that does not start the text or a sentence, at most
+        :data:`MAX_EXAMPLE_STRING_CHARS` characters; ``""`` when there is none (searched for
+        once per completion)."""
+        if self._proper is None:
+            text = self.text[:LOOKUP_PROMPT_CHARS]
+            found = _search_windows(_PROPER_NAME_RE, text, MAX_EXAMPLE_STRING_CHARS)
+            self._proper = found.group(1)[:MAX_EXAMPLE_STRING_CHARS] if found else ""
+        return self._proper
+
+
+def _example_value(schema: Mapping[str, Any], name: str, prompt: _PromptLookups) -> JSONValue:
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return enum[0]
@@ -228,6 +314,9 @@ def _example_value(schema: Mapping[str, Any], name: str, prompt: str) -> JSONVal
     return None
 
 
+_SEPARATORS = re.compile(r"[\s:=]*")
+"""What may stand between a property's name and its value in the prompt (``city: Oslo``)."""
+
 _PROPER_NAME_RE = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][^\W_]*)")
 """A capitalised word that does not start the text or a sentence (a name like ``Paris``)."""
 
@@ -235,15 +324,11 @@ MAX_EXAMPLE_STRING_CHARS: Final = 40
 """Longest string argument the reference provider makes up from the prompt, characters."""
 
 
-def _example_string(name: str, prompt: str) -> str:
+def _example_string(name: str, prompt: _PromptLookups) -> str:
     """A plausible, deterministic string argument: the word after the property's name in the
     prompt (``city Oslo`` -> ``Oslo``), else the first capitalised word that does not start a
     sentence (``weather in Paris?`` -> ``Paris``), else the property's name itself."""
-    after = _word_after(name, prompt)
-    if after:
-        return after
-    found = _search_windows(_PROPER_NAME_RE, prompt, MAX_EXAMPLE_STRING_CHARS)
-    return found.group(1)[:MAX_EXAMPLE_STRING_CHARS] if found else name
+    return prompt.word_after(name) or prompt.proper_name() or name
 
 
 def _search_windows(pattern: re.Pattern[str], text: str, keep: int) -> re.Match[str] | None:
@@ -273,47 +358,7 @@ def _word_at(text: str, word: str, start: int) -> bool:
     return _is_word_char(word[-1]) != (end < len(text) and _is_word_char(text[end]))
 
 
-def _word_occurrences(text: str, word: str) -> Iterator[int]:
-    """Start offsets of ``word`` (lowercase) in ``text`` between word boundaries, matched
-    case-insensitively by ``str.find`` (no pattern is built from either string). ``text`` is
-    lowered one window at a time (``max(TOKEN_COUNT_CHUNK_CHARS, len(word))`` starting
-    positions, overlapping the next by ``len(word) - 1``), never whole; a window whose
-    lowering changes its length (a few characters lower to two) is matched as it is."""
-    if not word:
-        return
-    step = max(TOKEN_COUNT_CHUNK_CHARS, len(word))
-    for start in range(0, len(text), step):
-        piece = text[start : start + step + len(word) - 1]
-        lowered = piece.lower()
-        if len(lowered) != len(piece):
-            lowered = piece  # a case mapping changed lengths: offsets would not line up
-        at = lowered.find(word)
-        while 0 <= at < step:
-            if _word_at(text, word, start + at):
-                yield start + at
-            at = lowered.find(word, at + 1)
-
-
-def _word_after(name: str, prompt: str) -> str:
-    """The letters/digits run after ``name`` and at least one of whitespace, ``:`` or ``=``
-    (``city: Oslo`` -> ``Oslo``), matched case-insensitively, at most
-    :data:`MAX_EXAMPLE_STRING_CHARS` characters; ``""`` when there is none."""
-    for at in _word_occurrences(prompt, name.lower()):
-        i = at + len(name)
-        j = i
-        while j < len(prompt) and (prompt[j].isspace() or prompt[j] in ":="):
-            j += 1
-        if j == i:
-            continue
-        k = j
-        while k < len(prompt) and k - j < MAX_EXAMPLE_STRING_CHARS and prompt[k].isalnum():
-            k += 1
-        if k > j:
-            return prompt[j:k]
-    return ""
-
-
-def _example_object(schema: Mapping[str, Any], prompt: str) -> dict[str, JSONValue]:
+def _example_object(schema: Mapping[str, Any], prompt: _PromptLookups) -> dict[str, JSONValue]:
     props = schema.get("properties")
     if not isinstance(props, Mapping):
         return {}
@@ -580,9 +625,11 @@ class ReferenceProvider(Provider):
         mode = choice.mode if choice is not None else ToolChoiceMode.AUTO
         tool: ToolDeclaration | None = None
         prompt = ""
+        lookups = _PromptLookups("")
         if tools and spec.supports_tool_use and mode is not ToolChoiceMode.NONE and not results:
             prompt = raw[lo:hi]
-            named = [t for t in tools if next(_word_occurrences(prompt, t.name.lower()), -1) >= 0]
+            lookups = _PromptLookups(prompt)
+            named = [t for t in tools if lookups.names(t.name)]
             if mode is ToolChoiceMode.SPECIFIC and choice is not None:
                 tool = next((t for t in tools if t.name == choice.tool_name), tools[0])
             elif named:
@@ -663,7 +710,7 @@ class ReferenceProvider(Provider):
             )
             return plan
         if tool is not None:
-            args = dumps(_example_object(from_struct(tool.input_schema), prompt))
+            args = dumps(_example_object(from_struct(tool.input_schema), lookups))
             if count_text_tokens(args) > budget_left:
                 plan.stop = Stop(reason=StopReason.MAX_TOKENS, model_affirmed=True)
                 return plan
