@@ -523,3 +523,25 @@ async def test_a_small_request_is_validated_on_the_loop_unless_its_tool_schemas_
     assert events[-1].stop is not None and events[-1].stop.reason is StopReason.TOOL_USE
     assert threads == [on_loop]
     assert (await client.describe()).name == "reference"
+
+
+async def test_a_base_url_over_the_format_bound_is_refused_unchecked_and_the_server_serves(
+    running: Running, client: ModelClient
+) -> None:
+    """An 8 MB ``base_url`` is refused naming MAX_FORMAT_CHARS, not checked as a URI (the
+    check took about 120 bytes of memory per character), and nothing is applied: the stream
+    that follows reports no base_url; one of 8,192 characters is applied and reported."""
+    err = await configure_error(client, {"base_url": "https://example.com/" + "a" * 8_000_000})
+    assert err.message == (
+        "invalid config: 1 error(s): /base_url: is not a valid 'uri': longer than 8192 "
+        "characters (bound MAX_FORMAT_CHARS), not checked"
+    )
+    events = [event async for event in client.stream(make_request("hi"), timeout=30)]
+    metadata = [event.metadata for event in events if event.metadata is not None]
+    assert metadata and all("base_url" not in (m.attrs or {}) for m in metadata)
+    assert events[-1].stop is not None
+    at_bound = "https://example.com/" + "a" * (8192 - len("https://example.com/"))
+    await client.configure({"base_url": at_bound})
+    events = [event async for event in client.stream(make_request("hi"), timeout=30)]
+    shown = {m.attrs.get("base_url") for e in events if (m := e.metadata) is not None and m.attrs}
+    assert shown == {at_bound}
