@@ -33,6 +33,11 @@ def repeat(payload: bytes, fmt: RenderFormat = RenderFormat.UNSPECIFIED) -> Rend
         (b"[1, 2]", "payload"),
         (b"not json", "payload"),
         (b'{"text": "ab", "times": 100000000}', "payload.times"),
+        (b"[" * 500_000 + b"]" * 500_000, "payload"),  # nested past the JSON parser's limit
+        (b'{"a":' * 20_000 + b"1" + b"}" * 20_000, "payload"),
+        (b'{"text": "", "times": 100000000000000000000}', "payload.times"),  # no index fits
+        (b'{"text": "\\ud800", "times": 2}', "payload.text"),  # a lone surrogate
+        (b'{"text": "ok \\udfff", "times": 1}', "payload.text"),
     ],
 )
 async def test_render_rejects_invalid_repeat_payloads_naming_the_field(
@@ -92,3 +97,38 @@ async def test_render_bad_payload_is_invalid_argument_over_grpc(client: ModelCli
         await client.render(repeat(b'{"text": "ab", "times": -1}'), timeout=5)
     assert info.value.status == Status.INVALID_ARGUMENT
     assert (info.value.message or "").startswith("payload.times:")
+
+
+@pytest.mark.parametrize(
+    ("payload", "fmt", "message"),
+    [
+        (
+            b"[" * 500_000 + b"]" * 500_000,
+            RenderFormat.UNSPECIFIED,
+            "payload: JSON nested too deeply",
+        ),
+        (
+            b'{"text": "", "times": 100000000000000000000}',
+            RenderFormat.UNSPECIFIED,
+            "payload.times: more than 67108864 (MAX_RENDER_CHARS)",
+        ),
+        (
+            b'{"text": "\\udfff", "times": 1}',
+            RenderFormat.MARKDOWN,
+            "payload.text: holds a lone surrogate (U+DFFF at character 0), which UTF-8 "
+            "cannot carry",
+        ),
+    ],
+)
+async def test_render_payloads_no_reply_can_carry_are_invalid_argument_over_grpc(
+    client: ModelClient, payload: bytes, fmt: RenderFormat, message: str
+) -> None:
+    """A payload nested past the JSON parser's limit, a repeat count no string index holds and
+    a text UTF-8 cannot carry are the caller's errors, named by field, not INTERNAL; the
+    server answers the next Render."""
+    with pytest.raises(GRPCError) as info:
+        await client.render(repeat(payload, fmt), timeout=10)
+    assert info.value.status == Status.INVALID_ARGUMENT
+    assert (info.value.message or "").startswith(message), info.value.message
+    done = await client.render(repeat(b'{"text": "ab", "times": 2}'), timeout=5)
+    assert done.text == "abab"

@@ -86,6 +86,8 @@ def _repeat(payload: bytes) -> tuple[str, int]:
         )
     try:
         spec = json.loads(payload)
+    except RecursionError:  # the C scanner's own nesting limit (about 1,000 levels)
+        raise ValueError(f"payload: JSON nested too deeply; {usage}") from None
     except ValueError:
         raise ValueError(f"payload: not JSON; {usage}") from None
     if not isinstance(spec, dict):
@@ -97,8 +99,18 @@ def _repeat(payload: bytes) -> tuple[str, int]:
         raise ValueError(f"payload.times: missing or not an integer; {usage}")
     if times < 0:
         raise ValueError(f"payload.times: must be >= 0, got {times}")
+    if times > MAX_RENDER_CHARS:  # even of an empty text: never a repeat count past the bound
+        raise ValueError(f"payload.times: more than {MAX_RENDER_CHARS} (MAX_RENDER_CHARS)")
     if len(text) * times > MAX_RENDER_CHARS:
         raise ValueError(f"payload.times: the result would exceed {MAX_RENDER_CHARS} characters")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"payload.text: holds a lone surrogate (U+{ord(text[exc.start]):04X} at "
+                f"character {exc.start}), which UTF-8 cannot carry"
+            ) from None
     return text, times
 
 
