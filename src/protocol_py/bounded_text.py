@@ -11,7 +11,8 @@ status, an in-band error message or a log detail from caller text goes through t
 * :func:`bounded_message` caps a whole message so that its percent-encoded form (what
   ``grpc-message`` carries) is at most :data:`MAX_ERROR_MESSAGE_BYTES` bytes;
 * :func:`printable` makes foreign text (a vendor's error message) safe to show: cut to
-  :data:`MAX_FOREIGN_TEXT_CHARS` and every control character escaped (``\\x00``, ``\\n``);
+  :data:`MAX_FOREIGN_TEXT_CHARS` and every character Python does not print escaped (``\\x00``,
+  ``\\n``, ``\\u2028``, ``\\u202e``);
 * :func:`listed` joins a list of problems into ``"<prefix>: N <noun>(s): a; b"`` and, when they
   do not all fit, says how many are listed and how many there are in all:
   ``"<prefix>: 5000 <noun>(s), first 12 listed: a; b; ..."``.
@@ -19,7 +20,6 @@ status, an in-band error message or a log detail from caller text goes through t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Final
 from urllib.parse import quote
@@ -69,21 +69,20 @@ def quote_value(value: object, limit: int = MAX_ECHOED_VALUE_CHARS) -> str:
     return f"{text[:limit]}{CUT_MARKER} ({len(text)} chars, cut)"
 
 
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    return repr(match.group(0))[1:-1]
+def _shown(char: str) -> str:
+    return char if char.isprintable() else repr(char)[1:-1]
 
 
 def printable(text: str, limit: int = MAX_FOREIGN_TEXT_CHARS) -> str:
     """``text`` cut to ``limit`` characters (marked as :func:`bounded_message` does) with every
-    control character (C0, DEL, C1) escaped as Python does: NUL -> ``\\x00``, LF -> ``\\n``.
+    character Python does not print escaped as its ``repr`` does: controls (NUL ->
+    ``\\x00``, LF -> ``\\n``), line and paragraph separators (``\\u2028``), bidi overrides
+    and other format characters (``\\u202e``), spaces other than ASCII's (``\\xa0``).
 
     Example: ``printable("a\\x00b")`` is ``"a\\\\x00b"`` (the four characters ``\\x00``)."""
     if len(text) > limit:
         text = f"{text[:limit]}{CUT_MARKER} ({len(text)} chars, cut)"
-    return _CONTROL.sub(_escape, text)
+    return text if text.isprintable() else "".join(map(_shown, text))
 
 
 def bounded_message(text: str, limit: int = MAX_ERROR_MESSAGE_BYTES) -> str:

@@ -21,6 +21,7 @@ from protocol_py.bounded_text import (
     bounded_message,
     encoded_size,
     listed,
+    printable,
     quote_value,
 )
 from protocol_py.codec.structs import to_struct
@@ -181,3 +182,13 @@ async def test_stream_with_huge_model_id_gets_a_capped_in_band_error(
     assert record["model"] == quote_value("z" * MIB)
     assert_logs_bounded(logs)
     await still_serving(served)
+
+
+def test_foreign_text_shows_every_character_python_does_not_print_escaped() -> None:
+    """A vendor's error text with controls, line and paragraph separators, a bidi override, a
+    zero-width space or a no-break space is shown with each escaped as ``repr`` escapes it;
+    printable text, non-ASCII included, is shown as it is."""
+    assert printable("a\x00b\nc\u2028d\u2029e\u202ef\u200bg\xa0h") == (
+        "a\\x00b\\nc\\u2028d\\u2029e\\u202ef\\u200bg\\xa0h"
+    )
+    assert printable("café 東京 'quoted' \\ back") == "café 東京 'quoted' \\ back"

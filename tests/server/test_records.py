@@ -144,3 +144,36 @@ async def test_an_invalid_request_record_carries_the_violations_and_omits_unset_
     assert "model_id" in record["detail"] and "no-such-model" in record["detail"]
     assert record["detail"] == events[-1].error.message
     assert "session_id" not in record and "turn_id" not in record
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "s\u2028t",  # line separator: str.splitlines() splits on it
+        "s\u2029t\x85u",  # paragraph separator, NEL
+        "gpt\u202e-4",  # right-to-left override
+        "a\u200bb\ufeffc",  # zero-width space, byte order mark
+        "tag\U000e0041",  # a tag character (above U+FFFF)
+    ],
+)
+def test_a_record_with_invisible_caller_characters_stays_one_line_of_the_same_values(
+    captured: tuple[io.StringIO, logging.Handler], text: str
+) -> None:
+    """Caller text holding characters Python does not print (line and paragraph separators,
+    bidi overrides, zero-width and tag characters) is written as JSON escapes: the record is
+    one line by any line splitting, shows none of them raw, and parses to the values sent."""
+    stream, _ = captured
+    RpcRecord(rpc="StreamCompletion", session_id=text, model=text, outcome="ok").emit()
+    written = stream.getvalue()
+    assert written.endswith("\n") and written[:-1].isprintable()
+    assert len(written.splitlines()) == 1
+    record = json.loads(written)
+    assert (record["session_id"], record["model"]) == (text, text)
+
+
+def test_non_ascii_text_a_log_shows_is_written_as_itself(
+    captured: tuple[io.StringIO, logging.Handler],
+) -> None:
+    stream, _ = captured
+    RpcRecord(rpc="StreamCompletion", session_id="café 東京", outcome="ok").emit()
+    assert '"session_id": "café 東京"' in stream.getvalue()

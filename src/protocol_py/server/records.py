@@ -83,7 +83,22 @@ then cuts ``detail`` to :data:`MAX_LISTED_ITEM_CHARS` bytes (percent-encoded, as
 
 
 def _dumps(line: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in line.items() if v is not None}, ensure_ascii=False)
+    text = json.dumps({k: v for k, v in line.items() if v is not None}, ensure_ascii=False)
+    return text if text.isprintable() else "".join(map(_shown, text))
+
+
+def _shown(char: str) -> str:
+    """``char`` of a JSON text as written to the log: itself when Python prints it, else its
+    JSON escape (``\\u2028``; a pair of surrogates above U+FFFF), so caller text holding line
+    or paragraph separators, bidi overrides or other invisible characters cannot split a
+    record's line or disguise it, and the record parses to the same values."""
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
 
 
 def _bounded_line(line: dict[str, Any], keys: list[str] | None) -> str:
