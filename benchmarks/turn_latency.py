@@ -408,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         for kernel in ("", " upb kernel"):
             if kernel:
                 print(
-                    "the same turns from a kernel that serializes its request with upb "
-                    "(protobuf's C library) in the timing:"
+                    "upb kernel: the same turns from a kernel that serializes its request "
+                    "with upb (protobuf's C library) in the timing:"
                 )
             for mode in ("warm", "cold"):
                 label = mode + kernel
