@@ -14,7 +14,12 @@ import pytest
 from protocol_py.codec import protojson
 from protocol_py.codec.structs import to_struct
 from protocol_py.errors import errors_only
-from protocol_py.rules.request import validate_request, validate_request_shape
+from protocol_py.rules.request import (
+    MAX_TOOL_SCHEMA_VALUES,
+    tool_schemas_exceed,
+    validate_request,
+    validate_request_shape,
+)
 from protocol_py_gen.content.v1 import (
     ContentBlock,
     ImageBlock,
@@ -335,3 +340,46 @@ def test_request_shape_is_the_model_independent_part_of_every_request_vector() -
         for v in full:
             independent = v.rule.startswith(MODEL_INDEPENDENT_PREFIXES)
             assert (v in shape) == independent, (vector["name"], v)
+
+
+def _tools_of_values(*counts: int) -> list[ToolDeclaration]:
+    """One tool per count, its schema ``{"type": "object", "properties": {p0: {...}, ...}}``
+    holding exactly that many JSON values (a count of at least 2; each property is two)."""
+    tools = []
+    for t, count in enumerate(counts):
+        properties = {f"p{i}": {"type": "string"} for i in range((count - 2) // 2)}
+        schema: dict[str, object] = {"type": "object", "properties": properties}
+        if count % 2:
+            schema["description"] = "odd"
+        tools.append(ToolDeclaration(name=f"t{t}", input_schema=to_struct(schema)))
+    return tools
+
+
+@pytest.mark.parametrize(
+    ("counts", "over"),
+    [
+        ((MAX_TOOL_SCHEMA_VALUES,), False),
+        ((MAX_TOOL_SCHEMA_VALUES + 1,), True),
+        ((MAX_TOOL_SCHEMA_VALUES // 2, MAX_TOOL_SCHEMA_VALUES // 2), False),
+        ((MAX_TOOL_SCHEMA_VALUES // 2, MAX_TOOL_SCHEMA_VALUES // 2 + 1), True),
+    ],
+)
+def test_the_tools_schemas_are_bounded_in_values_counted_across_tools(
+    counts: tuple[int, ...], over: bool
+) -> None:
+    """At MAX_TOOL_SCHEMA_VALUES values in all (across tools, at any depth) the schemas are
+    checked; one more is one error at ``tools`` naming the bound, and none is checked (the
+    metaschema check costs about 0.3 ms a value); the tools' names are still checked."""
+    tools = _tools_of_values(*counts)
+    tools[0].name = "bad name"
+    found = validate_request_shape(make_request(tools=tools))
+    assert tool_schemas_exceed(tools, MAX_TOOL_SCHEMA_VALUES) is over
+    assert ("tools[0].name", "request.tools.name_invalid") in rules(found)
+    too_large = [v for v in found if v.rule == "request.tools.input_schema.too_large"]
+    if over:
+        assert [(v.path, v.severity) for v in too_large] == [("tools", "error")]
+        assert "more than 10000 JSON values" in too_large[0].message
+        assert "MAX_TOOL_SCHEMA_VALUES" in too_large[0].message
+        assert not any("input_schema" in v.path for v in found)
+    else:
+        assert too_large == []

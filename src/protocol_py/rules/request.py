@@ -68,8 +68,10 @@ from protocol_py_gen.model.v1 import (
 )
 
 __all__ = [
+    "MAX_TOOL_SCHEMA_VALUES",
     "MAX_VIOLATIONS",
     "TOO_MANY_VIOLATIONS_RULE",
+    "tool_schemas_exceed",
     "validate_request",
     "validate_request_shape",
     "violations_capped",
@@ -152,6 +154,36 @@ https://docs.anthropic.com/en/docs/build-with-claude/tool-use, OpenAI
 https://platform.openai.com/docs/api-reference/chat/create, Gemini
 https://ai.google.dev/api/caching#FunctionDeclaration and Vertex AI
 https://cloud.google.com/vertex-ai/generative-ai/docs/reference/rest/v1/Tool)."""
+
+MAX_TOOL_SCHEMA_VALUES: Final = 10_000
+"""Most JSON values (object members and array elements at any depth, counted together) the
+tool input schemas of one request may hold, in values. A schema's check against the JSON Schema
+metaschema costs about 0.3 ms per value (jsonschema, draft 2020-12), so this bounds a request's
+schema checks to about 3 s of the server's CPU worker; a request over it gets one
+``request.tools.input_schema.too_large`` error and its schemas are not checked. 100 tools of
+50 values each hold 5,000."""
+
+
+def tool_schemas_exceed(tools: Sequence[ToolDeclaration], limit: int) -> bool:
+    """Whether the input schemas of ``tools`` hold more than ``limit`` JSON values (object
+    members and array elements at any depth): a walk that stops at the first value past it."""
+    stack: list[wkt.Struct | wkt.ListValue] = [
+        tool.input_schema for tool in tools if tool.input_schema is not None
+    ]
+    count = 0
+    while stack:
+        node = stack.pop()
+        values = node.fields.values() if isinstance(node, wkt.Struct) else node.values
+        for value in values:
+            count += 1
+            if count > limit:
+                return True
+            if value.struct_value is not None:
+                stack.append(value.struct_value)
+            elif value.list_value is not None:
+                stack.append(value.list_value)
+    return False
+
 
 _TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*", re.ASCII)
 """Names every vendor accepts: ``A-Z a-z 0-9 _ -``, starting with a letter or ``_`` (Vertex
@@ -529,6 +561,15 @@ class _RequestChecker:
                 f"(supports_tool_use=false), got {len(tools)}",
             )
         first: dict[str, int] = {}
+        schemas = not tool_schemas_exceed(tools, MAX_TOOL_SCHEMA_VALUES)
+        if not schemas:
+            self.add(
+                "tools",
+                "request.tools.input_schema.too_large",
+                f"the tools' input schemas hold more than {MAX_TOOL_SCHEMA_VALUES} JSON values "
+                "(object members and array elements at any depth, counted together; bound "
+                "MAX_TOOL_SCHEMA_VALUES); they were not checked",
+            )
         for i, tool in enumerate(tools):
             tpath = f"tools[{i}]"
             if tool.name == "":
@@ -555,7 +596,7 @@ class _RequestChecker:
                 )
             else:
                 first[tool.name] = i
-            if tool.input_schema is not None:
+            if tool.input_schema is not None and schemas:
                 self.schema(tool.input_schema, _join(tpath, "input_schema"))
 
     def schema(self, struct: wkt.Struct, path: str) -> None:

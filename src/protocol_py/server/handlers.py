@@ -8,7 +8,7 @@ import functools
 import heapq
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -30,7 +30,11 @@ from protocol_py.errors import StreamOrderError, ValidationError, Violation, err
 from protocol_py.provider import NotImplementedRPC, Provider, ProviderError
 from protocol_py.rules.capabilities import validate_capabilities
 from protocol_py.rules.json_schema import validate_config_schema
-from protocol_py.rules.request import validate_request, validate_request_shape
+from protocol_py.rules.request import (
+    tool_schemas_exceed,
+    validate_request,
+    validate_request_shape,
+)
 from protocol_py.rules.stream_order import StreamOrderChecker
 from protocol_py.rules.version_gate import EventGate
 from protocol_py.server.config_schema import (
@@ -96,7 +100,6 @@ from protocol_py.server.status import (
 )
 from protocol_py.version import PROTOCOL_VERSION
 from protocol_py_gen.common.v1 import CallContext
-from protocol_py_gen.google.protobuf import ListValue, Struct
 from protocol_py_gen.model.v1 import (
     Capabilities,
     ConfigureRequest,
@@ -116,7 +119,6 @@ from protocol_py_gen.model.v1 import (
     RenderResponse,
     StreamCompletionRequest,
     StreamEvent,
-    ToolDeclaration,
 )
 
 log = logging.getLogger("protocol_py.server")
@@ -147,31 +149,12 @@ each property's subschema (jsonschema, draft 2020-12), so a 61 KB request declar
 of 1,050 string properties held the event loop 0.66 s."""
 
 
-def _tool_schemas_exceed(tools: Sequence[ToolDeclaration], limit: int) -> bool:
-    """Whether the input schemas of ``tools`` hold more than ``limit`` JSON values (a walk
-    that stops at the first value past ``limit``)."""
-    stack: list[Struct | ListValue] = [t.input_schema for t in tools if t.input_schema is not None]
-    count = 0
-    while stack:
-        node = stack.pop()
-        values = node.fields.values() if isinstance(node, Struct) else node.values
-        for value in values:
-            count += 1
-            if count > limit:
-                return True
-            if value.struct_value is not None:
-                stack.append(value.struct_value)
-            elif value.list_value is not None:
-                stack.append(value.list_value)
-    return False
-
-
 def _check_size(request: StreamCompletionRequest) -> int:
     """The size :func:`run_cpu` decides by for validating ``request``: the bytes it was decoded
     from, or at least :data:`~protocol_py.server.offload.OFFLOAD_MIN_BYTES` when its tool
     schemas hold more than :data:`TOOL_SCHEMA_INLINE_VALUES` values (so it runs in a worker)."""
     size = wire.wire_size(request)
-    if size < OFFLOAD_MIN_BYTES and _tool_schemas_exceed(request.tools, TOOL_SCHEMA_INLINE_VALUES):
+    if size < OFFLOAD_MIN_BYTES and tool_schemas_exceed(request.tools, TOOL_SCHEMA_INLINE_VALUES):
         return OFFLOAD_MIN_BYTES
     return size
 
