@@ -5,7 +5,9 @@ handler."""
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
 from grpclib.client import Channel
 
 from protocol_py.codec.structs import to_struct
@@ -107,7 +109,46 @@ def test_metaschema_memo_skips_schemas_over_its_size_bound() -> None:
         tool = ToolDeclaration(name="f", input_schema=to_struct(schema))
         request = StreamCompletionRequest(model_id="m", tools=[tool])
         validate_request_shape(request)
-    assert memo.cache_info().currsize == 1  # only the small schema is memoised
+    assert memo.cache_info().currsize == 1  # only the small schema is memoised by its text
+
+
+def test_a_large_schema_is_checked_once_under_its_digest_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema over SCHEMA_MEMO_MAX_CHARS is memoised under the SHA-256 digest of its JSON
+    text: resent, it is not checked again; errors come back the same; at most
+    LARGE_SCHEMA_MEMO_ENTRIES schemas are kept, the least recently used dropped first."""
+    checked: list[int] = []
+    check = json_schema._metaschema_check
+
+    def counted(text: str, formats: bool) -> tuple[tuple[str, str], ...]:
+        checked.append(len(text))
+        return check(text, formats)
+
+    monkeypatch.setattr(json_schema, "_metaschema_check", counted)
+    monkeypatch.setattr(json_schema, "LARGE_SCHEMA_MEMO_ENTRIES", 2)
+    json_schema._large_memo.clear()
+
+    def schema(tag: str, bad: bool = False) -> dict[str, object]:
+        properties = {f"{tag}{k}": {"type": "string"} for k in range(1000)}
+        return {"type": 5 if bad else "object", "properties": properties}
+
+    def errors(value: dict[str, object]) -> list[tuple[str, str]]:
+        tool = ToolDeclaration(name="f", input_schema=to_struct(value))
+        found = validate_request_shape(StreamCompletionRequest(model_id="m", tools=[tool]))
+        return [(v.path, v.rule) for v in found if v.path.startswith("tools")]
+
+    assert len(json.dumps(schema("a"))) > json_schema.SCHEMA_MEMO_MAX_CHARS
+    assert errors(schema("a")) == errors(schema("a")) == []
+    assert len(checked) == 1
+    bad = errors(schema("b", bad=True))
+    assert bad == errors(schema("b", bad=True))
+    assert ("tools[0].input_schema.type", "request.tools.input_schema.invalid") in bad
+    assert len(checked) == 2
+    errors(schema("c"))  # a third: "a", the least recently used, is dropped
+    assert len(json_schema._large_memo) == 2
+    errors(schema("a"))
+    assert len(checked) == 4
 
 
 async def test_finished_calls_leave_no_stream_in_the_connection_handler(served: Served) -> None:

@@ -8,7 +8,9 @@ import asyncio
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,7 @@ from protocol_py.server import (
     LogFormatter,
     RecordLimit,
     RpcRecord,
+    handlers,
 )
 
 from ..support.servers import make_request, start_server
@@ -177,3 +180,32 @@ def test_non_ascii_text_a_log_shows_is_written_as_itself(
     stream, _ = captured
     RpcRecord(rpc="StreamCompletion", session_id="café 東京", outcome="ok").emit()
     assert '"session_id": "café 東京"' in stream.getvalue()
+
+
+async def test_a_stream_completion_record_counts_the_reading_and_checking_of_its_request(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``duration_s`` runs from the call's start: a request whose decode and check took
+    0.3 s (held here) is recorded with at least that, not from when its handler began."""
+    check = handlers.ModelServer._decode_and_check
+
+    def slow(self: handlers.ModelServer, data: bytes, strict: Any, state: Any) -> Any:
+        time.sleep(0.3)
+        return check(self, data, strict, state)
+
+    monkeypatch.setattr(handlers.ModelServer, "_decode_and_check", slow)
+    run = await start_server()
+    try:
+        with caplog.at_level(logging.INFO, logger="protocol_py.server"):
+            async with ModelClient.connect(run.address) as client:
+                events = [e async for e in client.stream(make_request("hi"), timeout=10)]
+    finally:
+        await run.server.shutdown(grace_period=0)
+    assert events[-1].stop is not None
+    records = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if getattr(r, RPC_RECORD_ATTR, False) and "StreamCompletion" in r.getMessage()
+    ]
+    assert [r["outcome"] for r in records] == ["ok"]
+    assert 0.3 <= records[0]["duration_s"] < 10

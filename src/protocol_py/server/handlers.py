@@ -7,6 +7,7 @@ import contextlib
 import functools
 import heapq
 import logging
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -675,6 +676,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         wrapper = grpclib_private.server_h2_stream(stream).wrapper
         ones: list[SingleRequest] = []  # the call's one-message check, once it runs
         ended = functools.partial(_call_ended, wrapper, ones)
+        started = time.monotonic()  # the record's duration covers reading and checking too
         with self.in_flight(ended) as task, self.memory.call(stream.deadline) as memory:
             admitted = await self._admit(stream, memory)
             if admitted is None:  # refused in-band (the memory budget)
@@ -684,7 +686,12 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             ones.append(one)
             del admitted
             handler = functools.partial(
-                self._completion, deadline=stream.deadline, one=one, checked=checked, ended=ended
+                self._completion,
+                deadline=stream.deadline,
+                one=one,
+                checked=checked,
+                ended=ended,
+                started=started,
             )
             del checked
             try:
@@ -831,6 +838,8 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         one: SingleRequest | None = None,
         checked: tuple[ModelSpec, _Checked] | None = None,
         ended: Callable[[], bool] | None = None,
+        *,
+        started: float | None = None,
     ) -> AsyncIterator[StreamEvent]:
         context = request.call_context or CallContext()
         record = RpcRecord(
@@ -839,6 +848,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             turn_id=context.turn_id or None,
             model=request.model_id,
             events=0,
+            started=time.monotonic() if started is None else started,
         )
         try:
             spec = self._models.get(request.model_id)
