@@ -10,6 +10,7 @@ import json
 import pytest
 from grpclib.client import Channel
 
+from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS
 from protocol_py.codec.structs import to_struct
 from protocol_py.providers.http.body_memo import MAX_KEPT_BODY_BYTES, BodyMemo
 from protocol_py.providers.http.translation_cache import TranslationCache, message_key
@@ -168,3 +169,19 @@ async def test_finished_calls_leave_no_stream_in_the_connection_handler(served: 
     finally:
         channel.close()
     await still_serving(served)
+
+
+def test_what_the_schema_memo_keeps_of_an_error_is_cut_whatever_the_caller_text() -> None:
+    """jsonschema's message quotes the offending value whole and the path names the schema's
+    keys: a 1 MB ``type`` and a 5,000-character property name are kept (and reported) cut to
+    MAX_LISTED_ITEM_CHARS bytes each."""
+    json_schema._large_memo.clear()
+    schema = {"type": "a" * 1_000_000, "properties": {"k" * 5000: {"type": 7}}}
+    tool = ToolDeclaration(name="f", input_schema=to_struct(schema))
+    found = validate_request_shape(StreamCompletionRequest(model_id="m", tools=[tool]))
+    invalid = [v for v in found if v.rule == "request.tools.input_schema.invalid"]
+    assert len(invalid) == 2
+    assert all(len(v.message) < 2 * MAX_LISTED_ITEM_CHARS for v in invalid)
+    assert all(len(v.path) < 2 * MAX_LISTED_ITEM_CHARS for v in invalid)
+    kept = [text for errors in json_schema._large_memo.values() for pair in errors for text in pair]
+    assert len(kept) == 4 and all(len(text) <= MAX_LISTED_ITEM_CHARS for text in kept)

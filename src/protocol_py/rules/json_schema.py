@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from jsonschema import Draft202012Validator
 
+from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
 from protocol_py.errors import Violation
 
 __all__ = [
@@ -88,12 +89,18 @@ def _metaschema_errors(schema_json: str, formats: bool = False) -> tuple[tuple[s
 
 
 def _metaschema_check(schema_json: str, formats: bool) -> tuple[tuple[str, str], ...]:
+    """(relative path, message) per offending location, each cut to
+    :data:`~protocol_py.bounded_text.MAX_LISTED_ITEM_CHARS` bytes (jsonschema's messages quote
+    the offending value whole, and a path names the schema's keys: both are caller text, kept
+    in the memo)."""
     found: dict[str, str] = {}
     checker = _METASCHEMA_FORMATS if formats else _METASCHEMA
     for err in checker.iter_errors(json.loads(schema_json)):
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        where = bounded_message(where, MAX_LISTED_ITEM_CHARS)
         # the metaschema's dynamic references repeat the same error several times
-        found.setdefault(where, err.message)
+        if where not in found:
+            found[where] = bounded_message(err.message, MAX_LISTED_ITEM_CHARS)
     return tuple(found.items())
 
 
