@@ -23,6 +23,7 @@ from protocol_py.server import (
     RpcRecord,
     handlers,
 )
+from protocol_py_gen.model.v1 import StreamCompletionRequest, StreamEvent
 
 from ..support.servers import make_request, start_server
 
@@ -121,25 +122,34 @@ async def test_the_summary_is_written_when_the_window_ends_without_another_recor
     }
 
 
-async def test_an_invalid_request_record_carries_the_violations_and_omits_unset_ids(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def _stream_records(
+    caplog: pytest.LogCaptureFixture, request: StreamCompletionRequest
+) -> tuple[list[StreamEvent], list[dict[str, Any]]]:
+    """Serve ``request`` once on a fresh server: its events and the StreamCompletion records
+    logged; a Describe after it checks the server still serves."""
     run = await start_server()
     try:
-        request = make_request(model="no-such-model")
-        request.call_context = None
         with caplog.at_level(logging.INFO, logger="protocol_py.server"):
             async with ModelClient.connect(run.address) as client:
                 events = [e async for e in client.stream(request, timeout=10)]
                 assert (await client.describe(timeout=10)).name  # still serving
     finally:
         await run.server.shutdown(grace_period=0)
-    assert events[-1].error is not None
     records = [
         json.loads(r.getMessage())
         for r in caplog.records
         if getattr(r, RPC_RECORD_ATTR, False) and "StreamCompletion" in r.getMessage()
     ]
+    return events, records
+
+
+async def test_an_invalid_request_record_carries_the_violations_and_omits_unset_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    request = make_request(model="no-such-model")
+    request.call_context = None
+    events, records = await _stream_records(caplog, request)
+    assert events[-1].error is not None
     assert len(records) == 1
     record = records[0]
     assert record["outcome"] == "invalid_request"
@@ -194,18 +204,7 @@ async def test_a_stream_completion_record_counts_the_reading_and_checking_of_its
         return check(self, data, strict, state)
 
     monkeypatch.setattr(handlers.ModelServer, "_decode_and_check", slow)
-    run = await start_server()
-    try:
-        with caplog.at_level(logging.INFO, logger="protocol_py.server"):
-            async with ModelClient.connect(run.address) as client:
-                events = [e async for e in client.stream(make_request("hi"), timeout=10)]
-    finally:
-        await run.server.shutdown(grace_period=0)
+    events, records = await _stream_records(caplog, make_request("hi"))
     assert events[-1].stop is not None
-    records = [
-        json.loads(r.getMessage())
-        for r in caplog.records
-        if getattr(r, RPC_RECORD_ATTR, False) and "StreamCompletion" in r.getMessage()
-    ]
     assert [r["outcome"] for r in records] == ["ok"]
     assert 0.3 <= records[0]["duration_s"] < 10
