@@ -78,7 +78,7 @@ async def _workers_idle(limit: float) -> float | None:
     slot = offload._slot(asyncio.get_running_loop())
     started = time.monotonic()
     while time.monotonic() - started < limit:
-        if slot._value == MAX_CPU_JOBS:
+        if slot.free == MAX_CPU_JOBS:
             return time.monotonic() - started
         await asyncio.sleep(0.005)
     return None

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -545,3 +546,43 @@ async def test_a_base_url_over_the_format_bound_is_refused_unchecked_and_the_ser
     events = [event async for event in client.stream(make_request("hi"), timeout=30)]
     shown = {m.attrs.get("base_url") for e in events if (m := e.metadata) is not None and m.attrs}
     assert shown == {at_bound}
+
+
+async def test_one_connections_queued_requests_do_not_hold_back_another_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five 80 KB requests queued on one connection, each held 0.2 s in its worker step, then
+    one from another connection: the slot takes the connections in turn, so the other
+    connection's step runs after at most two of the five (it came sixth), and every request is
+    answered."""
+    check = handlers.ModelServer._decode_and_check
+    steps: list[str] = []
+
+    def slow(self: handlers.ModelServer, data: bytes, strict: Any, state: Any) -> Any:
+        steps.append("b" if b"y y y" in data else "a")
+        time.sleep(0.2)
+        return check(self, data, strict, state)
+
+    monkeypatch.setattr(handlers.ModelServer, "_decode_and_check", slow)
+    flooding_request, other_request = make_request("x " * 40_000), make_request("y " * 40_000)
+    assert len(bytes(flooding_request)) >= OFFLOAD_MIN_BYTES
+
+    async def turn(client: ModelClient, request: StreamCompletionRequest) -> None:
+        events = [event async for event in client.stream(request, timeout=60)]
+        assert events[-1].stop is not None
+
+    run = await start_server()
+    try:
+        async with (
+            ModelClient.connect(run.address) as flooding,
+            ModelClient.connect(run.address) as other,
+        ):
+            flood = [asyncio.create_task(turn(flooding, flooding_request)) for _ in range(5)]
+            await asyncio.sleep(0.1)  # the five are read, four queued behind the first
+            await turn(other, other_request)
+            await asyncio.gather(*flood)
+            assert (await other.describe()).name == "reference"
+    finally:
+        await run.server.shutdown(grace_period=0)
+    assert sorted(steps) == ["a"] * 5 + ["b"]
+    assert steps.index("b") <= 2, steps

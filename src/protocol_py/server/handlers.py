@@ -77,6 +77,7 @@ from protocol_py.server.grpc_layer.progress import DEFAULT_WRITE_TIMEOUT
 from protocol_py.server.grpc_layer.reply_budget import LARGE_REPLY_BYTES, ReplyBudget
 from protocol_py.server.lifecycle import DEFAULT_GRACE_PERIOD, FINAL_EVENT_TIMEOUT, ServerLifecycle
 from protocol_py.server.offload import (
+    CPU_OWNER,
     OFFLOAD_MIN_BYTES,
     release_dict_in_steps,
     release_large,
@@ -398,7 +399,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         self, rpc: str, kind: type[_Req], func: Callable[[Any, RpcRecord], Any]
     ) -> Callable[[grpclib.server.Stream[Any, Any]], Any]:
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
-            wrapper = grpclib_private.server_h2_stream(stream).wrapper
+            h2_stream = grpclib_private.server_h2_stream(stream)
+            wrapper = h2_stream.wrapper
+            CPU_OWNER.set(id(h2_stream.connection))  # its CPU steps take this connection's turns
             ones: list[SingleRequest] = []  # the call's one-message check, once it runs
             ended = functools.partial(_call_ended, wrapper, ones)
             with self.redelivering(rpc, ended), self.memory.call(stream.deadline) as memory:
@@ -673,7 +676,9 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
     # -- StreamCompletion -----------------------------------------------------------------------
 
     async def _rpc_stream_completion(self, stream: grpclib.server.Stream[Any, Any]) -> None:
-        wrapper = grpclib_private.server_h2_stream(stream).wrapper
+        h2_stream = grpclib_private.server_h2_stream(stream)
+        wrapper = h2_stream.wrapper
+        CPU_OWNER.set(id(h2_stream.connection))  # its CPU steps take this connection's turns
         ones: list[SingleRequest] = []  # the call's one-message check, once it runs
         ended = functools.partial(_call_ended, wrapper, ones)
         started = time.monotonic()  # the record's duration covers reading and checking too

@@ -8,9 +8,12 @@ the thread hand-off costs more than the work). The GIL still serialises Python c
 interpreter switches threads every ``sys.getswitchinterval()`` seconds (5 ms by default), so the
 loop gets the interpreter back within about one interval: see :data:`SWITCH_INTERVAL_S`.
 
-At most :data:`MAX_CPU_JOBS` (one) such steps run at once (process-wide); more wait their turn,
-in arrival order, on the event loop without holding it, so N huge requests cannot starve the
-loop of the interpreter or hold N decoded copies in memory at once (docs/decisions.md#d38).
+At most :data:`MAX_CPU_JOBS` (one) such steps run at once (process-wide); more wait their turn
+on the event loop without holding it, so N huge requests cannot starve the loop of the
+interpreter or hold N decoded copies in memory at once (docs/decisions.md#d38). The turns are
+shared fairly between connections (:data:`CPU_OWNER`, docs/decisions.md#d49): one connection's
+steps in arrival order, and among those waiting the connection that has held the slot least
+goes next.
 ``protocol-py serve`` also lowers the switch interval to :data:`SERVE_SWITCH_INTERVAL_S`.
 
 Cancellation reaches the worker: when the task awaiting :func:`run_cpu` is cancelled (the
@@ -30,15 +33,19 @@ import gc
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any, Final, ParamSpec, TypeVar
 
 from protocol_py.server.malloc_arenas import trim_heap
 
 __all__ = [
+    "CPU_OWNER",
     "GC_QUIET_MIN_BYTES",
     "MAX_CPU_JOBS",
+    "MAX_TRACKED_OWNERS",
     "OFFLOAD_MIN_BYTES",
     "POOL_START_TIMEOUT_S",
     "RECLAIM_DELAY_S",
@@ -151,7 +158,7 @@ def _stoppable(stop: threading.Event, func: Callable[[], T]) -> T:
 _gc_lock = threading.Lock()
 _gc_quiet = [0, True]  # [large jobs running, collector enabled before the first]
 
-_slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+_slots: dict[asyncio.AbstractEventLoop, _FairSlot] = {}
 _reclaims: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 
 POOL_START_TIMEOUT_S: Final = 5.0
@@ -219,12 +226,117 @@ def start_workers() -> None:
     _pool()
 
 
-def _slot(loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
+CPU_OWNER: ContextVar[Hashable | None] = ContextVar("protocol_py_cpu_owner", default=None)
+"""Who a CPU step is for: the server sets it, per call, to its connection's ``id()`` (no
+reference to the connection is kept), so the steps of one connection wait their turn among
+themselves while the other connections' steps take theirs (:class:`_FairSlot`); unset (None),
+every step is one owner's, in arrival order."""
+
+
+MAX_TRACKED_OWNERS: Final = 4096
+"""Most owners (connections) whose use of the CPU slot is remembered while they wait for
+nothing, count; past it the least used are forgotten (they start again at the slot's clock)."""
+
+
+class _FairSlot:
+    """:data:`MAX_CPU_JOBS` permits for CPU steps, shared fairly by their owners (connections,
+    :data:`CPU_OWNER`; docs/decisions.md#d49). Each owner's steps run in arrival order; among
+    the owners waiting, the next permit goes to the one that has used the slot least, in
+    seconds held (start-time fair queuing: an owner that was not waiting starts at the slot's
+    clock, the use of the owner served last, so neither a new connection nor one that paused
+    gets ahead of those waiting). A connection whose steps take seconds each then delays
+    another connection's millisecond steps by at most the one step running, however many it
+    queued. As ``asyncio.Semaphore``: :meth:`acquire`, :meth:`release`, :meth:`locked`; a
+    waiter cancelled after being granted passes its permit on."""
+
+    __slots__ = ("_clock", "_held", "_owners", "_used", "free")
+
+    def __init__(self, permits: int) -> None:
+        self.free = permits  # permits not held
+        self._owners: OrderedDict[Hashable | None, deque[asyncio.Future[None]]] = OrderedDict()
+        self._used: dict[Hashable | None, float] = {}  # seconds each owner held the slot
+        self._clock = 0.0  # the use of the owner granted last
+        self._held: deque[tuple[Hashable | None, float]] = deque()  # (owner, since)
+
+    def locked(self) -> bool:
+        """True when a new step would wait (no permit free, or steps already waiting)."""
+        return self.free == 0 or bool(self._owners)
+
+    async def acquire(self) -> None:
+        """Wait for a permit, in :data:`CPU_OWNER`'s turn."""
+        owner = CPU_OWNER.get()
+        if not self.locked():
+            self.free -= 1
+            self._grant(owner)
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._owners.setdefault(owner, deque()).append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # granted as it was cancelled: the next waiter's turn
+            else:
+                self._forget(owner, waiter)
+            raise
+
+    def release(self) -> None:
+        """Give a permit back, charging its holder the time it held it: to the first waiting
+        step of the waiting owner that has used the slot least, else to the pool."""
+        if len(self._used) > MAX_TRACKED_OWNERS:
+            self._prune()
+        if self._held:
+            owner, since = self._held.popleft()
+            start = max(self._used.get(owner, self._clock), self._clock)
+            self._used[owner] = start + (time.monotonic() - since)
+        while self._owners:
+            owner = min(self._owners, key=self._use_of)
+            waiters = self._owners[owner]
+            waiter = waiters.popleft()
+            if not waiters:
+                del self._owners[owner]
+            if not waiter.done():
+                waiter.set_result(None)
+                self._grant(owner)
+                return
+        self.free += 1
+        self._prune()
+
+    def _use_of(self, owner: Hashable | None) -> float:
+        return max(self._used.get(owner, self._clock), self._clock)
+
+    def _grant(self, owner: Hashable | None) -> None:
+        self._clock = self._use_of(owner)
+        self._held.append((owner, time.monotonic()))
+
+    def _forget(self, owner: Hashable | None, waiter: asyncio.Future[None]) -> None:
+        waiters = self._owners.get(owner)
+        if waiters is not None:
+            with contextlib.suppress(ValueError):
+                waiters.remove(waiter)
+            if not waiters:
+                del self._owners[owner]
+
+    def _prune(self) -> None:
+        """Forget the owners not waiting whose use is not ahead of the clock (they would start
+        there anyway), then, past :data:`MAX_TRACKED_OWNERS`, the least used."""
+        clock, waiting = self._clock, self._owners
+        for owner in [o for o, used in self._used.items() if used <= clock and o not in waiting]:
+            del self._used[owner]
+        if len(self._used) > MAX_TRACKED_OWNERS:
+            for owner in sorted(self._used, key=self._used.__getitem__)[
+                : len(self._used) - MAX_TRACKED_OWNERS
+            ]:
+                if owner not in waiting:
+                    del self._used[owner]
+
+
+def _slot(loop: asyncio.AbstractEventLoop) -> _FairSlot:
     slot = _slots.get(loop)
     if slot is None:
         for old in [lp for lp in _slots if lp.is_closed()]:
             del _slots[old]
-        slot = _slots[loop] = asyncio.Semaphore(MAX_CPU_JOBS)
+        slot = _slots[loop] = _FairSlot(MAX_CPU_JOBS)
     return slot
 
 
