@@ -112,3 +112,34 @@ async def test_a_connection_of_short_steps_goes_before_one_whose_steps_hold_the_
     await asyncio.gather(first, *tasks)
     assert order == ["A0", "B0", "B1", "B2", "A1", "A2"]
     assert slot.free == offload.MAX_CPU_JOBS and not slot.locked()
+
+
+async def test_new_connections_arriving_all_along_hold_back_a_waiting_one_only_for_a_while() -> (
+    None
+):
+    """After A's 0.2 s step, new connections keep coming, one always waiting beside A with a
+    2 ms step: A's next step still runs once the slot's clock, advancing by each step's time
+    shared between the two waiting, has caught up with A's use (about 200 of their steps), not
+    after the new connections stop coming."""
+    slot = offload._slot(asyncio.get_running_loop())
+    order: list[str] = []
+
+    async def step(owner: str, name: str, seconds: float) -> None:
+        offload.CPU_OWNER.set(owner)
+        await offload.run_cpu(
+            offload.OFFLOAD_MIN_BYTES, lambda: (time.sleep(seconds), order.append(name))
+        )
+
+    first = asyncio.create_task(step("A", "A0", 0.2))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(step("A", "A1", 0.002))
+    newcomers: list[asyncio.Task[None]] = []
+    while not second.done() and len(newcomers) < 2000:
+        if not any(isinstance(o, str) and o.startswith("N") for o in slot._owners):
+            name = f"N{len(newcomers)}"
+            newcomers.append(asyncio.create_task(step(name, name, 0.002)))
+        await asyncio.sleep(0.0002)
+    await asyncio.gather(first, second, *newcomers)
+    before = order.index("A1") - 1  # the newcomers run between A0 and A1
+    assert 50 <= before <= 400, before
+    assert len(newcomers) < 2000

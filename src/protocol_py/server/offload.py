@@ -242,12 +242,15 @@ class _FairSlot:
     """:data:`MAX_CPU_JOBS` permits for CPU steps, shared fairly by their owners (connections,
     :data:`CPU_OWNER`; docs/decisions.md#d49). Each owner's steps run in arrival order; among
     the owners waiting, the next permit goes to the one that has used the slot least, in
-    seconds held (start-time fair queuing: an owner that was not waiting starts at the slot's
-    clock, the use of the owner served last, so neither a new connection nor one that paused
-    gets ahead of those waiting). A connection whose steps take seconds each then delays
+    seconds held (start-time fair queuing). An owner that was not waiting starts at the slot's
+    clock, which is the use of the owner served last and also advances by each step's time
+    divided among the owners waiting: neither a new connection nor one that paused gets ahead
+    of those waiting, and a stream of new connections holds back an owner that used more only
+    until the clock reaches its use. A connection whose steps take seconds each then delays
     another connection's millisecond steps by at most the one step running, however many it
-    queued. As ``asyncio.Semaphore``: :meth:`acquire`, :meth:`release`, :meth:`locked`; a
-    waiter cancelled after being granted passes its permit on."""
+    queued.
+    As ``asyncio.Semaphore``: :meth:`acquire`, :meth:`release`, :meth:`locked`; a waiter
+    cancelled after being granted passes its permit on."""
 
     __slots__ = ("_clock", "_held", "_owners", "_used", "free")
 
@@ -287,8 +290,10 @@ class _FairSlot:
             self._prune()
         if self._held:
             owner, since = self._held.popleft()
-            start = max(self._used.get(owner, self._clock), self._clock)
-            self._used[owner] = start + (time.monotonic() - since)
+            held = time.monotonic() - since
+            self._used[owner] = self._use_of(owner) + held
+            # the clock runs as a fair share of the slot would: divided among those waiting
+            self._clock += held / max(1, len(self._owners))
         while self._owners:
             owner = min(self._owners, key=self._use_of)
             waiters = self._owners[owner]
