@@ -61,7 +61,8 @@ async def main(address: str) -> None:
         if result.error is not None:
             raise SystemExit(f"error: {result.error.kind.name}: {result.error.message}")
         thinking = [b.thinking for b in result.message.content if b.thinking is not None]
-        print(f"thinking blocks: {len(thinking)}, signed: {all(t.signature for t in thinking)}")
+        signed = sum(1 for t in thinking if t.signature)
+        print(f"thinking blocks: {len(thinking)}, signed: {signed}")
         assert result.usage is not None and result.stop is not None
         assert spec.pricing is not None  # GetCapabilities was validated: pricing is present
         price = cost(spec.pricing, result.usage, received_at or datetime.now(UTC))

@@ -198,7 +198,7 @@ def test_kernel_example_routes_streams_accumulates_and_prices(readme_server: int
     lines = done.stdout.splitlines()
     assert lines[0] == "skipped [0] reference/reference-small:"
     assert "chose [2] reference/reference-large" in lines
-    assert "thinking blocks: 1, signed: True" in lines
+    assert "thinking blocks: 1, signed: 1" in lines
     assert re.fullmatch(r"stop: END_TURN; cost: 0\.\d+ USD", lines[-1])
 
 
