@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol_py.errors import InvalidValueError
@@ -333,3 +333,26 @@ def dumps(obj: Any) -> str:
     """
     check_json(obj)
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def structs_within(structs: Iterable[Struct | None], bound: int) -> bool:
+    """Whether ``structs`` hold at most ``bound`` object members and array elements, at every
+    depth and over all of them counted together (None: nothing); counting stops one past
+    ``bound``, so a Struct of a million keys costs ``bound`` steps, never a pass over them all.
+    A map entry without its value (possible on the wire) counts as a member."""
+    seen = 0
+    pending: list[Struct | ListValue] = [struct for struct in structs if struct is not None]
+    while pending:
+        node = pending.pop()
+        values = node.fields.values() if isinstance(node, Struct) else node.values
+        for value in values:
+            seen += 1
+            if seen > bound:
+                return False
+            if value is None:
+                continue
+            if value.struct_value is not None:
+                pending.append(value.struct_value)
+            elif value.list_value is not None:
+                pending.append(value.list_value)
+    return True

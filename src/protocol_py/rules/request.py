@@ -31,7 +31,7 @@ import betterproto2
 
 from protocol_py.bounded_text import MAX_ECHOED_VALUE_CHARS, quote_value
 from protocol_py.codec import metadata, wire
-from protocol_py.codec.structs import from_struct
+from protocol_py.codec.structs import from_struct, structs_within
 from protocol_py.errors import InvalidValueError, Violation
 from protocol_py.rules._checks import _enum_label, _join, _require, _struct_violation, _walk
 from protocol_py.rules.constraints import request_violations as constraint_violations
@@ -167,22 +167,7 @@ schema checks to about 3 s of the server's CPU worker; a request over it gets on
 def tool_schemas_exceed(tools: Sequence[ToolDeclaration], limit: int) -> bool:
     """Whether the input schemas of ``tools`` hold more than ``limit`` JSON values (object
     members and array elements at any depth): a walk that stops at the first value past it."""
-    stack: list[wkt.Struct | wkt.ListValue] = [
-        tool.input_schema for tool in tools if tool.input_schema is not None
-    ]
-    count = 0
-    while stack:
-        node = stack.pop()
-        values = node.fields.values() if isinstance(node, wkt.Struct) else node.values
-        for value in values:
-            count += 1
-            if count > limit:
-                return True
-            if value.struct_value is not None:
-                stack.append(value.struct_value)
-            elif value.list_value is not None:
-                stack.append(value.list_value)
-    return False
+    return not structs_within((tool.input_schema for tool in tools), limit)
 
 
 _TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*", re.ASCII)

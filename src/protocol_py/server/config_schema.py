@@ -15,7 +15,7 @@ from typing import Any, Final
 import jsonschema
 from rfc3986_validator import validate_rfc3986  # type: ignore[import-untyped]
 
-from protocol_py.codec.structs import MAX_EXACT_INT
+from protocol_py.codec.structs import MAX_EXACT_INT, structs_within
 from protocol_py_gen.google.protobuf import Struct, Value
 
 SECRET_KEY_RE: Final = re.compile(r"key|token|secret|password", re.IGNORECASE)
@@ -266,30 +266,7 @@ def config_entries_within(struct: Struct | None, bound: int = MAX_CONFIG_ENTRIES
     """Whether ``struct`` holds at most ``bound`` object members and array elements, at
     every depth counted together; counting stops one past ``bound`` (a config of a million
     keys costs ``bound`` steps, never a pass over all of them)."""
-    if struct is None:
-        return True
-    seen = 0
-    pending: list[Any] = [struct]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, Struct):
-            values: Any = item.fields.values()
-        elif isinstance(item, Value) and item.struct_value is not None:
-            pending.append(item.struct_value)
-            continue
-        elif isinstance(item, Value) and item.list_value is not None:
-            values = item.list_value.values
-        else:
-            continue
-        for value in values:
-            seen += 1
-            if seen > bound:
-                return False
-            if value is not None and (
-                value.struct_value is not None or value.list_value is not None
-            ):
-                pending.append(value)
-    return True
+    return structs_within([struct], bound)
 
 
 def fill_missing_values(struct: Struct | None) -> Struct | None:

@@ -156,9 +156,13 @@ def _check_size(request: StreamCompletionRequest) -> int:
     from, or at least :data:`~protocol_py.server.offload.OFFLOAD_MIN_BYTES` when its tool
     schemas hold more than :data:`TOOL_SCHEMA_INLINE_VALUES` values (so it runs in a worker)."""
     size = wire.wire_size(request)
-    if size < OFFLOAD_MIN_BYTES and tool_schemas_exceed(request.tools, TOOL_SCHEMA_INLINE_VALUES):
-        return OFFLOAD_MIN_BYTES
-    return size
+    return OFFLOAD_MIN_BYTES if size < OFFLOAD_MIN_BYTES and _heavy_schemas(request) else size
+
+
+def _heavy_schemas(request: StreamCompletionRequest) -> bool:
+    """Whether the tool schemas of ``request`` hold more than :data:`TOOL_SCHEMA_INLINE_VALUES`
+    values: checking them is worker-thread work whatever the request's size."""
+    return tool_schemas_exceed(request.tools, TOOL_SCHEMA_INLINE_VALUES)
 
 
 def _config_within_bound(message: ConfigureRequest) -> None:
@@ -800,7 +804,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
         spec = self._models.get(request.model_id)
         if spec is None:
             return request, None
-        if len(data) < OFFLOAD_MIN_BYTES and _check_size(request) >= OFFLOAD_MIN_BYTES:
+        if len(data) < OFFLOAD_MIN_BYTES and _heavy_schemas(request):
             return request, None  # run inline: its schemas are checked in a worker instead
         try:
             return request, (spec, checked_request(self.provider, request, spec, validate_request))
