@@ -127,7 +127,7 @@ def test_a_large_schema_is_checked_once_under_its_digest_within_the_bound(
         return check(text, formats)
 
     monkeypatch.setattr(json_schema, "_metaschema_check", counted)
-    monkeypatch.setattr(json_schema, "LARGE_SCHEMA_MEMO_ENTRIES", 2)
+    monkeypatch.setattr(json_schema._large_memo, "max_entries", 2)
     json_schema._large_memo.clear()
 
     def schema(tag: str, bad: bool = False) -> dict[str, object]:
@@ -183,5 +183,30 @@ def test_what_the_schema_memo_keeps_of_an_error_is_cut_whatever_the_caller_text(
     assert len(invalid) == 2
     assert all(len(v.message) < 2 * MAX_LISTED_ITEM_CHARS for v in invalid)
     assert all(len(v.path) < 2 * MAX_LISTED_ITEM_CHARS for v in invalid)
-    kept = [text for errors in json_schema._large_memo.values() for pair in errors for text in pair]
+    kept = [
+        text
+        for errors, _ in json_schema._large_memo._entries.values()
+        for p in errors
+        for text in p
+    ]
     assert len(kept) == 4 and all(len(text) <= MAX_LISTED_ITEM_CHARS for text in kept)
+
+
+def test_the_large_schema_memo_keeps_no_more_bytes_than_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each memoised check counts its digest and its errors' characters against
+    LARGE_SCHEMA_MEMO_BYTES: a schema with 900 offending locations is counted at about 60 KB,
+    and past the bound the oldest entries go."""
+    memo = json_schema._large_memo
+    memo.clear()
+    monkeypatch.setattr(memo, "max_bytes", 100_000)  # one entry is about 60 KB
+
+    def bad(tag: str) -> ToolDeclaration:
+        properties = {f"{tag}{k:04d}": {"type": 7} for k in range(900)}
+        return ToolDeclaration(name="f", input_schema=to_struct({"properties": properties}))
+
+    for tag in ("a", "b"):
+        found = validate_request_shape(StreamCompletionRequest(model_id="m", tools=[bad(tag)]))
+        assert len([v for v in found if v.rule == "request.tools.input_schema.invalid"]) == 900
+    assert len(memo) == 1 and 50_000 < memo.size_bytes <= 100_000

@@ -17,16 +17,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from typing import Any, Final
 
 from jsonschema import Draft202012Validator
 
 from protocol_py.bounded_text import MAX_LISTED_ITEM_CHARS, bounded_message
+from protocol_py.codec.prefixes import BoundedLRU
 from protocol_py.errors import Violation
 
 __all__ = [
+    "LARGE_SCHEMA_MEMO_BYTES",
     "LARGE_SCHEMA_MEMO_ENTRIES",
     "PORTABLE_SCHEMA_KEYWORDS",
     "SCHEMA_MEMO_ENTRIES",
@@ -63,32 +63,40 @@ memoised (entries, LRU), each under the SHA-256 digest of its JSON text (32 byte
 resends the same large tool schema every turn, and its check costs about 0.3 ms a JSON value
 (a schema of 9,999 values took 2.9 s each time)."""
 
-_large_memo: OrderedDict[tuple[bytes, bool], tuple[tuple[str, str], ...]] = OrderedDict()
-_large_memo_lock = threading.Lock()
+LARGE_SCHEMA_MEMO_BYTES: Final = 16 * 1024 * 1024
+"""Most bytes those memoised checks hold (16 MiB), each entry counted as its digest plus the
+characters of its errors' paths and messages; an entry larger than that is not kept."""
+
+_Errors = tuple[tuple[str, str], ...]
 
 
-def _metaschema_errors(schema_json: str, formats: bool = False) -> tuple[tuple[str, str], ...]:
+class _DigestMemo(BoundedLRU[tuple[bytes, bool], _Errors]):
+    def get(self, key: tuple[bytes, bool]) -> _Errors | None:
+        return self._get(key)
+
+    def put(self, key: tuple[bytes, bool], errors: _Errors) -> None:
+        self._put(key, errors, len(key[0]) + sum(len(a) + len(b) for a, b in errors))
+
+
+_large_memo = _DigestMemo(LARGE_SCHEMA_MEMO_ENTRIES, LARGE_SCHEMA_MEMO_BYTES)
+
+
+def _metaschema_errors(schema_json: str, formats: bool = False) -> _Errors:
     """(relative path, message) per offending location of one schema, memoised on its JSON text
     up to :data:`SCHEMA_MEMO_MAX_CHARS` characters, on the text's SHA-256 digest beyond
-    (:data:`LARGE_SCHEMA_MEMO_ENTRIES`): the same tool declarations arrive with every request
-    of a session."""
+    (:data:`LARGE_SCHEMA_MEMO_ENTRIES`, :data:`LARGE_SCHEMA_MEMO_BYTES`): the same tool
+    declarations arrive with every request of a session."""
     if len(schema_json) <= SCHEMA_MEMO_MAX_CHARS:
         return _memoised_metaschema_check(schema_json, formats)
     key = (hashlib.sha256(schema_json.encode("utf-8", "surrogatepass")).digest(), formats)
-    with _large_memo_lock:
-        found = _large_memo.get(key)
-        if found is not None:
-            _large_memo.move_to_end(key)
-            return found
-    errors = _metaschema_check(schema_json, formats)
-    with _large_memo_lock:
-        _large_memo[key] = errors
-        while len(_large_memo) > LARGE_SCHEMA_MEMO_ENTRIES:
-            _large_memo.popitem(last=False)
-    return errors
+    found = _large_memo.get(key)
+    if found is None:
+        found = _metaschema_check(schema_json, formats)
+        _large_memo.put(key, found)
+    return found
 
 
-def _metaschema_check(schema_json: str, formats: bool) -> tuple[tuple[str, str], ...]:
+def _metaschema_check(schema_json: str, formats: bool) -> _Errors:
     """(relative path, message) per offending location, each cut to
     :data:`~protocol_py.bounded_text.MAX_LISTED_ITEM_CHARS` bytes (jsonschema's messages quote
     the offending value whole, and a path names the schema's keys: both are caller text, kept
