@@ -1,8 +1,8 @@
 """A client that enforces its own deadline resets the stream at that deadline, measured from its
 send time, so the reset reaches the server just before the server's own deadline timer; the RPC
 record must say what grpcio reports, DEADLINE_EXCEEDED. A reset within ``DEADLINE_RESET_MARGIN``
-seconds of the ``grpc-timeout`` deadline is recorded as ``deadline_exceeded``; an earlier reset
-stays ``cancelled``."""
+seconds plus ``DEADLINE_ROUNDING_FRACTION`` of the timeout before the ``grpc-timeout`` deadline
+is recorded as ``deadline_exceeded``; an earlier reset stays ``cancelled``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,28 @@ def test_cancel_outcome_counts_a_reset_at_the_deadline_as_deadline_exceeded(
     remaining: float | None, outcome: str
 ) -> None:
     assert cancel_outcome(fake_stream(remaining)) == (outcome, None)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "remaining", "outcome"),
+    [
+        (25.0, 0.1, "deadline_exceeded"),  # grpcio sent 25100m for 25 s: its reset 0.1 s early
+        (25.0, 0.17, "deadline_exceeded"),  # 24.93 s sent as 25100m
+        (25.0, 0.4, "cancelled"),  # beyond the margin and 1% of 25 s: the client cancelled
+        (2.0, 0.076, "deadline_exceeded"),  # a new channel's first call: timed before connecting
+        (2.0, 0.2, "cancelled"),
+        (300.0, 3.0, "deadline_exceeded"),
+        (300.0, 4.0, "cancelled"),
+    ],
+)
+def test_the_margin_grows_with_the_timeout_as_grpcio_rounds_its_header_up(
+    timeout: float, remaining: float, outcome: str
+) -> None:
+    """grpcio rounds ``grpc-timeout`` up to three significant digits, so its own deadline timer
+    resets the stream up to 1% of the timeout (DEADLINE_ROUNDING_FRACTION) plus
+    DEADLINE_RESET_MARGIN before the server's deadline: such a reset is the deadline."""
+    started = time.monotonic() - (timeout - remaining)
+    assert cancel_outcome(fake_stream(remaining), started) == (outcome, None)
 
 
 def reset_after(port: int, timeout: str, seconds: float) -> float:

@@ -51,10 +51,10 @@ from protocol_py.server.context_window import checked_request
 from protocol_py.server.go_plugin import GoPluginServices
 from protocol_py.server.grpc_layer.cardinality import SingleRequest, receive_single
 from protocol_py.server.grpc_layer.connections import (
-    DEADLINE_RESET_MARGIN,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECEIVE_TIMEOUT,
     cancel_outcome,
+    reset_at_deadline,
     send_events,
     wait_for_start_turn,
 )
@@ -462,7 +462,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                     raise
                 raise error from None
             except (asyncio.CancelledError, GeneratorExit):
-                record.outcome, record.detail = cancel_outcome(stream)
+                record.outcome, record.detail = cancel_outcome(stream, record.started)
                 raise
             except Exception as exc:  # a server bug: INTERNAL, never grpclib's bare UNKNOWN
                 log_server_exception(rpc, exc)
@@ -777,7 +777,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
             record.emit()
             raise error from None
         except (asyncio.CancelledError, GeneratorExit):
-            record.outcome, record.detail = cancel_outcome(stream)
+            record.outcome, record.detail = cancel_outcome(stream, record.started)
             record.emit()
             raise
 
@@ -959,7 +959,7 @@ class ModelServer(ServerLifecycle, ModelServiceBase):
                 record.events = (record.events or 0) + 1
                 yield StreamEvent(error=bounded_model_error(failure))
         except (asyncio.CancelledError, GeneratorExit):
-            expired = deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN
+            expired = reset_at_deadline(deadline, record.started)
             if one is not None and one.error is not None:  # a second request message
                 record.outcome = "error"
                 record.error_kind = one.error.status.name

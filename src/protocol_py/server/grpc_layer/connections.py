@@ -135,11 +135,30 @@ LARGE_CALL_BYTES: Final = 1024 * 1024
 timed out, its connection lost) is followed by a memory trim, in bytes; so is any call that
 leaves its connection without an open call (docs/decisions.md#d45)."""
 
-DEADLINE_RESET_MARGIN: Final = 0.05
+DEADLINE_RESET_MARGIN: Final = 0.1
 """Seconds before a call's deadline (its ``grpc-timeout``) within which a client's reset counts
-as the deadline expiring: the client resets the stream at its own deadline, which, measured
-from its send time, comes slightly before the server's (the RPC record says
-``deadline_exceeded``, as grpcio reports, not ``cancelled``)."""
+as the deadline expiring, plus :data:`DEADLINE_ROUNDING_FRACTION` of the call's whole timeout:
+the client resets the stream at its own deadline, which, measured from its send time (before
+its connection was made, for a new channel's first calls), comes before the server's (the RPC
+record says ``deadline_exceeded``, as grpcio reports, not ``cancelled``)."""
+
+DEADLINE_ROUNDING_FRACTION: Final = 0.01
+"""Part of a call's timeout by which a client's ``grpc-timeout`` may exceed its own deadline:
+grpcio rounds the header up to three significant digits (25 s is sent as ``25100m``, 2 s as
+``2010m``), so its reset comes up to 1% of the timeout before the server's deadline."""
+
+
+def reset_at_deadline(deadline: Any, started: float | None) -> bool:
+    """Whether a client's reset, now, is its own deadline timer: at most
+    :data:`DEADLINE_RESET_MARGIN` s plus :data:`DEADLINE_ROUNDING_FRACTION` of the call's
+    timeout (from ``started``, the call's start on the monotonic clock; None: the margin alone)
+    before ``deadline`` (grpclib's; None: no ``grpc-timeout``)."""
+    if deadline is None:
+        return False
+    remaining: float = deadline.time_remaining()
+    elapsed = time.monotonic() - started if started is not None else 0.0
+    return remaining <= DEADLINE_RESET_MARGIN + DEADLINE_ROUNDING_FRACTION * (elapsed + remaining)
+
 
 DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
 """Default connection handshake timeout, in seconds: a new connection must complete its TLS
@@ -405,11 +424,13 @@ async def send_events(stream: grpclib.server.Stream[Any, Any], events: AsyncIter
         writer.close()
 
 
-def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | None]:
+def cancel_outcome(
+    stream: grpclib.server.Stream[Any, Any], started: float | None = None
+) -> tuple[str, str | None]:
     """``(outcome, detail)`` for the RPC record of a call that was cancelled: ``deadline_exceeded``
     when its deadline or the receive timeout ended it (detail: the status message), or when the
-    client reset the stream at most :data:`DEADLINE_RESET_MARGIN` seconds before the deadline
-    its ``grpc-timeout`` set (a client enforcing its own deadline: grpcio reports
+    client reset the stream at the deadline its ``grpc-timeout`` set (:func:`reset_at_deadline`,
+    ``started`` the call's start: a client enforcing its own deadline, and grpcio reports
     DEADLINE_EXCEEDED), else ``cancelled`` (detail: the server's own reason for resetting the
     stream, :func:`~protocol_py.server.grpc_layer.progress.cancel_reason`, or None)."""
     error = grpclib_private.wrapper_error(grpclib_private.server_h2_stream(stream).wrapper)
@@ -417,8 +438,7 @@ def cancel_outcome(stream: grpclib.server.Stream[Any, Any]) -> tuple[str, str | 
         return "deadline_exceeded", error.message
     if isinstance(error, TimeoutError):
         return "deadline_exceeded", None
-    deadline = stream.deadline
-    if deadline is not None and deadline.time_remaining() <= DEADLINE_RESET_MARGIN:
+    if reset_at_deadline(stream.deadline, started):
         return "deadline_exceeded", None
     return "cancelled", cancel_reason(grpclib_private.server_h2_stream(stream))
 
